@@ -1,0 +1,65 @@
+"""The Accumulator: what a collector hands its readings to."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+
+from gpuagent.metric import FieldValue, Point
+
+
+class Accumulator:
+    """Collects points for one collection run.
+
+    None values are missing readings and are left out; NaN and infinities are
+    left out too and counted in `nonfinite_dropped` (the agent reports the
+    count in its own `gpuagent` measurement). A point left with no fields is
+    not emitted.
+    """
+
+    __slots__ = ("points", "default_tags", "time_ns", "nonfinite_dropped", "empty_dropped")
+
+    def __init__(self, default_tags: Mapping[str, str] | None = None, time_ns: int | None = None):
+        self.points: list[Point] = []
+        self.default_tags = dict(default_tags or {})
+        self.time_ns = time_ns
+        self.nonfinite_dropped = 0
+        self.empty_dropped = 0
+
+    def add_fields(
+        self,
+        measurement: str,
+        fields: Mapping[str, FieldValue | None],
+        tags: Mapping[str, object] | None = None,
+        time_ns: int | None = None,
+    ) -> Point | None:
+        if not isinstance(measurement, str) or not measurement:
+            raise ValueError(f"measurement must be a non-empty string, got {measurement!r}")
+        clean: dict[str, FieldValue] = {}
+        for key, value in fields.items():
+            if value is None:
+                continue
+            if isinstance(value, float):
+                if not math.isfinite(value):
+                    self.nonfinite_dropped += 1
+                    continue
+            elif not isinstance(value, bool | int | str):
+                raise TypeError(
+                    f"{measurement}.{key}: field values must be int, float, bool or str, "
+                    f"got {type(value).__name__}"
+                )
+            clean[key] = value
+        if not clean:
+            self.empty_dropped += 1
+            return None
+        merged = dict(self.default_tags)
+        if tags:
+            for key, value in tags.items():
+                if value is not None and value != "":
+                    merged[key] = str(value)
+        if time_ns is None:
+            time_ns = self.time_ns if self.time_ns is not None else time.time_ns()
+        point = Point(measurement, merged, clean, int(time_ns))
+        self.points.append(point)
+        return point

@@ -1,0 +1,1 @@
+"""The host's own CLI commands (run, plugins, config)."""

@@ -1,0 +1,245 @@
+"""gpuagent.toml: reading, ${VAR} expansion, validation with one-line errors."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from gpuagent.collector import CollectorConfig
+from gpuagent.durations import Duration
+from gpuagent.errors import ConfigError
+from gpuagent.sink import SinkConfig
+
+log = logging.getLogger("gpuagent.config")
+
+DEFAULT_PATH = Path("/etc/gpuagent/gpuagent.toml")
+ENV_VAR = "GPUAGENT_CONFIG"
+
+
+def default_state_dir() -> str:
+    # systemd's StateDirectory= sets STATE_DIRECTORY; a non-root run gets a per-user dir.
+    if os.environ.get("STATE_DIRECTORY"):
+        return os.environ["STATE_DIRECTORY"].split(":")[0]
+    if os.geteuid() == 0:
+        return "/var/lib/gpuagent"
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return str(Path(base) / "gpuagent")
+
+
+class AgentSection(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    interval: Duration = 10.0
+    hostname: str = ""
+    tags: dict[str, str] = {}
+    simulate: str = ""
+    seed: int = 0
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["text", "json"] = "text"
+    state_dir: str = ""
+    shutdown_timeout: Duration = 10.0
+
+
+class PluginsSection(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    disabled: list[str] = []
+    dir: str = ""
+
+
+class TopLevel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agent: AgentSection = AgentSection()
+    plugins: PluginsSection = PluginsSection()
+    collectors: dict[str, dict[str, Any]] = {}
+    sinks: dict[str, dict[str, Any]] = {}
+
+
+@dataclass
+class Config:
+    """A validated configuration. ``collectors`` holds every registered collector's
+    config (defaults for those without a table); ``sinks`` only the configured ones."""
+
+    path: Path | None
+    agent: AgentSection
+    plugins: PluginsSection
+    raw: dict[str, Any]
+    collectors: dict[str, CollectorConfig] = field(default_factory=dict)
+    sinks: dict[str, SinkConfig] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return self.path.name if self.path else "<defaults>"
+
+    @property
+    def hostname(self) -> str:
+        return self.agent.hostname or socket.gethostname()
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.agent.state_dir or default_state_dir())
+
+
+def resolve_path(path: str | Path | None) -> Path | None:
+    """--config, else $GPUAGENT_CONFIG, else /etc/gpuagent/gpuagent.toml if it exists, else none."""
+    if path:
+        return Path(path)
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR])
+    return DEFAULT_PATH if DEFAULT_PATH.exists() else None
+
+
+def read_config(path: str | Path | None) -> Config:
+    """Parse and validate the host's own sections; plugin tables are checked by ``bind``."""
+    resolved = resolve_path(path)
+    raw: dict[str, Any] = {}
+    label = resolved.name if resolved else "<defaults>"
+    if resolved is not None:
+        raw = _load_toml(resolved)
+        raw = _expand(raw, label, ())
+    try:
+        top = TopLevel.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{label}: {format_validation_error(exc)}") from None
+    return Config(path=resolved, agent=top.agent, plugins=top.plugins, raw=raw)
+
+
+def bind(config: Config, collectors: dict[str, type], sinks: dict[str, type], failed_plugins=()) -> Config:
+    """Validate each [collectors.NAME] / [sinks.NAME] table with its plugin's own model."""
+    label = config.label
+    tables = config.raw.get("collectors", {})
+    for name in tables:
+        if name not in collectors:
+            _unknown(config, "collectors", name, collectors, failed_plugins)
+    for name, cls in collectors.items():
+        config.collectors[name] = _validate(cls.Config, tables.get(name, {}), label, ("collectors", name))
+    sink_tables = config.raw.get("sinks", {})
+    for name, table in sink_tables.items():
+        if name not in sinks:
+            _unknown(config, "sinks", name, sinks, failed_plugins)
+            continue
+        config.sinks[name] = _validate(sinks[name].Config, table, label, ("sinks", name))
+    return config
+
+
+def _unknown(config: Config, kind: str, name: str, known: dict, failed_plugins) -> None:
+    msg = f"{config.label}: {kind}.{name}: unknown {kind[:-1]} (known: {', '.join(sorted(known)) or 'none'})"
+    if failed_plugins:
+        # Its plugin may be the one that failed to load: run the rest, say so.
+        config.warnings.append(msg + "; ignored because a plugin failed to load")
+        return
+    raise ConfigError(msg)
+
+
+def _validate(model: type[BaseModel], table: Any, label: str, loc: tuple[str, ...]):
+    try:
+        return model.model_validate(table)
+    except ValidationError as exc:
+        raise ConfigError(f"{label}: {format_validation_error(exc, loc)}") from None
+
+
+def _load_toml(path: Path) -> dict[str, Any]:
+    label = path.name
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file") from None
+    except PermissionError:
+        raise ConfigError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{label}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{label}: TOML syntax error: {exc}") from None
+    if not raw:
+        raise ConfigError(f"{label}: no settings in the file (`gpuagent config init` writes a commented default)")
+    return raw
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _expand(value: Any, label: str, loc: tuple[str, ...]) -> Any:
+    """Replace ${VAR} and ${VAR:-default} in every string from the environment."""
+    if isinstance(value, dict):
+        return {k: _expand(v, label, (*loc, k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, label, (*loc, str(i))) for i, v in enumerate(value)]
+    if isinstance(value, str) and "${" in value:
+
+        def sub(m: re.Match) -> str:
+            name, default = m.group(1), m.group(2)
+            if name in os.environ:
+                return os.environ[name]
+            if default is not None:
+                return default
+            raise ConfigError(f"{label}: {'.'.join(loc)}: environment variable {name} is not set")
+
+        return _VAR.sub(sub, value)
+    return value
+
+
+# -- one-line error messages --------------------------------------------------
+
+_EXPECTED = {
+    "int_type": "expected an integer",
+    "int_parsing": "expected an integer",
+    "int_from_float": "expected an integer",
+    "float_type": "expected a number",
+    "float_parsing": "expected a number",
+    "bool_type": "expected true or false",
+    "bool_parsing": "expected true or false",
+    "string_type": "expected a string",
+    "list_type": "expected an array",
+    "dict_type": "expected a table",
+    "model_type": "expected a table",
+    "model_attributes_type": "expected a table",
+}
+
+
+def format_validation_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    loc = ".".join(str(p) for p in (*prefix, *first["loc"]))
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        msg = "unknown key"
+    elif kind == "missing":
+        msg = "required key is missing"
+    elif kind == "value_error":
+        msg = first["msg"].removeprefix("Value error, ")
+    else:
+        expected = _EXPECTED.get(kind) or first["msg"].replace("Input should be", "expected")
+        msg = f"{expected}, got {show_value(first.get('input'))}"
+    more = len(errors) - 1
+    suffix = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
+    return f"{loc}: {msg}{suffix}" if loc else f"{msg}{suffix}"
+
+
+def show_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value + '"'
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return repr(value)

@@ -1,0 +1,29 @@
+"""What the host hands every collector and sink."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpuagent.gpu import Gpu
+    from gpuagent.nvml import NvmlSession
+
+
+@dataclass
+class AgentContext:
+    hostname: str
+    global_tags: dict[str, str] = field(default_factory=dict)
+    gpus: list[Gpu] = field(default_factory=list)
+    nvml: NvmlSession | None = None
+    state_dir: Path = Path("/var/lib/gpuagent")
+    config_path: Path | None = None
+
+    @property
+    def simulated(self) -> bool:
+        return bool(self.nvml and self.nvml.simulated)
+
+    @property
+    def default_tags(self) -> dict[str, str]:
+        return {"host": self.hostname, **self.global_tags}

@@ -1,0 +1,125 @@
+"""One GPU as collectors see it: identity tags, cached static facts, guarded NVML calls."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pynvml
+
+log = logging.getLogger("gpuagent.gpu")
+
+ARCH_NAMES = {
+    pynvml.NVML_DEVICE_ARCH_KEPLER: "Kepler",
+    pynvml.NVML_DEVICE_ARCH_MAXWELL: "Maxwell",
+    pynvml.NVML_DEVICE_ARCH_PASCAL: "Pascal",
+    pynvml.NVML_DEVICE_ARCH_VOLTA: "Volta",
+    pynvml.NVML_DEVICE_ARCH_TURING: "Turing",
+    pynvml.NVML_DEVICE_ARCH_AMPERE: "Ampere",
+    pynvml.NVML_DEVICE_ARCH_ADA: "Ada Lovelace",
+    pynvml.NVML_DEVICE_ARCH_HOPPER: "Hopper",
+    pynvml.NVML_DEVICE_ARCH_BLACKWELL: "Blackwell",
+}
+
+# Return codes that mean "this card or driver does not offer the reading":
+# the reading becomes a missing field, never an error.
+MISSING_CODES = frozenset(
+    {
+        pynvml.NVML_ERROR_NOT_SUPPORTED,
+        pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+        pynvml.NVML_ERROR_NO_PERMISSION,
+        pynvml.NVML_ERROR_NOT_FOUND,
+        pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+    }
+)
+
+
+class GpuLost(Exception):
+    """The GPU answered NVML_ERROR_GPU_IS_LOST; it is skipped from now on."""
+
+    def __init__(self, gpu: Gpu):
+        super().__init__(f"GPU {gpu.index} ({gpu.uuid}) is lost")
+        self.gpu = gpu
+
+
+def as_str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Gpu:
+    """A GPU on this machine (real or simulated; nothing here knows which)."""
+
+    def __init__(self, index: int, handle: Any):
+        self.index = index
+        self.handle = handle
+        self.lost = False
+        self.lost_reason = ""
+        self._static: dict[str, Any] = {}
+        self._missing_logged: set[str] = set()
+        self._lock = threading.Lock()
+        self.uuid = as_str(pynvml.nvmlDeviceGetUUID(handle))
+        self.name = as_str(pynvml.nvmlDeviceGetName(handle))
+        self.pci_bus_id = as_str(pynvml.nvmlDeviceGetPciInfo_v3(handle).busId)
+        arch = self.query(pynvml.nvmlDeviceGetArchitecture)
+        self.arch = ARCH_NAMES.get(arch, "unknown") if arch is not None else "unknown"
+        self.tags: dict[str, str] = {
+            "gpu": str(index),
+            "uuid": self.uuid,
+            "model": self.name,
+            "pci_bus_id": self.pci_bus_id,
+            "arch": self.arch,
+        }
+
+    def __repr__(self) -> str:
+        return f"<Gpu {self.index} {self.name} {self.pci_bus_id}{' LOST' if self.lost else ''}>"
+
+    def query(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call ``fn(handle, *args)``; None where the card does not support it.
+
+        A lost GPU raises GpuLost (and stays lost); any other NVML error
+        propagates and is counted as the collector's error.
+        """
+        if self.lost:
+            raise GpuLost(self)
+        try:
+            return fn(self.handle, *args)
+        except pynvml.NVMLError as exc:
+            code = exc.value
+            if code in MISSING_CODES:
+                key = getattr(fn, "__name__", repr(fn))
+                if key not in self._missing_logged:
+                    self._missing_logged.add(key)
+                    log.debug("GPU %d: %s unavailable (%s); leaving it out", self.index, key, exc)
+                return None
+            if code == pynvml.NVML_ERROR_GPU_IS_LOST:
+                self.mark_lost(str(exc))
+                raise GpuLost(self) from exc
+            raise
+
+    def static(self, key: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``query`` once and cache: for facts that never change (limits, bus width, L2 size)."""
+        with self._lock:
+            if key in self._static:
+                return self._static[key]
+        value = self.query(fn, *args)
+        with self._lock:
+            self._static[key] = value
+        return value
+
+    def remember(self, key: str, compute: Callable[[], Any]) -> Any:
+        """Cache any derived static value under ``key``."""
+        with self._lock:
+            if key in self._static:
+                return self._static[key]
+        value = compute()
+        with self._lock:
+            self._static[key] = value
+        return value
+
+    def mark_lost(self, reason: str) -> None:
+        if not self.lost:
+            self.lost = True
+            self.lost_reason = reason
+            log.error("GPU %d (%s, %s) is lost: %s; skipping it from now on", self.index, self.name, self.uuid, reason)

@@ -1,0 +1,80 @@
+"""The metric model (a Point) and its InfluxDB line-protocol form.
+
+Escaping follows the line-protocol reference: measurement escapes comma and
+space; tag keys, tag values and field keys escape comma, equals and space;
+string field values escape backslash and double quote. Backslash itself is
+doubled in names too, and CR/LF/TAB become \\r \\n \\t, as influxdb-client
+does, so that no input can end a line early or swallow a delimiter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+FieldValue = int | float | bool | str
+
+_MEASUREMENT = str.maketrans({"\\": "\\\\", ",": r"\,", " ": r"\ ", "\n": r"\n", "\r": r"\r", "\t": r"\t"})
+_KEY = str.maketrans(
+    {"\\": "\\\\", ",": r"\,", "=": r"\=", " ": r"\ ", "\n": r"\n", "\r": r"\r", "\t": r"\t"}
+)
+_STRING = str.maketrans({"\\": "\\\\", '"': '\\"'})
+
+
+@dataclass(slots=True)
+class Point:
+    measurement: str
+    tags: dict[str, str]
+    fields: dict[str, FieldValue]
+    time_ns: int = 0
+    _line: str | None = field(default=None, repr=False, compare=False)
+
+    def to_line(self) -> str:
+        """One line of line protocol, without the newline. Cached: points are immutable once built."""
+        if self._line is None:
+            self._line = serialize(self.measurement, self.tags, self.fields, self.time_ns)
+        return self._line
+
+
+def escape_measurement(name: str) -> str:
+    return name.translate(_MEASUREMENT)
+
+
+def escape_key(key: str) -> str:
+    return key.translate(_KEY)
+
+
+def format_field(value: FieldValue) -> str:
+    # bool before int: bool is a subclass of int.
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return f"{value}i"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("non-finite float has no line-protocol form")
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.translate(_STRING) + '"'
+    raise TypeError(f"unsupported field type {type(value).__name__}")
+
+
+def serialize(
+    measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int
+) -> str:
+    head = escape_measurement(measurement)
+    if tags:
+        # Sorted tags are what InfluxDB stores; sending them sorted saves it the work.
+        head += "".join(
+            f",{escape_key(k)}={escape_key(v)}" for k, v in sorted(tags.items()) if v != ""
+        )
+    body = ",".join(f"{escape_key(k)}={format_field(v)}" for k, v in fields.items())
+    return f"{head} {body} {time_ns}"
+
+
+def to_lines(points: Iterable[Point]) -> str:
+    """Points as a line-protocol document, one line each, newline-terminated."""
+    return "".join(p.to_line() + "\n" for p in points)

@@ -1,0 +1,195 @@
+"""Loading plugins: the built-ins, pip-installed entry points and one-off .py files, one code path."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import logging
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+import pluggy
+
+from gpuagent import hookspecs
+from gpuagent.collector import Collector
+from gpuagent.sink import Sink
+
+log = logging.getLogger("gpuagent.plugins")
+
+ENTRY_POINT_GROUP = "gpuagent"
+
+# Registered exactly like third-party plugins: a module with hookimpls.
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "gpuagent.plugins.host",
+    "gpuagent.plugins.file",
+)
+
+
+@dataclass
+class PluginInfo:
+    name: str
+    module: str
+    version: str | None = None
+    distribution: str | None = None
+    source: str = "builtin"  # builtin | entry_point | plugins_dir
+    hooks: list[str] = field(default_factory=list)
+    collectors: list[str] = field(default_factory=list)
+    sinks: list[str] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+    status: str = "loaded"  # loaded | failed | disabled
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _error_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+
+
+class PluginHost:
+    """Owns the pluggy PluginManager and what the plugins registered."""
+
+    def __init__(
+        self,
+        disabled: Iterable[str] = (),
+        plugins_dir: str | Path | None = None,
+        load_entry_points: bool = True,
+    ):
+        env_disabled = os.environ.get("GPUAGENT_DISABLE_PLUGINS", "")
+        self.disabled = set(disabled) | {n.strip() for n in env_disabled.split(",") if n.strip()}
+        self.plugins_dir = Path(plugins_dir) if plugins_dir else None
+        self.load_entry_points = load_entry_points
+        self.pm = pluggy.PluginManager("gpuagent")
+        self.pm.add_hookspecs(hookspecs)
+        self.plugins: dict[str, PluginInfo] = {}
+        self.collectors: dict[str, type[Collector]] = {}
+        self.sinks: dict[str, type[Sink]] = {}
+        self._modules: dict[str, ModuleType] = {}
+        self._loaded = False
+
+    # -- loading ---------------------------------------------------------
+
+    def load(self) -> PluginHost:
+        if self._loaded:
+            return self
+        self._loaded = True
+        for modname in DEFAULT_PLUGINS:
+            name = modname.rsplit(".", 1)[-1]
+            self._load(name, modname, lambda m=modname: importlib.import_module(m), source="builtin")
+        if self.load_entry_points:
+            for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+                dist = ep.dist.name if ep.dist else None
+                version = ep.dist.version if ep.dist else None
+                self._load(ep.name, ep.value, ep.load, source="entry_point", distribution=dist, version=version)
+        if self.plugins_dir:
+            for path in sorted(self.plugins_dir.glob("*.py")):
+                self._load(path.stem, str(path), lambda p=path: _import_file(p), source="plugins_dir")
+        # A misspelt hook name (gpuagent_register_colectors) fails loudly here.
+        self.pm.check_pending()
+        self._register("collectors", self.pm.hook.gpuagent_register_collectors, self.collectors, Collector)
+        self._register("sinks", self.pm.hook.gpuagent_register_sinks, self.sinks, Sink)
+        return self
+
+    def _load(self, name, module, loader, *, source, distribution=None, version=None) -> None:
+        if name in self.plugins:
+            name = f"{name}({module})"
+        info = PluginInfo(name=name, module=module, source=source, distribution=distribution, version=version)
+        if source == "builtin":
+            from gpuagent import __version__
+
+            info.version, info.distribution = __version__, "gpuagent"
+        self.plugins[name] = info
+        if name in self.disabled:
+            info.status = "disabled"
+            return
+        try:
+            mod = loader()
+            self.pm.register(mod, name=name)
+        except Exception as exc:  # a broken third-party package must not stop the rest
+            info.status, info.error = "failed", _error_line(exc)
+            log.error("plugin %s (%s) failed to load: %s", name, module, info.error)
+            return
+        self._modules[name] = mod
+        info.hooks = sorted(impl_hook for impl_hook in _hooks_of(self.pm, name))
+
+    def _register(self, kind, hook, registry, base) -> None:
+        for impl in hook.get_hookimpls():
+            info = self.plugins[impl.plugin_name]
+            if info.status != "loaded":
+                continue
+
+            def register(cls, _info=info):
+                if not (isinstance(cls, type) and issubclass(cls, base)):
+                    raise TypeError(f"register() takes a {base.__name__} subclass, got {cls!r}")
+                if not cls.name:
+                    raise TypeError(f"{cls.__name__} has no name")
+                owner = next((p for p in self.plugins.values() if cls.name in getattr(p, kind)), None)
+                if cls.name in registry and owner is not _info:
+                    raise ValueError(f"{kind[:-1]} {cls.name!r} is already registered by plugin {owner.name if owner else '?'}")
+                registry[cls.name] = cls
+                getattr(_info, kind).append(cls.name)
+
+            try:
+                impl.function(register=register)
+            except Exception as exc:  # a hook that raises fails its plugin alone
+                info.status, info.error = "failed", _error_line(exc)
+                log.error("plugin %s failed in %s: %s", info.name, hook.name, info.error)
+                for cname in getattr(info, kind):
+                    registry.pop(cname, None)
+
+    def register_commands(self, cli) -> None:
+        """Let plugins add CLI commands; each plugin's hook is guarded."""
+        for impl in self.pm.hook.gpuagent_register_commands.get_hookimpls():
+            info = self.plugins[impl.plugin_name]
+            if info.status != "loaded":
+                continue
+            before = set(cli.commands)
+            try:
+                impl.function(cli=cli)
+            except Exception as exc:
+                info.status, info.error = "failed", _error_line(exc)
+                log.error("plugin %s failed in gpuagent_register_commands: %s", info.name, info.error)
+            info.commands = sorted(set(cli.commands) - before)
+
+    # -- queries ---------------------------------------------------------
+
+    def failed(self) -> list[PluginInfo]:
+        return [p for p in self.plugins.values() if p.status == "failed"]
+
+    def owner_of(self, kind: str, name: str) -> PluginInfo | None:
+        return next((p for p in self.plugins.values() if name in getattr(p, kind)), None)
+
+    def sample_config(self, name: str) -> str | None:
+        """The sample.toml shipped beside a plugin's module, if any."""
+        mod = self._modules.get(name)
+        if mod is None or not getattr(mod, "__file__", None):
+            return None
+        sample = Path(mod.__file__).parent / "sample.toml"
+        return sample.read_text() if sample.is_file() else None
+
+
+def _hooks_of(pm: pluggy.PluginManager, name: str) -> list[str]:
+    plugin = pm.get_plugin(name)
+    callers = pm.get_hookcallers(plugin) or []
+    return [c.name for c in callers]
+
+
+def _import_file(path: Path) -> ModuleType:
+    modname = f"gpuagent_local_plugin_{path.stem}"
+    spec = importlib.util.spec_from_file_location(modname, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(modname, None)
+        raise
+    return mod

@@ -1,0 +1,152 @@
+"""Building a running agent from a config: plugins, NVML, collectors, sinks, scheduler."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuagent.collector import Collector
+from gpuagent.config import Config, bind, read_config
+from gpuagent.context import AgentContext
+from gpuagent.errors import AgentError, ConfigError, NvmlUnavailable
+from gpuagent.nvml import NvmlSession, open_nvml
+from gpuagent.plugin_host import PluginHost
+from gpuagent.scheduler import Scheduler
+from gpuagent.sink import Sink
+
+log = logging.getLogger("gpuagent")
+
+
+@dataclass
+class Options:
+    """What the command line adds to (or overrides in) the config file."""
+
+    config_path: str | Path | None = None
+    simulate: str | None = None
+    seed: int | None = None
+    test: bool = False  # print line protocol on stdout instead of the configured sinks
+    plugins_dir: str | None = None
+    extra_disabled: tuple[str, ...] = ()
+
+
+def load_plugins(config: Config, options: Options) -> PluginHost:
+    disabled = (*config.plugins.disabled, *options.extra_disabled)
+    return PluginHost(disabled=disabled, plugins_dir=options.plugins_dir or config.plugins.dir or None).load()
+
+
+def load(options: Options) -> tuple[Config, PluginHost]:
+    """Read and fully validate the config (host sections and every plugin table)."""
+    config = read_config(options.config_path)
+    host = load_plugins(config, options)
+    bind(config, host.collectors, host.sinks, failed_plugins=host.failed())
+    for warning in config.warnings:
+        log.warning("%s", warning)
+    return config, host
+
+
+@dataclass
+class Agent:
+    config: Config
+    plugins: PluginHost
+    context: AgentContext
+    collectors: list[Collector]
+    sinks: list[Sink]
+    scheduler: Scheduler
+    nvml: NvmlSession | None = None
+    options: Options = field(default_factory=Options)
+
+    def close(self, flush_timeout: float | None = None) -> None:
+        timeout = self.config.agent.shutdown_timeout if flush_timeout is None else flush_timeout
+        self.scheduler.close(timeout)
+        if self.nvml:
+            self.nvml.close()
+            self.nvml = None
+
+
+def build(options: Options, config: Config | None = None, plugins: PluginHost | None = None, nvml: NvmlSession | None = None) -> Agent:
+    """Everything short of running: raises AgentError with one line on any problem."""
+    if config is None or plugins is None:
+        config, plugins = load(options)
+    simulate = options.simulate or config.agent.simulate or None
+    seed = options.seed if options.seed is not None else config.agent.seed
+    enabled = {n: c for n, c in config.collectors.items() if c.enabled}
+    context = AgentContext(
+        hostname=config.hostname,
+        global_tags=dict(config.agent.tags),
+        state_dir=config.state_dir,
+        config_path=config.path,
+    )
+    owns_nvml = nvml is None
+    if nvml is None:
+        try:
+            nvml = open_nvml(simulate, seed=seed)
+        except NvmlUnavailable:
+            needing = sorted(n for n in enabled if plugins.collectors[n].requires_gpus)
+            if needing:
+                raise
+            log.warning("no NVIDIA driver; running collectors that need no GPU only")
+    if nvml is not None:
+        context.nvml = nvml
+        context.gpus = nvml.gpus
+    try:
+        collectors = _make_collectors(config, plugins, context, enabled)
+        sinks = _make_sinks(config, plugins, context, options)
+    except BaseException:
+        if owns_nvml and nvml is not None:
+            nvml.close()
+        raise
+    entries = []
+    for c in collectors:
+        cfg = c.config
+        interval = cfg.interval or c.default_interval or config.agent.interval
+        entries.append((c, interval, cfg.timeout or interval))
+    scheduler = Scheduler(context, entries, sinks, config.agent.interval)
+    return Agent(config, plugins, context, collectors, sinks, scheduler, nvml, options)
+
+
+def _make_collectors(config, plugins, context, enabled) -> list[Collector]:
+    out = []
+    for name, cfg in enabled.items():
+        cls = plugins.collectors[name]
+        try:
+            out.append(cls(cfg, context))
+        except (ConfigError, ValueError, TypeError) as exc:
+            owner = plugins.owner_of("collectors", name)
+            raise ConfigError(
+                f"{config.label}: collectors.{name}: rejected by plugin {owner.name if owner else '?'}: {exc}"
+            ) from None
+        except AgentError:
+            raise
+        except Exception as exc:
+            raise AgentError(f"collector {name} failed to start: {type(exc).__name__}: {exc}") from None
+    return out
+
+
+def _make_sinks(config, plugins, context, options) -> list[Sink]:
+    if options.test:
+        from gpuagent.plugins.file import FileSink
+
+        sink = FileSink(FileSink.Config(path="-"), context)
+        sink.start()
+        return [sink]
+    configured = {n: c for n, c in config.sinks.items() if c.enabled}
+    if not configured:
+        # Nothing configured: line protocol on stdout, so a first run shows something.
+        if "file" not in plugins.sinks:
+            raise AgentError("no sink is configured and the file sink is not loaded")
+        configured = {"file": plugins.sinks["file"].Config(path="-")}
+    out = []
+    for name, cfg in configured.items():
+        cls = plugins.sinks[name]
+        try:
+            sink = cls(cfg, context)
+            sink.start()
+        except AgentError:
+            raise
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{config.label}: sinks.{name}: {exc}") from None
+        except Exception as exc:
+            raise AgentError(f"sink {name} failed to start: {type(exc).__name__}: {exc}") from None
+        out.append(sink)
+    return out

@@ -1,0 +1,330 @@
+"""Runs each collector on its own interval, in its own thread, with a timeout.
+
+Each collector gets a worker thread so that a hang in one cannot delay the
+others; Python cannot kill a thread, so a hung run is counted as a timeout,
+its late result is discarded, and its next runs are skipped (and counted)
+until it returns. The scheduler's own loop hands results to the sinks, emits
+the agent's `gpuagent` measurement and calls ``on_tick`` (the systemd
+watchdog): if this loop is stuck, the pings stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import psutil
+
+from gpuagent.accumulator import Accumulator
+from gpuagent.collector import Collector
+from gpuagent.context import AgentContext
+from gpuagent.metric import Point
+from gpuagent.sink import Sink
+
+log = logging.getLogger("gpuagent.scheduler")
+
+TICK = 0.5  # longest sleep of the loop: bounds the watchdog and stop latency
+
+
+@dataclass
+class CollectorStats:
+    runs_total: int = 0
+    errors_total: int = 0
+    timeouts_total: int = 0
+    skipped_total: int = 0
+    points_total: int = 0
+    late_points_discarded_total: int = 0
+    nonfinite_dropped_total: int = 0
+    gather_time_s: float = 0.0
+    last_error: str = ""
+
+
+@dataclass
+class RunResult:
+    runner: CollectorRunner
+    seq: int
+    points: list[Point]
+    duration: float
+    error: BaseException | None = None
+    nonfinite: int = 0
+
+
+@dataclass
+class CollectorRunner:
+    collector: Collector
+    interval: float
+    timeout: float
+    results: queue.Queue
+    default_tags: dict[str, str]
+    stats: CollectorStats = field(default_factory=CollectorStats)
+    next_due: float = 0.0
+    busy: bool = False
+    started_at: float = 0.0
+    timed_out: bool = False
+    seq: int = 0
+    completed_once: bool = False
+
+    def __post_init__(self) -> None:
+        self._go = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(
+            target=self._work, name=f"collector-{self.collector.name}", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def name(self) -> str:
+        return self.collector.name
+
+    def start_run(self, now: float) -> None:
+        self.busy, self.timed_out, self.started_at = True, False, now
+        self.seq += 1
+        self._go.set()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._go.set()
+
+    def _work(self) -> None:
+        while True:
+            self._go.wait()
+            self._go.clear()
+            if self._stop:
+                return
+            seq = self.seq
+            acc = Accumulator(self.default_tags, time_ns=time.time_ns())
+            t0 = time.perf_counter()
+            error = None
+            try:
+                self.collector.collect(acc)
+            except Exception as exc:  # isolation: any failure is this collector's alone
+                error = exc
+            duration = time.perf_counter() - t0
+            self.results.put(RunResult(self, seq, acc.points, duration, error, acc.nonfinite_dropped))
+
+
+class Scheduler:
+    def __init__(
+        self,
+        context: AgentContext,
+        collectors: Sequence[tuple[Collector, float, float]],
+        sinks: Sequence[Sink],
+        agent_interval: float,
+        on_tick: Callable[[], None] | None = None,
+        on_first_collection: Callable[[], None] | None = None,
+    ):
+        self.context = context
+        self.sinks = list(sinks)
+        self.agent_interval = agent_interval
+        self.on_tick = on_tick
+        self.on_first_collection = on_first_collection
+        self.results: queue.Queue[RunResult] = queue.Queue()
+        self.runners = [
+            CollectorRunner(c, interval, timeout, self.results, context.default_tags)
+            for c, interval, timeout in collectors
+        ]
+        self.sink_errors: dict[str, int] = {s.name: 0 for s in self.sinks}
+        self.started = time.monotonic()
+        self.first_collection_done = threading.Event()
+        self._process = psutil.Process()
+        self._stop = threading.Event()
+        # Tests (and the daemon's self-check) can freeze the loop to prove the watchdog stops.
+        self.hang = threading.Event()
+
+    # -- the loop ------------------------------------------------------------
+
+    def run_forever(self, stop: threading.Event | None = None) -> None:
+        stop = stop or self._stop
+        now = time.monotonic()
+        for r in self.runners:
+            r.next_due = now
+        next_self = now + self.agent_interval
+        while not stop.is_set():
+            while self.hang.is_set() and not stop.is_set():
+                time.sleep(0.05)
+            now = time.monotonic()
+            self._start_due(now)
+            self._check_timeouts(now)
+            if now >= next_self:
+                self.deliver(self.self_points())
+                next_self = now + self.agent_interval
+            if self.on_tick:
+                self.on_tick()
+            wake = min([next_self, now + TICK] + [self._next_event(r) for r in self.runners])
+            try:
+                result = self.results.get(timeout=max(0.0, wake - time.monotonic()))
+            except queue.Empty:
+                continue
+            self._handle(result)
+            while True:
+                try:
+                    self._handle(self.results.get_nowait())
+                except queue.Empty:
+                    break
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run_once(self) -> list[Point]:
+        """Run every collector once (in parallel), deliver, and return all points."""
+        now = time.monotonic()
+        pending = set()
+        for r in self.runners:
+            r.start_run(now)
+            pending.add(r.name)
+        delivered: list[Point] = []
+        while pending:
+            now = time.monotonic()
+            self._check_timeouts(now)
+            for r in self.runners:
+                if r.name in pending and r.timed_out:
+                    pending.discard(r.name)
+            if not pending:
+                break
+            deadline = min(r.started_at + r.timeout for r in self.runners if r.name in pending)
+            try:
+                result = self.results.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                continue
+            delivered.extend(self._handle(result))
+            pending.discard(result.runner.name)
+        own = self.self_points()
+        self.deliver(own)
+        return delivered + own
+
+    def close(self, flush_timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + flush_timeout
+        for r in self.runners:
+            r.stop()
+        for sink in self.sinks:
+            try:
+                sink.flush(max(0.1, deadline - time.monotonic()))
+            except Exception as exc:
+                log.error("sink %s: flush failed: %s", sink.name, exc)
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception as exc:
+                log.error("sink %s: close failed: %s", sink.name, exc)
+        for r in self.runners:
+            try:
+                r.collector.close()
+            except Exception as exc:
+                log.error("collector %s: close failed: %s", r.name, exc)
+
+    # -- pieces --------------------------------------------------------------
+
+    def _next_event(self, r: CollectorRunner) -> float:
+        if r.busy and not r.timed_out:
+            return min(r.next_due, r.started_at + r.timeout)
+        return r.next_due
+
+    def _start_due(self, now: float) -> None:
+        for r in self.runners:
+            if now < r.next_due:
+                continue
+            # Keep a steady cadence; after a stall, start afresh rather than bursting.
+            r.next_due = r.next_due + r.interval if r.next_due + r.interval > now else now + r.interval
+            if r.busy:
+                r.stats.skipped_total += 1
+                log.warning("collector %s: still running, skipping this run", r.name)
+                continue
+            r.start_run(now)
+
+    def _check_timeouts(self, now: float) -> None:
+        for r in self.runners:
+            if r.busy and not r.timed_out and now - r.started_at > r.timeout:
+                r.timed_out = True
+                r.stats.timeouts_total += 1
+                r.stats.last_error = f"timed out after {r.timeout:g}s"
+                log.error("collector %s: timed out after %gs", r.name, r.timeout)
+                self._mark_first(r)
+
+    def _handle(self, result: RunResult) -> list[Point]:
+        r = result.runner
+        r.busy = False
+        stats = r.stats
+        if r.timed_out or result.seq != r.seq:
+            stats.late_points_discarded_total += len(result.points)
+            log.warning(
+                "collector %s: returned after %.1fs, past its timeout; %d points discarded",
+                r.name, result.duration, len(result.points),
+            )
+            return []
+        stats.runs_total += 1
+        stats.gather_time_s = result.duration
+        stats.nonfinite_dropped_total += result.nonfinite
+        if result.error is not None:
+            stats.errors_total += 1
+            stats.last_error = f"{type(result.error).__name__}: {result.error}"
+            log.error("collector %s: %s", r.name, stats.last_error, exc_info=log.isEnabledFor(logging.DEBUG))
+        stats.points_total += len(result.points)
+        self._mark_first(r)
+        self.deliver(result.points)
+        return result.points
+
+    def _mark_first(self, r: CollectorRunner) -> None:
+        r.completed_once = True
+        if not self.first_collection_done.is_set() and all(x.completed_once for x in self.runners):
+            self.first_collection_done.set()
+            if self.on_first_collection:
+                self.on_first_collection()
+
+    def deliver(self, points: list[Point]) -> None:
+        if not points:
+            return
+        for sink in self.sinks:
+            try:
+                sink.write(points)
+            except Exception as exc:
+                self.sink_errors[sink.name] += 1
+                log.error("sink %s: write failed: %s", sink.name, exc)
+
+    def self_points(self) -> list[Point]:
+        """The agent's own health: the `gpuagent` measurement."""
+        acc = Accumulator(self.context.default_tags)
+        for r in self.runners:
+            s = r.stats
+            acc.add_fields(
+                "gpuagent",
+                {
+                    "gather_time_ms": round(s.gather_time_s * 1000, 3),
+                    "runs_total": s.runs_total,
+                    "errors_total": s.errors_total,
+                    "timeouts_total": s.timeouts_total,
+                    "skipped_total": s.skipped_total,
+                    "points_total": s.points_total,
+                    "late_points_discarded_total": s.late_points_discarded_total,
+                    "nonfinite_dropped_total": s.nonfinite_dropped_total,
+                    "last_error": s.last_error or None,
+                },
+                tags={"collector": r.name},
+            )
+        for sink in self.sinks:
+            try:
+                stats = dict(sink.stats())
+            except Exception as exc:
+                stats = {}
+                log.error("sink %s: stats failed: %s", sink.name, exc)
+            stats["sink_errors_total"] = self.sink_errors.get(sink.name, 0)
+            acc.add_fields("gpuagent", stats, tags={"sink": sink.name})
+        gpus = self.context.gpus
+        with self._process.oneshot():
+            cpu = self._process.cpu_times()
+            rss = self._process.memory_info().rss
+        acc.add_fields(
+            "gpuagent",
+            {
+                "uptime_s": round(time.monotonic() - self.started, 3),
+                "gpus": len(gpus),
+                "gpus_lost": sum(1 for g in gpus if g.lost),
+                "collectors": len(self.runners),
+                "cpu_seconds_total": round(cpu.user + cpu.system, 3),
+                "rss_bytes": rss,
+            },
+        )
+        return acc.points

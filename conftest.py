@@ -1,0 +1,78 @@
+"""Repository-wide pytest fixtures: the real test servers (see tests/servers.py for their API)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _load_servers():
+    # Loaded by path: pytest runs with --import-mode=importlib, so tests/ is not on sys.path.
+    name = "gpuagent_test_servers"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "tests" / "servers.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+servers = _load_servers()
+
+
+@pytest.fixture(scope="session")
+def influxdb_v1(tmp_path_factory):
+    """A running influxd 1.x shared by the session, database "gpuagent" created. Do not stop it."""
+    binary = servers.find_binary(servers.INFLUXD, "influxdb")
+    server = servers.InfluxdServer(binary, tmp_path_factory.mktemp("influxd"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def influxdb_v1_factory(tmp_path_factory):
+    """make(auth=False) -> a private influxd for this test (free to stop/start), stopped afterwards."""
+    binary = servers.find_binary(servers.INFLUXD, "influxdb")
+    made = []
+
+    def make(auth: bool = False):
+        server = servers.InfluxdServer(binary, tmp_path_factory.mktemp("influxd"), auth=auth)
+        made.append(server)
+        server.start()
+        return server
+
+    yield make
+    for server in made:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def victoria_metrics(tmp_path_factory):
+    """A running VictoriaMetrics shared by the session. Do not stop it."""
+    binary = servers.find_binary(servers.VICTORIA_METRICS, "victoria-metrics")
+    server = servers.VictoriaMetricsServer(binary, tmp_path_factory.mktemp("vm"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def victoria_metrics_factory(tmp_path_factory):
+    """make() -> a private VictoriaMetrics for this test (free to stop/start), stopped afterwards."""
+    binary = servers.find_binary(servers.VICTORIA_METRICS, "victoria-metrics")
+    made = []
+
+    def make():
+        server = servers.VictoriaMetricsServer(binary, tmp_path_factory.mktemp("vm"))
+        made.append(server)
+        server.start()
+        return server
+
+    yield make
+    for server in made:
+        server.stop()

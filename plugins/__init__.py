@@ -1,0 +1,1 @@
+"""The built-in plugins: each folder is a plugin, loaded through the same hooks as third-party ones."""

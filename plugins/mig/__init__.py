@@ -1,0 +1,179 @@
+"""mig: MIG mode per GPU and, per MIG device, memory and (Hopper) GPM utilisation (gpu_mig)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pynvml
+
+import gpuagent
+from gpuagent.gpu import Gpu, as_str
+from gpuagent.plugins.mig.gpm import GpmSamplers, gpm_supported
+
+# GPM metrics read per GPU instance: field name -> metric id (all percentages).
+GPM_FIELDS = {
+    "graphics_util_pct": pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL,
+    "sm_util_pct": pynvml.NVML_GPM_METRIC_SM_UTIL,
+    "sm_occupancy_pct": pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
+    "tensor_util_pct": pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+    "dram_bw_util_pct": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+}
+
+MIB = 1024 * 1024
+
+
+def on_handle(fn):
+    """Adapt an NVML call on another handle (a MIG device, a GPU instance) to ``gpu.query``.
+
+    ``gpu.query`` passes the parent's handle first; this drops it, so the call
+    still gets the parent's guard: NOT_SUPPORTED becomes None, GPU_IS_LOST
+    marks the parent lost.
+    """
+
+    def call(_parent_handle: Any, handle: Any, *args: Any) -> Any:
+        return fn(handle, *args)
+
+    call.__name__ = getattr(fn, "__name__", "nvml_call")
+    return call
+
+
+def profile_name_from_attributes(attrs: Any) -> str | None:
+    """nvidia-smi's profile name (``3g.40gb``, ``1c.3g.40gb``) from a MIG device's attributes."""
+    gi_slices = int(attrs.gpuInstanceSliceCount)
+    ci_slices = int(attrs.computeInstanceSliceCount)
+    memory_mb = int(attrs.memorySizeMB)
+    if not gi_slices or not memory_mb:
+        return None
+    # NVML reports usable MiB (40448 for the 40 GB slice); profile names round up to whole GB.
+    name = f"{gi_slices}g.{math.ceil(memory_mb / 1024)}gb"
+    return name if ci_slices in (0, gi_slices) else f"{ci_slices}c.{name}"
+
+
+class MigCollector(gpuagent.Collector):
+    """MIG mode of each MIG-capable GPU and one point per MIG device.
+
+    Whole-GPU readings NVML refuses while MIG is on are simply absent; a GPU
+    without MIG yields no gpu_mig point at all.
+    """
+
+    name = "mig"
+    requires_gpus = True
+
+    def __init__(self, config, context):
+        super().__init__(config, context)
+        self._gpm = GpmSamplers()
+
+    def collect(self, acc: gpuagent.Accumulator) -> None:
+        super().collect(acc)
+        live = {g.uuid for g in self.gpus}
+        self._gpm.forget(lambda uuid, _gi: uuid in live)
+
+    def collect_gpu(self, acc: gpuagent.Accumulator, gpu: Gpu) -> None:
+        modes = gpu.query(pynvml.nvmlDeviceGetMigMode)
+        if modes is None:
+            return  # not MIG-capable
+        current, pending = (int(m) == pynvml.NVML_DEVICE_MIG_ENABLE for m in modes)
+        max_devices = gpu.static("max_mig_device_count", pynvml.nvmlDeviceGetMaxMigDeviceCount)
+        devices = self._mig_devices(gpu, max_devices or 0) if current else []
+        acc.add_fields(
+            "gpu_mig",
+            {
+                "mig_mode_current": current,
+                "mig_mode_pending": pending,
+                "max_mig_devices": max_devices,
+                "mig_devices": len(devices) if current else 0,
+            },
+            tags=gpu.tags,
+        )
+        if not devices:
+            return
+        gpm = gpm_supported(gpu)
+        seen_gi: dict[int, dict[str, float]] = {}
+        for device in devices:
+            fields = device["fields"]
+            gi_id = device["gi_id"]
+            if gpm and gi_id is not None:
+                if gi_id not in seen_gi:
+                    values = self._gpm.read(gpu, GPM_FIELDS.values(), gpu_instance_id=gi_id)
+                    seen_gi[gi_id] = {name: values.get(mid) for name, mid in GPM_FIELDS.items()}
+                fields.update(seen_gi[gi_id])
+            acc.add_fields("gpu_mig", fields, tags={**gpu.tags, **device["tags"]})
+        active_gi = set(seen_gi)
+        self._gpm.forget(lambda uuid, gi: uuid != gpu.uuid or gi is None or gi in active_gi)
+
+    def _mig_devices(self, gpu: Gpu, max_devices: int) -> list[dict[str, Any]]:
+        devices = []
+        for index in range(max_devices):
+            handle = gpu.query(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, index)
+            if handle is None:
+                continue  # an empty slot (NOT_FOUND)
+            devices.append(self._mig_device(gpu, index, handle))
+        return devices
+
+    def _mig_device(self, gpu: Gpu, index: int, handle: Any) -> dict[str, Any]:
+        q = gpu.query
+        gi_id = q(on_handle(pynvml.nvmlDeviceGetGpuInstanceId), handle)
+        ci_id = q(on_handle(pynvml.nvmlDeviceGetComputeInstanceId), handle)
+        uuid = q(on_handle(pynvml.nvmlDeviceGetUUID), handle)
+        memory = q(on_handle(pynvml.nvmlDeviceGetMemoryInfo), handle)
+        attrs = q(on_handle(pynvml.nvmlDeviceGetAttributes_v2), handle)
+        tags = {
+            "gi_id": gi_id,
+            "ci_id": ci_id,
+            "mig_uuid": as_str(uuid) if uuid is not None else None,
+            "mig_profile": self._profile_name(gpu, gi_id, attrs),
+        }
+        fields: dict[str, Any] = {"mig_index": index}
+        if memory is not None:
+            fields["fb_total_bytes"] = int(memory.total)
+            fields["fb_used_bytes"] = int(memory.used)
+            fields["fb_free_bytes"] = int(memory.free)
+            if memory.total:
+                fields["fb_used_pct"] = round(100.0 * memory.used / memory.total, 2)
+        if attrs is not None:
+            fields["sm_count"] = int(attrs.multiprocessorCount)
+            fields["gi_slices"] = int(attrs.gpuInstanceSliceCount)
+            fields["ci_slices"] = int(attrs.computeInstanceSliceCount)
+        return {"gi_id": gi_id, "tags": tags, "fields": fields}
+
+    def _profile_name(self, gpu: Gpu, gi_id: int | None, attrs: Any) -> str | None:
+        """The GPU instance's profile name as NVML gives it, else built from the device's attributes."""
+        derived = profile_name_from_attributes(attrs) if attrs is not None else None
+        name = self._gi_profile_name(gpu, gi_id) if gi_id is not None else None
+        if not name:
+            return derived
+        if derived and derived.count(".") == 2:
+            # A compute instance smaller than its GPU instance: nvidia-smi prefixes its slices.
+            return f"{derived.split('.', 1)[0]}.{name}"
+        return name
+
+    def _gi_profile_name(self, gpu: Gpu, gi_id: int) -> str | None:
+        instance = gpu.query(pynvml.nvmlDeviceGetGpuInstanceById, gi_id)
+        if instance is None:
+            return None
+        info = gpu.query(on_handle(pynvml.nvmlGpuInstanceGetInfo), instance)
+        if info is None:
+            return None
+        return gpu.remember(f"mig_profile_name:{info.profileId}", lambda: self._lookup_profile(gpu, info.profileId))
+
+    def _lookup_profile(self, gpu: Gpu, profile_id: int) -> str | None:
+        # GetInfo gives the profile's id; the profile table is indexed by
+        # NVML_GPU_INSTANCE_PROFILE_* and each entry carries its id.
+        for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                info = gpu.query(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, index)
+            except pynvml.NVMLError_InvalidArgument:
+                continue
+            if info is not None and int(info.id) == int(profile_id):
+                name = as_str(info.name).strip()
+                return name.removeprefix("MIG ").strip() or None
+        return None
+
+    def close(self) -> None:
+        self._gpm.close()
+
+
+@gpuagent.hookimpl
+def gpuagent_register_collectors(register):
+    register(MigCollector)

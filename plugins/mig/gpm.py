@@ -1,0 +1,116 @@
+"""GPM (GPU Performance Monitoring, Hopper and newer): metrics between two samples.
+
+Shared by the mig (per GPU instance utilisation) and nvlink (per link
+throughput) collectors. A sampler keeps two NVML samples and alternates them:
+each read takes a new sample and returns the metrics over the time since the
+previous one, so the first read after start returns nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pynvml
+
+from gpuagent.gpu import Gpu
+
+log = logging.getLogger("gpuagent.gpm")
+
+
+def gpm_supported(gpu: Gpu) -> bool:
+    """Whether the GPU offers GPM (read once and cached)."""
+
+    def query_gpm_support(handle: Any) -> bool:
+        return bool(pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
+
+    return bool(gpu.static("gpm_supported", query_gpm_support))
+
+
+class GpmSampler:
+    """Metrics from one sample source: a whole GPU or one GPU instance (MIG)."""
+
+    def __init__(self, gpu: Gpu, gpu_instance_id: int | None = None):
+        self.gpu = gpu
+        self.gpu_instance_id = gpu_instance_id
+        self._previous: Any = None
+        self._current: Any = None
+        self._have_previous = False
+
+    def _take(self, sample: Any) -> Any:
+        if self.gpu_instance_id is None:
+            return self.gpu.query(pynvml.nvmlGpmSampleGet, sample)
+        return self.gpu.query(pynvml.nvmlGpmMigSampleGet, self.gpu_instance_id, sample)
+
+    def read(self, metric_ids: Iterable[int]) -> dict[int, float]:
+        """Metric id -> value over the interval since the last read ({} on the first read).
+
+        Raises GpuLost when the GPU is lost; metrics NVML refuses are left out.
+        """
+        metric_ids = list(metric_ids)
+        if self._current is None:
+            self._previous = pynvml.nvmlGpmSampleAlloc()
+            self._current = pynvml.nvmlGpmSampleAlloc()
+        if self._take(self._current) is None:
+            self._have_previous = False
+            return {}
+        values: dict[int, float] = {}
+        if self._have_previous and metric_ids:
+            values = self._metrics(metric_ids)
+        self._previous, self._current = self._current, self._previous
+        self._have_previous = True
+        return values
+
+    def _metrics(self, metric_ids: list[int]) -> dict[int, float]:
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(metric_ids)
+        request.sample1 = self._previous
+        request.sample2 = self._current
+        for i, metric_id in enumerate(metric_ids):
+            request.metrics[i].metricId = metric_id
+        try:
+            pynvml.nvmlGpmMetricsGet(request)
+        except pynvml.NVMLError as exc:
+            log.debug("GPU %d: nvmlGpmMetricsGet failed: %s", self.gpu.index, exc)
+            return {}
+        return {
+            m.metricId: float(m.value)
+            for m in request.metrics[: len(metric_ids)]
+            if m.nvmlReturn == pynvml.NVML_SUCCESS
+        }
+
+    def close(self) -> None:
+        for sample in (self._previous, self._current):
+            if sample is not None:
+                try:
+                    pynvml.nvmlGpmSampleFree(sample)
+                except pynvml.NVMLError:
+                    pass
+        self._previous = self._current = None
+        self._have_previous = False
+
+
+class GpmSamplers:
+    """One sampler per source, created on first use, freed on close()."""
+
+    def __init__(self) -> None:
+        self._samplers: dict[tuple[str, int | None], GpmSampler] = {}
+
+    def read(self, gpu: Gpu, metric_ids: Iterable[int], gpu_instance_id: int | None = None) -> dict[int, float]:
+        key = (gpu.uuid, gpu_instance_id)
+        sampler = self._samplers.get(key)
+        if sampler is None:
+            sampler = self._samplers[key] = GpmSampler(gpu, gpu_instance_id)
+        return sampler.read(metric_ids)
+
+    def forget(self, keep: Callable[[str, int | None], bool]) -> None:
+        """Free the samplers of sources that are gone (a destroyed GPU instance, a lost GPU)."""
+        for key in [k for k in self._samplers if not keep(*k)]:
+            self._samplers.pop(key).close()
+
+    def close(self) -> None:
+        for sampler in self._samplers.values():
+            sampler.close()
+        self._samplers.clear()

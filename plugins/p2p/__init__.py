@@ -1,0 +1,163 @@
+"""p2p: which GPUs can reach each other directly, and over what (gpu_p2p, one point per ordered pair)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pynvml
+
+import gpuagent
+from gpuagent.gpu import Gpu, GpuLost, as_str
+
+# The P2P capability indices, as plain ints. In current nvidia-ml-py
+# NVML_P2P_CAPS_INDEX_READ is the tuple (0,) (a stray trailing comma), which
+# ctypes refuses as an enum argument; never pass pynvml's constants directly.
+P2P_CAPS = {
+    "read": 0,  # NVML_P2P_CAPS_INDEX_READ
+    "write": 1,  # NVML_P2P_CAPS_INDEX_WRITE
+    "nvlink": 2,  # NVML_P2P_CAPS_INDEX_NVLINK
+    "atomics": 3,  # NVML_P2P_CAPS_INDEX_ATOMICS
+    "prop": 4,  # NVML_P2P_CAPS_INDEX_PROP (PCI)
+}
+
+P2P_STATUS = {
+    pynvml.NVML_P2P_STATUS_OK: "ok",
+    pynvml.NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED: "chipset_not_supported",
+    pynvml.NVML_P2P_STATUS_GPU_NOT_SUPPORTED: "gpu_not_supported",
+    pynvml.NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED: "topology_not_supported",
+    pynvml.NVML_P2P_STATUS_DISABLED_BY_REGKEY: "disabled_by_regkey",
+    pynvml.NVML_P2P_STATUS_NOT_SUPPORTED: "not_supported",
+    pynvml.NVML_P2P_STATUS_UNKNOWN: "unknown",
+}
+
+# nvidia-smi topo -m names for nvmlDeviceGetTopologyCommonAncestor's levels.
+TOPOLOGY_NAMES = {
+    pynvml.NVML_TOPOLOGY_INTERNAL: "X",
+    pynvml.NVML_TOPOLOGY_SINGLE: "PIX",
+    pynvml.NVML_TOPOLOGY_MULTIPLE: "PXB",
+    pynvml.NVML_TOPOLOGY_HOSTBRIDGE: "PHB",
+    pynvml.NVML_TOPOLOGY_NODE: "NODE",
+    pynvml.NVML_TOPOLOGY_SYSTEM: "SYS",
+}
+
+NVLINK_MAX_LINKS = pynvml.NVML_NVLINK_MAX_LINKS
+
+
+def caps_index(value: int | tuple[int, ...]) -> int:
+    """An NVML P2P caps index as the int ctypes needs, whether pynvml spelt it ``0`` or ``(0,)``."""
+    if isinstance(value, tuple):
+        (value,) = value
+    return int(value)
+
+
+def status_name(code: int | None) -> str:
+    return P2P_STATUS.get(code, "unknown") if code is not None else "unknown"
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """PCI bus ids compare case-blind and with NVML's 8- or 4-digit domain."""
+    bus_id = bus_id.strip().lower()
+    domain, sep, rest = bus_id.partition(":")
+    if sep and len(domain) > 4 and rest.count(":") == 1:
+        domain = domain[-4:]
+    return f"{domain}{sep}{rest}"
+
+
+class NvlinkMap:
+    """Where each GPU's active NVLinks go: direct peers (by PCI bus id) or NVSwitches."""
+
+    def __init__(self) -> None:
+        self.direct: dict[str, dict[str, int]] = {}  # uuid -> peer bus id -> active links
+        self.switch_links: dict[str, int] = {}  # uuid -> active links ending at an NVSwitch
+
+    def links_between(self, gpu: Gpu, peer: Gpu) -> int:
+        direct = self.direct.get(gpu.uuid, {}).get(normalize_bus_id(peer.pci_bus_id), 0)
+        if direct:
+            return direct
+        # Through NVSwitches (HGX): every GPU on the fabric reaches every other
+        # over all its switch links; nvidia-smi shows that count as NV#.
+        if self.switch_links.get(gpu.uuid) and self.switch_links.get(peer.uuid):
+            return self.switch_links[gpu.uuid]
+        return 0
+
+
+def map_nvlinks(gpus: Iterable[Gpu]) -> NvlinkMap:
+    gpus = list(gpus)
+    gpu_bus_ids = {normalize_bus_id(g.pci_bus_id) for g in gpus}
+    result = NvlinkMap()
+    for gpu in gpus:
+        try:
+            peers: dict[str, int] = {}
+            switch = 0
+            for link in range(NVLINK_MAX_LINKS):
+                try:
+                    active = gpu.query(pynvml.nvmlDeviceGetNvLinkState, link)
+                except pynvml.NVMLError_InvalidArgument:
+                    break  # past the card's last link
+                if active is None:
+                    if link == 0:
+                        break  # no NVLink on this card
+                    continue
+                if active != pynvml.NVML_FEATURE_ENABLED:
+                    continue
+                remote = gpu.query(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, link)
+                remote_type = gpu.query(pynvml.nvmlDeviceGetNvLinkRemoteDeviceType, link)
+                bus_id = normalize_bus_id(as_str(remote.busId)) if remote is not None else ""
+                if remote_type == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH or (
+                    remote_type is None and bus_id and bus_id not in gpu_bus_ids
+                ):
+                    switch += 1
+                elif bus_id:
+                    peers[bus_id] = peers.get(bus_id, 0) + 1
+            result.direct[gpu.uuid] = peers
+            result.switch_links[gpu.uuid] = switch
+        except GpuLost:
+            continue
+    return result
+
+
+class P2pCollector(gpuagent.Collector):
+    """P2P capability and topology between every ordered pair of GPUs.
+
+    Topology changes only with hardware or driver changes, so this runs every
+    few minutes by default (and, like every collector, once at start).
+    """
+
+    name = "p2p"
+    requires_gpus = True
+    default_interval = 300.0
+
+    def collect(self, acc: gpuagent.Accumulator) -> None:
+        gpus = self.gpus
+        if len(gpus) < 2:
+            return
+        nvlinks = map_nvlinks(gpus)
+        for gpu in gpus:
+            for peer in gpus:
+                if peer is gpu or gpu.lost or peer.lost:
+                    continue
+                try:
+                    self._collect_pair(acc, gpu, peer, nvlinks)
+                except GpuLost:
+                    continue
+
+    def _collect_pair(self, acc: gpuagent.Accumulator, gpu: Gpu, peer: Gpu, nvlinks: NvlinkMap) -> None:
+        fields: dict[str, object] = {}
+        for cap, index in P2P_CAPS.items():
+            code = gpu.query(pynvml.nvmlDeviceGetP2PStatus, peer.handle, index)
+            name = status_name(code)
+            fields[f"{cap}_status"] = name
+            fields[f"{cap}_ok"] = name == "ok"
+        level = gpu.query(pynvml.nvmlDeviceGetTopologyCommonAncestor, peer.handle)
+        links = nvlinks.links_between(gpu, peer)
+        pcie_topology = TOPOLOGY_NAMES.get(level) if level is not None else None
+        fields["nvlink_count"] = links
+        fields["pcie_topology"] = pcie_topology
+        fields["topology"] = f"NV{links}" if links else pcie_topology
+        tags = {**gpu.tags, "peer_gpu": str(peer.index), "peer_uuid": peer.uuid}
+        acc.add_fields("gpu_p2p", fields, tags=tags)
+
+
+@gpuagent.hookimpl
+def gpuagent_register_collectors(register):
+    register(P2pCollector)

@@ -1,0 +1,284 @@
+"""Real time-series servers for tests: InfluxDB 1.x (`influxd`) and VictoriaMetrics.
+
+Both come from Debian's packages (`influxdb`, `victoria-metrics`) and run on
+free loopback ports in a temporary directory. The pytest fixtures live in the
+repository's root ``conftest.py``:
+
+``influxdb_v1`` (session scope) -> ``InfluxdServer``, already running, database
+    ``gpuagent`` created. Stable API (``gpuagent compare`` tests use it too):
+
+    - ``url``                    ``"http://127.0.0.1:PORT"``
+    - ``database``               ``"gpuagent"`` (created at start)
+    - ``query(q, db=None, epoch="ns") -> list[dict]``  InfluxQL; returns the
+      ``series`` list of the first result (``[]`` when empty); raises
+      ``RuntimeError`` on an error answer.
+    - ``points(q, db=None) -> list[dict]``  rows of all series as dicts
+      (``{"time": ns, <tag>: ..., <field>: ...}``), tags of GROUP BY merged in.
+    - ``write(lines, db=None)``  posts line protocol (str or list of lines,
+      precision ns); raises ``RuntimeError`` unless the server answers 204.
+    - ``create_database(name)`` / ``drop_database(name)``
+    - ``stop()`` / ``start()``   stop the server and start it again on the same
+      port and data directory (outage tests: use ``influxdb_v1_factory`` so a
+      shared server is never stopped under another test)
+    - ``running`` (bool)
+
+``influxdb_v1_factory`` (function scope) -> ``make(auth=False) -> InfluxdServer``:
+    a fresh, private server per call, stopped at the end of the test. With
+    ``auth=True`` HTTP auth is on and an admin ``admin`` / ``admin-pass`` exists.
+
+``victoria_metrics`` (session scope) / ``victoria_metrics_factory`` ->
+    ``VictoriaMetricsServer``: ``url``, ``export(match) -> list[dict]`` (the
+    JSON lines of ``/api/v1/export``: ``{"metric": {...}, "values": [...],
+    "timestamps": [ms, ...]}``), ``stop()``, ``start()``. VictoriaMetrics takes
+    ``/api/v2/write`` (what influxdb-client sends), names a series
+    ``<measurement>_<field>``, keeps numbers only (bool -> 1/0, strings are
+    dropped) and stores millisecond timestamps. It is started with
+    ``-search.latencyOffset=0s`` so the newest points are queryable at once.
+
+A missing binary skips the test with the reason, or fails it when the
+environment variable ``CI`` is set (CI must run these tests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+INFLUXD = "influxd"
+VICTORIA_METRICS = "victoria-metrics"
+
+
+def find_binary(name: str, package: str) -> str:
+    """Path of a server binary; skip (or fail under CI) with a clear reason when it is missing."""
+    path = shutil.which(name) or (f"/usr/bin/{name}" if os.access(f"/usr/bin/{name}", os.X_OK) else None)
+    if path:
+        return path
+    import pytest
+
+    reason = f"{name} not found: install the Debian package `{package}` (apt-get install {package})"
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _http(method: str, url: str, data: bytes | None = None, timeout: float = 10.0) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+class _Server:
+    """A child process on a fixed port and directory that can be stopped and started again."""
+
+    name = "server"
+
+    def __init__(self, binary: str, root: Path):
+        self.binary = binary
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._proc: subprocess.Popen | None = None
+        self._log = self.root / f"{self.name}.log"
+
+    def _argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def _ready(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, timeout: float = 30.0) -> None:
+        if self.running:
+            return
+        with open(self._log, "ab") as log:
+            self._proc = subprocess.Popen(
+                self._argv(), stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                tail = self._log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{self.name} exited with {self._proc.returncode}:\n{tail}")
+            try:
+                if self._ready():
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"{self.name} did not become ready on {self.url} within {timeout:g}s")
+
+    def stop(self, timeout: float = 15.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        # The port must refuse connections before an outage test goes on.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) != 0:
+                    return
+            time.sleep(0.05)
+
+
+class InfluxdServer(_Server):
+    """influxd 1.x: line protocol on /write, InfluxQL on /query."""
+
+    name = "influxd"
+    database = "gpuagent"
+
+    def __init__(self, binary: str, root: Path, auth: bool = False):
+        super().__init__(binary, root)
+        self.auth = auth
+        self.rpc_port = free_port()
+        self.admin = ("admin", "admin-pass") if auth else None
+        self.config_file = self.root / "influxdb.conf"
+        self.config_file.write_text(
+            f"""reporting-disabled = true
+bind-address = "127.0.0.1:{self.rpc_port}"
+[meta]
+  dir = "{self.root / 'meta'}"
+  logging-enabled = false
+[data]
+  dir = "{self.root / 'data'}"
+  wal-dir = "{self.root / 'wal'}"
+  query-log-enabled = false
+  wal-fsync-delay = "0s"
+[monitor]
+  store-enabled = false
+[continuous_queries]
+  enabled = false
+[http]
+  bind-address = "127.0.0.1:{self.port}"
+  auth-enabled = {'true' if auth else 'false'}
+  log-enabled = false
+  max-body-size = 0
+[[udp]]
+  enabled = false
+[[graphite]]
+  enabled = false
+[[collectd]]
+  enabled = false
+[[opentsdb]]
+  enabled = false
+"""
+        )
+        self._initialised = False
+
+    def _argv(self) -> list[str]:
+        return [self.binary, "run", "-config", str(self.config_file)]
+
+    def _ready(self) -> bool:
+        return _http("GET", f"{self.url}/ping", timeout=1)[0] == 204
+
+    def start(self, timeout: float = 30.0) -> None:
+        super().start(timeout)
+        if not self._initialised:
+            if self.auth:  # the first user may be created without credentials
+                self._query_raw("CREATE USER admin WITH PASSWORD 'admin-pass' WITH ALL PRIVILEGES", None, "POST")
+            self.create_database(self.database)
+            self._initialised = True
+
+    def _auth_params(self) -> dict[str, str]:
+        return {"u": self.admin[0], "p": self.admin[1]} if self.admin else {}
+
+    def _query_raw(self, q: str, db: str | None, method: str = "GET", epoch: str = "ns") -> dict:
+        params = {"q": q, "epoch": epoch, **self._auth_params()}
+        if db:
+            params["db"] = db
+        body = urllib.parse.urlencode(params).encode()
+        if method == "GET":
+            status, data = _http("GET", f"{self.url}/query?{body.decode()}")
+        else:
+            status, data = _http("POST", f"{self.url}/query", data=body)
+        doc = json.loads(data or b"{}")
+        if status >= 300 or "error" in doc:
+            raise RuntimeError(f"influxd query {q!r}: {status} {doc}")
+        for result in doc.get("results", []):
+            if "error" in result:
+                raise RuntimeError(f"influxd query {q!r}: {result['error']}")
+        return doc
+
+    def create_database(self, name: str) -> None:
+        self._query_raw(f'CREATE DATABASE "{name}"', None, "POST")
+
+    def drop_database(self, name: str) -> None:
+        self._query_raw(f'DROP DATABASE "{name}"', None, "POST")
+
+    def query(self, q: str, db: str | None = None, epoch: str = "ns") -> list[dict]:
+        doc = self._query_raw(q, db or self.database, "POST" if q.lstrip().upper().startswith(("DROP", "DELETE", "CREATE")) else "GET", epoch)
+        results = doc.get("results", [{}])
+        return results[0].get("series", []) if results else []
+
+    def points(self, q: str, db: str | None = None) -> list[dict]:
+        rows = []
+        for series in self.query(q, db):
+            tags = series.get("tags", {})
+            for values in series.get("values", []):
+                row = dict(zip(series["columns"], values, strict=True))
+                row.update(tags)
+                rows.append(row)
+        return rows
+
+    def write(self, lines: str | list[str], db: str | None = None) -> None:
+        body = lines if isinstance(lines, str) else "\n".join(lines)
+        params = urllib.parse.urlencode({"db": db or self.database, "precision": "ns", **self._auth_params()})
+        status, data = _http("POST", f"{self.url}/write?{params}", data=body.encode())
+        if status != 204:
+            raise RuntimeError(f"influxd write: {status} {data[:500]!r}")
+
+
+class VictoriaMetricsServer(_Server):
+    """VictoriaMetrics single node: accepts InfluxDB /api/v2/write and /write, Prometheus queries."""
+
+    name = "victoria-metrics"
+
+    def _argv(self) -> list[str]:
+        return [
+            self.binary,
+            f"-httpListenAddr=127.0.0.1:{self.port}",
+            f"-storageDataPath={self.root / 'data'}",
+            "-search.latencyOffset=0s",
+            "-retentionPeriod=100y",
+            "-loggerLevel=ERROR",
+        ]
+
+    def _ready(self) -> bool:
+        return _http("GET", f"{self.url}/health", timeout=1)[0] == 200
+
+    def export(self, match: str = '{__name__!=""}') -> list[dict]:
+        # Freshly ingested rows sit in an in-memory buffer for up to a second.
+        _http("GET", f"{self.url}/internal/force_flush")
+        body = urllib.parse.urlencode({"match[]": match}).encode()
+        status, data = _http("POST", f"{self.url}/api/v1/export", data=body)
+        if status != 200:
+            raise RuntimeError(f"victoria-metrics export: {status} {data[:500]!r}")
+        return [json.loads(line) for line in data.splitlines() if line.strip()]
