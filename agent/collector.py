@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 class CollectorConfig(BaseModel):
     """Base of every collector's table. Unknown keys are refused."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     enabled: bool = True
     # None: the collector's default_interval, else [agent] interval.

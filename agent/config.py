@@ -35,7 +35,7 @@ def default_state_dir() -> str:
 
 
 class AgentSection(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     interval: Duration = 10.0
     hostname: str = ""
@@ -49,14 +49,14 @@ class AgentSection(BaseModel):
 
 
 class PluginsSection(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     disabled: list[str] = []
     dir: str = ""
 
 
 class TopLevel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     agent: AgentSection = AgentSection()
     plugins: PluginsSection = PluginsSection()

@@ -1,25 +1,31 @@
 """The metric model (a Point) and its InfluxDB line-protocol form.
 
-Escaping follows the line-protocol reference: measurement escapes comma and
-space; tag keys, tag values and field keys escape comma, equals and space;
-string field values escape backslash and double quote. Backslash itself is
-doubled in names too, and CR/LF/TAB become \\r \\n \\t, as influxdb-client
-does, so that no input can end a line early or swallow a delimiter.
+Escaping follows the line-protocol reference and InfluxDB's own parser:
+measurement escapes comma and space; tag keys, tag values and field keys
+escape comma, equals and space; string field values escape backslash and
+double quote. A backslash in a name is kept as it is (InfluxDB stores it
+literally), except before a delimiter or at the end, where it is doubled so
+it cannot swallow the delimiter. CR/LF/TAB in names become \\r \\n \\t
+and CR/LF in string fields \\r \\n, as influxdb-client writes them, so no
+input can end a line early.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 FieldValue = int | float | bool | str
 
-_MEASUREMENT = str.maketrans({"\\": "\\\\", ",": r"\,", " ": r"\ ", "\n": r"\n", "\r": r"\r", "\t": r"\t"})
-_KEY = str.maketrans(
-    {"\\": "\\\\", ",": r"\,", "=": r"\=", " ": r"\ ", "\n": r"\n", "\r": r"\r", "\t": r"\t"}
-)
-_STRING = str.maketrans({"\\": "\\\\", '"': '\\"'})
+_MEASUREMENT = str.maketrans({",": r"\,", " ": r"\ ", "\n": r"\n", "\r": r"\r", "\t": r"\t"})
+_KEY = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ ", "\n": r"\n", "\r": r"\r", "\t": r"\t"})
+_MEASUREMENT_BACKSLASH = re.compile(r"\\(?=[, \n\r\t]|$)")
+_KEY_BACKSLASH = re.compile(r"\\(?=[,= \n\r\t]|$)")
+# Raw CR/LF in a string field is legal for InfluxDB's parser but breaks every
+# line-oriented consumer (VictoriaMetrics, the spool, tail -f): written as \n, \r.
+_STRING = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r"})
 
 
 @dataclass(slots=True)
@@ -38,10 +44,14 @@ class Point:
 
 
 def escape_measurement(name: str) -> str:
+    if "\\" in name:
+        name = _MEASUREMENT_BACKSLASH.sub(r"\\\\", name)
     return name.translate(_MEASUREMENT)
 
 
 def escape_key(key: str) -> str:
+    if "\\" in key:
+        key = _KEY_BACKSLASH.sub(r"\\\\", key)
     return key.translate(_KEY)
 
 

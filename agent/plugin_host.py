@@ -27,6 +27,18 @@ ENTRY_POINT_GROUP = "gpuagent"
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "gpuagent.plugins.host",
     "gpuagent.plugins.file",
+    "gpuagent.plugins.influxdb",
+    "gpuagent.plugins.prometheus",
+    "gpuagent.plugins.clocks",
+    "gpuagent.plugins.power",
+    "gpuagent.plugins.memory",
+    "gpuagent.plugins.pcie",
+    "gpuagent.plugins.processes",
+    "gpuagent.plugins.p2p",
+    "gpuagent.plugins.nvlink",
+    "gpuagent.plugins.mig",
+    "gpuagent.plugins.vgpu",
+    "gpuagent.plugins.health",
 )
 
 

@@ -134,6 +134,8 @@ class Scheduler:
         self._stop = threading.Event()
         # Tests (and the daemon's self-check) can freeze the loop to prove the watchdog stops.
         self.hang = threading.Event()
+        # Longest sleep of the loop; the daemon shortens it when the watchdog interval is short.
+        self.tick = TICK
 
     # -- the loop ------------------------------------------------------------
 
@@ -154,7 +156,7 @@ class Scheduler:
                 next_self = now + self.agent_interval
             if self.on_tick:
                 self.on_tick()
-            wake = min([next_self, now + TICK] + [self._next_event(r) for r in self.runners])
+            wake = min([next_self, now + self.tick] + [self._next_event(r) for r in self.runners])
             try:
                 result = self.results.get(timeout=max(0.0, wake - time.monotonic()))
             except queue.Empty:
@@ -263,8 +265,8 @@ class Scheduler:
             stats.last_error = f"{type(result.error).__name__}: {result.error}"
             log.error("collector %s: %s", r.name, stats.last_error, exc_info=log.isEnabledFor(logging.DEBUG))
         stats.points_total += len(result.points)
-        self._mark_first(r)
         self.deliver(result.points)
+        self._mark_first(r)  # after delivery: on_first_collection means "handed to the sinks"
         return result.points
 
     def _mark_first(self, r: CollectorRunner) -> None:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 class SinkConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     enabled: bool = True
 

@@ -41,6 +41,7 @@ environment variable ``CI`` is set (CI must run these tests).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -76,8 +77,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _http(method: str, url: str, data: bytes | None = None, timeout: float = 10.0) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, data=data, method=method)
+def _http(
+    method: str, url: str, data: bytes | None = None, timeout: float = 10.0, headers: dict | None = None
+) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read()
@@ -203,22 +206,28 @@ bind-address = "127.0.0.1:{self.rpc_port}"
         super().start(timeout)
         if not self._initialised:
             if self.auth:  # the first user may be created without credentials
-                self._query_raw("CREATE USER admin WITH PASSWORD 'admin-pass' WITH ALL PRIVILEGES", None, "POST")
+                admin, self.admin = self.admin, None
+                self._query_raw(
+                    "CREATE USER admin WITH PASSWORD 'admin-pass' WITH ALL PRIVILEGES", None, "POST"
+                )
+                self.admin = admin
             self.create_database(self.database)
             self._initialised = True
 
-    def _auth_params(self) -> dict[str, str]:
-        return {"u": self.admin[0], "p": self.admin[1]} if self.admin else {}
+    def _auth_headers(self) -> dict[str, str]:
+        if not self.admin:
+            return {}
+        return {"Authorization": "Basic " + base64.b64encode(":".join(self.admin).encode()).decode()}
 
     def _query_raw(self, q: str, db: str | None, method: str = "GET", epoch: str = "ns") -> dict:
-        params = {"q": q, "epoch": epoch, **self._auth_params()}
+        params = {"q": q, "epoch": epoch}
         if db:
             params["db"] = db
         body = urllib.parse.urlencode(params).encode()
         if method == "GET":
-            status, data = _http("GET", f"{self.url}/query?{body.decode()}")
+            status, data = _http("GET", f"{self.url}/query?{body.decode()}", headers=self._auth_headers())
         else:
-            status, data = _http("POST", f"{self.url}/query", data=body)
+            status, data = _http("POST", f"{self.url}/query", data=body, headers=self._auth_headers())
         doc = json.loads(data or b"{}")
         if status >= 300 or "error" in doc:
             raise RuntimeError(f"influxd query {q!r}: {status} {doc}")
@@ -250,8 +259,8 @@ bind-address = "127.0.0.1:{self.rpc_port}"
 
     def write(self, lines: str | list[str], db: str | None = None) -> None:
         body = lines if isinstance(lines, str) else "\n".join(lines)
-        params = urllib.parse.urlencode({"db": db or self.database, "precision": "ns", **self._auth_params()})
-        status, data = _http("POST", f"{self.url}/write?{params}", data=body.encode())
+        params = urllib.parse.urlencode({"db": db or self.database, "precision": "ns"})
+        status, data = _http("POST", f"{self.url}/write?{params}", data=body.encode(), headers=self._auth_headers())
         if status != 204:
             raise RuntimeError(f"influxd write: {status} {data[:500]!r}")
 

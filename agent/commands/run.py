@@ -32,4 +32,4 @@ def run(config_path, simulate, seed, once, test, plugins_dir, log_level, log_for
         return
     from gpuagent.daemon import serve
 
-    serve(options, config, host)
+    serve(options, config, host, log_level=log_level, log_format=log_format)

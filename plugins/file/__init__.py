@@ -1,41 +1,101 @@
-"""file sink: line protocol to a file or to stdout (path "-")."""
+"""file sink: line protocol to a file, or to stdout with path "-", with rotation by size.
+
+The default sink when no [sinks.*] table is configured (path "-").
+Each write() ends with a flush, so the file is a faithful record of what the
+agent produced, line for line (the outage tests use it as the record of truth).
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import Field
 
 import gpuagent
+from gpuagent.errors import AgentError
 from gpuagent.metric import Point, to_lines
+from gpuagent.spool import ByteSize
 
 
 class FileSinkConfig(gpuagent.SinkConfig):
     path: str = "-"
+    max_bytes: ByteSize | None = None  # rotate before the file would pass this size; unset: never
+    keep: int = Field(5, ge=0, le=1000)  # rotated files kept: PATH.1 (newest) … PATH.keep
 
 
 class FileSink(gpuagent.Sink):
     name = "file"
     Config = FileSinkConfig
 
-    def __init__(self, config, context):
+    def __init__(self, config: FileSinkConfig, context):
         super().__init__(config, context)
         self._lock = threading.Lock()
         self._fh = None
+        self._size = 0
         self.points_written = 0
+        self.bytes_written = 0
+        self.rotations = 0
+
+    @property
+    def path(self) -> Path | None:
+        return None if self.config.path == "-" else Path(os.path.expanduser(self.config.path))
 
     def start(self) -> None:
-        if self.config.path == "-":
+        if self.path is None:
             self._fh = sys.stdout
+            return
+        self._open()
+
+    def _open(self) -> None:
+        path = self.path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(path, "a", encoding="utf-8")
+        except OSError as exc:
+            raise AgentError(f"sinks.file: cannot open {path}: {exc.strerror or exc}") from None
+        self._size = self._fh.tell()
+
+    def _rotate(self) -> None:
+        """PATH -> PATH.1 -> PATH.2 …; the oldest beyond `keep` is removed."""
+        self._fh.close()
+        path, keep = self.path, self.config.keep
+        if keep == 0:
+            path.unlink(missing_ok=True)
         else:
-            self._fh = open(self.config.path, "a", encoding="utf-8")
+            Path(f"{path}.{keep}").unlink(missing_ok=True)
+            for i in range(keep - 1, 0, -1):
+                older = Path(f"{path}.{i}")
+                if older.exists():
+                    older.rename(f"{path}.{i + 1}")
+            path.rename(f"{path}.1")
+        self.rotations += 1
+        self._open()
 
     def write(self, points: Sequence[Point]) -> None:
+        if not points:
+            return
         text = to_lines(points)
         with self._lock:
+            if self._fh is None:
+                raise RuntimeError("file sink is not started")
+            size = len(text.encode("utf-8"))
+            limit = self.config.max_bytes
+            if limit and self.path is not None and self._size and self._size + size > limit:
+                self._rotate()
+            self._size += size
             self._fh.write(text)
             self._fh.flush()
             self.points_written += len(points)
+            self.bytes_written += size
+
+    def flush(self, timeout: float) -> None:
+        with self._lock:
+            if self._fh is not None:
+                self._fh.flush()
 
     def close(self) -> None:
         with self._lock:
@@ -43,8 +103,12 @@ class FileSink(gpuagent.Sink):
                 self._fh.close()
             self._fh = None
 
-    def stats(self):
-        return {"points_written_total": self.points_written}
+    def stats(self) -> dict[str, int | float]:
+        return {
+            "points_written_total": self.points_written,
+            "bytes_written_total": self.bytes_written,
+            "rotations_total": self.rotations,
+        }
 
 
 @gpuagent.hookimpl

@@ -1,0 +1,3 @@
+from gpuagent.cli import main
+
+main()

@@ -1,0 +1,413 @@
+"""gpuagent inspect: a one-off view of this machine's GPUs (human, --json, or --line-protocol).
+
+The facts are read by gpuagent.facts into a plain dict; this module only
+narrows the GPUs, picks the output and renders. The human view is rich
+text laid out to fit 100 columns, plain (no colour) when stdout is not a
+terminal or NO_COLOR is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import click
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from gpuagent.errors import AgentError
+from gpuagent.facts import REASON_WORDS
+from gpuagent.gpu import Gpu
+
+NA = "n/a"
+WIDTH = 100
+MIB = 1 << 20
+GIB = 1 << 30
+
+VIRTUALIZATION_WORDS = {
+    "none": "none",
+    "passthrough": "passthrough",
+    "vgpu": "vGPU guest",
+    "host_vgpu": "vGPU host",
+    "host_vsga": "vSGA host",
+}
+
+P2P_LEGEND = (
+    "X = self; NV# = # NVLinks; PIX/PXB = through one/several PCIe switches; PHB = through a host "
+    "bridge; NODE = across host bridges in a NUMA node; SYS = across NUMA nodes (SMP link).",
+    "P2P that works: R = read, W = write (over PCIe unless N), N = over NVLink; - = no P2P.",
+)
+
+
+# -- the command --------------------------------------------------------------
+
+
+@click.command()
+@click.option("--simulate", metavar="SPEC", help="Inspect a simulated fleet, e.g. l40s:2,h100-sxm:4.")
+@click.option("--seed", type=int, default=None, help="Seed of the simulated fleet's load model.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout (schema: gpuagent/schemas/inspect.schema.json).")
+@click.option("--line-protocol", is_flag=True, help="One snapshot of every enabled collector as line protocol (= run --once --test).")
+@click.option("--gpu", "gpu_args", metavar="N|UUID", multiple=True, help="Only this GPU (index or UUID); repeatable.")
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="Config file, for --line-protocol (default: as `run`).")
+def inspect(simulate, seed, as_json, line_protocol, gpu_args, config_path):
+    """Show this machine's GPUs: identity, memory, L2, clocks, power, throttling, MIG/vGPU, PCIe, P2P."""
+    from gpuagent.logsetup import setup_logging
+
+    if as_json and line_protocol:
+        raise click.UsageError("--json and --line-protocol are exclusive")
+    setup_logging("warning")
+    if line_protocol:
+        print_line_protocol(simulate, seed, gpu_args, config_path)
+        return
+    facts = read_facts(simulate, seed, gpu_args)
+    if as_json:
+        click.echo(json.dumps(facts, indent=2))
+    else:
+        render(facts, make_console())
+
+
+def read_facts(simulate: str | None, seed: int | None, gpu_args: tuple[str, ...] = ()) -> dict[str, Any]:
+    from gpuagent.facts import gather
+    from gpuagent.nvml import open_nvml
+    from gpuagent.plugin_host import PluginHost
+
+    session = open_nvml(simulate, seed=seed or 0)
+    try:
+        chosen = select_gpus(session.gpus, gpu_args)
+        return gather(session, selected=chosen, plugins=PluginHost().load())
+    finally:
+        session.close()
+
+
+def select_gpus(gpus: list[Gpu], wanted: tuple[str, ...] | list[str]) -> list[Gpu]:
+    """The GPUs named by index or UUID, in machine order; a name that matches none is a one-line error."""
+    if not wanted:
+        return list(gpus)
+    chosen: list[Gpu] = []
+    for value in wanted:
+        text = value.strip()
+        match = next(
+            (g for g in gpus if (text.isdigit() and int(text) == g.index) or text.casefold() == g.uuid.casefold()),
+            None,
+        )
+        if match is None:
+            valid = ", ".join(f"{g.index} ({g.uuid})" for g in gpus) or "none: this machine has no GPU"
+            raise AgentError(f"--gpu {value!r} matches no GPU; valid: {valid}")
+        if match not in chosen:
+            chosen.append(match)
+    return sorted(chosen, key=lambda g: g.index)
+
+
+def print_line_protocol(simulate, seed, gpu_args, config_path) -> None:
+    """Exactly `run --once --test` (optionally on fewer GPUs): the runtime does the work."""
+    from gpuagent.nvml import open_nvml
+    from gpuagent.runtime import Options, build, load
+
+    options = Options(config_path=config_path, simulate=simulate, seed=seed, test=True)
+    config, host = load(options)
+    nvml = None
+    if gpu_args:
+        # Narrowing needs the session before the collectors see it; same SPEC and seed as build() picks.
+        spec = options.simulate or config.agent.simulate or None
+        nvml = open_nvml(spec, seed=seed if seed is not None else config.agent.seed)
+        try:
+            nvml.gpus[:] = select_gpus(nvml.gpus, gpu_args)
+        except BaseException:
+            nvml.close()
+            raise
+    agent = build(options, config, host, nvml=nvml)
+    try:
+        agent.scheduler.run_once()
+    finally:
+        agent.close()
+
+
+# -- rendering ----------------------------------------------------------------
+
+
+def make_console(file=None) -> Console:
+    """A console for stdout: colour only on a terminal without NO_COLOR; 100 columns when not a terminal."""
+    out = file or sys.stdout
+    is_tty = hasattr(out, "isatty") and out.isatty()
+    return Console(
+        file=out,
+        width=None if is_tty else WIDTH,
+        no_color=bool(os.environ.get("NO_COLOR")),
+        highlight=False,
+        emoji=False,
+        soft_wrap=False,
+    )
+
+
+def render(facts: dict[str, Any], console: Console) -> None:
+    console.print(header(facts))
+    for gpu in facts["gpus"]:
+        console.print()
+        console.print(gpu_block(gpu))
+    matrix = p2p_matrix(facts)
+    if matrix is not None:
+        console.print()
+        console.print(matrix)
+    failed = failed_plugins(facts)
+    if failed is not None:
+        console.print()
+        console.print(failed)
+
+
+def render_text(facts: dict[str, Any], width: int = WIDTH) -> str:
+    """The human view as plain text (what a pipe or a ticket gets)."""
+    import io
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, no_color=True, force_terminal=False, highlight=False, emoji=False)
+    render(facts, console)
+    # Table cells are padded to their column; a pasted view needs no trailing blanks.
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
+
+
+def header(facts: dict[str, Any]) -> Text:
+    host, driver = facts["host"], facts["driver"]
+    shown = len(facts["gpus"])
+    count = f"{host['gpu_count']} GPU" + ("s" if host["gpu_count"] != 1 else "")
+    if shown != host["gpu_count"]:
+        count += f", {shown} shown"
+    text = Text()
+    text.append(host["hostname"], style="bold")
+    text.append(f"  {count}")
+    if host["simulated"]:
+        text.append(f"  (simulated: {host['simulate_spec']})", style="yellow")
+    text.append("\n")
+    text.append(
+        f"Driver {na(driver['driver_version'])}   CUDA {na(driver['cuda_driver_version'])}   "
+        f"NVML {na(driver['nvml_version'])}"
+    )
+    return text
+
+
+def gpu_block(gpu: dict[str, Any]) -> Group:
+    title = Text()
+    title.append(f"GPU {gpu['index']}", style="bold cyan")
+    title.append(f"  {gpu['name']}", style="bold")
+    title.append(f"  {gpu['arch']}")
+    if gpu["lost"]:
+        title.append("  LOST", style="bold red")
+        reason = gpu.get("lost_reason") or "the GPU stopped answering (GPU_IS_LOST)"
+        lines = Text(f"  UUID {gpu['uuid']}   PCI {gpu['pci_bus_id']}\n  {reason}")
+        return Group(title, lines)
+
+    mem, clocks, power = gpu["memory"], gpu["clocks"], gpu["power"]
+    # Fixed widths: every block lines up, and the whole fits in 100 columns.
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim", no_wrap=True, width=14)
+    grid.add_column(width=42)
+    grid.add_column(style="dim", no_wrap=True, width=11)
+    grid.add_column(width=WIDTH - 14 - 42 - 11 - 3 * 2)
+    rows = [
+        ("UUID", gpu["uuid"], "PCI bus id", gpu["pci_bus_id"]),
+        ("Memory", memory_text(mem), "L2 cache", l2_text(mem)),
+        ("Bus width", unit(mem["bus_width_bits"], "-bit", sep=""), "Peak DRAM", bandwidth_text(mem["peak_dram_bw_gbps"])),
+        ("SM clock", clock_text(clocks["sm_clock_mhz"], clocks["max_sm_clock_mhz"]),
+         "Mem clock", clock_text(clocks["memory_clock_mhz"], clocks["max_memory_clock_mhz"])),
+        ("Power", power_text(power["power_draw_w"], power["power_limit_w"]),
+         "Temperature", unit(power["temperature_c"], "C")),
+        ("Throttling", throttle_text(gpu["throttle_reasons"]),
+         "P-state", f"P{gpu['pstate']}" if gpu["pstate"] is not None else NA),
+        ("PCIe link", pcie_text(gpu["pcie"]), "ECC", ecc_text(gpu["ecc"])),
+        ("Virtualisation", virtualization_text(gpu["virtualization"]), "MIG", mig_text(gpu["mig"])),
+    ]
+    for row in rows:
+        grid.add_row(*(cell(v) for v in row))
+    parts: list[Any] = [title, grid]
+    for instance in gpu["mig"]["instances"]:
+        parts.append(Text("  " + mig_instance_text(instance)))
+    for vgpu in gpu["virtualization"]["vgpus"]:
+        parts.append(Text("  " + vgpu_text(vgpu)))
+    probe = gpu.get("l2_probe")
+    if probe:
+        parts.append(Text("  " + l2_probe_text(probe)))
+    return Group(*parts)
+
+
+def cell(value: str) -> Text:
+    return Text(value, style="dim") if value == NA else Text(value)
+
+
+# -- value formatting (None -> "n/a") -------------------------------------------
+
+
+def na(value: Any) -> str:
+    return NA if value is None else str(value)
+
+
+def number(value: float) -> str:
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+
+
+def unit(value: Any, suffix: str, sep: str = " ") -> str:
+    return NA if value is None else f"{number(value)}{sep}{suffix}"
+
+
+def gib(value: int) -> str:
+    return f"{value / GIB:.1f}"
+
+
+def memory_text(mem: dict[str, Any]) -> str:
+    total, used = mem["total_bytes"], mem["used_bytes"]
+    if total is None:
+        return NA
+    if used is None:
+        return f"{gib(total)} GiB total"
+    pct = f" ({100 * used / total:.0f}%)" if total else ""
+    return f"{gib(used)} / {gib(total)} GiB used{pct}"
+
+
+def l2_text(mem: dict[str, Any]) -> str:
+    size = mem["l2_cache_bytes"]
+    if size is None:
+        return NA
+    # MB as NVIDIA's datasheets count it: binary (the L40S's 96 MB is 100663296 bytes).
+    text = f"{number(round(size / MIB, 1))} MB"
+    source = {"cuda": "CUDA", "spec": "spec"}.get(mem.get("l2_cache_source"))
+    return f"{text} ({source})" if source else text
+
+
+def bandwidth_text(gbps: float | None) -> str:
+    return NA if gbps is None else f"{gbps:.0f} GB/s"
+
+
+def clock_text(current: int | None, maximum: int | None) -> str:
+    if current is None and maximum is None:
+        return NA
+    return f"{na(current)} / {na(maximum)} MHz (max)"
+
+
+def power_text(draw: float | None, limit: float | None) -> str:
+    if draw is None and limit is None:
+        return NA
+    draw_text = NA if draw is None else f"{draw:.1f}"
+    limit_text = NA if limit is None else number(round(limit, 1))
+    return f"{draw_text} / {limit_text} W (limit)"
+
+
+def throttle_text(reasons: list[str] | None) -> str:
+    if reasons is None:
+        return NA
+    if not reasons:
+        return "none"
+    return ", ".join(REASON_WORDS.get(r, r.replace("_", " ")) for r in reasons)
+
+
+def on_off(value: bool | None) -> str:
+    return NA if value is None else ("on" if value else "off")
+
+
+def ecc_text(ecc: dict[str, Any]) -> str:
+    text = on_off(ecc["current"])
+    if ecc["pending"] is not None and ecc["current"] is not None and ecc["pending"] != ecc["current"]:
+        text += f" ({on_off(ecc['pending'])} after reset)"
+    return text
+
+
+def mig_text(mig: dict[str, Any]) -> str:
+    text = on_off(mig["current"])
+    if mig["current"]:
+        n = len(mig["instances"])
+        text += f", {n} instance{'s' if n != 1 else ''}"
+    if mig["pending"] is not None and mig["current"] is not None and mig["pending"] != mig["current"]:
+        text += f" ({on_off(mig['pending'])} after reset)"
+    return text
+
+
+def virtualization_text(virt: dict[str, Any]) -> str:
+    mode = virt["mode"]
+    if mode is None:
+        return NA
+    text = VIRTUALIZATION_WORDS.get(mode, mode)
+    if virt.get("host_vgpu_mode") and mode in ("host_vgpu", "host_vsga"):
+        text += " (SR-IOV)" if virt["host_vgpu_mode"] == "sriov" else " (non-SR-IOV)"
+    if mode in ("host_vgpu", "host_vsga"):
+        n = len(virt["vgpus"])
+        text += f", {n} vGPU{'s' if n != 1 else ''}"
+    return text
+
+
+def pcie_text(pcie: dict[str, Any]) -> str:
+    def link(gen, width):
+        return f"Gen{na(gen)} x{na(width)}" if gen is not None or width is not None else NA
+
+    current = link(pcie["link_gen_current"], pcie["link_width_current"])
+    maximum = link(pcie["link_gen_max"], pcie["link_width_max"])
+    if current == NA and maximum == NA:
+        return NA
+    return f"{current} (max {maximum})"
+
+
+def mig_instance_text(instance: dict[str, Any]) -> str:
+    memory = NA if instance["memory_total_bytes"] is None else f"{gib(instance['memory_total_bytes'])} GiB"
+    return (
+        f"MIG {instance['index']}: {na(instance['profile'])}  GI {na(instance['gi_id'])} CI {na(instance['ci_id'])}  "
+        f"{na(instance['sm_count'])} SMs  {memory}  {na(instance['uuid'])}"
+    )
+
+
+def vgpu_text(vgpu: dict[str, Any]) -> str:
+    used = vgpu["fb_used_bytes"]
+    total = vgpu["fb_total_bytes"]
+    fb = NA if used is None else f"{gib(used)}" + (f" / {gib(total)} GiB" if total else " GiB")
+    return f"vGPU {vgpu['instance']}: {na(vgpu['type_name'])}  VM {na(vgpu['vm_id'])}  FB {fb}  {na(vgpu['uuid'])}"
+
+
+def l2_probe_text(probe: dict[str, Any]) -> str:
+    """One line for the newest `gpuagent probe l2` result (whatever figures it stored)."""
+    if "summary" in probe:
+        return f"L2 probe: {probe['summary']}"
+    figures = ", ".join(f"{k} {v}" for k, v in probe.items() if not isinstance(v, (dict, list)))
+    return f"L2 probe: {figures}"
+
+
+# -- P2P matrix and plugins ---------------------------------------------------
+
+
+def p2p_cell(pair: dict[str, Any] | None) -> str:
+    if pair is None:
+        return NA
+    flags = ("R" if pair["read_ok"] else "") + ("W" if pair["write_ok"] else "") + ("N" if pair["nvlink_ok"] else "")
+    return f"{na(pair['topology'])} {flags or '-'}"
+
+
+def p2p_matrix(facts: dict[str, Any]) -> Group | None:
+    pairs = facts["p2p"]
+    if not pairs:
+        return None
+    by_pair = {(p["gpu"], p["peer"]): p for p in pairs}
+    rows = sorted({p["gpu"] for p in pairs})
+    columns = sorted({p["gpu"] for p in pairs} | {p["peer"] for p in pairs})
+    table = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column("P2P", no_wrap=True, style="bold")
+    for index in columns:
+        table.add_column(f"GPU{index}", no_wrap=True)
+    for row in rows:
+        cells = []
+        for col in columns:
+            if col == row:
+                cells.append(Text("X", style="dim"))
+            else:
+                text = p2p_cell(by_pair.get((row, col)))
+                cells.append(Text(text, style="dim" if text.endswith(" -") or text == NA else ""))
+        table.add_row(f"GPU{row}", *cells)
+    legend = Text("\n".join(P2P_LEGEND), style="dim")
+    return Group(Text("P2P matrix (topology, working P2P)", style="bold"), table, legend)
+
+
+def failed_plugins(facts: dict[str, Any]) -> Text | None:
+    failed = [p for p in facts["plugins"] if p["status"] == "failed"]
+    if not failed:
+        return None
+    text = Text("Plugins that failed to load\n", style="bold red")
+    for plugin in failed:
+        text.append(f"  {plugin['name']} ({plugin['module']}): {plugin['error']}\n")
+    text.rstrip()
+    return text

@@ -1,0 +1,135 @@
+"""Fault injection: XID events, lost GPUs, calls forced to an NVML error.
+
+Faults come from three places, all ending up as the same objects on the
+SimMachine: a profile's ``faults`` list, the SPEC (``NAME[:COUNT]@FAULT@FAULT``),
+or code (``machine.inject_xid``, ``machine.lose_gpu``, ``machine.force``).
+
+SPEC fault syntax (GPU indices count within the SPEC item; times are seconds
+or durations such as ``500ms``, ``20s``, ``2m``, ``1h``):
+
+    xid=GPU:CODE:TIME       XID CODE on GPU at TIME            xid=1:79:20s
+    lost=GPU:TIME           GPU falls off the bus at TIME       lost=0:1m
+    force=SYMBOL:ERROR[:GPU]  SYMBOL answers ERROR (on every GPU of the machine and
+                            for system calls, or on one GPU)
+                            force=nvmlDeviceGetPowerUsage:NOT_SUPPORTED:1
+
+ERROR is an NVML error name with or without the ``NVML_ERROR_`` prefix
+(``NOT_SUPPORTED``, ``GPU_IS_LOST``, ``UNKNOWN`` ...) or its number.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pynvml
+
+from gpuagent.errors import AgentError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
+_UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+@dataclass(frozen=True)
+class XidFault:
+    gpu: int
+    code: int
+    at: float
+
+
+@dataclass(frozen=True)
+class LostFault:
+    gpu: int
+    at: float
+
+
+@dataclass(frozen=True)
+class ForceFault:
+    symbol: str
+    code: int
+    gpu: int | None = None
+
+
+Fault = XidFault | LostFault | ForceFault
+
+
+def parse_seconds(text: str | float | int, what: str = "time") -> float:
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return float(text)
+    match = _DURATION.match(str(text))
+    if not match:
+        raise AgentError(f"bad {what} {text!r}: use seconds or a duration such as 500ms, 20s, 2m, 1h")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def error_code(value: str | int) -> int:
+    """An NVML error by name (NOT_SUPPORTED, NVML_ERROR_NOT_SUPPORTED) or number."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value).strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    name = text.upper()
+    if name in ("SUCCESS", "NVML_SUCCESS"):
+        return pynvml.NVML_SUCCESS
+    if not name.startswith("NVML_ERROR_"):
+        name = "NVML_ERROR_" + name
+    code = getattr(pynvml, name, None)
+    if not isinstance(code, int):
+        raise AgentError(f"unknown NVML error {value!r} (e.g. NOT_SUPPORTED, GPU_IS_LOST, UNKNOWN, or a number)")
+    return code
+
+
+def parse_fault(text: str, offset: int = 0, count: int | None = None) -> Fault:
+    """One SPEC fault; GPU numbers are local to the SPEC item and shifted by ``offset``."""
+    kind, sep, rest = text.partition("=")
+    parts = rest.split(":") if sep else []
+    kind = kind.strip().lower()
+
+    def gpu_no(value: str) -> int:
+        if not value.strip().isdigit():
+            raise AgentError(f"bad fault {text!r}: GPU must be a number")
+        n = int(value)
+        if count is not None and n >= count:
+            raise AgentError(f"bad fault {text!r}: GPU {n} is not in this item (it has {count})")
+        return n + offset
+
+    try:
+        if kind == "xid" and len(parts) == 3:
+            return XidFault(gpu_no(parts[0]), int(parts[1]), parse_seconds(parts[2], "fault time"))
+        if kind == "lost" and len(parts) == 2:
+            return LostFault(gpu_no(parts[0]), parse_seconds(parts[1], "fault time"))
+        if kind == "force" and len(parts) in (2, 3):
+            gpu = gpu_no(parts[2]) if len(parts) == 3 else None
+            return ForceFault(parts[0].strip(), error_code(parts[1]), gpu)
+    except ValueError:
+        pass
+    raise AgentError(
+        f"bad fault {text!r}: use xid=GPU:CODE:TIME, lost=GPU:TIME or force=SYMBOL:ERROR[:GPU]"
+    )
+
+
+def faults_from_profile(entries: list, offset: int, count: int, source: str) -> list[Fault]:
+    """A profile's ``faults`` list; an entry without ``gpu`` applies to every GPU of that item.
+
+    Entries: {"type": "xid", "gpu"?, "code", "at"}, {"type": "lost", "gpu"?, "at"},
+    {"type": "force", "gpu"?, "symbol", "code"}.
+    """
+    out: list[Fault] = []
+    for entry in entries or []:
+        if not isinstance(entry, dict) or "type" not in entry:
+            raise AgentError(f"{source}: each fault needs a 'type' (xid, lost or force)")
+        kind = entry["type"]
+        gpus = [entry["gpu"]] if "gpu" in entry and entry["gpu"] is not None else list(range(count))
+        for g in gpus:
+            if not isinstance(g, int) or g >= count:
+                raise AgentError(f"{source}: fault GPU {g!r} is not in this item (it has {count})")
+            if kind == "xid":
+                out.append(XidFault(g + offset, int(entry["code"]), parse_seconds(entry.get("at", 0))))
+            elif kind == "lost":
+                out.append(LostFault(g + offset, parse_seconds(entry.get("at", 0))))
+            elif kind == "force":
+                out.append(ForceFault(entry["symbol"], error_code(entry["code"]), g + offset))
+            else:
+                raise AgentError(f"{source}: unknown fault type {kind!r} (xid, lost or force)")
+    return out

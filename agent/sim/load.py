@@ -1,0 +1,262 @@
+"""Deterministic load model: utilisation, power, clocks, temperature, energy over time.
+
+The model is a function of (profile, seed, GPU index, scenario, time). Demand is
+drawn at knots every ``STEP_S`` seconds from a seeded hash (no RNG state, so
+any time can be evaluated in any order for a given seed) and interpolated
+linearly between knots. From the demand:
+
+- power = min(demand, enforced limit) at every knot; interpolation keeps it
+  at or below the limit at every instant;
+- clocks drop with (limit / demand) ** 0.4 when the demand exceeds the cap, and
+  the SW power-cap clock-event reason (0x4) is set;
+- temperature follows a first-order lag of the power (time constant from the
+  profile), so it trails power changes;
+- energy is the exact integral of the piecewise-linear power (reported in mJ),
+  so sampling power at the knots and integrating reproduces it.
+
+State is carried forward knot by knot (constant memory for long runs); it is
+computed lazily when a reading is asked for, at most once per clock tick.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpuagent.errors import AgentError
+
+SCENARIOS = ("idle", "training", "inference", "mixed")
+STEP_S = 1.0
+_MASK64 = (1 << 64) - 1
+
+REASON_IDLE = 0x1
+REASON_SW_POWER_CAP = 0x4
+REASON_SW_THERMAL = 0x20
+
+# Shares of "GPU busy" time spent in each kind of work (GPM metrics), per scenario.
+WORK_MIX = {
+    "idle": {"occupancy": 0.0, "tensor": 0.0, "hmma": 0.0, "imma": 0.0, "dfma": 0.0,
+             "fp16": 0.0, "fp32": 0.0, "fp64": 0.0, "integer": 0.0, "dram": 0.0, "sm": 0.0},
+    "training": {"occupancy": 0.55, "tensor": 0.62, "hmma": 0.58, "imma": 0.02, "dfma": 0.0,
+                 "fp16": 0.14, "fp32": 0.11, "fp64": 0.004, "integer": 0.07, "dram": 0.48, "sm": 0.93},
+    "inference": {"occupancy": 0.34, "tensor": 0.41, "hmma": 0.30, "imma": 0.10, "dfma": 0.0,
+                  "fp16": 0.09, "fp32": 0.12, "fp64": 0.0, "integer": 0.10, "dram": 0.72, "sm": 0.81},
+}
+
+
+def check_scenario(scenario: str | None) -> str:
+    scenario = scenario or "mixed"
+    if scenario not in SCENARIOS:
+        raise AgentError(f"unknown simulator scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+    return scenario
+
+
+def device_scenario(scenario: str, seed: int, index: int) -> str:
+    """'mixed' gives each GPU one of training / inference / idle, deterministically."""
+    if scenario != "mixed":
+        return scenario
+    return ("training", "inference", "training", "idle")[(index + seed) % 4]
+
+
+def _hash01(seed: int, index: int, channel: int, k: int) -> float:
+    """splitmix64 of the inputs, as a float in [0, 1)."""
+    z = (seed * 0x9E3779B97F4A7C15 + index * 0xBF58476D1CE4E5B9 + channel * 0x94D049BB133111EB + k) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    z ^= z >> 31
+    return (z >> 11) / float(1 << 53)
+
+
+@dataclass(slots=True)
+class Knot:
+    k: int
+    util: float  # GPU busy, %
+    mem_util: float  # DRAM busy, %
+    demand_w: float
+    power_w: float
+    temp_c: float
+    energy_j: float  # at this knot
+    util_s: float  # integral of util (%·s) up to this knot
+    mem_util_s: float
+
+
+@dataclass(slots=True)
+class LoadState:
+    """Every dynamic reading at one instant."""
+
+    t: float
+    util: float
+    mem_util: float
+    power_w: float
+    demand_w: float
+    energy_j: float
+    temp_c: float
+    util_s: float
+    mem_util_s: float
+    sm_clock: int
+    graphics_clock: int
+    mem_clock: int
+    video_clock: int
+    reasons: int
+    pstate: int
+    capped: bool
+    mem_used_bytes: int
+    fan_pct: int | None
+    pcie_gen: int
+    pcie_tx_kbps: int
+    pcie_rx_kbps: int
+
+
+class LoadModel:
+    def __init__(self, profile: dict, seed: int, index: int, scenario: str):
+        self.profile = profile
+        self.seed = int(seed)
+        self.index = int(index)
+        self.scenario = device_scenario(check_scenario(scenario), self.seed, self.index)
+        self.mix = WORK_MIX[self.scenario]
+        load = profile.get("load") or {}
+        power = profile["power_w"]
+        self.limit_w = float(power["limit"])
+        self.idle_w = float(power.get("idle") or self.limit_w * 0.1)
+        demand = load.get("demand_w") or {}
+        self.peak_demand_w = float(demand.get(self.scenario, {"idle": self.idle_w, "training": self.limit_w * 1.08,
+                                                              "inference": self.limit_w * 0.7}[self.scenario]))
+        temps = profile.get("temperature_c") or {}
+        self.temp_idle = float(temps.get("idle", 30))
+        self.temp_max = float(temps.get("max", 80))
+        self.slowdown_c = float(temps.get("slowdown", 200))
+        self.tau_s = float(load.get("thermal_tau_s", 45))
+        self._decay = math.exp(-STEP_S / self.tau_s)
+        mem = profile["memory"]
+        self.total_bytes = int(mem["total_mib"]) << 20
+        self.reserved_bytes = int(mem.get("reserved_mib", 0)) << 20
+        frac = (load.get("memory_used_frac") or {}).get(self.scenario)
+        if frac is None:
+            frac = {"idle": 0.0, "training": 0.85, "inference": 0.55}[self.scenario]
+        self.mem_frac = float(frac)
+        self.pcie_kbps = float(load.get("pcie_kbps", 4_000_000))
+        clocks = profile["clocks_mhz"]
+        self.max_clk = clocks["max"]
+        self.idle_clk = clocks["idle"]
+        pcie = profile["pcie"]
+        self.pcie_gen_active = int(pcie.get("current_gen", pcie["max_gen"]))
+        self.pcie_gen_idle = int(pcie.get("idle_gen", self.pcie_gen_active))
+        self.fan = profile.get("fan_pct")
+        self.supported_reasons = int(profile.get("clocks_event_reasons_supported", 0x1FF))
+        self.datacenter_p0 = profile.get("architecture") in ("Hopper", "Ampere", "Blackwell")
+        # Training jobs pause for checkpoints; each GPU gets its own period and phase.
+        self.period_s = 240 + int(_hash01(self.seed, self.index, 90, 0) * 240)
+        self.phase_s = int(_hash01(self.seed, self.index, 91, 0) * self.period_s)
+        self.energy_offset_j = 3.6e6 * (1 + 20 * _hash01(self.seed, self.index, 92, 0))  # since driver load
+        self._a: Knot | None = None
+        self._b: Knot | None = None
+
+    # -- demand at knots --------------------------------------------------
+    def _util_at(self, k: int) -> tuple[float, float]:
+        t = k * STEP_S
+        r = _hash01(self.seed, self.index, 1, k)
+        if self.scenario == "idle":
+            util = 0.0 if r < 0.9 else r * 3
+            return util, 0.0
+        if self.scenario == "training":
+            in_pause = ((t + self.phase_s) % self.period_s) < 15
+            util = 8 + 20 * r if in_pause else 96 + 4 * r
+        else:  # inference: a daily-ish wave of requests plus bursts
+            wave = math.sin(2 * math.pi * (t + self.phase_s) / 600.0)
+            util = 45 + 28 * wave + 25 * (r - 0.5)
+        util = min(100.0, max(0.0, util))
+        mem_util = min(100.0, util * self.mix["dram"] * (0.9 + 0.2 * _hash01(self.seed, self.index, 2, k)))
+        return util, mem_util
+
+    def _demand(self, k: int, util: float) -> float:
+        wobble = 0.96 + 0.08 * _hash01(self.seed, self.index, 3, k)
+        return self.idle_w + (self.peak_demand_w - self.idle_w) * (util / 100.0) * wobble if util > 0 else self.idle_w * wobble
+
+    def _temp_target(self, power_w: float) -> float:
+        span = max(1.0, self.limit_w - self.idle_w)
+        return self.temp_idle + (self.temp_max - self.temp_idle) * (power_w - self.idle_w) / span
+
+    def _first(self) -> Knot:
+        util, mem_util = self._util_at(0)
+        demand = self._demand(0, util)
+        power = min(demand, self.limit_w)
+        temp = self._temp_target(power)
+        return Knot(0, util, mem_util, demand, power, temp, self.energy_offset_j, 0.0, 0.0)
+
+    def _next(self, a: Knot) -> Knot:
+        k = a.k + 1
+        util, mem_util = self._util_at(k)
+        demand = self._demand(k, util)
+        power = min(demand, self.limit_w)
+        target = self._temp_target(a.power_w)
+        temp = target + (a.temp_c - target) * self._decay
+        energy = a.energy_j + (a.power_w + power) * 0.5 * STEP_S
+        util_s = a.util_s + (a.util + util) * 0.5 * STEP_S
+        mem_util_s = a.mem_util_s + (a.mem_util + mem_util) * 0.5 * STEP_S
+        return Knot(k, util, mem_util, demand, power, temp, energy, util_s, mem_util_s)
+
+    def _knots_for(self, t: float) -> tuple[Knot, Knot]:
+        k = int(t // STEP_S)
+        a = self._a
+        if a is None or k < a.k:  # first use, or time went backwards: replay from 0
+            a = self._first()
+            b = self._next(a)
+        else:
+            b = self._b
+        while b.k <= k:
+            a, b = b, self._next(b)
+        self._a, self._b = a, b
+        return a, b
+
+    # -- readings at an instant -------------------------------------------
+    def state(self, t: float) -> LoadState:
+        t = max(0.0, t)
+        a, b = self._knots_for(t)
+        f = (t - a.k * STEP_S) / STEP_S
+        util = a.util + (b.util - a.util) * f
+        mem_util = a.mem_util + (b.mem_util - a.mem_util) * f
+        power = a.power_w + (b.power_w - a.power_w) * f
+        demand = a.demand_w + (b.demand_w - a.demand_w) * f
+        energy = a.energy_j + (a.power_w + power) * 0.5 * f * STEP_S
+        util_s = a.util_s + (a.util + util) * 0.5 * f * STEP_S
+        mem_util_s = a.mem_util_s + (a.mem_util + mem_util) * 0.5 * f * STEP_S
+        temp = a.temp_c + (b.temp_c - a.temp_c) * f
+        capped = demand > self.limit_w
+        active = util >= 5.0
+        reasons = 0
+        mx, idle = self.max_clk, self.idle_clk
+        if active:
+            scale = (self.limit_w / demand) ** 0.4 if capped else 1.0
+            sm = max(idle["sm"], int(mx["sm"] * scale / 15) * 15)
+            gr = max(idle["graphics"], int(mx["graphics"] * scale / 15) * 15)
+            mem_clk = mx["memory"]
+            video = mx["video"]
+            if capped:
+                reasons |= REASON_SW_POWER_CAP
+        else:
+            sm, gr, mem_clk, video = idle["sm"], idle["graphics"], idle["memory"], idle["video"]
+            reasons |= REASON_IDLE
+        if temp >= self.slowdown_c:
+            reasons |= REASON_SW_THERMAL
+        reasons &= self.supported_reasons
+        pstate = 0 if (active or self.datacenter_p0) else 8
+        usable = self.total_bytes - self.reserved_bytes
+        if self.mem_frac > 0:
+            wiggle = 0.98 + 0.02 * _hash01(self.seed, self.index, 5, int(t // 60))
+            used = int(usable * self.mem_frac * wiggle)
+        else:
+            used = 0
+        fan = None
+        if self.fan:
+            lo, hi = self.fan.get("idle", 30), self.fan.get("max", 80)
+            fan = int(lo + (hi - lo) * min(1.0, max(0.0, (temp - 45) / 30)))
+        pcie_tx = int(self.pcie_kbps * util / 100 * (0.12 if self.scenario == "training" else 0.35))
+        pcie_rx = int(self.pcie_kbps * util / 100 * (0.2 if self.scenario == "training" else 0.5)) + 240
+        return LoadState(
+            t=t, util=util, mem_util=mem_util, power_w=power, demand_w=demand, energy_j=energy,
+            temp_c=temp, util_s=util_s, mem_util_s=mem_util_s, sm_clock=sm, graphics_clock=gr,
+            mem_clock=mem_clk, video_clock=video, reasons=reasons, pstate=pstate, capped=capped,
+            mem_used_bytes=used, fan_pct=fan,
+            pcie_gen=self.pcie_gen_active if active else self.pcie_gen_idle,
+            pcie_tx_kbps=pcie_tx + 100, pcie_rx_kbps=pcie_rx,
+        )

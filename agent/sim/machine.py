@@ -1,0 +1,389 @@
+"""The simulated node: its GPUs (with MIG devices and vGPU instances), clock and faults."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import threading
+from typing import Any
+
+import pynvml
+
+from gpuagent.errors import AgentError
+from gpuagent.sim.clock import ManualClock, MonotonicClock
+from gpuagent.sim.faults import Fault, ForceFault, LostFault, XidFault, error_code
+from gpuagent.sim.fleet import FleetItem, Topology, parse_spec
+from gpuagent.sim.load import LoadModel, LoadState, check_scenario
+
+NS = pynvml.NVML_ERROR_NOT_SUPPORTED
+
+ARCH_CODES = {
+    "Kepler": pynvml.NVML_DEVICE_ARCH_KEPLER,
+    "Maxwell": pynvml.NVML_DEVICE_ARCH_MAXWELL,
+    "Pascal": pynvml.NVML_DEVICE_ARCH_PASCAL,
+    "Volta": pynvml.NVML_DEVICE_ARCH_VOLTA,
+    "Turing": pynvml.NVML_DEVICE_ARCH_TURING,
+    "Ampere": pynvml.NVML_DEVICE_ARCH_AMPERE,
+    "Ada Lovelace": pynvml.NVML_DEVICE_ARCH_ADA,
+    "Ada": pynvml.NVML_DEVICE_ARCH_ADA,
+    "Hopper": pynvml.NVML_DEVICE_ARCH_HOPPER,
+    "Blackwell": pynvml.NVML_DEVICE_ARCH_BLACKWELL,
+}
+COMPUTE_CAPABILITY = {"Ampere": (8, 0), "Ada Lovelace": (8, 9), "Ada": (8, 9), "Hopper": (9, 0), "Blackwell": (10, 0)}
+VIRT_MODES = {
+    "none": pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE,
+    "passthrough": pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH,
+    "vgpu": pynvml.NVML_GPU_VIRTUALIZATION_MODE_VGPU,
+    "host_vgpu": pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU,
+    "host_vsga": pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA,
+}
+
+# Calls a MIG device handle answers; everything else is NOT_SUPPORTED on it (as on hardware).
+MIG_HANDLE_CALLS = frozenset(
+    {
+        "nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceGetBAR1MemoryInfo", "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetGraphicsRunningProcesses_v3",
+        "nvmlDeviceGetGraphicsRunningProcesses_v2", "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+        "nvmlDeviceIsMigDeviceHandle", "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId",
+        "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", "nvmlDeviceGetAttributes_v2", "nvmlDeviceGetArchitecture",
+        "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetBrand", "nvmlDeviceGetCudaComputeCapability",
+        "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetMemoryErrorCounter", "nvmlDeviceGetEccMode",
+        "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetMinorNumber",
+    }
+)
+
+# Calls that only make sense with a feature; NOT_SUPPORTED on a card without it.
+FAN_CALLS = ("nvmlDeviceGetFanSpeed", "nvmlDeviceGetFanSpeed_v2", "nvmlDeviceGetNumFans", "nvmlDeviceGetFanSpeedRPM",
+             "nvmlDeviceGetTargetFanSpeed", "nvmlDeviceGetMinMaxFanSpeed", "nvmlDeviceGetFanControlPolicy_v2")
+ECC_CALLS = ("nvmlDeviceGetEccMode", "nvmlDeviceGetDefaultEccMode", "nvmlDeviceGetTotalEccErrors",
+             "nvmlDeviceGetMemoryErrorCounter", "nvmlDeviceGetDetailedEccErrors")
+REMAP_CALLS = ("nvmlDeviceGetRemappedRows", "nvmlDeviceGetRowRemapperHistogram")
+RETIRED_CALLS = ("nvmlDeviceGetRetiredPages", "nvmlDeviceGetRetiredPages_v2", "nvmlDeviceGetRetiredPagesPendingStatus")
+NVLINK_CALLS = ("nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkVersion", "nvmlDeviceGetNvLinkCapability",
+                "nvmlDeviceGetNvLinkRemotePciInfo_v2", "nvmlDeviceGetNvLinkRemoteDeviceType",
+                "nvmlDeviceGetNvLinkErrorCounter", "nvmlDeviceGetNvLinkUtilizationCounter")
+MIG_CALLS = ("nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
+             "nvmlDeviceGetGpuInstanceProfileInfo", "nvmlDeviceGetGpuInstanceProfileInfoV",
+             "nvmlDeviceGetGpuInstances", "nvmlDeviceGetGpuInstanceById", "nvmlDeviceGetGpuInstanceRemainingCapacity",
+             "nvmlGpmMigSampleGet")
+HOST_VGPU_CALLS = ("nvmlDeviceGetHostVgpuMode", "nvmlDeviceGetActiveVgpus", "nvmlDeviceGetVgpuUtilization",
+                   "nvmlDeviceGetSupportedVgpus", "nvmlDeviceGetCreatableVgpus", "nvmlVgpuTypeGetMaxInstances")
+GPM_CALLS = ("nvmlGpmSampleGet", "nvmlGpmMigSampleGet")
+
+
+def _uuid(seed: int, *parts: Any, prefix: str = "GPU") -> str:
+    h = hashlib.sha1(repr((seed,) + parts).encode()).hexdigest()
+    return f"{prefix}-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+class _Handle:
+    """A unique address standing in for an opaque NVML handle (kept alive by its owner)."""
+
+    __slots__ = ("buffer", "addr")
+
+    def __init__(self) -> None:
+        self.buffer = ctypes.create_string_buffer(8)
+        self.addr = ctypes.addressof(self.buffer)
+
+
+class SimGpuInstance:
+    def __init__(self, gpu: SimDevice, spec: dict, start: int):
+        self.gpu = gpu
+        self.id = int(spec["gi_id"])
+        self.profile_id = int(spec["profile_id"])
+        self.profile_name = spec.get("profile", "")
+        self.slices = int(spec.get("slices") or int(self.profile_name[:1] or 1))
+        self.start = start
+        self.handle = _Handle()
+        self.compute_instances: list[SimComputeInstance] = []
+
+
+class SimComputeInstance:
+    def __init__(self, gi: SimGpuInstance, ci_id: int):
+        self.gi = gi
+        self.id = ci_id
+        self.profile_id = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}.get(gi.slices, 0)
+        self.handle = _Handle()
+
+
+class SimMigDevice:
+    """A MIG device (GPU instance + compute instance), with its own handle."""
+
+    is_mig = True
+
+    def __init__(self, gpu: SimDevice, n: int, spec: dict, gi: SimGpuInstance, ci: SimComputeInstance):
+        self.gpu = gpu
+        self.n = n
+        self.gi = gi
+        self.ci = ci
+        self.gi_id = gi.id
+        self.ci_id = ci.id
+        self.profile = spec.get("profile", "")
+        self.name = f"{gpu.name} MIG {self.profile}".encode()
+        self.uuid = _uuid(gpu.machine.seed, gpu.index, "mig", gi.id, ci.id, prefix="MIG").encode()
+        self.sm_count = int(spec.get("sm_count", 0))
+        self.memory_bytes = int(spec.get("memory_mib", 0)) << 20
+        self.bar1_bytes = int(spec.get("bar1_mib", spec.get("memory_mib", 0))) << 20
+        self.slices = gi.slices
+        self.share = 1.0 if n == 0 else 0.55 + 0.3 * ((n * 37) % 10) / 10  # busier first instance
+        self.handle = _Handle()
+        self.fixed: dict[str, int] = {}
+
+
+class SimDevice:
+    """One simulated physical GPU."""
+
+    is_mig = False
+
+    def __init__(self, machine: SimMachine, index: int, item: FleetItem, scenario: str):
+        self.machine = machine
+        self.index = index
+        self.local = index - item.first_index
+        p = self.profile = item.profile
+        self.profile_name = item.name
+        self.name = p["product_name"].encode()
+        self.arch = ARCH_CODES.get(p["architecture"], pynvml.NVML_DEVICE_ARCH_UNKNOWN)
+        self.uuid = _uuid(machine.seed, index, p["product_name"]).encode()
+        serial = p.get("serial")
+        self.serial = (str(int(serial) + index) if serial and str(serial).isdigit() else serial)
+        self.board_part_number = p.get("board_part_number")
+        self.vbios = p.get("vbios_version")
+        self.pci_device_id = int(str(p["pci_device_id"]), 16)
+        self.pci_subsystem_id = int(str(p.get("pci_subsystem_id") or "0"), 16)
+        slot = machine.topology.slots[index]
+        self.numa = slot.numa
+        self.pci_bus = slot.bus
+        self.bus_id = f"00000000:{slot.bus:02X}:00.0".encode()
+        self.minor = index
+        mem = p["memory"]
+        self.total_bytes = int(mem["total_mib"]) << 20
+        self.reserved_bytes = int(mem.get("reserved_mib", 0)) << 20
+        self.bar1_bytes = int(mem.get("bar1_total_mib", 256)) << 20
+        self.bus_width = mem.get("bus_width_bits")
+        self.clocks = p["clocks_mhz"]
+        self.power = p["power_w"]
+        self.pcie = p["pcie"]
+        self.ecc = p.get("ecc")
+        self.nvlink = p.get("nvlink")
+        self.mig = p.get("mig")
+        self.mig_enabled = bool(self.mig and self.mig.get("enabled"))
+        virt = p.get("virtualization") or {}
+        self.virt_mode = VIRT_MODES.get(virt.get("mode", "none"), 0)
+        self.host_vgpu = self.virt_mode == pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU
+        self.host_vgpu_mode = (pynvml.NVML_HOST_VGPU_MODE_SRIOV if virt.get("host_vgpu_mode", "sriov") == "sriov"
+                               else pynvml.NVML_HOST_VGPU_MODE_NON_SRIOV)
+        self.vgpu_types = {int(t["type_id"]): t for t in virt.get("vgpu_types") or []}
+        self.vgpu_instances = {}
+        for n, v in enumerate(virt.get("vgpu_instances") or []):
+            inst = dict(v)
+            inst["instance_id"] = int(v["instance_id"]) + index * 16
+            inst["uuid"] = _uuid(machine.seed, index, "vgpu", n, prefix="").lstrip("-").encode()
+            self.vgpu_instances[inst["instance_id"]] = inst
+        self.gpm = bool(p.get("gpm"))
+        self.handle = _Handle()
+        self.model = LoadModel(p, machine.seed, index, scenario)
+        self.lost_at: float | None = None
+        self.ecc_counts = {"corrected": 0, "uncorrected": 0}
+        self.pcie_replays = 0
+        self._state_t: float | None = None
+        self._state: LoadState | None = None
+        self.fixed = self._fixed_answers()
+        # MIG
+        self.gpu_instances: list[SimGpuInstance] = []
+        self.mig_devices: list[SimMigDevice] = []
+        if self.mig_enabled:
+            start = 0
+            for n, spec in enumerate(self.mig.get("instances") or []):
+                gi = SimGpuInstance(self, spec, start)
+                start += gi.slices
+                ci = SimComputeInstance(gi, int(spec.get("ci_id", 0)))
+                gi.compute_instances.append(ci)
+                self.gpu_instances.append(gi)
+                self.mig_devices.append(SimMigDevice(self, n, spec, gi, ci))
+
+    def _fixed_answers(self) -> dict[str, int]:
+        """C symbol -> the NVML error this card answers it with (NOT_SUPPORTED mostly)."""
+        p = self.profile
+        out: dict[str, int] = {}
+
+        def ns(names):
+            for name in names:
+                out[name] = NS
+
+        if not p.get("fan_pct"):
+            ns(FAN_CALLS)
+        if not self.ecc:
+            ns(ECC_CALLS)
+        if not p.get("remapped_rows"):
+            ns(REMAP_CALLS)
+        if not p.get("retired_pages"):
+            ns(RETIRED_CALLS)
+        if not self.nvlink:
+            ns(NVLINK_CALLS)
+        if not self.mig:
+            ns(MIG_CALLS)
+        elif self.mig_enabled:
+            ns(("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetRemappedRows"))
+        if not self.host_vgpu:
+            ns(HOST_VGPU_CALLS)
+        if not self.gpm:
+            ns(GPM_CALLS)
+        if not self.serial:
+            ns(("nvmlDeviceGetSerial", "nvmlDeviceGetHandleBySerial"))
+        if not self.board_part_number:
+            ns(("nvmlDeviceGetBoardPartNumber",))
+        if not self.vbios:
+            ns(("nvmlDeviceGetVbiosVersion",))
+        if not self.clocks.get("applications"):
+            ns(("nvmlDeviceGetApplicationsClock", "nvmlDeviceGetDefaultApplicationsClock"))
+        if not self.bus_width:
+            ns(("nvmlDeviceGetMemoryBusWidth",))
+        ns(p.get("unsupported") or [])
+        for name, code in (p.get("errors") or {}).items():
+            out[name] = error_code(code)
+        return out
+
+    def state(self) -> LoadState:
+        """The load model at the current clock tick (evaluated at most once per tick)."""
+        t = self.machine.now()
+        if t != self._state_t:
+            self._state = self.model.state(t)
+            self._state_t = t
+        return self._state  # type: ignore[return-value]
+
+    def processes(self, gi_id: int | None = None) -> list[tuple[int, int, int, int]]:
+        """(pid, used bytes, gi id, ci id) of the compute processes on this GPU (or one MIG instance)."""
+        if self.host_vgpu:
+            return []  # a vGPU host does not see its guests' processes
+        st = self.state()
+        pids = self.machine.process_pids
+        if self.mig_devices:
+            out = []
+            for n, mig in enumerate(self.mig_devices):
+                if gi_id is not None and mig.gi_id != gi_id:
+                    continue
+                if self.model.scenario == "idle":
+                    continue
+                used = int(mig.memory_bytes * self.model.mem_frac * 0.9)
+                out.append((pids[n % len(pids)], used, mig.gi_id, mig.ci_id))
+            return out
+        if st.mem_used_bytes <= 0:
+            return []
+        if self.model.scenario == "inference" and len(pids) > 1:
+            first = int(st.mem_used_bytes * 0.6)
+            return [(pids[0], first, 0xFFFFFFFF, 0xFFFFFFFF), (pids[1], st.mem_used_bytes - first, 0xFFFFFFFF, 0xFFFFFFFF)]
+        return [(pids[0], st.mem_used_bytes, 0xFFFFFFFF, 0xFFFFFFFF)]
+
+
+class SimMachine:
+    """A simulated node built from a fleet SPEC.
+
+    ``devices`` are the physical GPUs (SimDevice); ``gpus`` is filled by the
+    test fixture with gpuagent.Gpu objects once NVML is initialised.
+    """
+
+    def __init__(self, spec: str, seed: int = 0, clock: Any = None, scenario: str | None = None,
+                 driver_version: str | None = None):
+        self.spec = spec
+        self.seed = int(seed)
+        self.scenario = check_scenario(scenario)
+        self.clock = clock if clock is not None else MonotonicClock()
+        self.t0 = self.clock.now()
+        self.items = parse_spec(spec)
+        self.topology = Topology(self.items)
+        first = self.items[0].profile
+        self.driver_version = (driver_version or first.get("driver_version") or "595.80").encode()
+        self.cuda_version = int(first.get("cuda_driver_version") or 13020)
+        self.process_pids = [os.getpid(), os.getppid() or os.getpid()]
+        self.process_names = {os.getpid(): b"python3", os.getppid(): b"python3"}
+        self.init_count = 0
+        self.lock = threading.Lock()
+        self.devices: list[SimDevice] = []
+        for item in self.items:
+            for local in range(item.count):
+                self.devices.append(SimDevice(self, item.first_index + local, item, self.scenario))
+        self.gpus: list[Any] = []
+        # Handle address -> object
+        self.by_addr: dict[int, Any] = {}
+        for d in self.devices:
+            self.by_addr[d.handle.addr] = d
+            for m in d.mig_devices:
+                self.by_addr[m.handle.addr] = m
+        self.gi_by_addr = {gi.handle.addr: gi for d in self.devices for gi in d.gpu_instances}
+        self.ci_by_addr = {ci.handle.addr: ci for d in self.devices for gi in d.gpu_instances
+                           for ci in gi.compute_instances}
+        self.by_uuid = {d.uuid: d for d in self.devices}
+        self.by_uuid.update({m.uuid: m for d in self.devices for m in d.mig_devices})
+        self.by_bus_id = {d.bus_id.upper(): d for d in self.devices}
+        self.vgpu_by_id = {vid: (d, v) for d in self.devices for vid, v in d.vgpu_instances.items()}
+        self.vgpu_types = {tid: t for d in self.devices for tid, t in d.vgpu_types.items()}
+        # Faults
+        self.forced: dict[tuple[str, int | None], int] = {}
+        self.xids: list[tuple[float, int, int, int]] = []  # (time, seq, gpu, code)
+        self._seq = 0
+        self.event_sets: dict[int, Any] = {}
+        self.gpm_samples: dict[int, Any] = {}
+        for item in self.items:
+            for fault in item.faults:
+                self.apply(fault)
+
+    # -- time ------------------------------------------------------------
+    def now(self) -> float:
+        """Seconds since the machine was built, on its clock."""
+        return self.clock.now() - self.t0
+
+    def _when(self, at: float | None) -> float:
+        return self.now() if at is None else float(at)
+
+    # -- faults ----------------------------------------------------------
+    def apply(self, fault: Fault) -> None:
+        if isinstance(fault, XidFault):
+            self.inject_xid(fault.gpu, fault.code, fault.at)
+        elif isinstance(fault, LostFault):
+            self.lose_gpu(fault.gpu, fault.at)
+        elif isinstance(fault, ForceFault):
+            self.force(fault.symbol, fault.code, fault.gpu)
+
+    def _gpu(self, gpu: int) -> SimDevice:
+        if not isinstance(gpu, int) or not 0 <= gpu < len(self.devices):
+            raise AgentError(f"no simulated GPU {gpu!r} (the machine has {len(self.devices)})")
+        return self.devices[gpu]
+
+    def inject_xid(self, gpu: int, code: int, at: float | None = None) -> None:
+        """An XID event on GPU ``gpu`` at machine time ``at`` (seconds; default now)."""
+        self._gpu(gpu)
+        with self.lock:
+            self._seq += 1
+            self.xids.append((self._when(at), self._seq, gpu, int(code)))
+            self.xids.sort()
+
+    def lose_gpu(self, gpu: int, at: float | None = None) -> None:
+        """GPU ``gpu`` falls off the bus at ``at``: XID 79, then GPU_IS_LOST on every call."""
+        dev = self._gpu(gpu)
+        when = self._when(at)
+        dev.lost_at = when if dev.lost_at is None else min(dev.lost_at, when)
+        self.inject_xid(gpu, 79, when)
+
+    def force(self, symbol: str, code: int | str, gpu: int | None = None) -> None:
+        """Make ``symbol`` answer ``code`` (on one GPU, or everywhere); SUCCESS/0 clears it."""
+        if gpu is not None:
+            self._gpu(gpu)
+        code = error_code(code)
+        if code == pynvml.NVML_SUCCESS:
+            self.forced.pop((symbol, gpu), None)
+        else:
+            self.forced[(symbol, gpu)] = code
+
+    def clear_forced(self) -> None:
+        self.forced.clear()
+
+    def advance(self, seconds: float) -> None:
+        """Move a manual clock forward (convenience for tests)."""
+        if not isinstance(self.clock, ManualClock):
+            raise AgentError("advance() needs a ManualClock")
+        self.clock.advance(seconds)
+
+    def __repr__(self) -> str:
+        return f"<SimMachine {self.spec!r} seed={self.seed} scenario={self.scenario} gpus={len(self.devices)}>"

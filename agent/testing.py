@@ -1,0 +1,1 @@
+"""pytest fixtures for plugin authors (being written by the simulator engineer)."""

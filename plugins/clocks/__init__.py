@@ -1,0 +1,109 @@
+"""clocks collector -> gpu_clocks: current, max and applications clocks, P-state, clock-event reasons.
+
+Static facts (max clocks, the reasons the card supports) are read once per
+GPU. Per cycle: four current clocks, two applications clocks, the P-state,
+the current reasons mask and one field-values call for the per-reason time
+counters (only the ones the card supports; none asked when it supports none).
+"""
+
+from __future__ import annotations
+
+import pynvml
+
+import gpuagent
+from gpuagent.nvml_read import Field, FieldReader, poll, valid
+
+# (clock type, field stem) for nvmlDeviceGetClockInfo / nvmlDeviceGetMaxClockInfo.
+CLOCKS = (
+    (pynvml.NVML_CLOCK_GRAPHICS, "graphics"),
+    (pynvml.NVML_CLOCK_SM, "sm"),
+    (pynvml.NVML_CLOCK_MEM, "memory"),
+    (pynvml.NVML_CLOCK_VIDEO, "video"),
+)
+APPLICATIONS_CLOCKS = ((pynvml.NVML_CLOCK_GRAPHICS, "graphics"), (pynvml.NVML_CLOCK_MEM, "memory"))
+
+# Clock-event (throttle) reason bit -> boolean field name.
+REASONS = {
+    pynvml.nvmlClocksEventReasonGpuIdle: "idle",
+    pynvml.nvmlClocksEventReasonApplicationsClocksSetting: "applications_setting",
+    pynvml.nvmlClocksEventReasonSwPowerCap: "sw_power_cap",
+    pynvml.nvmlClocksEventReasonHwSlowdown: "hw_slowdown",
+    pynvml.nvmlClocksEventReasonSyncBoost: "sync_boost",
+    pynvml.nvmlClocksEventReasonSwThermalSlowdown: "sw_thermal_slowdown",
+    pynvml.nvmlClocksEventReasonHwThermalSlowdown: "hw_thermal_slowdown",
+    pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown: "hw_power_brake_slowdown",
+    pynvml.nvmlClocksEventReasonDisplayClockSetting: "display_clock_setting",
+}
+
+# Time spent clock-limited for each reason, in ns since the driver loaded (counters).
+REASON_TIME_FIELDS = FieldReader(
+    {
+        "sw_power_cap_time_ns": Field(pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP),
+        "sync_boost_time_ns": Field(pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST),
+        "sw_thermal_slowdown_time_ns": Field(pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN),
+        "hw_thermal_slowdown_time_ns": Field(pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN),
+        "hw_power_brake_slowdown_time_ns": Field(
+            pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN
+        ),
+    }
+)
+
+PSTATE_UNKNOWN = pynvml.NVML_PSTATE_UNKNOWN
+
+
+def max_clock_mhz(gpu: gpuagent.Gpu, clock_type: int) -> int | None:
+    """The card's max clock (static; shared with the memory collector's peak bandwidth)."""
+    return valid(gpu.static(f"max_clock.{clock_type}", pynvml.nvmlDeviceGetMaxClockInfo, clock_type), zero=False)
+
+
+def supported_reasons(gpu: gpuagent.Gpu) -> int | None:
+    """The reasons mask the card can report (static). None: the card reports no reasons."""
+    mask = gpu.static("clock_event_reasons.supported", pynvml.nvmlDeviceGetSupportedClocksEventReasons)
+    if mask is None:  # drivers before the "event" names (< 535) only have the throttle spelling
+        mask = gpu.static(
+            "clock_event_reasons.supported_legacy", pynvml.nvmlDeviceGetSupportedClocksThrottleReasons
+        )
+    return valid(mask)
+
+
+def current_reasons(gpu: gpuagent.Gpu) -> int | None:
+    mask = poll(gpu, pynvml.nvmlDeviceGetCurrentClocksEventReasons)
+    if mask is None:
+        mask = poll(gpu, pynvml.nvmlDeviceGetCurrentClocksThrottleReasons)
+    return valid(mask)
+
+
+class ClocksCollector(gpuagent.Collector):
+    name = "clocks"
+    requires_gpus = True
+
+    def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
+        fields: dict[str, int | float | bool | None] = {}
+        for clock_type, stem in CLOCKS:
+            # 0 MHz is NVML's "not available" (e.g. on a MIG-enabled GPU), not a reading.
+            fields[f"{stem}_clock_mhz"] = valid(poll(gpu, pynvml.nvmlDeviceGetClockInfo, clock_type), zero=False)
+        for clock_type, stem in CLOCKS:
+            fields[f"max_{stem}_clock_mhz"] = max_clock_mhz(gpu, clock_type)
+        for clock_type, stem in APPLICATIONS_CLOCKS:
+            fields[f"applications_{stem}_clock_mhz"] = valid(
+                poll(gpu, pynvml.nvmlDeviceGetApplicationsClock, clock_type), zero=False
+            )
+        pstate = poll(gpu, pynvml.nvmlDeviceGetPerformanceState)
+        fields["pstate"] = None if pstate is None or pstate == PSTATE_UNKNOWN else valid(pstate)
+
+        supported = supported_reasons(gpu)
+        if supported is not None:
+            fields["clock_event_reasons_supported"] = supported
+            current = current_reasons(gpu)
+            if current is not None:
+                fields["clock_event_reasons"] = current
+                for bit, name in REASONS.items():
+                    if supported & bit:
+                        fields[name] = bool(current & bit)
+        fields.update(REASON_TIME_FIELDS.read(gpu))
+        acc.add_fields("gpu_clocks", fields, tags=gpu.tags)
+
+
+@gpuagent.hookimpl
+def gpuagent_register_collectors(register):
+    register(ClocksCollector)

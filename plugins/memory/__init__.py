@@ -1,0 +1,172 @@
+"""memory collector -> gpu_memory: framebuffer, BAR1, utilisation, DRAM bandwidth, L2, GPM activity.
+
+Static facts, read once per GPU: bus width, max memory clock, the peak DRAM
+bandwidth derived from them, the L2 size (CUDA driver, else the published
+figures in gpuagent.specs) and GPM support. Per cycle: memory info (v2),
+BAR1, utilisation rates, and on GPM cards (Hopper and newer) one GPM sample
+plus one metrics call over the interval since the previous sample.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pynvml
+
+import gpuagent
+from gpuagent import cuda_attrs, specs
+from gpuagent.nvml_read import poll, valid
+from gpuagent.plugins.mig.gpm import GpmSamplers, gpm_supported
+
+log = logging.getLogger("gpuagent.collector.memory")
+
+# GPM metric -> field (all percentages, 0-100, over the interval between two samples).
+GPM_METRICS = {
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: "dram_bw_util_pct",
+    pynvml.NVML_GPM_METRIC_SM_UTIL: "sm_active_pct",
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: "sm_occupancy_pct",
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: "tensor_active_pct",
+    pynvml.NVML_GPM_METRIC_FP16_UTIL: "fp16_active_pct",
+    pynvml.NVML_GPM_METRIC_FP32_UTIL: "fp32_active_pct",
+    pynvml.NVML_GPM_METRIC_FP64_UTIL: "fp64_active_pct",
+}
+
+
+class MemoryConfig(gpuagent.CollectorConfig):
+    # Use GPM where the card has it (Hopper and newer).
+    gpm: bool = True
+    # The first run has no earlier GPM sample: take one, wait this long, take another.
+    gpm_warmup: gpuagent.Duration = 0.1
+
+
+def peak_dram_gbps(bus_width_bits: int | None, max_memory_clock_mhz: int | None) -> float | None:
+    """Bus width / 8 bytes x effective transfers (2 per memory clock) x clock, in GB/s."""
+    if not bus_width_bits or not max_memory_clock_mhz:
+        return None
+    return bus_width_bits / 8 * max_memory_clock_mhz * 2 / 1000.0
+
+
+def static_fields(gpu: gpuagent.Gpu, use_cuda: bool) -> dict[str, Any]:
+    """Bus width, peak bandwidth and L2 size with their sources; read once per GPU."""
+
+    def read() -> dict[str, Any]:
+        pci = gpu.static("pci_info", pynvml.nvmlDeviceGetPciInfo_v3)
+        spec = specs.lookup(pci.pciDeviceId if pci is not None else None, gpu.name)
+        fields: dict[str, Any] = {}
+
+        nvml_bus_width = valid(gpu.query(pynvml.nvmlDeviceGetMemoryBusWidth), zero=False)
+        if nvml_bus_width is not None:
+            fields["bus_width_bits"] = nvml_bus_width
+        elif spec is not None:
+            fields["bus_width_bits"] = spec.bus_width_bits
+
+        max_mem_clock = valid(
+            gpu.static(f"max_clock.{pynvml.NVML_CLOCK_MEM}", pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_MEM),
+            zero=False,
+        )
+        peak = peak_dram_gbps(nvml_bus_width, max_mem_clock)
+        if peak is not None:
+            fields["dram_peak_gbps"], fields["dram_peak_source"] = round(peak, 3), "nvml"
+        elif spec is not None:
+            fields["dram_peak_gbps"], fields["dram_peak_source"] = float(spec.peak_dram_gbps), "spec"
+
+        l2 = cuda_attrs.l2_cache_bytes(gpu.pci_bus_id) if use_cuda else None
+        if l2 is not None:
+            fields["l2_cache_bytes"], fields["l2_cache_source"] = l2, "cuda"
+        elif spec is not None:
+            fields["l2_cache_bytes"], fields["l2_cache_source"] = spec.l2_cache_bytes, "spec"
+        return fields
+
+    return gpu.remember("memory.static", read)
+
+
+class MemoryCollector(gpuagent.Collector):
+    name = "memory"
+    requires_gpus = True
+    Config = MemoryConfig
+
+    def __init__(self, config: MemoryConfig, context):
+        super().__init__(config, context)
+        self._gpm = GpmSamplers()
+        self._gpm_primed: set[str] = set()  # uuids of GPUs holding an earlier GPM sample
+        # A simulated GPU's bus id may equal a real one on this machine: never ask the real CUDA driver.
+        self._use_cuda = not context.simulated
+
+    def _uses_gpm(self, gpu: gpuagent.Gpu) -> bool:
+        if not self.config.gpm:
+            return False
+        return gpu.remember("memory.gpm", lambda: gpm_supported(gpu))
+
+    def _gpm_read(self, gpu: gpuagent.Gpu, metric_ids) -> dict[int, float]:
+        try:
+            return self._gpm.read(gpu, metric_ids)
+        except pynvml.NVMLError as exc:  # sample allocation refused: no GPM this cycle
+            log.debug("GPU %d: GPM unavailable: %s", gpu.index, exc)
+            return {}
+
+    def collect(self, acc: gpuagent.Accumulator) -> None:
+        gpus = self.gpus
+        # GPM reports over the interval between two samples: on the first run take the earlier
+        # sample of every GPM GPU, wait once for all of them, then collect as usual.
+        primed = False
+        for gpu in gpus:
+            try:
+                if gpu.uuid not in self._gpm_primed and self._uses_gpm(gpu):
+                    self._gpm_read(gpu, ())
+                    self._gpm_primed.add(gpu.uuid)
+                    primed = True
+            except gpuagent.GpuLost:
+                continue
+        if primed:
+            time.sleep(self.config.gpm_warmup)
+        super().collect(acc)
+
+    def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
+        fields: dict[str, Any] = {}
+        info = poll(gpu, pynvml.nvmlDeviceGetMemoryInfo, pynvml.nvmlMemory_v2)
+        if info is not None:
+            fields["fb_reserved_bytes"] = valid(info.reserved)
+        else:  # drivers before r510 have only the v1 struct (no reserved)
+            info = poll(gpu, pynvml.nvmlDeviceGetMemoryInfo)
+        if info is not None:
+            fields["fb_total_bytes"] = valid(info.total)
+            fields["fb_used_bytes"] = valid(info.used)
+            fields["fb_free_bytes"] = valid(info.free)
+        bar1 = poll(gpu, pynvml.nvmlDeviceGetBAR1MemoryInfo)
+        if bar1 is not None:
+            fields["bar1_total_bytes"] = valid(bar1.bar1Total)
+            fields["bar1_used_bytes"] = valid(bar1.bar1Used)
+            fields["bar1_free_bytes"] = valid(bar1.bar1Free)
+        util = poll(gpu, pynvml.nvmlDeviceGetUtilizationRates)
+        mem_util = None
+        if util is not None:
+            fields["gpu_util_pct"] = valid(util.gpu)
+            mem_util = fields["memory_util_pct"] = valid(util.memory)
+
+        static = static_fields(gpu, self._use_cuda)
+        fields.update(static)
+
+        if self._uses_gpm(gpu):
+            for metric_id, value in self._gpm_read(gpu, GPM_METRICS).items():
+                fields[GPM_METRICS[metric_id]] = valid(float(value))
+            if fields.get("dram_bw_util_pct") is not None:
+                fields["dram_bw_source"] = "gpm"
+        elif mem_util is not None:
+            # No GPM (Ada, Ampere): the memory controller's busy time is the best figure NVML has.
+            fields["dram_bw_util_pct"] = float(mem_util)
+            fields["dram_bw_source"] = "utilization"
+        util_pct = fields.get("dram_bw_util_pct")
+        peak = static.get("dram_peak_gbps")
+        if util_pct is not None and peak is not None:
+            fields["dram_bw_gbps"] = round(util_pct / 100.0 * peak, 3)
+        acc.add_fields("gpu_memory", fields, tags=gpu.tags)
+
+    def close(self) -> None:
+        self._gpm.close()
+
+
+@gpuagent.hookimpl
+def gpuagent_register_collectors(register):
+    register(MemoryCollector)

@@ -1,0 +1,67 @@
+"""pcie collector -> gpu_pcie: link generation and width, throughput, replay and byte counters.
+
+nvmlDeviceGetPcieThroughput samples the link for about 20 ms per direction
+per GPU on real hardware (40 ms per GPU, 320 ms on an 8-GPU machine), so this
+collector runs every 30 s unless its table says otherwise, and the throughput
+read can be turned off (``throughput = false``). Max link generation and
+width are static and read once per GPU.
+"""
+
+from __future__ import annotations
+
+import pynvml
+
+import gpuagent
+from gpuagent.nvml_read import Field, FieldReader, poll, valid
+
+# NVML reports throughput in KB/s, KB being 1024 bytes as everywhere in nvidia-smi.
+KIB = 1024
+
+FIELDS = FieldReader(
+    {
+        "replays_total": Field(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, pynvml.nvmlDeviceGetPcieReplayCounter),
+        "replay_rollovers_total": Field(pynvml.NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER),
+        # Byte counters (Hopper and newer): exact and free of the 20 ms sampling.
+        "tx_bytes_total": Field(pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
+        "rx_bytes_total": Field(pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES),
+    }
+)
+
+
+class PcieConfig(gpuagent.CollectorConfig):
+    # Read TX/RX throughput (about 20 ms of link sampling per direction per GPU).
+    throughput: bool = True
+
+
+def link_value(value: int | None) -> int | None:
+    # Generation and width 0 mean "not reported" (e.g. a GPU behind a passthrough bridge).
+    return valid(value, zero=False)
+
+
+class PcieCollector(gpuagent.Collector):
+    name = "pcie"
+    requires_gpus = True
+    Config = PcieConfig
+    default_interval = 30.0
+
+    def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
+        fields: dict[str, int | None] = {
+            "link_gen": link_value(poll(gpu, pynvml.nvmlDeviceGetCurrPcieLinkGeneration)),
+            "link_width": link_value(poll(gpu, pynvml.nvmlDeviceGetCurrPcieLinkWidth)),
+            "max_link_gen": link_value(gpu.static("pcie.max_gen", pynvml.nvmlDeviceGetMaxPcieLinkGeneration)),
+            "max_link_width": link_value(gpu.static("pcie.max_width", pynvml.nvmlDeviceGetMaxPcieLinkWidth)),
+        }
+        if self.config.throughput:
+            for counter, name in (
+                (pynvml.NVML_PCIE_UTIL_TX_BYTES, "tx_bytes_per_s"),
+                (pynvml.NVML_PCIE_UTIL_RX_BYTES, "rx_bytes_per_s"),
+            ):
+                kib = valid(poll(gpu, pynvml.nvmlDeviceGetPcieThroughput, counter))
+                fields[name] = None if kib is None else kib * KIB
+        fields.update(FIELDS.read(gpu))
+        acc.add_fields("gpu_pcie", fields, tags=gpu.tags)
+
+
+@gpuagent.hookimpl
+def gpuagent_register_collectors(register):
+    register(PcieCollector)

@@ -1,0 +1,92 @@
+"""processes collector -> gpu_process: one point per process per GPU.
+
+NVML lists the compute and graphics processes on each GPU (the v3 lists, two
+calls each only when a GPU has processes); psutil names the process and its
+user. A process that ended between NVML's list and psutil's look-up is
+skipped. ``pid`` is a tag: points are keyed by series and timestamp, so with
+pid as a field every process on a GPU would overwrite the others.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psutil
+import pynvml
+
+import gpuagent
+from gpuagent.nvml_read import poll, valid
+
+KINDS = (
+    (pynvml.nvmlDeviceGetComputeRunningProcesses_v3, "C"),
+    (pynvml.nvmlDeviceGetGraphicsRunningProcesses_v3, "G"),
+)
+
+
+class ProcessesConfig(gpuagent.CollectorConfig):
+    # Also list graphics (display, OpenGL/Vulkan) processes, not only compute ones.
+    graphics: bool = True
+
+
+def describe(pid: int) -> dict[str, str] | None:
+    """Name and user of a live process; None when it is gone."""
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            info = {"name": proc.name()}
+            try:
+                info["user"] = proc.username()
+            except (psutil.AccessDenied, KeyError):  # KeyError: a uid with no passwd entry
+                pass
+        return info
+    except psutil.NoSuchProcess:  # ZombieProcess included: it no longer runs anything
+        return None
+    except psutil.AccessDenied:
+        return {}
+
+
+class ProcessesCollector(gpuagent.Collector):
+    name = "processes"
+    requires_gpus = True
+    Config = ProcessesConfig
+
+    def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
+        # pid -> (kinds, used bytes, gi, ci); a process can be both compute and graphics.
+        found: dict[int, dict[str, Any]] = {}
+        for fn, kind in KINDS:
+            if kind == "G" and not self.config.graphics:
+                continue
+            for proc in poll(gpu, fn) or ():
+                entry = found.setdefault(
+                    proc.pid, {"kinds": [], "used": None, "gi": None, "ci": None}
+                )
+                entry["kinds"].append(kind)
+                used = valid(proc.usedGpuMemory)  # None on WDDM / without permission
+                if used is not None:
+                    entry["used"] = max(used, entry["used"] or 0)
+                entry["gi"] = valid(proc.gpuInstanceId)  # 0xFFFFFFFF: not on a MIG instance
+                entry["ci"] = valid(proc.computeInstanceId)
+        for pid, entry in found.items():
+            info = describe(pid)
+            if info is None:
+                continue
+            tags = dict(gpu.tags, pid=str(pid))
+            if entry["gi"] is not None:
+                tags["gi_id"] = str(entry["gi"])
+            if entry["ci"] is not None:
+                tags["ci_id"] = str(entry["ci"])
+            acc.add_fields(
+                "gpu_process",
+                {
+                    "used_memory_bytes": entry["used"],
+                    "name": info.get("name"),
+                    "user": info.get("user"),
+                    "type": "+".join(entry["kinds"]),
+                },
+                tags=tags,
+            )
+
+
+@gpuagent.hookimpl
+def gpuagent_register_collectors(register):
+    register(ProcessesCollector)

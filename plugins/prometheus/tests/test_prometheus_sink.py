@@ -1,0 +1,93 @@
+"""The prometheus sink: /metrics over HTTP with the latest value per series."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuagent import Accumulator
+from gpuagent.context import AgentContext
+from gpuagent.errors import AgentError
+from gpuagent.plugins.prometheus import DEFAULT_PORT, PrometheusSink
+
+TAGS = {"gpu": "0", "uuid": "GPU-abc", "model": "NVIDIA L40S", "pci_bus_id": "00000000:01:00.0", "arch": "Ada Lovelace"}
+
+
+def make(tmp_path, **options) -> PrometheusSink:
+    options.setdefault("listen", "127.0.0.1:0")
+    sink = PrometheusSink(PrometheusSink.Config.model_validate(options), AgentContext(hostname="h", state_dir=tmp_path))
+    sink.start()
+    return sink
+
+
+def scrape(sink) -> str:
+    host, port = sink.address
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as resp:
+        return resp.read().decode()
+
+
+def samples(text: str) -> dict:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = (family.type, s.value)
+    return out
+
+
+def test_latest_values_gauges_counters_info_and_labels(tmp_path):
+    sink = make(tmp_path)
+    try:
+        for i, power in enumerate((100.0, 250.5)):
+            acc = Accumulator({"host": "node-1"}, time_ns=i)
+            acc.add_fields("gpu_power", {"power_w": power, "energy_j_total": 10 * (i + 1), "throttled": i == 1,
+                                         "pstate": f"P{i}"}, tags=TAGS)
+            acc.add_fields("gpu-odd.name", {"odd field": 1}, tags={"gpu": "1", "__x": "y"})
+            sink.write(acc.points)
+        got = samples(scrape(sink))
+    finally:
+        sink.close()
+    labels = tuple(sorted({"host": "node-1", **TAGS}.items()))
+    assert got[("gpuagent_gpu_power_power_w", labels)] == ("gauge", 250.5)
+    assert got[("gpuagent_gpu_power_energy_j_total", labels)] == ("counter", 20.0)
+    assert got[("gpuagent_gpu_power_throttled", labels)] == ("gauge", 1.0)
+    info_labels = tuple(sorted({"host": "node-1", **TAGS, "pstate": "P1"}.items()))
+    assert got[("gpuagent_gpu_power_info", info_labels)] == ("info", 1.0)
+    odd = tuple(sorted({"host": "node-1", "gpu": "1", "tag__x": "y"}.items()))
+    assert got[("gpuagent_gpu_odd_name_odd_field", odd)] == ("gauge", 1.0)
+    assert len([k for k in got if k[0] == "gpuagent_gpu_power_power_w"]) == 1  # latest only
+
+
+def test_series_expire_and_string_fields_can_be_skipped(tmp_path):
+    sink = make(tmp_path, expire_after="50ms", string_fields=False)
+    try:
+        acc = Accumulator({"host": "h"}, time_ns=1)
+        acc.add_fields("gpu_clocks", {"sm_clock_mhz": 1980, "pstate": "P0"}, tags=TAGS)
+        sink.write(acc.points)
+        text = scrape(sink)
+        assert "gpuagent_gpu_clocks_sm_clock_mhz" in text and "_info" not in text
+        import time
+
+        time.sleep(0.1)
+        assert "gpuagent_gpu_clocks_sm_clock_mhz" not in scrape(sink)
+    finally:
+        sink.close()
+
+
+def test_default_listen_avoids_dcgm_exporter_and_a_busy_port_is_one_line(tmp_path):
+    cfg = PrometheusSink.Config()
+    assert cfg.listen == f"127.0.0.1:{DEFAULT_PORT}" and DEFAULT_PORT not in (9400, 9835, 9100)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(AgentError, match=f"cannot listen on 127.0.0.1:{port}"):
+            make(tmp_path, listen=f"127.0.0.1:{port}")
+
+
+@pytest.mark.parametrize("listen", ["9847", "host:", "h:70000", ":abc"])
+def test_bad_listen_is_refused(listen):
+    with pytest.raises(Exception, match="HOST:PORT"):
+        PrometheusSink.Config.model_validate({"listen": listen})

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test job: installs what the suite needs on a fresh Debian machine (the InfluxDB 1.x
+# and VictoriaMetrics servers the fixtures start, Chromium for the HTML report test,
+# systemd-analyze for the unit checks), the package with its test extras and the example
+# plugin, then runs pytest. Arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+for pair in influxd:influxdb victoria-metrics:victoria-metrics chromium:chromium systemd-analyze:systemd; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  echo "installing Debian packages: ${need[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+./scripts/setup.sh "test,html,probe,bench"
+.venv/bin/python -m pip install -q -e examples/gpuagent-infiniband
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,70 @@
+"""The command line as a user meets it: run --once --test, plugins, version, no-driver errors."""
+
+import json
+
+from conftest import run_cli
+from lineprotocol_parser import parse
+
+from gpuagent import __version__
+from gpuagent.plugin_host import PluginHost
+
+
+def host_only_config(tmp_path):
+    """A config with every collector that needs a GPU switched off."""
+    host = PluginHost(load_entry_points=False).load()
+    lines = ['[agent]\ninterval = "1s"\n']
+    for name, cls in sorted(host.collectors.items()):
+        if cls.requires_gpus:
+            lines.append(f"[collectors.{name}]\nenabled = false\n")
+    path = tmp_path / "gpuagent.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def test_version():
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"gpuagent, version {__version__}"
+
+
+def test_run_once_test_prints_valid_line_protocol(tmp_path):
+    proc = run_cli("run", "--once", "--test", "--config", str(host_only_config(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    points = parse(proc.stdout)
+    measurements = {m for m, *_ in points}
+    assert "host" in measurements and "gpuagent" in measurements
+    host = next(p for p in points if p[0] == "host")
+    assert host[1]["host"]
+    assert host[2]["mem_total_bytes"] > 0 and isinstance(host[2]["mem_total_bytes"], int)
+    own = [p for p in points if p[0] == "gpuagent" and p[1].get("collector") == "host"]
+    assert own and own[0][2]["runs_total"] == 1 and own[0][2]["errors_total"] == 0
+
+
+def test_no_driver_gives_one_line_naming_simulate():
+    proc = run_cli("run", "--once", "--test")
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "no NVIDIA driver found" in lines[0] and "--simulate" in lines[0]
+    assert proc.stdout == ""
+
+
+def test_global_tags_and_hostname_from_config(tmp_path):
+    path = host_only_config(tmp_path)
+    path.write_text(path.read_text().replace('[agent]\n', '[agent]\nhostname = "node-a"\ntags = { dc = "ams 1" }\n', 1))
+    proc = run_cli("run", "--once", "--test", "--config", str(path))
+    assert proc.returncode == 0, proc.stderr
+    for _m, tags, _f, _t in parse(proc.stdout):
+        assert tags["host"] == "node-a" and tags["dc"] == "ams 1"
+
+
+def test_plugins_json_lists_builtins_with_hooks():
+    proc = run_cli("plugins", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    by_name = {p["name"]: p for p in doc["plugins"]}
+    assert by_name["host"]["status"] == "loaded"
+    assert by_name["host"]["hooks"] == ["gpuagent_register_collectors"]
+    assert by_name["host"]["collectors"] == ["host"]
+    assert by_name["file"]["sinks"] == ["file"]
+    for p in doc["plugins"]:
+        assert set(p) >= {"name", "version", "distribution", "hooks", "collectors", "sinks", "status", "error"}

@@ -1,0 +1,174 @@
+"""Config validation: each mistake gives one line naming the file and the key."""
+
+import os
+import stat
+
+import pytest
+from conftest import run_cli
+
+from gpuagent.config import read_config
+from gpuagent.durations import parse_duration
+from gpuagent.errors import ConfigError
+
+# (name, file text or None for "no file", expected substring of the one-line error)
+MALFORMED = [
+    ("toml-syntax", "[agent\ninterval = 1", "gpuagent.toml: TOML syntax error"),
+    ("toml-dup-key", "[agent]\ninterval = 1\ninterval = 2", "TOML syntax error"),
+    ("toml-bad-string", '[agent]\nhostname = "unterminated', "TOML syntax error"),
+    ("empty-file", "", "gpuagent.toml: no settings in the file"),
+    ("only-comments", "# nothing here\n", "no settings in the file"),
+    ("unknown-top-level", "[agnet]\ninterval = 1", "gpuagent.toml: agnet: unknown key"),
+    ("unknown-agent-key", "[agent]\nintervall = 1", "gpuagent.toml: agent.intervall: unknown key"),
+    ("unknown-plugins-key", "[plugins]\ndisable = []", "gpuagent.toml: plugins.disable: unknown key"),
+    ("unknown-collector-key", "[collectors.host]\nfoo = 1", "gpuagent.toml: collectors.host.foo: unknown key"),
+    ("unknown-collector", "[collectors.nosuch]\nenabled = true", "gpuagent.toml: collectors.nosuch: unknown collector"),
+    ("unknown-sink", "[sinks.nosuch]\nenabled = true", "gpuagent.toml: sinks.nosuch: unknown sink"),
+    ("unknown-sink-key", '[sinks.file]\npath = "-"\nmode = "x"', "gpuagent.toml: sinks.file.mode: unknown key"),
+    ("bad-duration-word", '[collectors.host]\ninterval = "fast"', 'gpuagent.toml: collectors.host.interval: expected a duration, got "fast"'),
+    ("unitless-duration-string", '[agent]\ninterval = "10"', 'agent.interval: expected a duration with a unit such as "10s", got "10"'),
+    ("negative-duration", "[agent]\ninterval = -5", "agent.interval: expected a positive duration, got -5"),
+    ("negative-duration-string", '[agent]\ninterval = "-5s"', 'agent.interval: expected a positive duration, got "-5s"'),
+    ("zero-duration", "[collectors.host]\ninterval = 0", "collectors.host.interval: expected a positive duration"),
+    ("bool-duration", "[agent]\nshutdown_timeout = true", "agent.shutdown_timeout: expected a duration, got true"),
+    ("bad-unit", '[agent]\ninterval = "10 parsecs"', "agent.interval: expected a duration"),
+    ("duration-array", "[agent]\ninterval = [1]", "agent.interval: expected a duration"),
+    ("interval-table", "[agent.interval]\nx = 1", "agent.interval: expected a duration"),
+    ("hostname-int", "[agent]\nhostname = 5", "agent.hostname: expected a string, got 5"),
+    ("seed-string", '[agent]\nseed = "x"', 'agent.seed: expected an integer, got "x"'),
+    ("seed-float", "[agent]\nseed = 1.5", "agent.seed: expected an integer, got 1.5"),
+    ("log-level", '[agent]\nlog_level = "loud"', "agent.log_level: expected 'debug', 'info', 'warning' or 'error', got \"loud\""),
+    ("log-format", '[agent]\nlog_format = "xml"', "agent.log_format: expected 'text' or 'json'"),
+    ("tags-not-table", '[agent]\ntags = "dc=1"', 'agent.tags: expected a table, got "dc=1"'),
+    ("tag-value-int", "[agent.tags]\ndc = 1", "agent.tags.dc: expected a string, got 1"),
+    ("disabled-not-array", '[plugins]\ndisabled = "host"', 'plugins.disabled: expected an array, got "host"'),
+    ("disabled-int-item", "[plugins]\ndisabled = [1]", "plugins.disabled.0: expected a string, got 1"),
+    ("collectors-not-table", "collectors = 5", "collectors: expected a table, got 5"),
+    ("collector-not-table", "[collectors]\nhost = 1", "collectors.host: expected a table, got 1"),
+    ("enabled-string", '[collectors.host]\nenabled = "yes"', 'collectors.host.enabled: expected true or false, got "yes"'),
+    ("per-cpu-string", '[collectors.host]\nper_cpu = "x"', 'collectors.host.per_cpu: expected true or false, got "x"'),
+    ("timeout-word", '[collectors.host]\ntimeout = "soon"', 'collectors.host.timeout: expected a duration, got "soon"'),
+    ("sink-path-int", "[sinks.file]\npath = 3", "sinks.file.path: expected a string, got 3"),
+    ("sink-not-table", "[sinks]\nfile = true", "sinks.file: expected a table, got true"),
+    ("env-unset", '[agent]\nhostname = "${GPUAGENT_TEST_SURELY_UNSET}"', "agent.hostname: environment variable GPUAGENT_TEST_SURELY_UNSET is not set"),
+    ("several-errors", '[agent]\ninterval = "x"\nseed = "y"', "(and 1 more error)"),
+    ("not-utf8", b"[agent]\nhostname = \"\xff\"\n", "gpuagent.toml: not UTF-8 text"),
+]
+
+
+@pytest.mark.parametrize("name,text,expected", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_config_gives_one_line(invoke, tmp_path, name, text, expected):
+    path = tmp_path / "gpuagent.toml"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    result = invoke("config", "check", str(path))
+    assert result.exit_code == 1, result.output
+    err = result.stderr.strip()
+    assert err.count("\n") == 0, f"more than one line: {err!r}"
+    assert "Traceback" not in result.output
+    assert expected in err, err
+
+
+def test_missing_file(invoke, tmp_path):
+    result = invoke("config", "check", str(tmp_path / "nope.toml"))
+    assert result.exit_code == 1
+    assert result.stderr.strip() == f"gpuagent: error: {tmp_path / 'nope.toml'}: file not found"
+
+
+def test_directory_instead_of_file(invoke, tmp_path):
+    result = invoke("run", "--once", "--test", "--config", str(tmp_path))
+    assert result.exit_code in (1, 2)
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file; unreadable files cannot be made")
+def test_unreadable_file(invoke, tmp_path):
+    path = tmp_path / "gpuagent.toml"
+    path.write_text("[agent]\ninterval = 1\n")
+    path.chmod(0)
+    result = invoke("config", "check", str(path))
+    assert result.exit_code == 1 and "permission denied" in result.stderr
+
+
+def test_unreadable_file_via_directory_permissions(tmp_path):
+    """Unreadable even for root: a FIFO-free trick is not available, so use a path through a file."""
+    path = tmp_path / "afile" / "gpuagent.toml"
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ConfigError, match="cannot read|not a directory|file not found"):
+        read_config(path)
+
+
+def test_env_expansion_and_default(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUAGENT_TEST_HOST", "node-7")
+    path = tmp_path / "gpuagent.toml"
+    path.write_text('[agent]\nhostname = "${GPUAGENT_TEST_HOST}"\n[agent.tags]\ndc = "${GPUAGENT_TEST_DC:-ams1}"\n')
+    cfg = read_config(path)
+    assert cfg.agent.hostname == "node-7"
+    assert cfg.agent.tags == {"dc": "ams1"}
+
+
+def test_config_env_var_names_the_file(tmp_path, monkeypatch):
+    path = tmp_path / "site.toml"
+    path.write_text('[agent]\ninterval = "2s"\n')
+    monkeypatch.setenv("GPUAGENT_CONFIG", str(path))
+    assert read_config(None).agent.interval == 2.0
+
+
+@pytest.mark.parametrize(
+    "text,seconds",
+    [(5, 5.0), (0.25, 0.25), ("500ms", 0.5), ("10s", 10.0), ("1m", 60.0), ("1m30s", 90.0), ("2h", 7200.0), ("1.5s", 1.5)],
+)
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+def test_config_check_ok(invoke, tmp_path):
+    path = tmp_path / "gpuagent.toml"
+    path.write_text('[agent]\ninterval = "1s"\n[collectors.host]\nper_cpu = true\n')
+    result = invoke("config", "check", str(path))
+    assert result.exit_code == 0, result.output
+    assert "ok" in result.stdout and "host" in result.stdout
+
+
+def test_config_init_writes_a_file_that_checks(invoke, tmp_path):
+    path = tmp_path / "etc" / "gpuagent.toml"
+    assert invoke("config", "init", str(path)).exit_code == 0
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    check = invoke("config", "check", str(path))
+    assert check.exit_code == 0, check.output
+    again = invoke("config", "init", str(path))
+    assert again.exit_code == 1 and "exists" in again.stderr
+
+
+def test_shipped_default_config_is_what_init_writes(invoke):
+    from conftest import REPO
+
+    shipped = (REPO / "config" / "gpuagent.toml").read_text()
+    assert invoke("config", "init").stdout == shipped, "regenerate with: gpuagent config init > config/gpuagent.toml"
+
+
+def test_config_show_round_trips(invoke, tmp_path):
+    path = tmp_path / "gpuagent.toml"
+    path.write_text('[agent]\ninterval = "2s"\n[agent.tags]\ndc = "x y"\n')
+    shown = invoke("config", "show", str(path))
+    assert shown.exit_code == 0, shown.output
+    again = tmp_path / "again.toml"
+    again.write_text(shown.stdout)
+    cfg = read_config(again)
+    assert cfg.agent.interval == 2.0 and cfg.agent.tags == {"dc": "x y"}
+
+
+def test_subprocess_error_has_no_traceback(tmp_path):
+    path = tmp_path / "gpuagent.toml"
+    path.write_text('[collectors.host]\ninterval = "fast"\n')
+    proc = run_cli("run", "--once", "--test", "--config", str(path))
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == 'gpuagent: error: gpuagent.toml: collectors.host.interval: expected a duration, got "fast"'
+    assert proc.stdout == ""
+
+
+def test_usage_error_exit_code_2():
+    proc = run_cli("run", "--bogus")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,163 @@
+"""Isolation: a collector that raises or hangs never stops the others."""
+
+import threading
+import time
+
+import pytest
+
+import gpuagent
+from gpuagent.context import AgentContext
+from gpuagent.scheduler import Scheduler
+
+
+class Recorder(gpuagent.Sink):
+    name = "recorder"
+
+    def __init__(self):
+        super().__init__(gpuagent.SinkConfig(), None)
+        self.points = []
+        self.lock = threading.Lock()
+
+    def write(self, points):
+        with self.lock:
+            self.points.extend(points)
+
+    def of(self, measurement, **tags):
+        with self.lock:
+            return [p for p in self.points if p.measurement == measurement and all(p.tags.get(k) == v for k, v in tags.items())]
+
+
+class Healthy(gpuagent.Collector):
+    name = "healthy"
+
+    def collect(self, acc):
+        acc.add_fields("healthy", {"value": 1})
+
+
+class Raising(gpuagent.Collector):
+    name = "raising"
+
+    def collect(self, acc):
+        acc.add_fields("raising", {"value": 1})
+        raise RuntimeError("sensor on fire")
+
+
+class Hanging(gpuagent.Collector):
+    name = "hanging"
+
+    def __init__(self, config, context):
+        super().__init__(config, context)
+        self.release = threading.Event()
+
+    def collect(self, acc):
+        acc.add_fields("hanging", {"value": 1})
+        self.release.wait(10)
+
+
+def make(interval=0.1, timeout=0.3, agent_interval=0.2):
+    ctx = AgentContext(hostname="test-host")
+    cfg = gpuagent.CollectorConfig()
+    healthy, raising, hanging = Healthy(cfg, ctx), Raising(cfg, ctx), Hanging(cfg, ctx)
+    sink = Recorder()
+    sched = Scheduler(
+        ctx,
+        [(healthy, interval, timeout), (raising, interval, timeout), (hanging, interval, timeout)],
+        [sink],
+        agent_interval=agent_interval,
+    )
+    return sched, sink, hanging
+
+
+def stats(sched, name):
+    return next(r.stats for r in sched.runners if r.name == name)
+
+
+def test_run_once_isolates_raising_and_hanging():
+    sched, sink, hanging = make(timeout=0.3)
+    t0 = time.monotonic()
+    points = sched.run_once()
+    elapsed = time.monotonic() - t0
+    hanging.release.set()
+    assert elapsed < 3, "run_once waited for the hung collector past its timeout"
+    assert len(sink.of("healthy")) == 1
+    assert sink.of("healthy")[0].tags == {"host": "test-host"}
+    # A run that raised is counted as an error; what it gathered before raising is kept.
+    assert stats(sched, "raising").errors_total == 1
+    assert len(sink.of("raising")) == 1
+    assert "sensor on fire" in stats(sched, "raising").last_error
+    assert stats(sched, "hanging").timeouts_total == 1
+    assert sink.of("hanging") == []
+    own = {p.tags.get("collector"): p.fields for p in points if p.measurement == "gpuagent"}
+    assert own["raising"]["errors_total"] == 1
+    assert own["hanging"]["timeouts_total"] == 1
+    assert own["healthy"]["errors_total"] == 0 and own["healthy"]["runs_total"] == 1
+
+
+def test_run_forever_keeps_healthy_collector_on_schedule():
+    sched, sink, hanging = make(interval=0.1, timeout=0.25, agent_interval=0.2)
+    stop = threading.Event()
+    thread = threading.Thread(target=sched.run_forever, args=(stop,))
+    thread.start()
+    time.sleep(1.55)
+    stop.set()
+    thread.join(5)
+    hanging.release.set()
+    assert not thread.is_alive()
+    healthy_runs = stats(sched, "healthy").runs_total
+    # 1.55 s at 0.1 s: about 15 runs; a scheduler held back by the others would manage ~2.
+    assert healthy_runs >= 10, healthy_runs
+    assert len(sink.of("healthy")) == healthy_runs
+    raising = stats(sched, "raising")
+    assert raising.errors_total == raising.runs_total >= 10
+    hang = stats(sched, "hanging")
+    assert hang.timeouts_total == 1  # one run, hung the whole time
+    assert hang.skipped_total >= 10  # later runs skipped, not piled up
+    own = sink.of("gpuagent", collector="hanging")
+    assert own and own[-1].fields["timeouts_total"] == 1 and own[-1].fields["skipped_total"] >= 1
+
+
+def test_late_result_is_discarded_and_counted():
+    sched, sink, hanging = make(timeout=0.2)
+    sched.run_once()
+    hanging.release.set()
+    deadline = time.monotonic() + 5
+    runner = next(r for r in sched.runners if r.name == "hanging")
+    while runner.stats.late_points_discarded_total == 0 and time.monotonic() < deadline:
+        try:
+            sched._handle(sched.results.get(timeout=0.1))
+        except Exception:
+            pass
+    assert runner.stats.late_points_discarded_total == 1
+    assert sink.of("hanging") == []
+
+
+def test_first_collection_callback_fires_once_all_ran():
+    sched, sink, hanging = make(timeout=0.2)
+    fired = []
+    sched.on_first_collection = lambda: fired.append(time.monotonic())
+    stop = threading.Event()
+    thread = threading.Thread(target=sched.run_forever, args=(stop,))
+    thread.start()
+    assert sched.first_collection_done.wait(3)
+    stop.set()
+    thread.join(5)
+    hanging.release.set()
+    assert len(fired) == 1
+    assert sink.of("healthy")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nonfinite_counted_in_own_measurement(bad):
+    class Weird(gpuagent.Collector):
+        name = "weird"
+
+        def collect(self, acc):
+            acc.add_fields("weird", {"x": bad, "y": 1.0})
+
+    ctx = AgentContext(hostname="h")
+    sink = Recorder()
+    sched = Scheduler(ctx, [(Weird(gpuagent.CollectorConfig(), ctx), 1, 1)], [sink], 1)
+    points = sched.run_once()
+    own = next(p for p in points if p.tags.get("collector") == "weird")
+    assert own.fields["nonfinite_dropped_total"] == 1
+    assert sink.of("weird")[0].fields == {"y": 1.0}
