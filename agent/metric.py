@@ -16,6 +16,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 FieldValue = int | float | bool | str
 
@@ -72,16 +73,25 @@ def format_field(value: FieldValue) -> str:
     raise TypeError(f"unsupported field type {type(value).__name__}")
 
 
+@lru_cache(maxsize=8192)
+def _head(measurement: str, tag_items: tuple[tuple[str, str], ...]) -> str:
+    # Sorted tags are what InfluxDB stores; sending them sorted saves it the work.
+    return escape_measurement(measurement) + "".join(
+        f",{escape_key(k)}={escape_key(v)}" for k, v in sorted(tag_items) if v != ""
+    )
+
+
+@lru_cache(maxsize=8192)
+def _field_key(key: str) -> str:
+    return escape_key(key) + "="
+
+
 def serialize(
     measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int
 ) -> str:
-    head = escape_measurement(measurement)
-    if tags:
-        # Sorted tags are what InfluxDB stores; sending them sorted saves it the work.
-        head += "".join(
-            f",{escape_key(k)}={escape_key(v)}" for k, v in sorted(tags.items()) if v != ""
-        )
-    body = ",".join(f"{escape_key(k)}={format_field(v)}" for k, v in fields.items())
+    # The same GPUs' tags and field names recur every cycle: their escaped forms are cached.
+    head = _head(measurement, tuple(tags.items()))
+    body = ",".join(_field_key(k) + format_field(v) for k, v in fields.items())
     return f"{head} {body} {time_ns}"
 
 

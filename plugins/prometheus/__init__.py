@@ -53,7 +53,7 @@ def _duration_or_zero(value: object) -> float:
 
 def parse_listen(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:  # 0: any free port
         raise ValueError(f'expected HOST:PORT such as "127.0.0.1:{DEFAULT_PORT}", got "{value}"')
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)

@@ -57,12 +57,17 @@ def test_sharp_knee_recovered_within_one_step(position, ratio, noise, seed):
     seed=st.integers(0, 2**32 - 1),
 )
 def test_smooth_knee_recovered_within_one_step(position, ratio, sharpness, noise, seed):
-    # A gradual fall (replacement is not perfect LRU): the knee is where the cache holds half the set.
-    knee = SIZES[0] * math.exp(position * STEP)
-    bws = curve(SIZES, knee, 4000.0 * ratio, 4000.0, noise, seed, sharpness)
+    # A gradual fall (replacement is not perfect LRU). The finder's knee is where bandwidth is the
+    # geometric mean of the plateaus; on this model that is where the hit fraction is h below.
+    capacity = SIZES[0] * math.exp(position * STEP)
+    high, low = 4000.0 * ratio, 4000.0
+    h = (1 / math.sqrt(high * low) - 1 / low) / (1 / high - 1 / low)
+    knee = capacity * ((1 - h) / h) ** (1 / sharpness)
+    bws = curve(SIZES, capacity, high, low, noise, seed, sharpness)
     knees = find_knees(SIZES, bws)
     assert len(knees) == 1, knees
     assert steps_off(knees[0].bytes, knee) <= 1.0
+    assert steps_off(knees[0].bytes, capacity) <= 1.5  # and near the capacity itself
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -54,7 +54,9 @@ def test_latest_values_gauges_counters_info_and_labels(tmp_path):
     assert got[("gpuagent_gpu_power_energy_j_total", labels)] == ("counter", 20.0)
     assert got[("gpuagent_gpu_power_throttled", labels)] == ("gauge", 1.0)
     info_labels = tuple(sorted({"host": "node-1", **TAGS, "pstate": "P1"}.items()))
-    assert got[("gpuagent_gpu_power_info", info_labels)] == ("info", 1.0)
+    # The text format has no info type: an info metric is exposed as a gauge of 1.
+    assert got[("gpuagent_gpu_power_info", info_labels)] == ("gauge", 1.0)
+    assert len([k for k in got if k[0] == "gpuagent_gpu_power_info"]) == 1  # P0 was replaced by P1
     odd = tuple(sorted({"host": "node-1", "gpu": "1", "tag__x": "y"}.items()))
     assert got[("gpuagent_gpu_odd_name_odd_field", odd)] == ("gauge", 1.0)
     assert len([k for k in got if k[0] == "gpuagent_gpu_power_power_w"]) == 1  # latest only

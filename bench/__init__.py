@@ -1,0 +1,1 @@
+"""gpuagent benchmarks: `python -m bench [--quick] [--json]`."""

@@ -1,0 +1,60 @@
+"""The gpu_l2_probe points: schema, distinct timestamps, line protocol."""
+
+import pytest
+
+from gpuagent.metric import to_lines
+from gpuagent.probe.backends import SimulatedBackend
+from gpuagent.probe.result import MEASUREMENT, STEP_NS, run_probe
+from gpuagent.probe.sweep import MIB, working_set_sizes
+
+TAGS = {"gpu": "1", "uuid": "GPU-abc", "model": "NVIDIA H200", "pci_bus_id": "00000000:1B:00.0", "arch": "Hopper"}
+
+
+@pytest.fixture(scope="module")
+def result():
+    backend = SimulatedBackend("NVIDIA H200", seed=1)
+    sizes = working_set_sizes(MIB, 4 * backend.l2_bytes, 24)
+    return run_probe(backend, sizes, rounds=3, gpu_tags=TAGS, reported_cache_bytes={"L2": backend.l2_bytes})
+
+
+def test_one_summary_and_one_point_per_size(result):
+    points = result.to_points({"host": "node7"})
+    assert [p.measurement for p in points] == [MEASUREMENT] * 25
+    summary, curve = points[0], points[1:]
+    assert summary.fields["l2_effective_bytes"] == result.knee.bytes
+    assert summary.fields["l2_bw_gbps"] == result.knee.bw_below_gbps
+    assert summary.fields["dram_bw_gbps"] == result.knee.bw_above_gbps
+    assert summary.fields["l2_dram_ratio"] == pytest.approx(result.knee.ratio)
+    assert summary.fields["reported_l2_bytes"] == 60 * 1000**2
+    assert summary.fields["method"] == "simulated" and summary.fields["knee_found"] is True
+    assert "working_set_bytes" not in summary.fields
+    assert [p.fields["working_set_bytes"] for p in curve] == result.sweep.sizes
+    assert [p.fields["bandwidth_gbps"] for p in curve] == result.sweep.bandwidth_gbps
+    assert [p.fields["step"] for p in curve] == list(range(24))
+    for p in points:
+        assert p.tags == {**TAGS, "host": "node7"}
+
+
+def test_timestamps_are_distinct_whole_milliseconds(result):
+    # One series per GPU: points with equal timestamps would overwrite each other in InfluxDB,
+    # and VictoriaMetrics keeps milliseconds only.
+    times = [p.time_ns for p in result.to_points()]
+    assert len({t // 1_000_000 for t in times}) == 25
+    assert times == sorted(times) and times[0] % STEP_NS == 0
+    assert times[1] - times[0] == STEP_NS and times[0] <= result.started_ns
+
+
+def test_line_protocol(result):
+    text = to_lines(result.to_points({"host": "node7"}))
+    lines = text.splitlines()
+    assert len(lines) == 25
+    assert lines[0].startswith("gpu_l2_probe,arch=Hopper,gpu=1,host=node7,model=NVIDIA\\ H200,")
+    assert f"l2_effective_bytes={result.knee.bytes}i" in lines[0]
+    assert f"working_set_bytes={result.sweep.sizes[0]}i,bandwidth_gbps=" in lines[1]
+
+
+def test_cpu_result_is_not_a_gpu_point():
+    backend = SimulatedBackend("NVIDIA L40S")
+    res = run_probe(backend, working_set_sizes(MIB, 4 * backend.l2_bytes, 8), rounds=1)
+    with pytest.raises(ValueError, match="GPU identity"):
+        res.to_points()
