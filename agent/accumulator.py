@@ -8,6 +8,8 @@ from collections.abc import Mapping
 
 from gpuagent.metric import FieldValue, Point
 
+_PLAIN = frozenset({int, str, bool})
+
 
 class Accumulator:
     """Collects points for one collection run.
@@ -38,25 +40,37 @@ class Accumulator:
             raise ValueError(f"measurement must be a non-empty string, got {measurement!r}")
         clean: dict[str, FieldValue] = {}
         for key, value in fields.items():
-            if value is None:
-                continue
-            if isinstance(value, float):
-                if not math.isfinite(value):
+            kind = type(value)
+            if kind is float:
+                if value - value != 0.0:  # NaN or ±inf: never written, counted
                     self.nonfinite_dropped += 1
                     continue
-            elif not isinstance(value, bool | int | str):
-                raise TypeError(
-                    f"{measurement}.{key}: field values must be int, float, bool or str, "
-                    f"got {type(value).__name__}"
-                )
+            elif kind not in _PLAIN:
+                if value is None:
+                    continue
+                if isinstance(value, float):
+                    if not math.isfinite(value):
+                        self.nonfinite_dropped += 1
+                        continue
+                    value = float(value)
+                elif isinstance(value, bool | int | str):
+                    pass
+                else:
+                    raise TypeError(
+                        f"{measurement}.{key}: field values must be int, float, bool or str, "
+                        f"got {type(value).__name__}"
+                    )
             clean[key] = value
         if not clean:
             self.empty_dropped += 1
             return None
-        merged = dict(self.default_tags)
+        merged = self.default_tags.copy()
         if tags:
             for key, value in tags.items():
-                if value is not None and value != "":
+                if type(value) is str:
+                    if value:
+                        merged[key] = value
+                elif value is not None and value != "":
                     merged[key] = str(value)
         if time_ns is None:
             time_ns = self.time_ns if self.time_ns is not None else time.time_ns()

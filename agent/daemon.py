@@ -5,7 +5,7 @@ the loop's ``on_tick`` (main thread) turns them into work:
 
 - READY=1 once the first collection has been handed to the sinks, and again
   after a reload; STATUS= lines a person can read, refreshed every
-  STATUS_EVERY seconds;
+  [agent] interval (between 1 and STATUS_EVERY seconds);
 - WATCHDOG=1 from ``on_tick``, so a stuck scheduler loop stops the pings and
   systemd restarts the service;
 - SIGHUP: RELOADING=1, read and validate the config again (plugins' tables
@@ -35,7 +35,7 @@ from gpuagent.sdnotify import monotonic_usec, notify, watchdog_interval
 
 log = logging.getLogger("gpuagent")
 
-STATUS_EVERY = 10.0  # seconds between STATUS= refreshes
+STATUS_EVERY = 10.0  # most seconds between STATUS= refreshes
 RELOAD_FAILED = "reload failed, keeping the running config"
 
 
@@ -49,7 +49,8 @@ def one_line(exc: BaseException) -> str:
 
 
 def status_line(agent: Agent) -> str:
-    """e.g. '2 GPUs (simulated l40s:2); 9 collectors, 1520 points; sinks: file ok, influxdb spooling 40 points; spool 40 points'"""
+    """What STATUS= says, e.g. '2 GPUs (simulated l40s:2); 9 collectors, 1520 points;
+    sinks: file ok, influxdb spooling 40 points; spool 40 points, 5120 bytes'."""
     sched = agent.scheduler
     gpus = agent.context.gpus
     what = f"{len(gpus)} GPU{'' if len(gpus) == 1 else 's'}"
@@ -79,7 +80,7 @@ def status_line(agent: Agent) -> str:
             spool_bytes += int(counters.get("spool_bytes", 0))
     line = f"{what}; {coll}; sinks: {', '.join(sinks) or 'none'}"
     if spooled:
-        line += f"; spool {spool_points} points" if spool_points or not spool_bytes else f"; spool {spool_bytes} bytes"
+        line += f"; spool {spool_points} points, {spool_bytes} bytes"
     return line
 
 
@@ -166,12 +167,13 @@ class Daemon:
         log.info("first collection handed to the sinks: %s", status)
 
     def _on_tick(self) -> None:
-        if self._reload_requested:
+        # A SIGHUP during start-up waits for READY=1: systemd expects RELOADING=1 only after it.
+        if self._reload_requested and self.agent.scheduler.first_collection_done.is_set():
             self._reload_requested = False
             self._begin_reload()
         now = time.monotonic()
         self._ping(now)
-        if now - self._last_status >= STATUS_EVERY:
+        if now - self._last_status >= max(1.0, min(STATUS_EVERY, self.agent.config.agent.interval)):
             self._last_status = now
             notify("STATUS=" + self._with_note(status_line(self.agent)))
 
@@ -223,6 +225,7 @@ class Daemon:
                 return
         # The simulator is process-wide: a different spec means closing the old session first.
         self._retire(old, keep_nvml=same_nvml)
+        self.agent = None  # closed: nothing to shut down if no agent comes back
         self._ping()
         try:
             new = build(self.options, config, plugins, nvml=session if same_nvml else None)

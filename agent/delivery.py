@@ -28,6 +28,7 @@ import enum
 import logging
 import random
 import re
+import sqlite3
 import threading
 import time
 from collections import deque
@@ -136,6 +137,7 @@ class Delivery:
         self._closing = False
         self._flush_deadline: float | None = None
         self._thread: threading.Thread | None = None
+        self._spool_failing = False
 
         self._outage = False
         self._retry_at = 0.0
@@ -275,17 +277,22 @@ class Delivery:
             flushing = self._flush_deadline is not None
             due = now >= self._next_flush
             ready = len(self._buffer) >= self.batch_size or (self._buffer and (due or flushing))
-            if not ready:
-                if due:
-                    self._next_flush = now + self._interval()
-                self._cond.notify_all()  # a flush() waiting on an empty buffer
-                return max(0.0, self._next_flush - now)
-            batch = [self._buffer.popleft() for _ in range(min(self.batch_size, len(self._buffer)))]
-            self._inflight, self._inflight_spooled = batch, False
             if due:
                 self._next_flush = now + self._interval()
+            if ready:
+                batch = [self._buffer.popleft() for _ in range(min(self.batch_size, len(self._buffer)))]
+                self._inflight, self._inflight_spooled = batch, False
+            else:
+                self._cond.notify_all()  # a flush() waiting on an empty buffer
+                wait = max(0.0, self._next_flush - now)
+        if not ready:
+            if due:  # idle tick: pick up batches another instance spooled (the sink before a reload)
+                self.spool.refresh()
+                if self.spool.points:
+                    return 0.0
+            return wait
 
-        ok = self._deliver(batch)
+        ok = self._deliver(_encode(batch), len(batch))
         with self._cond:
             already_spooled = self._inflight_spooled
             self._inflight = None
@@ -296,19 +303,19 @@ class Delivery:
 
     def _replay_one(self) -> float:
         peeked = self.spool.peek(self.batch_size)
-        if peeked is None:
+        if peeked is None:  # the totals were stale (another instance replayed): re-read them
+            self.spool.refresh()
             return 0.0
         last_id, points, data = peeked
-        lines = data.decode("utf-8").splitlines()
-        if self._deliver(lines, replay=True):
+        if self._deliver(data, points, replay=True):
             self.spool.remove_through(last_id)
         return 0.0
 
-    def _deliver(self, lines: list[str], replay: bool = False) -> bool:
-        """Send lines; True when they are done with (stored, or refused by the server)."""
-        result = self._send(lines)
+    def _deliver(self, body: bytes, count: int, replay: bool = False) -> bool:
+        """Send `count` lines; True when they are done with (stored, or refused by the server)."""
+        result = self._send(body, count)
         if result.outcome in (Outcome.ACCEPTED, Outcome.PARTIAL):
-            stored = len(lines) - (result.rejected if result.outcome is Outcome.PARTIAL else 0)
+            stored = count - (result.rejected if result.outcome is Outcome.PARTIAL else 0)
             if result.outcome is Outcome.PARTIAL:
                 self._reject(result.rejected, result)
             self.points_written_total += stored
@@ -317,8 +324,8 @@ class Delivery:
             self._recovered()
             return True
         if result.outcome in (Outcome.REJECTED, Outcome.TOO_LARGE):
-            return self._split(lines, result, replay)
-        self._failed(result, len(lines))
+            return self._split(body.decode("utf-8").splitlines(), result, replay)
+        self._failed(result, count)
         return False
 
     def _split(self, lines: list[str], result: Result, replay: bool) -> bool:
@@ -330,12 +337,14 @@ class Delivery:
         mid = len(lines) // 2
         # A transient failure of either half keeps the whole batch: resending a half
         # the server already took only writes the same points again.
-        return self._deliver(lines[:mid], replay) and self._deliver(lines[mid:], replay)
+        first, second = lines[:mid], lines[mid:]
+        return self._deliver(_encode(first), len(first), replay) and self._deliver(
+            _encode(second), len(second), replay
+        )
 
-    def _send(self, lines: list[str]) -> Result:
-        body = ("\n".join(lines) + "\n").encode("utf-8")
+    def _send(self, body: bytes, count: int) -> Result:
         try:
-            return self.transport.send(body, len(lines))
+            return self.transport.send(body, count)
         except Exception as exc:  # a transport bug must not lose data: treat as transient
             return Result(Outcome.RETRY, None, f"{type(exc).__name__}: {exc}")
 
@@ -397,9 +406,32 @@ class Delivery:
     def _spool_lines(self, lines: list[str]) -> None:
         for i in range(0, len(lines), self.batch_size):
             chunk = lines[i : i + self.batch_size]
-            dropped = self.spool.push(("\n".join(chunk) + "\n").encode("utf-8"), len(chunk))
+            try:
+                dropped = self.spool.push(_encode(chunk), len(chunk))
+            except sqlite3.Error as exc:  # disk full, read-only state dir: keep it in memory (bounded)
+                if not self._spool_failing:
+                    self.log.error(
+                        "%s: cannot write the spool in %s (%s); keeping points in memory (at most %d)",
+                        self.name, self.spool.directory, exc, self.max_buffer_points,
+                    )
+                self._spool_failing = True
+                self._requeue(lines[i:])
+                return
+            self._spool_failing = False
             if dropped:
                 self.log.warning(
                     "%s: spool is full (%d bytes): dropped the %d oldest points", self.name,
                     self.spool.max_bytes, dropped,
                 )
+
+    def _requeue(self, lines: list[str]) -> None:
+        with self._cond:
+            self._buffer.extendleft(reversed(lines))
+            over = len(self._buffer) - self.max_buffer_points
+            for _ in range(max(0, over)):
+                self._buffer.popleft()
+            self._memory_dropped_total += max(0, over)
+
+
+def _encode(lines: list[str]) -> bytes:
+    return ("\n".join(lines) + "\n").encode("utf-8")

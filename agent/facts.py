@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import logging
 import socket
-from importlib import resources
 from collections.abc import Callable, Iterable
+from importlib import resources
 from typing import Any
 
 import pynvml
@@ -28,7 +28,13 @@ from gpuagent.nvml_read import valid
 from gpuagent.plugins.clocks import REASONS, current_reasons, max_clock_mhz, supported_reasons
 from gpuagent.plugins.mig import on_handle, profile_name_from_attributes
 from gpuagent.plugins.p2p import P2P_CAPS, TOPOLOGY_NAMES, map_nvlinks, status_name
-from gpuagent.plugins.vgpu import HOST_MODES, HOST_VGPU_MODES, VIRTUALIZATION_MODES, on_instance, vgpu_fb_usage
+from gpuagent.plugins.vgpu import (
+    HOST_MODES,
+    HOST_VGPU_MODES,
+    VIRTUALIZATION_MODES,
+    on_instance,
+    vgpu_fb_usage,
+)
 
 log = logging.getLogger("gpuagent.facts")
 

@@ -8,8 +8,10 @@ terminal or NO_COLOR is set.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -143,6 +145,19 @@ def make_console(file=None) -> Console:
 
 
 def render(facts: dict[str, Any], console: Console) -> None:
+    """The human view on ``console`` (rich; plain when the console has no colour)."""
+    # Grid cells are padded to their column: strip the blanks at line ends so a
+    # pasted view (or a snapshot) has none.
+    with console.capture() as captured:
+        _render(facts, console)
+    console.file.write(_TRAILING_BLANKS.sub(r"\1", captured.get()))
+    console.file.flush()
+
+
+_TRAILING_BLANKS = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+
+
+def _render(facts: dict[str, Any], console: Console) -> None:
     console.print(header(facts))
     for gpu in facts["gpus"]:
         console.print()
@@ -159,13 +174,10 @@ def render(facts: dict[str, Any], console: Console) -> None:
 
 def render_text(facts: dict[str, Any], width: int = WIDTH) -> str:
     """The human view as plain text (what a pipe or a ticket gets)."""
-    import io
-
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, no_color=True, force_terminal=False, highlight=False, emoji=False)
     render(facts, console)
-    # Table cells are padded to their column; a pasted view needs no trailing blanks.
-    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
+    return buffer.getvalue()
 
 
 def header(facts: dict[str, Any]) -> Text:

@@ -12,7 +12,6 @@ input can end a line early.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -56,20 +55,28 @@ def escape_key(key: str) -> str:
     return key.translate(_KEY)
 
 
+def _float(value: float) -> str:
+    if value - value != 0.0:  # NaN or ±inf
+        raise ValueError("non-finite float has no line-protocol form")
+    return repr(value)
+
+
+_FORMAT = {
+    bool: lambda v: "true" if v else "false",
+    int: lambda v: f"{v}i",
+    float: _float,
+    str: lambda v: '"' + v.translate(_STRING) + '"',
+}
+
+
 def format_field(value: FieldValue) -> str:
-    # bool before int: bool is a subclass of int.
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):
-        return f"{value}i"
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError("non-finite float has no line-protocol form")
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.translate(_STRING) + '"'
+    fmt = _FORMAT.get(type(value))
+    if fmt is not None:
+        return fmt(value)
+    # Subclasses (IntEnum, str enums): bool before int, since bool is an int.
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return _FORMAT[kind](value)
     raise TypeError(f"unsupported field type {type(value).__name__}")
 
 
@@ -91,7 +98,7 @@ def serialize(
 ) -> str:
     # The same GPUs' tags and field names recur every cycle: their escaped forms are cached.
     head = _head(measurement, tuple(tags.items()))
-    body = ",".join(_field_key(k) + format_field(v) for k, v in fields.items())
+    body = ",".join([_field_key(k) + format_field(v) for k, v in fields.items()])
     return f"{head} {body} {time_ns}"
 
 

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,9 +24,15 @@ import pynvml
 
 from gpuagent.gpu import MISSING_CODES, Gpu, GpuLost
 
+log = logging.getLogger("gpuagent.nvml_read")
+
 NA_UINT = 0xFFFFFFFF
 NA_ULONGLONG = 0xFFFFFFFFFFFFFFFF
-_SENTINELS = (NA_UINT, NA_ULONGLONG, NA_UINT - 1)  # 0xFFFFFFFE: NVML_VALUE_NOT_AVAILABLE in some structs
+_SENTINELS = (
+    NA_UINT,
+    NA_ULONGLONG,
+    NA_UINT - 1,
+)  # 0xFFFFFFFE: NVML_VALUE_NOT_AVAILABLE in some structs
 
 
 def valid(value: Any, *, zero: bool = True) -> Any:
@@ -53,6 +60,18 @@ def poll(gpu: Gpu, fn: Callable[..., Any], *args: Any) -> Any:
     if value is None:
         refused.add(key)
     return value
+
+
+def poll_first(gpu: Gpu, names: tuple[str, ...], *args: Any) -> Any:
+    """The reading from the first of several spellings of one NVML call that pynvml has and the
+    card answers, newest first. By name: the deprecated spellings leave pynvml with CUDA 14."""
+    for name in names:
+        fn = getattr(pynvml, name, None)
+        if fn is not None:
+            value = poll(gpu, fn, *args)
+            if value is not None:
+                return value
+    return None
 
 
 _DECODE = {
@@ -96,7 +115,9 @@ class FieldReader:
 
     def __init__(self, fields: Mapping[str, Field]):
         self.fields = dict(fields)
-        self._key = "nvml_read.fields:" + ",".join(f"{n}={f.field_id}" for n, f in sorted(self.fields.items()))
+        self._key = "nvml_read.fields:" + ",".join(
+            f"{n}={f.field_id}" for n, f in sorted(self.fields.items())
+        )
 
     def read(self, gpu: Gpu) -> dict[str, int | float]:
         """Name -> raw value (sentinels dropped) for every reading the card gave this cycle."""
@@ -125,6 +146,12 @@ class FieldReader:
                         refused.append(name)
             for name in refused:
                 asking.pop(name, None)
+                log.debug(
+                    "GPU %d: field %s (%d) unavailable; leaving it out",
+                    gpu.index,
+                    name,
+                    self.fields[name].field_id,
+                )
         for name, spec in self.fields.items():
             if name in out or name in asking or spec.fallback is None:
                 continue

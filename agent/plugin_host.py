@@ -61,7 +61,9 @@ class PluginInfo:
 
 
 def _error_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+    # One line, but all of it: pluggy puts the useful part of its errors on the third line.
+    lines = [line.strip() for line in f"{type(exc).__name__}: {exc}".splitlines() if line.strip()]
+    return "; ".join(lines)
 
 
 class PluginHost:
@@ -102,10 +104,16 @@ class PluginHost:
         if self.plugins_dir:
             for path in sorted(self.plugins_dir.glob("*.py")):
                 self._load(path.stem, str(path), lambda p=path: _import_file(p), source="plugins_dir")
-        # A misspelt hook name (gpuagent_register_colectors) fails loudly here.
+        # Each plugin passed its own check in _load; this is the safety net.
         self.pm.check_pending()
         self._register("collectors", self.pm.hook.gpuagent_register_collectors, self.collectors, Collector)
         self._register("sinks", self.pm.hook.gpuagent_register_sinks, self.sinks, Sink)
+        # A plugin that failed in one hook registers nothing at all (no half-loaded plugins).
+        for info in self.failed():
+            for cname in info.collectors:
+                self.collectors.pop(cname, None)
+            for sname in info.sinks:
+                self.sinks.pop(sname, None)
         return self
 
     def _load(self, name, module, loader, *, source, distribution=None, version=None) -> None:
@@ -123,7 +131,12 @@ class PluginHost:
         try:
             mod = loader()
             self.pm.register(mod, name=name)
-        except Exception as exc:  # a broken third-party package must not stop the rest
+            # A misspelt hook name (gpuagent_register_colectors) fails its plugin loudly, here:
+            # every plugin registered before passed this check, so what is pending is this one's.
+            self.pm.check_pending()
+        except (Exception, SystemExit) as exc:  # a broken third-party package must not stop the rest
+            if self.pm.get_plugin(name) is not None:
+                self.pm.unregister(name=name)
             info.status, info.error = "failed", _error_line(exc)
             log.error("plugin %s (%s) failed to load: %s", name, module, info.error)
             return

@@ -6,8 +6,10 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from gpuagent.collector import Collector
-from gpuagent.config import Config, bind, read_config
+from gpuagent.config import Config, bind, format_validation_error, read_config
 from gpuagent.context import AgentContext
 from gpuagent.errors import AgentError, ConfigError, NvmlUnavailable
 from gpuagent.nvml import NvmlSession, open_nvml
@@ -39,7 +41,10 @@ def load(options: Options) -> tuple[Config, PluginHost]:
     """Read and fully validate the config (host sections and every plugin table)."""
     config = read_config(options.config_path)
     host = load_plugins(config, options)
-    bind(config, host.collectors, host.sinks, failed_plugins=host.failed())
+    # A failed or disabled plugin's table is a warning, not a refusal to start: disabling a
+    # plugin must not mean editing the rest of the config.
+    not_loaded = [p for p in host.plugins.values() if p.status != "loaded"]
+    bind(config, host.collectors, host.sinks, failed_plugins=not_loaded)
     for warning in config.warnings:
         log.warning("%s", warning)
     return config, host
@@ -113,8 +118,11 @@ def _make_collectors(config, plugins, context, enabled) -> list[Collector]:
             out.append(cls(cfg, context))
         except (ConfigError, ValueError, TypeError) as exc:
             owner = plugins.owner_of("collectors", name)
+            # One line, whatever the plugin raised (a pydantic ValidationError is a multi-line ValueError).
+            detail = format_validation_error(exc) if isinstance(exc, ValidationError) else str(exc).strip()
+            detail = (detail.splitlines() or [type(exc).__name__])[0]
             raise ConfigError(
-                f"{config.label}: collectors.{name}: rejected by plugin {owner.name if owner else '?'}: {exc}"
+                f"{config.label}: collectors.{name}: rejected by plugin {owner.name if owner else '?'}: {detail}"
             ) from None
         except AgentError:
             raise
@@ -137,16 +145,29 @@ def _make_sinks(config, plugins, context, options) -> list[Sink]:
             raise AgentError("no sink is configured and the file sink is not loaded")
         configured = {"file": plugins.sinks["file"].Config(path="-")}
     out = []
-    for name, cfg in configured.items():
-        cls = plugins.sinks[name]
-        try:
-            sink = cls(cfg, context)
-            sink.start()
-        except AgentError:
-            raise
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"{config.label}: sinks.{name}: {exc}") from None
-        except Exception as exc:
-            raise AgentError(f"sink {name} failed to start: {type(exc).__name__}: {exc}") from None
-        out.append(sink)
+    try:
+        for name, cfg in configured.items():
+            out.append(_start_sink(config, plugins, context, name, cfg))
+    except BaseException:
+        # Close the ones already started (files, threads, ports): a failed reload must not leak them.
+        for sink in out:
+            try:
+                sink.close()
+            except Exception as exc:
+                log.error("sink %s: close failed: %s", sink.name, exc)
+        raise
     return out
+
+
+def _start_sink(config, plugins, context, name, cfg) -> Sink:
+    cls = plugins.sinks[name]
+    try:
+        sink = cls(cfg, context)
+        sink.start()
+    except AgentError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{config.label}: sinks.{name}: {exc}") from None
+    except Exception as exc:
+        raise AgentError(f"sink {name} failed to start: {type(exc).__name__}: {exc}") from None
+    return sink

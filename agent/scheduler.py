@@ -156,6 +156,8 @@ class Scheduler:
                 next_self = now + self.agent_interval
             if self.on_tick:
                 self.on_tick()
+                if stop.is_set():  # on_tick may end the loop (the daemon's reload)
+                    break
             wake = min([next_self, now + self.tick] + [self._next_event(r) for r in self.runners])
             try:
                 result = self.results.get(timeout=max(0.0, wake - time.monotonic()))

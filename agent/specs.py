@@ -29,6 +29,7 @@ class GpuSpec:
     board_power_w: int
 
 
+# fmt: off
 SPECS: tuple[GpuSpec, ...] = (
     GpuSpec("l40s", "NVIDIA L40S", "Ada Lovelace", 0x26B9, "48 GB GDDR6 ECC", 384, 864.0, 96 * MIB, 350),
     GpuSpec("rtx4090", "NVIDIA GeForce RTX 4090", "Ada Lovelace", 0x2684, "24 GB GDDR6X", 384, 1008.0, 72 * MIB, 450),
@@ -37,6 +38,7 @@ SPECS: tuple[GpuSpec, ...] = (
     GpuSpec("h100-sxm", "NVIDIA H100 80GB HBM3", "Hopper", 0x2330, "80 GB HBM3", 5120, 3352.0, 50 * MIB, 700),
     GpuSpec("h200", "NVIDIA H200", "Hopper", 0x2335, "141 GB HBM3e", 6144, 4800.0, 60 * MIB, 700),
 )
+# fmt: on
 
 _BY_DEVICE_ID = {s.pci_device_id: s for s in SPECS}
 _BY_NAME = {s.product_name.casefold(): s for s in SPECS}

@@ -96,6 +96,13 @@ class Spool:
         with self._lock:
             return self._db.execute("SELECT COUNT(*) FROM batches").fetchone()[0]
 
+    def refresh(self) -> None:
+        """Re-read the totals from the file: another instance (the sink before a reload) may have added batches."""
+        with self._lock:
+            self._bytes, self._points = self._db.execute(
+                "SELECT COALESCE(SUM(bytes), 0), COALESCE(SUM(points), 0) FROM batches"
+            ).fetchone()
+
     # -- operations ----------------------------------------------------------
 
     def push(self, data: bytes, points: int) -> int:

@@ -27,9 +27,12 @@ repository's root ``conftest.py``:
     ``auth=True`` HTTP auth is on and an admin ``admin`` / ``admin-pass`` exists.
 
 ``victoria_metrics`` (session scope) / ``victoria_metrics_factory`` ->
-    ``VictoriaMetricsServer``: ``url``, ``export(match) -> list[dict]`` (the
-    JSON lines of ``/api/v1/export``: ``{"metric": {...}, "values": [...],
-    "timestamps": [ms, ...]}``), ``stop()``, ``start()``. VictoriaMetrics takes
+    ``VictoriaMetricsServer``: ``url``, ``export(match, min_samples=0) ->
+    list[dict]`` (the JSON lines of ``/api/v1/export``: ``{"metric": {...},
+    "values": [...], "timestamps": [ms, ...]}``; it waits until min_samples
+    samples are visible, as new series take about a second), ``stop()``,
+    ``start()``. Line protocol posted to its ``/write?db=NAME`` gets a label
+    ``db="NAME"``; ``/api/v2/write`` (the sink's v2 path) adds no db label. VictoriaMetrics takes
     ``/api/v2/write`` (what influxdb-client sends), names a series
     ``<measurement>_<field>``, keeps numbers only (bool -> 1/0, strings are
     dropped) and stores millisecond timestamps. It is started with
@@ -283,11 +286,28 @@ class VictoriaMetricsServer(_Server):
     def _ready(self) -> bool:
         return _http("GET", f"{self.url}/health", timeout=1)[0] == 200
 
-    def export(self, match: str = '{__name__!=""}') -> list[dict]:
-        # Freshly ingested rows sit in an in-memory buffer for up to a second.
-        _http("GET", f"{self.url}/internal/force_flush")
-        body = urllib.parse.urlencode({"match[]": match}).encode()
-        status, data = _http("POST", f"{self.url}/api/v1/export", data=body)
-        if status != 200:
-            raise RuntimeError(f"victoria-metrics export: {status} {data[:500]!r}")
-        return [json.loads(line) for line in data.splitlines() if line.strip()]
+    def export(self, match: str = '{__name__!=""}', min_samples: int = 0, timeout: float = 10.0) -> list[dict]:
+        """Series matching `match`; waits until at least `min_samples` samples are visible.
+
+        New rows and new series become searchable about a second after the write
+        (force_flush helps with the rows only), hence the wait. With min_samples=0
+        it returns once two reads 0.3 s apart agree.
+        """
+        deadline = time.monotonic() + timeout
+        previous = None
+        while True:
+            _http("GET", f"{self.url}/internal/force_flush")
+            body = urllib.parse.urlencode({"match[]": match}).encode()
+            status, data = _http("POST", f"{self.url}/api/v1/export", data=body)
+            if status != 200:
+                raise RuntimeError(f"victoria-metrics export: {status} {data[:500]!r}")
+            series = [json.loads(line) for line in data.splitlines() if line.strip()]
+            count = sum(len(s["timestamps"]) for s in series)
+            if min_samples and count >= min_samples:
+                return series
+            if not min_samples and series and count == previous:
+                return series
+            if time.monotonic() > deadline:
+                return series
+            previous = count
+            time.sleep(0.3)

@@ -2,9 +2,9 @@
 
 import json
 
-from conftest import run_cli
 from lineprotocol_parser import parse
 
+from conftest import run_cli
 from gpuagent import __version__
 from gpuagent.plugin_host import PluginHost
 

@@ -4,8 +4,8 @@ import os
 import stat
 
 import pytest
-from conftest import run_cli
 
+from conftest import run_cli
 from gpuagent.config import read_config
 from gpuagent.durations import parse_duration
 from gpuagent.errors import ConfigError

@@ -8,4 +8,13 @@ from gpuagent.probe.knee import Knee, find_knees
 from gpuagent.probe.result import MEASUREMENT, ProbeResult, run_probe
 from gpuagent.probe.sweep import SweepResult, run_sweep, working_set_sizes
 
-__all__ = ["MEASUREMENT", "Knee", "ProbeResult", "SweepResult", "find_knees", "run_probe", "run_sweep", "working_set_sizes"]
+__all__ = [
+    "MEASUREMENT",
+    "Knee",
+    "ProbeResult",
+    "SweepResult",
+    "find_knees",
+    "run_probe",
+    "run_sweep",
+    "working_set_sizes",
+]

@@ -47,7 +47,13 @@ def cpu_caches(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> list[
             kind = (index / "type").read_text().strip()
             if kind == "Instruction":
                 continue
-            caches.append(CpuCache(int((index / "level").read_text()), kind, parse_size((index / "size").read_text())))
+            caches.append(
+                CpuCache(
+                    int((index / "level").read_text()),
+                    kind,
+                    parse_size((index / "size").read_text()),
+                )
+            )
         except (OSError, ValueError):
             continue
     return sorted(caches, key=lambda c: c.level)
@@ -100,9 +106,13 @@ class NumpyBackend:
         np = self.np
         data = self._buf[: nbytes // 8]
         passes = max(2, math.ceil(self.target_bytes / nbytes))
-        view = np.lib.stride_tricks.as_strided(data, shape=(passes, data.size), strides=(0, 8), writeable=False)
+        view = np.lib.stride_tricks.as_strided(
+            data, shape=(passes, data.size), strides=(0, 8), writeable=False
+        )
         out = np.empty(passes, dtype=np.uint64)
-        np.bitwise_or.reduce(view[:1], axis=1, out=out[:1])  # warm: the set is in cache (if it fits)
+        np.bitwise_or.reduce(
+            view[:1], axis=1, out=out[:1]
+        )  # warm: the set is in cache (if it fits)
         t0 = time.perf_counter_ns()
         np.bitwise_or.reduce(view, axis=1, out=out)
         elapsed = time.perf_counter_ns() - t0
@@ -150,6 +160,8 @@ class CupyBackend:
         props = cupy.cuda.runtime.getDeviceProperties(cuda_index)
         self.device = f"{props['name'].decode()} (cuda:{cuda_index})"
         self._kernel = cupy.RawKernel(_CUDA_KERNEL, "stream_read")
+        if hasattr(self._kernel, "compile"):
+            self._kernel.compile()  # now, so that a missing NVRTC falls back to PyTorch (gpu_backend)
         self._buf = None
         self._out = cupy.zeros(1, dtype=cupy.float32)
 
@@ -192,6 +204,7 @@ class TorchBackend:
         self.torch = torch
         self.target_bytes = target_bytes
         self.dev = torch.device("cuda", cuda_index)
+        torch.cuda.set_device(self.dev)  # events record on the current device's stream
         props = torch.cuda.get_device_properties(self.dev)
         self.l2_bytes = int(getattr(props, "L2_cache_size", 0)) or None
         self.device = f"{props.name} (cuda:{cuda_index})"
@@ -268,7 +281,9 @@ def gpu_backend(cuda_index: int, prefer: str | None = None):
         except Exception as exc:  # installed but no working CUDA (driver, NVRTC, …)
             errors.append(f"{name}: {type(exc).__name__}: {exc}")
     raise AgentError(
-        "no GPU backend for the probe (" + "; ".join(errors) + "): install CuPy (pip install cupy-cuda12x) "
+        "no GPU backend for the probe ("
+        + "; ".join(errors)
+        + "): install CuPy (pip install cupy-cuda12x) "
         "or PyTorch, or run the CPU sweep with --cpu"
     )
 
@@ -276,14 +291,15 @@ def gpu_backend(cuda_index: int, prefer: str | None = None):
 # --- simulated GPU -----------------------------------------------------------------------------
 
 # From the published figures in DESIGN.md: product-name fragment -> (L2 bytes, peak DRAM GB/s).
+# L2 in MiB, as the CUDA driver and the simulator's profiles count it (an "L2 of 96 MB" is 96 MiB).
 # Also the fallback for a real GPU's L2 size when the CUDA driver cannot be asked.
 GPU_SPECS: tuple[tuple[str, int, float], ...] = (
-    ("L40S", 96 * 1000**2, 864.0),
-    ("RTX 4090", 72 * 1000**2, 1008.0),
-    ("A100", 40 * 1000**2, 2039.0),
-    ("H100 PCIe", 50 * 1000**2, 2039.0),
-    ("H100", 50 * 1000**2, 3352.0),
-    ("H200", 60 * 1000**2, 4800.0),
+    ("L40S", 96 << 20, 864.0),
+    ("RTX 4090", 72 << 20, 1008.0),
+    ("A100", 40 << 20, 2039.0),
+    ("H100 PCIe", 50 << 20, 2039.0),
+    ("H100", 50 << 20, 3352.0),
+    ("H200", 60 << 20, 4800.0),
 )
 
 
@@ -305,8 +321,10 @@ class SimulatedBackend:
     name = "simulated"
     target_bytes = 0
 
-    def __init__(self, model: str, l2_bytes: int | None = None, dram_gbps: float | None = None, seed: int = 0):
-        spec = spec_for(model) or (40 * 1000**2, 2000.0)
+    def __init__(
+        self, model: str, l2_bytes: int | None = None, dram_gbps: float | None = None, seed: int = 0
+    ):
+        spec = spec_for(model) or (40 << 20, 2000.0)
         self.l2_bytes = l2_bytes or spec[0]
         self.dram_gbps = 0.9 * (dram_gbps or spec[1])
         self.l2_gbps = max(3 * self.dram_gbps, 5000.0)

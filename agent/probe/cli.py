@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import click
 
 from gpuagent.errors import AgentError, NvmlUnavailable
+from gpuagent.gpu import GpuLost
 from gpuagent.probe.backends import (
     NumpyBackend,
     SimulatedBackend,
@@ -99,7 +100,9 @@ def probe_l2(opts: ProbeOptions) -> tuple[ProbeResult, object | None]:
 
 def probe_cpu(opts: ProbeOptions) -> ProbeResult:
     caches = cpu_caches()
-    reported = {f"L{c.level}" if c.type == "Unified" or c.level > 1 else "L1d": c.bytes for c in caches}
+    reported = {
+        f"L{c.level}" if c.type == "Unified" or c.level > 1 else "L1d": c.bytes for c in caches
+    }
     # From twice L1d (so the L2 plateau has points) to four times the last-level cache.
     first = 2 * caches[0].bytes if caches else 64 << 10
     last = 4 * caches[-1].bytes if caches else 64 * MIB
@@ -116,11 +119,19 @@ def probe_gpu(opts: ProbeOptions, session) -> ProbeResult:
     if not session.gpus:
         raise AgentError("NVML reports no GPU on this machine; use --cpu to probe the CPU's caches")
     if not 0 <= opts.gpu < len(session.gpus):
-        raise AgentError(f"--gpu {opts.gpu}: no such GPU (this machine has {len(session.gpus)}: 0-{len(session.gpus) - 1})")
+        raise AgentError(
+            f"--gpu {opts.gpu}: no such GPU (this machine has {len(session.gpus)}: 0-{len(session.gpus) - 1})"
+        )
     gpu = session.gpus[opts.gpu]
-    util = gpu.query(pynvml.nvmlDeviceGetUtilizationRates)
+    try:
+        util = gpu.query(pynvml.nvmlDeviceGetUtilizationRates)
+    except GpuLost as exc:
+        raise AgentError(f"{exc}: not probing it") from None
     if util is None:
-        log.warning("GPU %d: NVML reports no utilisation; cannot tell whether it is busy, probing anyway", gpu.index)
+        log.warning(
+            "GPU %d: NVML reports no utilisation; cannot tell whether it is busy, probing anyway",
+            gpu.index,
+        )
     elif util.gpu > opts.max_util:
         raise AgentError(
             f"GPU {gpu.index} ({gpu.name}) is busy: utilisation {util.gpu}% is above --max-util {opts.max_util:g}%; "
@@ -134,7 +145,11 @@ def probe_gpu(opts: ProbeOptions, session) -> ProbeResult:
     else:
         cuda_index = cuda_index_for(gpu.pci_bus_id)
         if cuda_index is None:
-            log.warning("GPU %d: cannot match its PCI bus id to a CUDA device; assuming CUDA index %d", gpu.index, gpu.index)
+            log.warning(
+                "GPU %d: cannot match its PCI bus id to a CUDA device; assuming CUDA index %d",
+                gpu.index,
+                gpu.index,
+            )
             cuda_index = gpu.index
         backend = gpu_backend(cuda_index)
         if backend.l2_bytes:
@@ -171,7 +186,9 @@ def _sizes(opts: ProbeOptions, default_min: int, default_max: int) -> list[int]:
     try:
         return working_set_sizes(lo, hi, opts.steps)
     except ValueError as exc:
-        raise AgentError(f"probe sizes: {exc} (--min-bytes {lo}, --max-bytes {hi}, --steps {opts.steps})") from None
+        raise AgentError(
+            f"probe sizes: {exc} (--min-bytes {lo}, --max-bytes {hi}, --steps {opts.steps})"
+        ) from None
 
 
 # --- output ------------------------------------------------------------------------------------
@@ -183,14 +200,22 @@ def render_table(result: ProbeResult, console=None) -> None:
 
     console = console or Console()
     # Each knee is marked on the first size at or above it.
-    knee_rows = {next((i for i, s in enumerate(result.sweep.sizes) if s >= k.bytes), -1): k for k in result.knees}
-    table = Table(title=f"{result.device}: bandwidth against working set ({result.method})", title_justify="left")
+    knee_rows = {
+        next((i for i, s in enumerate(result.sweep.sizes) if s >= k.bytes), -1): k
+        for k in result.knees
+    }
+    table = Table(
+        title=f"{result.device}: bandwidth against working set ({result.method})",
+        title_justify="left",
+    )
     table.add_column("working set", justify="right")
     table.add_column("GB/s", justify="right")
     table.add_column("spread", justify="right")
     table.add_column("", justify="left")
     top = max(result.sweep.bandwidth_gbps)
-    for i, (size, bw) in enumerate(zip(result.sweep.sizes, result.sweep.bandwidth_gbps, strict=True)):
+    for i, (size, bw) in enumerate(
+        zip(result.sweep.sizes, result.sweep.bandwidth_gbps, strict=True)
+    ):
         bar = "█" * max(1, round(30 * bw / top))
         mark = f"  ← knee {human_bytes(knee_rows[i].bytes)}" if i in knee_rows else ""
         table.add_row(human_bytes(size), f"{bw:,.1f}", f"{result.sweep.spread[i]:.0%}", bar + mark)
@@ -199,7 +224,9 @@ def render_table(result: ProbeResult, console=None) -> None:
     if reported:
         console.print(f"reported ({result.reported_source}): {reported}")
     if not result.knees:
-        console.print("no knee found: the whole sweep fits in one level (widen --min-bytes/--max-bytes)")
+        console.print(
+            "no knee found: the whole sweep fits in one level (widen --min-bytes/--max-bytes)"
+        )
     for k in result.knees:
         console.print(
             f"knee at {human_bytes(k.bytes)}: {k.bw_below_gbps:,.1f} GB/s below, "
@@ -213,7 +240,9 @@ def render_table(result: ProbeResult, console=None) -> None:
         )
 
 
-def send_points(result: ProbeResult, config_path: str | None, simulate: str | None, session, as_json: bool) -> int:
+def send_points(
+    result: ProbeResult, config_path: str | None, simulate: str | None, session, as_json: bool
+) -> int:
     """Write the gpu_l2_probe points through the configured sinks; returns how many."""
     from gpuagent.context import AgentContext
     from gpuagent.runtime import Options, _make_sinks, load
@@ -221,8 +250,16 @@ def send_points(result: ProbeResult, config_path: str | None, simulate: str | No
     options = Options(config_path=config_path, simulate=simulate)
     config, host = load(options)
     if as_json and not any(c.enabled for c in config.sinks.values()):
-        raise AgentError("--json --send: no sink is configured, so the points would go to stdout and break the JSON; configure a sink (--config) or drop --json")
-    context = AgentContext(hostname=config.hostname, global_tags=dict(config.agent.tags), state_dir=config.state_dir, config_path=config.path, nvml=session)
+        raise AgentError(
+            "--json --send: no sink is configured, so the points would go to stdout and break the JSON; configure a sink (--config) or drop --json"
+        )
+    context = AgentContext(
+        hostname=config.hostname,
+        global_tags=dict(config.agent.tags),
+        state_dir=config.state_dir,
+        config_path=config.path,
+        nvml=session,
+    )
     points = result.to_points(context.default_tags)
     # The sinks alone (not runtime.build): a probe needs no collector, and one that fails to start must not stop it.
     sinks = _make_sinks(config, host, context, options)
@@ -247,38 +284,109 @@ def probe() -> None:
 
 
 @probe.command("l2")
-@click.option("--gpu", "gpu_index", type=int, default=0, show_default=True, help="NVML index of the GPU to probe.")
-@click.option("--min-bytes", type=ByteSize(), default=None, help="Smallest working set (default 1MiB; CPU: 2 × L1d).")
-@click.option("--max-bytes", type=ByteSize(), default=None, help="Largest working set (default 4 × L2; CPU: 4 × last-level cache).")
-@click.option("--steps", type=click.IntRange(4, 200), default=DEFAULT_STEPS, show_default=True, help="Sizes, log-spaced.")
-@click.option("--rounds", type=click.IntRange(1, 100), default=7, show_default=True, help="Samples per size (median kept).")
-@click.option("--max-util", type=click.FloatRange(0, 100), default=DEFAULT_MAX_UTIL, show_default=True, help="Refuse a GPU busier than this (NVML utilisation, %).")
+@click.option(
+    "--gpu",
+    "gpu_index",
+    type=int,
+    default=0,
+    show_default=True,
+    help="NVML index of the GPU to probe.",
+)
+@click.option(
+    "--min-bytes",
+    type=ByteSize(),
+    default=None,
+    help="Smallest working set (default 1MiB; CPU: 2 × L1d).",
+)
+@click.option(
+    "--max-bytes",
+    type=ByteSize(),
+    default=None,
+    help="Largest working set (default 4 × L2; CPU: 4 × last-level cache).",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(4, 200),
+    default=DEFAULT_STEPS,
+    show_default=True,
+    help="Sizes, log-spaced.",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(1, 100),
+    default=7,
+    show_default=True,
+    help="Samples per size (median of the faster half kept).",
+)
+@click.option(
+    "--max-util",
+    type=click.FloatRange(0, 100),
+    default=DEFAULT_MAX_UTIL,
+    show_default=True,
+    help="Refuse a GPU busier than this (NVML utilisation, %).",
+)
 @click.option("--cpu", is_flag=True, help="Probe this CPU's caches with NumPy instead of a GPU.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
-@click.option("--send", is_flag=True, help="Write the result as gpu_l2_probe points through the configured sinks.")
-@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="Config file whose sinks --send uses.")
-@click.option("--simulate", metavar="SPEC", help="Use a simulated fleet (a modelled curve, not a measurement).")
-@click.option("--seed", type=int, default=0, help="Seed of the simulated curve's noise and of the sweep order.")
-def l2(gpu_index, min_bytes, max_bytes, steps, rounds, max_util, cpu, as_json, send, config_path, simulate, seed):
+@click.option(
+    "--send",
+    is_flag=True,
+    help="Write the result as gpu_l2_probe points through the configured sinks.",
+)
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="Config file whose sinks --send uses.",
+)
+@click.option(
+    "--simulate",
+    metavar="SPEC",
+    help="Use a simulated fleet (a modelled curve, not a measurement).",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    help="Seed of the simulated curve's noise and of the sweep order.",
+)
+def l2(
+    gpu_index,
+    min_bytes,
+    max_bytes,
+    steps,
+    rounds,
+    max_util,
+    cpu,
+    as_json,
+    send,
+    config_path,
+    simulate,
+    seed,
+):
     """Bandwidth against working-set size, from 1 MiB to 4 × L2: where the L2 stops helping."""
     if cpu and simulate:
         raise click.UsageError("--cpu and --simulate exclude each other")
-    opts = ProbeOptions(gpu_index, min_bytes, max_bytes, steps, rounds, max_util, cpu, simulate, seed)
+    opts = ProbeOptions(
+        gpu_index, min_bytes, max_bytes, steps, rounds, max_util, cpu, simulate, seed
+    )
+    if cpu and send:
+        raise AgentError("--send writes GPU results only; --cpu measures the CPU")
     result, session = probe_l2(opts)
     try:
-        sent = None
-        if send:
-            if not result.gpu_tags:
-                raise AgentError("--send writes GPU results only; this run measured the CPU (no GPU, or --cpu)")
-            sent = send_points(result, config_path, simulate, session, as_json)
+        if send and not result.gpu_tags:
+            raise AgentError(
+                "--send writes GPU results only; this run measured the CPU (no GPU, or --cpu)"
+            )
         if as_json:
             doc = result.as_json()
-            if sent is not None:
-                doc["points_sent"] = sent
+            if send:
+                doc["points_sent"] = send_points(result, config_path, simulate, session, as_json)
             click.echo(json.dumps(doc, indent=2))
         else:
-            render_table(result)
-            if sent is not None:
+            render_table(result)  # first: the operator sees the result even if sending fails
+            if send:
+                sent = send_points(result, config_path, simulate, session, as_json)
                 click.echo(f"sent {sent} gpu_l2_probe points", err=True)
     finally:
         if session is not None:

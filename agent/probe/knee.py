@@ -8,7 +8,8 @@ recurse on each side of an accepted knee to find the next level's knee
 (binary segmentation). Plateau levels are medians and the fit cost is the
 sum of absolute residuals, so one noisy point neither makes nor moves a
 knee. A knee is accepted only when its drop is both a real ratio
-(``min_ratio``) and well above the curve's own point-to-point noise.
+(``min_ratio``) and well above the point-to-point noise of the stretch of
+curve it was found in.
 
 The knee's position is where the curve crosses the geometric mean of the two
 plateau bandwidths (interpolated in log size): for a sharp step that is the
@@ -71,13 +72,24 @@ def _fit_one(x: list[float], y: list[float], lo: int, hi: int):
     return best
 
 
-def _crossing(x: list[float], y: list[float], a: int, b: int, high: float, low: float) -> float:
-    """log2 size where the curve first falls through the plateaus' midpoint between a and b."""
+def _crossing(
+    x: list[float], y: list[float], lo: int, hi: int, a: int, b: int, high: float, low: float
+) -> float:
+    """log2 size where the curve falls through the plateaus' midpoint level.
+
+    Searched over the whole fitted range (noise can put the last fast point
+    below the midpoint already); of several crossings, the one nearest the
+    middle of the fitted ramp.
+    """
     mid = (high + low) / 2
-    for i in range(a, b):
+    centre = (x[a] + x[b]) / 2
+    best = None
+    for i in range(lo, hi):
         if y[i] >= mid > y[i + 1]:
-            return x[i] + (x[i + 1] - x[i]) * (y[i] - mid) / (y[i] - y[i + 1])
-    return (x[a] + x[b]) / 2
+            cross = x[i] + (x[i + 1] - x[i]) * (y[i] - mid) / (y[i] - y[i + 1])
+            if best is None or abs(cross - centre) < abs(best - centre):
+                best = cross
+    return centre if best is None else best
 
 
 def find_knees(
@@ -95,7 +107,7 @@ def find_knees(
         raise ValueError("sizes must be strictly increasing")
     x = [math.log2(s) for s in sizes]
     y = [math.log(b) for b in bandwidths]
-    threshold = max(math.log(min_ratio), NOISE_SIGMAS * noise_sigma(y))
+    floor = math.log(min_ratio)
     found: list[tuple[int, int, float]] = []  # (a, b, log2 knee)
 
     def split(lo: int, hi: int) -> None:
@@ -105,9 +117,11 @@ def find_knees(
         if fit is None:
             return
         _, a, b, high, low = fit
-        if high - low < threshold:
+        # Noise measured on this stretch only: DRAM samples on a busy machine are far noisier
+        # than cache samples, and must not drown a small cache knee elsewhere on the curve.
+        if high - low < max(floor, NOISE_SIGMAS * noise_sigma(y[lo : hi + 1])):
             return
-        found.append((a, b, _crossing(x, y, a, b, high, low)))
+        found.append((a, b, _crossing(x, y, lo, hi, a, b, high, low)))
         split(lo, a)
         split(b, hi)
 

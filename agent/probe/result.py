@@ -23,7 +23,9 @@ class ProbeResult:
     knees: list[Knee]
     started_ns: int
     gpu_tags: dict[str, str] = field(default_factory=dict)  # empty for a CPU run
-    reported_cache_bytes: dict[str, int] = field(default_factory=dict)  # {"L2": …} or {"L2": …, "L3": …}
+    reported_cache_bytes: dict[str, int] = field(
+        default_factory=dict
+    )  # {"L2": …} or {"L2": …, "L3": …}
     reported_source: str = ""  # where reported_cache_bytes came from
 
     @property
@@ -35,7 +37,11 @@ class ProbeResult:
         knee = self.knee
         gpu = None
         if self.gpu_tags:
-            gpu = {"index": int(self.gpu_tags["gpu"]), "uuid": self.gpu_tags.get("uuid"), "model": self.gpu_tags.get("model")}
+            gpu = {
+                "index": int(self.gpu_tags["gpu"]),
+                "uuid": self.gpu_tags.get("uuid"),
+                "model": self.gpu_tags.get("model"),
+            }
         return {
             "device": self.device,
             "method": self.method,
@@ -86,7 +92,9 @@ class ProbeResult:
             tags=self.gpu_tags,
             time_ns=t0,
         )
-        for i, (size, bw) in enumerate(zip(self.sweep.sizes, self.sweep.bandwidth_gbps, strict=True)):
+        for i, (size, bw) in enumerate(
+            zip(self.sweep.sizes, self.sweep.bandwidth_gbps, strict=True)
+        ):
             acc.add_fields(
                 MEASUREMENT,
                 {"working_set_bytes": size, "bandwidth_gbps": bw, "step": i},

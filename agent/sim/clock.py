@@ -7,12 +7,22 @@ import time
 
 
 class MonotonicClock:
-    """Real time (time.monotonic); what `--simulate` uses."""
+    """Real time (time.monotonic); what `--simulate` uses.
+
+    Time advances in ticks of ``resolution`` seconds (NVML's own readings
+    refresh on a similar period), so the readings of one collection cycle come
+    from one evaluation of the load model per GPU.
+    """
 
     manual = False
 
+    def __init__(self, resolution: float = 0.02):
+        self.resolution = resolution
+
     def now(self) -> float:
-        return time.monotonic()
+        r = self.resolution
+        t = time.monotonic()
+        return (t // r) * r if r > 0 else t
 
     def sleep(self, seconds: float) -> None:
         if seconds > 0:

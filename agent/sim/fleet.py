@@ -75,10 +75,10 @@ def parse_spec(spec: str) -> list[FleetItem]:
             for text in fault_texts:
                 faults.extend([parse_fault(text, offset=index, count=count)])
         except AgentError as exc:
-            raise AgentError(
-                f"bad simulator SPEC item {item!r}: {exc} (SPEC is NAME[:COUNT][@FAULT...],...; "
-                f"profiles: {', '.join(BUILTIN_NAMES)} or a profile JSON path)"
-            ) from None
+            hint = "" if "known" in str(exc) else (
+                f" (SPEC is NAME[:COUNT][@FAULT...],...; known profiles: {', '.join(BUILTIN_NAMES)} or a profile JSON path)"
+            )
+            raise AgentError(f"bad simulator SPEC item {item!r}: {exc}{hint}") from None
         items.append(FleetItem(name, profile, count, index, faults))
         index += count
         if index > MAX_GPUS:

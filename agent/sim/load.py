@@ -221,7 +221,7 @@ class LoadModel:
         util_s = a.util_s + (a.util + util) * 0.5 * f * STEP_S
         mem_util_s = a.mem_util_s + (a.mem_util + mem_util) * 0.5 * f * STEP_S
         temp = a.temp_c + (b.temp_c - a.temp_c) * f
-        capped = demand > self.limit_w
+        capped = demand > self.limit_w and power >= self.limit_w * 0.98  # held at the cap
         active = util >= 5.0
         reasons = 0
         mx, idle = self.max_clk, self.idle_clk

@@ -189,6 +189,7 @@ class SimDevice:
         self.pcie_replays = 0
         self._state_t: float | None = None
         self._state: LoadState | None = None
+        self._lock = threading.Lock()
         self.fixed = self._fixed_answers()
         # MIG
         self.gpu_instances: list[SimGpuInstance] = []
@@ -246,12 +247,17 @@ class SimDevice:
         return out
 
     def state(self) -> LoadState:
-        """The load model at the current clock tick (evaluated at most once per tick)."""
-        t = self.machine.now()
-        if t != self._state_t:
-            self._state = self.model.state(t)
-            self._state_t = t
-        return self._state  # type: ignore[return-value]
+        """The load model at the current clock tick (evaluated at most once per tick).
+
+        The clock is read under the lock, so collector threads see time move
+        forward in the order they evaluate (the model steps forward, never replays).
+        """
+        with self._lock:
+            t = self.machine.now()
+            if t != self._state_t:
+                self._state = self.model.state(t)
+                self._state_t = t
+            return self._state  # type: ignore[return-value]
 
     def processes(self, gi_id: int | None = None) -> list[tuple[int, int, int, int]]:
         """(pid, used bytes, gi id, ci id) of the compute processes on this GPU (or one MIG instance)."""
@@ -375,6 +381,15 @@ class SimMachine:
             self.forced.pop((symbol, gpu), None)
         else:
             self.forced[(symbol, gpu)] = code
+
+    def add_ecc_errors(self, gpu: int, corrected: int = 0, uncorrected: int = 0) -> None:
+        """Raise GPU ``gpu``'s volatile/aggregate ECC counters (uncorrected ones also count as remapped rows)."""
+        dev = self._gpu(gpu)
+        dev.ecc_counts["corrected"] += int(corrected)
+        dev.ecc_counts["uncorrected"] += int(uncorrected)
+
+    def add_pcie_replays(self, gpu: int, count: int) -> None:
+        self._gpu(gpu).pcie_replays += int(count)
 
     def clear_forced(self) -> None:
         self.forced.clear()

@@ -46,7 +46,7 @@ NOT_SUPPORTED, as the real card does when nvidia-smi shows "N/A".
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -73,7 +73,7 @@ def builtin_names() -> tuple[str, ...]:
     return BUILTIN_NAMES
 
 
-@lru_cache(maxsize=None)
+@cache
 def _builtin_text(name: str) -> str:
     return resources.files("gpuagent.sim").joinpath("profiles", f"{name}.json").read_text()
 

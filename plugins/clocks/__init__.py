@@ -11,7 +11,7 @@ from __future__ import annotations
 import pynvml
 
 import gpuagent
-from gpuagent.nvml_read import Field, FieldReader, poll, valid
+from gpuagent.nvml_read import Field, FieldReader, poll, poll_first, valid
 
 # (clock type, field stem) for nvmlDeviceGetClockInfo / nvmlDeviceGetMaxClockInfo.
 CLOCKS = (
@@ -40,8 +40,12 @@ REASON_TIME_FIELDS = FieldReader(
     {
         "sw_power_cap_time_ns": Field(pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP),
         "sync_boost_time_ns": Field(pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST),
-        "sw_thermal_slowdown_time_ns": Field(pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN),
-        "hw_thermal_slowdown_time_ns": Field(pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN),
+        "sw_thermal_slowdown_time_ns": Field(
+            pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN
+        ),
+        "hw_thermal_slowdown_time_ns": Field(
+            pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN
+        ),
         "hw_power_brake_slowdown_time_ns": Field(
             pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN
         ),
@@ -50,27 +54,37 @@ REASON_TIME_FIELDS = FieldReader(
 
 PSTATE_UNKNOWN = pynvml.NVML_PSTATE_UNKNOWN
 
+# Newest spelling first; the deprecated ones leave pynvml with CUDA 14.
+SUPPORTED_REASONS_CALLS = (
+    "nvmlDeviceGetSupportedClocksEventReasons",
+    "nvmlDeviceGetSupportedClocksThrottleReasons",
+)
+CURRENT_REASONS_CALLS = (
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
+)
+APPLICATIONS_CLOCK_CALLS = ("nvmlDeviceGetApplicationsClock",)
+
 
 def max_clock_mhz(gpu: gpuagent.Gpu, clock_type: int) -> int | None:
     """The card's max clock (static; shared with the memory collector's peak bandwidth)."""
-    return valid(gpu.static(f"max_clock.{clock_type}", pynvml.nvmlDeviceGetMaxClockInfo, clock_type), zero=False)
+    return valid(
+        gpu.static(f"max_clock.{clock_type}", pynvml.nvmlDeviceGetMaxClockInfo, clock_type),
+        zero=False,
+    )
 
 
 def supported_reasons(gpu: gpuagent.Gpu) -> int | None:
     """The reasons mask the card can report (static). None: the card reports no reasons."""
-    mask = gpu.static("clock_event_reasons.supported", pynvml.nvmlDeviceGetSupportedClocksEventReasons)
-    if mask is None:  # drivers before the "event" names (< 535) only have the throttle spelling
-        mask = gpu.static(
-            "clock_event_reasons.supported_legacy", pynvml.nvmlDeviceGetSupportedClocksThrottleReasons
-        )
-    return valid(mask)
+    # Drivers before r535 only have the "throttle" spelling.
+    return gpu.remember(
+        "clock_event_reasons.supported",
+        lambda: valid(poll_first(gpu, SUPPORTED_REASONS_CALLS)),
+    )
 
 
 def current_reasons(gpu: gpuagent.Gpu) -> int | None:
-    mask = poll(gpu, pynvml.nvmlDeviceGetCurrentClocksEventReasons)
-    if mask is None:
-        mask = poll(gpu, pynvml.nvmlDeviceGetCurrentClocksThrottleReasons)
-    return valid(mask)
+    return valid(poll_first(gpu, CURRENT_REASONS_CALLS))
 
 
 class ClocksCollector(gpuagent.Collector):
@@ -81,12 +95,14 @@ class ClocksCollector(gpuagent.Collector):
         fields: dict[str, int | float | bool | None] = {}
         for clock_type, stem in CLOCKS:
             # 0 MHz is NVML's "not available" (e.g. on a MIG-enabled GPU), not a reading.
-            fields[f"{stem}_clock_mhz"] = valid(poll(gpu, pynvml.nvmlDeviceGetClockInfo, clock_type), zero=False)
+            fields[f"{stem}_clock_mhz"] = valid(
+                poll(gpu, pynvml.nvmlDeviceGetClockInfo, clock_type), zero=False
+            )
         for clock_type, stem in CLOCKS:
             fields[f"max_{stem}_clock_mhz"] = max_clock_mhz(gpu, clock_type)
         for clock_type, stem in APPLICATIONS_CLOCKS:
             fields[f"applications_{stem}_clock_mhz"] = valid(
-                poll(gpu, pynvml.nvmlDeviceGetApplicationsClock, clock_type), zero=False
+                poll_first(gpu, APPLICATIONS_CLOCK_CALLS, clock_type), zero=False
             )
         pstate = poll(gpu, pynvml.nvmlDeviceGetPerformanceState)
         fields["pstate"] = None if pstate is None or pstate == PSTATE_UNKNOWN else valid(pstate)

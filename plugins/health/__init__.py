@@ -77,7 +77,9 @@ class XidWatcher:
     """Waits on an NVML event set for critical XID errors, in its own thread.
 
     Each wait is short (``poll_s``) so that ``stop()`` returns promptly.
-    Events queue up until the collector drains them on its next run.
+    Events queue up until the collector drains them on its next run; the
+    drain first takes any event still waiting in the set, so an XID that
+    happened before a run is in that run whatever the thread was doing.
     """
 
     def __init__(self, gpus: list[Gpu], poll_s: float = 0.5):
@@ -153,6 +155,8 @@ class XidWatcher:
     def poll(self) -> None:
         """Take every event already waiting, without blocking (so none waits for the thread's next turn)."""
         with self._lock:
+            if self._event_set is None:
+                return
             for _ in range(1000):
                 try:
                     data = pynvml.nvmlEventSetWait_v2(self._event_set, 0)
@@ -209,12 +213,13 @@ class XidWatcher:
         self._free()
 
     def _free(self) -> None:
-        if self._event_set is not None:
-            try:
-                pynvml.nvmlEventSetFree(self._event_set)
-            except pynvml.NVMLError:
-                pass
-            self._event_set = None
+        with self._lock:
+            if self._event_set is not None:
+                try:
+                    pynvml.nvmlEventSetFree(self._event_set)
+                except pynvml.NVMLError:
+                    pass
+                self._event_set = None
 
 
 class GpuLostError(RuntimeError):

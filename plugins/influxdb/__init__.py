@@ -10,6 +10,7 @@ import base64
 import gzip
 import logging
 import os
+import sqlite3
 import stat
 import urllib.parse
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ from pydantic import BeforeValidator, Field, SecretStr, model_validator
 import gpuagent
 from gpuagent.delivery import Delivery, Outcome, Result, classify_http
 from gpuagent.durations import Duration, parse_duration
-from gpuagent.errors import ConfigError
+from gpuagent.errors import AgentError, ConfigError
 from gpuagent.metric import Point
 from gpuagent.spool import ByteSize, Spool
 
@@ -236,7 +237,15 @@ class InfluxDBSink(gpuagent.Sink):
         if c.token is not None or c.password is not None:
             check_secret_file_permissions(self.context.config_path, secrets, self.log)
         transport = _V1Transport(c, token) if c.api == "v1" else _V2Transport(c, token)
-        spool = Spool(Path(self.context.state_dir) / "spool" / self.name, c.max_spool_bytes)
+        spool_dir = Path(self.context.state_dir) / "spool" / self.name
+        try:
+            spool = Spool(spool_dir, c.max_spool_bytes)
+        except (OSError, sqlite3.Error) as exc:
+            transport.close()
+            raise AgentError(
+                f"sinks.influxdb: cannot open the spool in {spool_dir}: {exc} "
+                "(set [agent] state_dir to a writable directory)"
+            ) from None
         self.delivery = Delivery(
             self.name,
             transport,

@@ -63,14 +63,21 @@ def static_fields(gpu: gpuagent.Gpu, use_cuda: bool) -> dict[str, Any]:
             fields["bus_width_bits"] = spec.bus_width_bits
 
         max_mem_clock = valid(
-            gpu.static(f"max_clock.{pynvml.NVML_CLOCK_MEM}", pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_MEM),
+            gpu.static(
+                f"max_clock.{pynvml.NVML_CLOCK_MEM}",
+                pynvml.nvmlDeviceGetMaxClockInfo,
+                pynvml.NVML_CLOCK_MEM,
+            ),
             zero=False,
         )
         peak = peak_dram_gbps(nvml_bus_width, max_mem_clock)
         if peak is not None:
             fields["dram_peak_gbps"], fields["dram_peak_source"] = round(peak, 3), "nvml"
         elif spec is not None:
-            fields["dram_peak_gbps"], fields["dram_peak_source"] = float(spec.peak_dram_gbps), "spec"
+            fields["dram_peak_gbps"], fields["dram_peak_source"] = (
+                float(spec.peak_dram_gbps),
+                "spec",
+            )
 
         l2 = cuda_attrs.l2_cache_bytes(gpu.pci_bus_id) if use_cuda else None
         if l2 is not None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import pynvml
 
 import gpuagent
-from gpuagent.gpu import Gpu, as_str
+from gpuagent.gpu import Gpu, GpuLost, as_str
 from gpuagent.plugins.mig.gpm import GpmSamplers, gpm_supported
 
 # GPM metrics read per GPU instance: field name -> metric id (all percentages).
@@ -19,8 +20,6 @@ GPM_FIELDS = {
     "tensor_util_pct": pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
     "dram_bw_util_pct": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
 }
-
-MIB = 1024 * 1024
 
 
 def on_handle(fn):
@@ -60,47 +59,76 @@ class MigCollector(gpuagent.Collector):
     name = "mig"
     requires_gpus = True
 
+    class Config(gpuagent.CollectorConfig):
+        # GPM utilisation per GPU instance (Hopper and newer).
+        gpm: bool = True
+        # GPM reports between two samples: the first run takes one, waits this long, takes the next.
+        gpm_warmup: gpuagent.Duration = 0.1
+
     def __init__(self, config, context):
         super().__init__(config, context)
         self._gpm = GpmSamplers()
 
     def collect(self, acc: gpuagent.Accumulator) -> None:
-        super().collect(acc)
-        live = {g.uuid for g in self.gpus}
-        self._gpm.forget(lambda uuid, _gi: uuid in live)
+        states = []
+        for gpu in self.gpus:
+            try:
+                state = self._read_gpu(gpu)
+            except GpuLost:
+                continue
+            if state is not None:
+                states.append((gpu, state))
+        self._prime_gpm(states)
+        for gpu, state in states:
+            try:
+                self._emit(acc, gpu, state)
+            except GpuLost:
+                continue
+        live = {(gpu.uuid, gi) for gpu, state in states for gi in state["gpm_instances"]}
+        self._gpm.forget(lambda uuid, gi: (uuid, gi) in live)
 
-    def collect_gpu(self, acc: gpuagent.Accumulator, gpu: Gpu) -> None:
+    def _read_gpu(self, gpu: Gpu) -> dict[str, Any] | None:
         modes = gpu.query(pynvml.nvmlDeviceGetMigMode)
         if modes is None:
-            return  # not MIG-capable
+            return None  # not MIG-capable
         current, pending = (int(m) == pynvml.NVML_DEVICE_MIG_ENABLE for m in modes)
         max_devices = gpu.static("max_mig_device_count", pynvml.nvmlDeviceGetMaxMigDeviceCount)
         devices = self._mig_devices(gpu, max_devices or 0) if current else []
-        acc.add_fields(
-            "gpu_mig",
-            {
+        gpm = bool(devices) and self.config.gpm and gpm_supported(gpu)
+        return {
+            "fields": {
                 "mig_mode_current": current,
                 "mig_mode_pending": pending,
                 "max_mig_devices": max_devices,
-                "mig_devices": len(devices) if current else 0,
+                "mig_devices": len(devices),
             },
-            tags=gpu.tags,
-        )
-        if not devices:
-            return
-        gpm = gpm_supported(gpu)
-        seen_gi: dict[int, dict[str, float]] = {}
-        for device in devices:
-            fields = device["fields"]
-            gi_id = device["gi_id"]
-            if gpm and gi_id is not None:
-                if gi_id not in seen_gi:
-                    values = self._gpm.read(gpu, GPM_FIELDS.values(), gpu_instance_id=gi_id)
-                    seen_gi[gi_id] = {name: values.get(mid) for name, mid in GPM_FIELDS.items()}
-                fields.update(seen_gi[gi_id])
+            "devices": devices,
+            "gpm_instances": sorted({d["gi_id"] for d in devices if d["gi_id"] is not None}) if gpm else [],
+        }
+
+    def _prime_gpm(self, states: list[tuple[Gpu, dict[str, Any]]]) -> None:
+        """Take the earlier GPM sample of every new GPU instance, then wait once for all of them."""
+        primed = False
+        for gpu, state in states:
+            for gi_id in state["gpm_instances"]:
+                if not self._gpm.has(gpu, gi_id):
+                    try:
+                        self._gpm.read(gpu, (), gpu_instance_id=gi_id)
+                    except GpuLost:
+                        break
+                    primed = True
+        if primed:
+            time.sleep(self.config.gpm_warmup)
+
+    def _emit(self, acc: gpuagent.Accumulator, gpu: Gpu, state: dict[str, Any]) -> None:
+        acc.add_fields("gpu_mig", state["fields"], tags=gpu.tags)
+        utilisation: dict[int, dict[str, float | None]] = {}
+        for gi_id in state["gpm_instances"]:
+            values = self._gpm.read(gpu, GPM_FIELDS.values(), gpu_instance_id=gi_id)
+            utilisation[gi_id] = {name: values.get(metric) for name, metric in GPM_FIELDS.items()}
+        for device in state["devices"]:
+            fields = {**device["fields"], **utilisation.get(device["gi_id"], {})}
             acc.add_fields("gpu_mig", fields, tags={**gpu.tags, **device["tags"]})
-        active_gi = set(seen_gi)
-        self._gpm.forget(lambda uuid, gi: uuid != gpu.uuid or gi is None or gi in active_gi)
 
     def _mig_devices(self, gpu: Gpu, max_devices: int) -> list[dict[str, Any]]:
         devices = []

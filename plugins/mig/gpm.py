@@ -38,6 +38,11 @@ class GpmSampler:
         self._current: Any = None
         self._have_previous = False
 
+    @property
+    def primed(self) -> bool:
+        """Holds an earlier sample: the next read returns metrics."""
+        return self._have_previous
+
     def _take(self, sample: Any) -> Any:
         if self.gpu_instance_id is None:
             return self.gpu.query(pynvml.nvmlGpmSampleGet, sample)
@@ -47,12 +52,18 @@ class GpmSampler:
         """Metric id -> value over the interval since the last read ({} on the first read).
 
         Raises GpuLost when the GPU is lost; metrics NVML refuses are left out.
+        ``metric_ids`` may be empty: that only takes the earlier sample (priming).
         """
         metric_ids = list(metric_ids)
-        if self._current is None:
-            self._previous = pynvml.nvmlGpmSampleAlloc()
-            self._current = pynvml.nvmlGpmSampleAlloc()
-        if self._take(self._current) is None:
+        try:
+            if self._current is None:
+                self._previous = pynvml.nvmlGpmSampleAlloc()
+                self._current = pynvml.nvmlGpmSampleAlloc()
+            taken = self._take(self._current)
+        except pynvml.NVMLError as exc:  # allocation or sampling refused: no GPM this time
+            log.debug("GPU %d: GPM sample unavailable: %s", self.gpu.index, exc)
+            taken = None
+        if taken is None:
             self._have_previous = False
             return {}
         values: dict[int, float] = {}
@@ -97,6 +108,11 @@ class GpmSamplers:
 
     def __init__(self) -> None:
         self._samplers: dict[tuple[str, int | None], GpmSampler] = {}
+
+    def has(self, gpu: Gpu, gpu_instance_id: int | None = None) -> bool:
+        """Whether this source already holds an earlier sample (so a read now returns metrics)."""
+        sampler = self._samplers.get((gpu.uuid, gpu_instance_id))
+        return sampler is not None and sampler.primed
 
     def read(self, gpu: Gpu, metric_ids: Iterable[int], gpu_instance_id: int | None = None) -> dict[int, float]:
         key = (gpu.uuid, gpu_instance_id)

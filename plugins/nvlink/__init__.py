@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pynvml
 
 import gpuagent
-from gpuagent.gpu import Gpu, as_str
+from gpuagent.gpu import Gpu, GpuLost, as_str
 from gpuagent.plugins.mig.gpm import GpmSamplers, gpm_supported
 
 MIB = 1024 * 1024
@@ -25,6 +27,9 @@ REMOTE_TYPES = {
     pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH: "switch",
     pynvml.NVML_NVLINK_DEVICE_TYPE_UNKNOWN: "unknown",
 }
+
+# nvmlDeviceGetNvLinkVersion answers an enum, not the NVLink generation (6 is NVLink 4.0).
+VERSION_NAMES = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0", 8: "6.0"}
 
 # GPM per-link metric ids: link N receive is L0_RX + 2N, transmit one more (links 0..17).
 GPM_LINKS = 18
@@ -51,7 +56,7 @@ def card_links(gpu: Gpu) -> list[int]:
                 break
             if state is None:
                 if link == 0:
-                    break  # no NVLink (or not under MIG)
+                    break  # no NVLink, or NVLink queries refused (as under MIG)
                 continue
             links.append(link)
         return links
@@ -65,16 +70,41 @@ class NvlinkCollector(gpuagent.Collector):
     name = "nvlink"
     requires_gpus = True
 
+    class Config(gpuagent.CollectorConfig):
+        # RX/TX throughput from GPM (Hopper and newer).
+        gpm: bool = True
+        # GPM reports between two samples: the first run takes one, waits this long, takes the next.
+        gpm_warmup: gpuagent.Duration = 0.1
+
     def __init__(self, config, context):
         super().__init__(config, context)
         self._gpm = GpmSamplers()
+
+    def _uses_gpm(self, gpu: Gpu) -> bool:
+        return self.config.gpm and bool(card_links(gpu)) and gpm_supported(gpu)
+
+    def collect(self, acc: gpuagent.Accumulator) -> None:
+        # On the first run take the earlier GPM sample of every GPU, wait once for all, then collect.
+        primed = False
+        for gpu in self.gpus:
+            try:
+                if not self._gpm.has(gpu) and self._uses_gpm(gpu):
+                    self._gpm.read(gpu, ())
+                    primed = True
+            except GpuLost:
+                continue
+        if primed:
+            time.sleep(self.config.gpm_warmup)
+        super().collect(acc)
+        live = {gpu.uuid for gpu in self.gpus}
+        self._gpm.forget(lambda uuid, _gi: uuid in live)  # free the samples of lost GPUs
 
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: Gpu) -> None:
         links = card_links(gpu)
         if not links:
             return
         throughput: dict[int, float] = {}
-        if gpm_supported(gpu):
+        if self._uses_gpm(gpu):
             ids = list(GPM_TOTAL.values())
             for link in links:
                 if link < GPM_LINKS:
@@ -88,16 +118,9 @@ class NvlinkCollector(gpuagent.Collector):
             is_active = state == pynvml.NVML_FEATURE_ENABLED
             active += is_active
             fields: dict[str, object] = {"active": is_active, "state": "active" if is_active else "inactive"}
-            fields["version"] = gpu.query(pynvml.nvmlDeviceGetNvLinkVersion, link)
-            remote = gpu.query(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, link)
-            if remote is not None:
-                fields["remote_pci_bus_id"] = as_str(remote.busId)
-            remote_type = gpu.query(pynvml.nvmlDeviceGetNvLinkRemoteDeviceType, link)
-            if remote_type is not None:
-                fields["remote_device_type"] = REMOTE_TYPES.get(remote_type, "unknown")
-            for field, cap in CAPABILITIES.items():
-                value = gpu.query(pynvml.nvmlDeviceGetNvLinkCapability, link, cap)
-                fields[field] = bool(value) if value is not None else None
+            if is_active:
+                # Version, far end and capabilities hold while the link stays up: read once.
+                fields.update(gpu.remember(f"nvlink_link:{link}", lambda link=link: self._link_facts(gpu, link)))
             if link < GPM_LINKS:
                 rx_id, tx_id = gpm_link_metrics(link)
                 fields["rx_bytes_per_sec"] = _bytes(throughput.get(rx_id))
@@ -107,6 +130,21 @@ class NvlinkCollector(gpuagent.Collector):
         for field, metric in GPM_TOTAL.items():
             summary[field] = _bytes(throughput.get(metric))
         acc.add_fields("gpu_nvlink", summary, tags=gpu.tags)
+
+    @staticmethod
+    def _link_facts(gpu: Gpu, link: int) -> dict[str, object]:
+        version = gpu.query(pynvml.nvmlDeviceGetNvLinkVersion, link)
+        facts: dict[str, object] = {"version": version, "version_name": VERSION_NAMES.get(version)}
+        remote = gpu.query(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, link)
+        if remote is not None:
+            facts["remote_pci_bus_id"] = as_str(remote.busId)
+        remote_type = gpu.query(pynvml.nvmlDeviceGetNvLinkRemoteDeviceType, link)
+        if remote_type is not None:
+            facts["remote_device_type"] = REMOTE_TYPES.get(remote_type, "unknown")
+        for field, cap in CAPABILITIES.items():
+            value = gpu.query(pynvml.nvmlDeviceGetNvLinkCapability, link, cap)
+            facts[field] = bool(value) if value is not None else None
+        return facts
 
     def close(self) -> None:
         self._gpm.close()

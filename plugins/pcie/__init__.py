@@ -19,9 +19,11 @@ KIB = 1024
 
 FIELDS = FieldReader(
     {
-        "replays_total": Field(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, pynvml.nvmlDeviceGetPcieReplayCounter),
+        "replays_total": Field(
+            pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, pynvml.nvmlDeviceGetPcieReplayCounter
+        ),
         "replay_rollovers_total": Field(pynvml.NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER),
-        # Byte counters (Hopper and newer): exact and free of the 20 ms sampling.
+        # Byte counters (recent drivers): exact, and free of the 20 ms sampling.
         "tx_bytes_total": Field(pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
         "rx_bytes_total": Field(pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES),
     }
@@ -48,8 +50,12 @@ class PcieCollector(gpuagent.Collector):
         fields: dict[str, int | None] = {
             "link_gen": link_value(poll(gpu, pynvml.nvmlDeviceGetCurrPcieLinkGeneration)),
             "link_width": link_value(poll(gpu, pynvml.nvmlDeviceGetCurrPcieLinkWidth)),
-            "max_link_gen": link_value(gpu.static("pcie.max_gen", pynvml.nvmlDeviceGetMaxPcieLinkGeneration)),
-            "max_link_width": link_value(gpu.static("pcie.max_width", pynvml.nvmlDeviceGetMaxPcieLinkWidth)),
+            "max_link_gen": link_value(
+                gpu.static("pcie.max_gen", pynvml.nvmlDeviceGetMaxPcieLinkGeneration)
+            ),
+            "max_link_width": link_value(
+                gpu.static("pcie.max_width", pynvml.nvmlDeviceGetMaxPcieLinkWidth)
+            ),
         }
         if self.config.throughput:
             for counter, name in (

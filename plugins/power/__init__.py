@@ -12,7 +12,7 @@ from __future__ import annotations
 import pynvml
 
 import gpuagent
-from gpuagent.nvml_read import Field, FieldReader, poll, valid
+from gpuagent.nvml_read import Field, FieldReader, poll, poll_first, valid
 
 FIELDS = FieldReader(
     {
@@ -37,12 +37,18 @@ def watts(milliwatts: int | None) -> float | None:
     return None if milliwatts is None else milliwatts / 1000.0
 
 
+# Newest spelling first: nvmlDeviceGetTemperature leaves pynvml with CUDA 14.
+TEMPERATURE_CALLS = ("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature")
+
+
 def static_fields(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
     """Facts that do not change while the driver is loaded, read once per GPU."""
 
     def read() -> dict[str, float | int | None]:
         fields: dict[str, float | int | None] = {
-            "default_power_limit_w": watts(gpu.query(pynvml.nvmlDeviceGetPowerManagementDefaultLimit)),
+            "default_power_limit_w": watts(
+                gpu.query(pynvml.nvmlDeviceGetPowerManagementDefaultLimit)
+            ),
         }
         constraints = gpu.query(pynvml.nvmlDeviceGetPowerManagementLimitConstraints)
         if constraints is not None:
@@ -50,7 +56,9 @@ def static_fields(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
             fields["max_power_limit_w"] = watts(constraints[1])
         for threshold, name in THRESHOLDS:
             # 0 degC is NVML's "no such threshold on this card", not a threshold.
-            fields[name] = valid(gpu.query(pynvml.nvmlDeviceGetTemperatureThreshold, threshold), zero=False)
+            fields[name] = valid(
+                gpu.query(pynvml.nvmlDeviceGetTemperatureThreshold, threshold), zero=False
+            )
         return fields
 
     return gpu.remember("power.static", read)
@@ -65,7 +73,7 @@ class PowerCollector(gpuagent.Collector):
             "power_w": watts(poll(gpu, pynvml.nvmlDeviceGetPowerUsage)),
             "power_limit_w": watts(poll(gpu, pynvml.nvmlDeviceGetPowerManagementLimit)),
             "enforced_power_limit_w": watts(poll(gpu, pynvml.nvmlDeviceGetEnforcedPowerLimit)),
-            "temperature_c": valid(poll(gpu, pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)),
+            "temperature_c": valid(poll_first(gpu, TEMPERATURE_CALLS, pynvml.NVML_TEMPERATURE_GPU)),
             "fan_speed_pct": valid(poll(gpu, pynvml.nvmlDeviceGetFanSpeed)),
         }
         fields.update(static_fields(gpu))

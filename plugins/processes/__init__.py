@@ -51,30 +51,33 @@ class ProcessesCollector(gpuagent.Collector):
     Config = ProcessesConfig
 
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
-        # pid -> (kinds, used bytes, gi, ci); a process can be both compute and graphics.
-        found: dict[int, dict[str, Any]] = {}
+        # (pid, gi, ci) -> kinds and used bytes. A process can be both compute and graphics;
+        # on a MIG GPU the parent's list holds every instance's processes, each with its gi/ci.
+        found: dict[tuple[int, int | None, int | None], dict[str, Any]] = {}
         for fn, kind in KINDS:
             if kind == "G" and not self.config.graphics:
                 continue
             for proc in poll(gpu, fn) or ():
-                entry = found.setdefault(
-                    proc.pid, {"kinds": [], "used": None, "gi": None, "ci": None}
-                )
-                entry["kinds"].append(kind)
+                # 0xFFFFFFFF instance ids: not on a MIG instance.
+                key = (proc.pid, valid(proc.gpuInstanceId), valid(proc.computeInstanceId))
+                entry = found.setdefault(key, {"kinds": [], "used": None})
+                if kind not in entry["kinds"]:
+                    entry["kinds"].append(kind)
                 used = valid(proc.usedGpuMemory)  # None on WDDM / without permission
                 if used is not None:
                     entry["used"] = max(used, entry["used"] or 0)
-                entry["gi"] = valid(proc.gpuInstanceId)  # 0xFFFFFFFF: not on a MIG instance
-                entry["ci"] = valid(proc.computeInstanceId)
-        for pid, entry in found.items():
-            info = describe(pid)
+        described: dict[int, dict[str, str] | None] = {}
+        for (pid, gi, ci), entry in found.items():
+            if pid not in described:
+                described[pid] = describe(pid)
+            info = described[pid]
             if info is None:
                 continue
             tags = dict(gpu.tags, pid=str(pid))
-            if entry["gi"] is not None:
-                tags["gi_id"] = str(entry["gi"])
-            if entry["ci"] is not None:
-                tags["ci_id"] = str(entry["ci"])
+            if gi is not None:
+                tags["gi_id"] = str(gi)
+            if ci is not None:
+                tags["ci_id"] = str(ci)
             acc.add_fields(
                 "gpu_process",
                 {

@@ -13,11 +13,11 @@ import re
 import threading
 import time
 from collections.abc import Sequence
+from typing import Annotated
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.metrics_core import Metric
 from pydantic import BeforeValidator, field_validator
-from typing import Annotated
 
 import gpuagent
 from gpuagent.durations import parse_duration

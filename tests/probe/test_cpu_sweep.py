@@ -48,6 +48,11 @@ def test_cpu_sweep_finds_the_l2_and_l3_knees():
         if not found:
             assert result.knee.ratio > 1.5  # cache to DRAM is a real drop, not a wobble
             return
-        curve = ", ".join(f"{s >> 10}K:{b:.0f}" for s, b in zip(result.sweep.sizes, result.sweep.bandwidth_gbps))
-        report.append(f"attempt {attempt}: {found}; knees {[k.bytes for k in result.knees]}; curve {curve}")
+        curve = ", ".join(
+            f"{s >> 10}K:{b:.0f}"
+            for s, b in zip(result.sweep.sizes, result.sweep.bandwidth_gbps, strict=False)
+        )
+        report.append(
+            f"attempt {attempt}: {found}; knees {[k.bytes for k in result.knees]}; curve {curve}"
+        )
     pytest.fail("\n".join(report))

@@ -7,14 +7,22 @@ from gpuagent.probe.backends import SimulatedBackend
 from gpuagent.probe.result import MEASUREMENT, STEP_NS, run_probe
 from gpuagent.probe.sweep import MIB, working_set_sizes
 
-TAGS = {"gpu": "1", "uuid": "GPU-abc", "model": "NVIDIA H200", "pci_bus_id": "00000000:1B:00.0", "arch": "Hopper"}
+TAGS = {
+    "gpu": "1",
+    "uuid": "GPU-abc",
+    "model": "NVIDIA H200",
+    "pci_bus_id": "00000000:1B:00.0",
+    "arch": "Hopper",
+}
 
 
 @pytest.fixture(scope="module")
 def result():
     backend = SimulatedBackend("NVIDIA H200", seed=1)
     sizes = working_set_sizes(MIB, 4 * backend.l2_bytes, 24)
-    return run_probe(backend, sizes, rounds=3, gpu_tags=TAGS, reported_cache_bytes={"L2": backend.l2_bytes})
+    return run_probe(
+        backend, sizes, rounds=3, gpu_tags=TAGS, reported_cache_bytes={"L2": backend.l2_bytes}
+    )
 
 
 def test_one_summary_and_one_point_per_size(result):
@@ -25,7 +33,7 @@ def test_one_summary_and_one_point_per_size(result):
     assert summary.fields["l2_bw_gbps"] == result.knee.bw_below_gbps
     assert summary.fields["dram_bw_gbps"] == result.knee.bw_above_gbps
     assert summary.fields["l2_dram_ratio"] == pytest.approx(result.knee.ratio)
-    assert summary.fields["reported_l2_bytes"] == 60 * 1000**2
+    assert summary.fields["reported_l2_bytes"] == 60 << 20
     assert summary.fields["method"] == "simulated" and summary.fields["knee_found"] is True
     assert "working_set_bytes" not in summary.fields
     assert [p.fields["working_set_bytes"] for p in curve] == result.sweep.sizes
@@ -58,3 +66,33 @@ def test_cpu_result_is_not_a_gpu_point():
     res = run_probe(backend, working_set_sizes(MIB, 4 * backend.l2_bytes, 8), rounds=1)
     with pytest.raises(ValueError, match="GPU identity"):
         res.to_points()
+
+
+def test_send_writes_through_the_configured_sinks(result, tmp_path, monkeypatch):
+    from gpuagent.probe.cli import send_points
+
+    monkeypatch.delenv("GPUAGENT_CONFIG", raising=False)
+    out = tmp_path / "probe.lp"
+    cfg = tmp_path / "gpuagent.toml"
+    cfg.write_text(
+        f'[agent]\nhostname = "node9"\ntags = {{ rack = "r1" }}\n\n[sinks.file]\npath = "{out}"\n'
+    )
+    assert send_points(result, str(cfg), None, None, as_json=True) == 25
+    lines = out.read_text().splitlines()
+    assert len(lines) == 25
+    assert all(
+        line.startswith("gpu_l2_probe,arch=Hopper,gpu=1,host=node9,") and ",rack=r1," in line
+        for line in lines
+    )
+    assert lines == [p.to_line() for p in result.to_points({"host": "node9", "rack": "r1"})]
+
+
+def test_json_send_without_a_sink_is_refused(result, tmp_path, monkeypatch):
+    from gpuagent.errors import AgentError
+    from gpuagent.probe.cli import send_points
+
+    monkeypatch.delenv("GPUAGENT_CONFIG", raising=False)
+    cfg = tmp_path / "gpuagent.toml"
+    cfg.write_text('[agent]\nhostname = "node9"\n')
+    with pytest.raises(AgentError, match="no sink is configured"):
+        send_points(result, str(cfg), None, None, as_json=True)

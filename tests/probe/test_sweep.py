@@ -14,7 +14,7 @@ def test_sizes_are_log_spaced_aligned_and_span_the_range():
     assert len(sizes) == 24
     assert sizes[0] == 1 * MIB and abs(sizes[-1] - 240 * MIB) < ALIGN
     assert all(s % ALIGN == 0 for s in sizes)
-    ratios = [b / a for a, b in zip(sizes, sizes[1:])]
+    ratios = [b / a for a, b in zip(sizes, sizes[1:], strict=False)]
     assert max(ratios) / min(ratios) < 1.01  # evenly spaced in log size
 
 
@@ -71,5 +71,9 @@ def test_simulated_curve_knee_is_the_profile_l2(model):
 
 
 def test_sizes_and_bus_ids_parse():
-    assert parse_size("512K") == 512 << 10 and parse_size("8192K") == 8 << 20 and parse_size("1 MiB") == 1 << 20
+    assert (
+        parse_size("512K") == 512 << 10
+        and parse_size("8192K") == 8 << 20
+        and parse_size("1 MiB") == 1 << 20
+    )
     assert _norm_bus_id("00000000:1B:00.0") == _norm_bus_id("0000:1b:00.0") == "0:1b:0.0"

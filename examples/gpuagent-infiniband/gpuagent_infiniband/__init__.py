@@ -87,7 +87,7 @@ class InfinibandCollector(gpuagent.Collector):
     def collect(self, acc: gpuagent.Accumulator) -> None:
         if not self.class_dir.is_dir():
             if not self._said_absent:  # a node without an HCA: nothing to read, not an error
-                self.log.info("%s does not exist: no RDMA devices on this machine", self.class_dir)
+                self.log.debug("%s does not exist: no RDMA devices on this machine", self.class_dir)
                 self._said_absent = True
             return
         wanted = set(self.config.devices)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -11,12 +12,12 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from gpuagent_infiniband import InfinibandCollector, InfinibandConfig
 
 import gpuagent
 from gpuagent.config import bind, read_config
 from gpuagent.context import AgentContext
 from gpuagent.errors import ConfigError
-from gpuagent_infiniband import InfinibandCollector, InfinibandConfig
 
 SYSFS = Path(__file__).resolve().parent.parent / "testdata" / "sys"
 
@@ -163,3 +164,13 @@ def test_run_once_test_prints_its_points(tmp_path):
         for line in lines
     )
     assert "gpuagent,collector=infiniband" in out.stdout
+
+
+def test_readme_documents_every_tag_and_field():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    emitted = set()
+    # hw_counters/ files are documented by their naming rule (the driver decides which exist).
+    for point in collect(hw_counters=False).values():
+        emitted |= set(point.tags) | set(point.fields)
+    assert {name for name in emitted if not re.search(rf"`{name}`|\| {name} \|", readme)} == set()
+    assert "every file in `hw_counters/` except `lifespan`" in " ".join(readme.split())

@@ -233,7 +233,7 @@ def test_v2_every_point_of_an_8_gpu_run_reaches_victoria_metrics(tmp_path, victo
         sink.close()
     assert stats["points_written_total"] == len(points) and stats["spool_points"] == 0
     series = {}
-    for s in victoria_metrics.export(f'{{host="{host}"}}'):
+    for s in victoria_metrics.export(f'{{host="{host}"}}', min_samples=3 * 8 * 9):
         m = s["metric"]
         for ts, value in zip(s["timestamps"], s["values"], strict=True):
             series[(m["__name__"], m["gpu"], ts)] = (value, m)
@@ -270,11 +270,11 @@ def test_v2_outage_against_victoria_metrics_replays_the_spool(tmp_path, victoria
         sink.close()
     exported = {
         (s["metric"]["__name__"], s["metric"]["gpu"], ts)
-        for s in server.export(f'{{host="{host}"}}')
+        for s in server.export(f'{{host="{host}"}}', min_samples=6 * 2 * 9)
         for ts in s["timestamps"]
     }
     for p in (p for b in batches for p in b):
-        for key, value in p.fields.items():
+        for key in p.fields:
             assert (f"{p.measurement}_{key}", p.tags["gpu"], p.time_ns // 10**6) in exported
 
 
@@ -355,3 +355,131 @@ def test_config_accepts_units_and_masks_secrets():
     )
     assert cfg.max_spool_bytes == 64 * 2**20 and cfg.flush_interval == 0.5 and cfg.flush_jitter == 0
     assert "pw-123" not in str(cfg.model_dump(mode="json")) and "pw-123" not in repr(cfg)
+
+
+# -- spool bound and crash ----------------------------------------------------------------
+
+
+def test_full_spool_drops_the_oldest_intervals_and_counts_them_exactly(tmp_path, influxdb_v1_factory):
+    server = influxdb_v1_factory()
+    server.stop()
+    start = (time.time_ns() // 10**9 - 900) * 10**9
+    intervals = [fleet_points(intervals=1, start_ns=start + i * 10**9) for i in range(10)]
+    per_interval = len(intervals[0])  # 24 points: batch_size makes one spooled batch per interval
+    one = len("\n".join(p.to_line() for p in intervals[0])) + 1
+    sink = make_sink(tmp_path, api="v1", url=server.url, database=server.database,
+                     batch_size=per_interval, max_spool_bytes=int(one * 4.5), retry_max_backoff="10s",
+                     retry_initial_backoff="10s")
+    try:
+        for n, batch in enumerate(intervals, 1):
+            sink.write(batch)
+            wait_for(lambda n=n: sink.stats()["spool_points"] + sink.stats()["dropped_total"] == n * per_interval,
+                     what=f"interval {n} spooled")
+        stats = sink.stats()
+        assert stats["spool_points"] == 4 * per_interval
+        assert stats["dropped_total"] == 6 * per_interval
+    finally:
+        sink.close()
+    server.start()
+    sink = make_sink(tmp_path, api="v1", url=server.url, database=server.database)
+    try:
+        wait_for(lambda: sink.stats()["spool_points"] == 0, what="replay")
+    finally:
+        sink.close()
+    assert_all_in_v1(server, [p for b in intervals[6:] for p in b])  # the newest four
+    stored = server.points('SELECT count("power_w") FROM "gpu_power"')
+    assert stored[0]["count"] == 4 * 8  # and nothing of the six oldest
+
+
+CRASH_WRITER = r"""
+import sys, time
+from pathlib import Path
+from gpuagent import Accumulator
+from gpuagent.context import AgentContext
+from gpuagent.plugins.influxdb import InfluxDBSink
+url, state, base = sys.argv[1], sys.argv[2], int(sys.argv[3])
+cfg = InfluxDBSink.Config.model_validate({
+    "api": "v1", "url": url, "database": "gpuagent", "flush_interval": "100ms", "flush_jitter": 0,
+    "retry_initial_backoff": "100ms", "retry_max_backoff": "200ms", "timeout": "1s"})
+sink = InfluxDBSink(cfg, AgentContext(hostname="crash", state_dir=Path(state)))
+sink.start()
+i = 0
+while True:
+    acc = Accumulator({"host": "crash"}, time_ns=base + i * 10**9)
+    for g in range(8):
+        acc.add_fields("gpu_power", {"power_w": 100.0 + g, "seq": i}, tags={"gpu": str(g)})
+    sink.write(acc.points)
+    print(i, flush=True)
+    i += 1
+    time.sleep(0.2)
+"""
+
+
+def test_kill_9_during_an_outage_loses_at_most_the_interval_in_flight(tmp_path, influxdb_v1_factory):
+    import signal
+    import subprocess
+    import sys
+
+    server = influxdb_v1_factory()
+    server.stop()
+    base = (time.time_ns() // 10**9 - 1200) * 10**9
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CRASH_WRITER, server.url, str(tmp_path / "state"), str(base)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    written = []
+    try:
+        for line in proc.stdout:
+            written.append(int(line))
+            if len(written) >= 10:
+                break
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        written += [int(line) for line in proc.stdout.read().split()]
+    assert len(written) >= 10
+    server.start()
+    sink = make_sink(tmp_path, api="v1", url=server.url, database=server.database)
+    try:
+        wait_for(lambda: sink.stats()["spool_points"] == 0, what="replay after restart")
+        assert sink.stats()["replayed_total"] >= (len(written) - 1) * 8
+    finally:
+        sink.close()
+    rows = server.points('SELECT "seq", "gpu" FROM "gpu_power" WHERE "host" = \'crash\'')
+    delivered = {(r["seq"], r["gpu"]) for r in rows}
+    must = {(i, str(g)) for i in written[:-1] for g in range(8)}  # the last may have been in flight
+    assert must <= delivered, sorted(must - delivered)[:10]
+
+
+def test_a_reloaded_sink_replays_what_the_old_instance_spooled_after_it_opened(tmp_path, influxdb_v1_factory):
+    server = influxdb_v1_factory()
+    server.stop()
+    start = (time.time_ns() // 10**9 - 1500) * 10**9
+    intervals = [fleet_points(intervals=1, start_ns=start + i * 10**9) for i in range(4)]
+    old = make_sink(tmp_path, api="v1", url=server.url, database=server.database)
+    old.write(intervals[0])
+    wait_for(lambda: old.stats()["spool_points"] == 24, what="old sink spooling")
+    # A reload: the new sink opens the same spool while the old one still runs.
+    new = make_sink(tmp_path, api="v1", url=server.url, database=server.database, flush_interval="200ms")
+    try:
+        old.write(intervals[1] + intervals[2])
+        old.flush(2)
+        old.close()
+        server.start()
+        new.write(intervals[3])
+        wait_for(lambda: new.stats()["spool_points"] == 0 and new.stats()["buffered_points"] == 0
+                 and new.stats()["points_written_total"] >= 96, what="replay of both instances' batches")
+    finally:
+        new.close()
+    assert_all_in_v1(server, [p for b in intervals for p in b])
+
+
+def test_unwritable_state_dir_is_a_one_line_error(tmp_path):
+    from gpuagent.errors import AgentError
+
+    blocker = tmp_path / "state"
+    blocker.write_text("a file where the state directory should be")
+    config = InfluxDBSink.Config.model_validate({"api": "v1", "database": "d"})
+    sink = InfluxDBSink(config, AgentContext(hostname="h", state_dir=blocker))
+    with pytest.raises(AgentError, match="cannot open the spool in .*state_dir"):
+        sink.start()

@@ -93,3 +93,41 @@ def test_default_listen_avoids_dcgm_exporter_and_a_busy_port_is_one_line(tmp_pat
 def test_bad_listen_is_refused(listen):
     with pytest.raises(Exception, match="HOST:PORT"):
         PrometheusSink.Config.model_validate({"listen": listen})
+
+
+def test_agent_serves_an_8_gpu_machine_with_valid_names(tmp_path):
+    """`gpuagent run` with the prometheus sink: every GPU's series, parseable by prometheus-client."""
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "gpuagent.toml"
+    config.write_text(
+        f'[agent]\ninterval = "500ms"\nhostname = "prom-node"\nstate_dir = "{tmp_path}"\n'
+        f'[sinks.prometheus]\nlisten = "127.0.0.1:{port}"\n'
+    )
+    proc = subprocess.Popen([sys.executable, "-m", "gpuagent", "run", "--config", str(config),
+                             "--simulate", "h100-sxm:8"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        text = ""
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+                    text = resp.read().decode()
+                if "gpuagent_gpu_power_power_w" in text and "gpuagent_gpuagent_" in text:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    got = samples(text)  # the parser refuses malformed names or labels
+    power = {dict(labels)["gpu"] for name, labels in got if name == "gpuagent_gpu_power_power_w"}
+    assert power == {str(i) for i in range(8)}
+    assert any(kind == "counter" for kind, _ in got.values())
+    assert proc.returncode == 0, proc.stderr.read().decode()[-2000:]

@@ -1,0 +1,443 @@
+"""Build a simulator profile from an nvidia-smi capture (``-q`` text or ``-q -x`` XML).
+
+Text captures may be raw ``nvidia-smi -q`` output or capture files with one
+section per command (``# $ nvidia-smi -q`` headers): the first ``-q`` section
+is used. Every "N/A" in the capture becomes a NOT_SUPPORTED call in the
+profile. What nvidia-smi does not show (memory bus width, L2 size, NVLink
+links, MIG profile table) comes from the built-in profile with the same PCI
+device id, or from a small table of known cards, else stays unknown.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from gpuagent.errors import AgentError
+from gpuagent.sim.profile import BUILTIN_NAMES, load_profile, validate
+
+MiB = 1 << 20
+
+# Cards without a built-in profile: (bus width bits, L2 bytes, GPM).
+KNOWN_CARDS = {
+    0x2702: (256, 64 * MiB),  # GeForce RTX 4080 SUPER
+    0x2704: (256, 64 * MiB),  # GeForce RTX 4080
+    0x27B0: (160, 48 * MiB),  # RTX 4000 SFF Ada
+    0x27B2: (160, 48 * MiB),  # RTX 4000 Ada
+    0x26B1: (384, 96 * MiB),  # RTX 6000 Ada
+    0x26B5: (384, 96 * MiB),  # L40
+    0x20B0: (5120, 40 * MiB),  # A100-SXM4-40GB
+    0x20F1: (5120, 40 * MiB),  # A100-PCIE-40GB
+    0x20B5: (5120, 40 * MiB),  # A100 80GB PCIe
+}
+ARCH_ALIASES = {"Ada": "Ada Lovelace"}
+
+
+# -- text (-q) ---------------------------------------------------------------
+
+_KV = re.compile(r"^(.*?\S)\s+:\s?(.*)$")
+
+
+def first_q_section(text: str) -> str:
+    """The first ``nvidia-smi -q`` section of a capture file (the whole text when there are no headers)."""
+    lines = text.splitlines()
+    start = None
+    for i, line in enumerate(lines):
+        if re.match(r"^#\s*\$\s*nvidia-smi\s+-q\s*$", line.strip()):
+            start = i + 1
+            break
+    if start is None:
+        return text
+    out: list[str] = []
+    for line in lines[start:]:
+        if line.startswith("# $ ") or (line.startswith("####") and out and any(o.strip() for o in out)):
+            break
+        if line.startswith("####"):
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
+def parse_text_tree(text: str) -> dict[str, Any]:
+    """Indentation tree of ``nvidia-smi -q``; repeated keys (MIG Device, GPU ...) become lists."""
+    root: dict[str, Any] = {}
+    stack: list[tuple[int, dict]] = [(-1, root)]
+    for raw in text.splitlines():
+        if not raw.strip() or raw.strip().startswith("=") or raw.startswith("#"):
+            continue
+        indent = len(raw) - len(raw.lstrip(" "))
+        content = raw.strip()
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        parent = stack[-1][1]
+        match = _KV.match(content)
+        if match:
+            _insert(parent, match.group(1).strip(), match.group(2).strip())
+        else:
+            child: dict[str, Any] = {}
+            _insert(parent, content, child)
+            stack.append((indent, child))
+    return root
+
+
+def _insert(parent: dict, key: str, value: Any) -> None:
+    if key in parent:
+        if isinstance(parent[key], list):
+            parent[key].append(value)
+        else:
+            parent[key] = [parent[key], value]
+    else:
+        parent[key] = value
+
+
+def _g(d: Any, *path: str) -> Any:
+    for key in path:
+        if isinstance(d, list):
+            d = d[0]
+        if not isinstance(d, dict) or key not in d:
+            return None
+        d = d[key]
+    return d
+
+
+def facts_from_text(text: str) -> dict[str, Any]:
+    tree = parse_text_tree(first_q_section(text))
+    gpus = [k for k in tree if k.startswith("GPU ") and isinstance(tree[k], dict | list)]
+    if not gpus:
+        raise AgentError("no GPU section found (expected `nvidia-smi -q` output)")
+    gpu = tree[gpus[0]]
+    if isinstance(gpu, list):
+        gpu = gpu[0]
+    power = _g(gpu, "GPU Power Readings") or _g(gpu, "Power Readings") or {}
+    migs = _g(gpu, "MIG Device")
+    if isinstance(migs, dict):
+        migs = [migs]
+    mig_devices = []
+    for m in migs or []:
+        mig_devices.append({
+            "gi_id": _num(m.get("GPU Instance ID")),
+            "ci_id": _num(m.get("Compute Instance ID")),
+            "sm_count": _num(_g(m, "Device Attributes", "Shared", "Multiprocessor count")),
+            "memory_mib": _num(_g(m, "Shared FB Memory Usage", "Total") or _g(m, "FB Memory Usage", "Total")),
+            "bar1_mib": _num(_g(m, "Shared BAR1 Memory", "Total") or _g(m, "BAR1 Memory Usage", "Total")),
+        })
+    retired = _g(gpu, "Retired Pages")
+    remapped = _g(gpu, "Remapped Rows")
+    return {
+        "driver_version": tree.get("Driver Version"),
+        "cuda_version": tree.get("CUDA Version"),
+        "product_name": gpu.get("Product Name"),
+        "brand": gpu.get("Product Brand"),
+        "architecture": gpu.get("Product Architecture"),
+        "serial": gpu.get("Serial Number"),
+        "vbios_version": gpu.get("VBIOS Version"),
+        "board_part_number": gpu.get("Board Part Number"),
+        "mig_mode": _g(gpu, "MIG Mode", "Current"),
+        "mig_devices": mig_devices,
+        "virtualization_mode": _g(gpu, "GPU Virtualization Mode", "Virtualization Mode"),
+        "host_vgpu_mode": _g(gpu, "GPU Virtualization Mode", "Host VGPU Mode"),
+        "pci_device_id": _g(gpu, "PCI", "Device Id"),
+        "pci_subsystem_id": _g(gpu, "PCI", "Sub System Id"),
+        "pcie_max_gen": _g(gpu, "PCI", "GPU Link Info", "PCIe Generation", "Max"),
+        "pcie_current_gen": _g(gpu, "PCI", "GPU Link Info", "PCIe Generation", "Current"),
+        "pcie_max_width": _g(gpu, "PCI", "GPU Link Info", "Link Width", "Max"),
+        "pcie_current_width": _g(gpu, "PCI", "GPU Link Info", "Link Width", "Current"),
+        "fan": gpu.get("Fan Speed"),
+        "memory_total": _g(gpu, "FB Memory Usage", "Total"),
+        "memory_reserved": _g(gpu, "FB Memory Usage", "Reserved"),
+        "bar1_total": _g(gpu, "BAR1 Memory Usage", "Total"),
+        "ecc_mode": _g(gpu, "ECC Mode", "Current"),
+        "retired_pages": None if retired in (None, "N/A") else _g(retired, "Single Bit ECC"),
+        "remapped_rows": remapped if isinstance(remapped, str) else ("yes" if remapped else None),
+        "temp_current": _g(gpu, "Temperature", "GPU Current Temp"),
+        "temp_slowdown": _g(gpu, "Temperature", "GPU Slowdown Temp"),
+        "temp_shutdown": _g(gpu, "Temperature", "GPU Shutdown Temp"),
+        "power_draw": power.get("Average Power Draw") or power.get("Power Draw"),
+        "power_limit": power.get("Current Power Limit") or power.get("Enforced Power Limit") or power.get("Power Limit"),
+        "power_default": power.get("Default Power Limit"),
+        "power_min": power.get("Min Power Limit"),
+        "power_max": power.get("Max Power Limit"),
+        "max_graphics": _g(gpu, "Max Clocks", "Graphics"),
+        "max_sm": _g(gpu, "Max Clocks", "SM"),
+        "max_memory": _g(gpu, "Max Clocks", "Memory"),
+        "max_video": _g(gpu, "Max Clocks", "Video"),
+        "app_graphics": _g(gpu, "Applications Clocks", "Graphics"),
+        "app_memory": _g(gpu, "Applications Clocks", "Memory"),
+    }
+
+
+# -- XML (-q -x) -------------------------------------------------------------
+
+def facts_from_xml(text: str) -> dict[str, Any]:
+    try:
+        root = ET.fromstring(re.sub(r"<!DOCTYPE[^>]*>", "", text, count=1))
+    except ET.ParseError as exc:
+        raise AgentError(f"not valid nvidia-smi XML ({exc})") from None
+    gpu = root.find("gpu")
+    if gpu is None:
+        raise AgentError("no <gpu> element found (expected `nvidia-smi -q -x` output)")
+
+    def t(path: str, node: ET.Element = gpu) -> str | None:
+        el = node.find(path)
+        return el.text.strip() if el is not None and el.text is not None and el.text.strip() else (
+            None if el is None or len(el) == 0 else "present")
+
+    power = gpu.find("gpu_power_readings")
+    if power is None:
+        power = gpu.find("power_readings")
+    pw = (lambda p: t(p, power)) if power is not None else (lambda p: None)
+    mig_devices = []
+    for m in gpu.findall("mig_devices/mig_device"):
+        mig_devices.append({
+            "gi_id": _num(t("gpu_instance_id", m)),
+            "ci_id": _num(t("compute_instance_id", m)),
+            "sm_count": _num(t("device_attributes/shared/multiprocessor_count", m)),
+            "memory_mib": _num(t("fb_memory_usage/total", m)),
+            "bar1_mib": _num(t("bar1_memory_usage/total", m)),
+        })
+    dev_id = t("pci/pci_device_id")
+    sub_id = t("pci/pci_sub_system_id")
+    return {
+        "driver_version": t("driver_version", root),
+        "cuda_version": t("cuda_version", root),
+        "product_name": t("product_name"),
+        "brand": t("product_brand"),
+        "architecture": t("product_architecture"),
+        "serial": t("serial"),
+        "vbios_version": t("vbios_version"),
+        "board_part_number": t("board_part_number"),
+        "mig_mode": t("mig_mode/current_mig"),
+        "mig_devices": mig_devices,
+        "virtualization_mode": t("gpu_virtualization_mode/virtualization_mode"),
+        "host_vgpu_mode": t("gpu_virtualization_mode/host_vgpu_mode"),
+        "pci_device_id": ("0x" + dev_id) if dev_id and not dev_id.startswith("0x") else dev_id,
+        "pci_subsystem_id": ("0x" + sub_id) if sub_id and not sub_id.startswith("0x") else sub_id,
+        "pcie_max_gen": t("pci/pci_gpu_link_info/pcie_gen/max_link_gen"),
+        "pcie_current_gen": t("pci/pci_gpu_link_info/pcie_gen/current_link_gen"),
+        "pcie_max_width": t("pci/pci_gpu_link_info/link_widths/max_link_width"),
+        "pcie_current_width": t("pci/pci_gpu_link_info/link_widths/current_link_width"),
+        "fan": t("fan_speed"),
+        "memory_total": t("fb_memory_usage/total"),
+        "memory_reserved": t("fb_memory_usage/reserved"),
+        "bar1_total": t("bar1_memory_usage/total"),
+        "ecc_mode": t("ecc_mode/current_ecc"),
+        "retired_pages": t("retired_pages/multiple_single_bit_retirement/retired_count"),
+        "remapped_rows": t("remapped_rows"),
+        "temp_current": t("temperature/gpu_temp"),
+        "temp_slowdown": t("temperature/gpu_temp_slow_threshold"),
+        "temp_shutdown": t("temperature/gpu_temp_max_threshold"),
+        "power_draw": pw("average_power_draw") or pw("power_draw"),
+        "power_limit": pw("current_power_limit") or pw("enforced_power_limit") or pw("power_limit"),
+        "power_default": pw("default_power_limit"),
+        "power_min": pw("min_power_limit"),
+        "power_max": pw("max_power_limit"),
+        "max_graphics": t("max_clocks/graphics_clock"),
+        "max_sm": t("max_clocks/sm_clock"),
+        "max_memory": t("max_clocks/mem_clock"),
+        "max_video": t("max_clocks/video_clock"),
+        "app_graphics": t("applications_clocks/graphics_clock"),
+        "app_memory": t("applications_clocks/mem_clock"),
+    }
+
+
+# -- facts -> profile ------------------------------------------------------------
+
+def _num(value: Any) -> float | int | None:
+    """'46068 MiB' -> 46068, '350.00 W' -> 350.0, '16x' -> 16; None for N/A and the like."""
+    if value is None or isinstance(value, dict | list):
+        return None
+    match = re.match(r"^\s*(-?\d+(?:\.\d+)?)", str(value))
+    if not match:
+        return None
+    text = match.group(1)
+    return float(text) if "." in text else int(text)
+
+
+def _na(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and (value.strip() in ("N/A", "", "[N/A]")
+                                                         or "deprecated" in value.lower()
+                                                         or "not supported" in value.lower()))
+
+
+def _builtin_for(device_id: int) -> dict | None:
+    for name in BUILTIN_NAMES:
+        if name.endswith(("-mig", "-vgpu")):
+            continue
+        p = load_profile(name)
+        if int(p["pci_device_id"], 16) >> 16 == device_id:
+            return p
+    return None
+
+
+def _slug(product: str) -> str:
+    s = product.lower().replace("nvidia", "").replace("geforce", "")
+    return re.sub(r"[^a-z0-9]+", "-", s).strip("-") or "gpu"
+
+
+def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
+    if not f.get("product_name"):
+        raise AgentError(f"{source}: no product name in the capture")
+    try:
+        pci_full = int(str(f["pci_device_id"]), 16)
+    except (TypeError, ValueError):
+        raise AgentError(f"{source}: no PCI device id in the capture") from None
+    device_id = pci_full >> 16
+    ref = _builtin_for(device_id)
+    arch = ARCH_ALIASES.get(f.get("architecture") or "", f.get("architecture") or (ref or {}).get("architecture") or "unknown")
+    unsupported: list[str] = []
+    errors: dict[str, str] = {}
+
+    def text_or_none(key: str, symbol: str) -> str | None:
+        value = f.get(key)
+        if _na(value):
+            unsupported.append(symbol)
+            return None
+        return str(value)
+
+    serial = text_or_none("serial", "nvmlDeviceGetSerial")
+    board = text_or_none("board_part_number", "nvmlDeviceGetBoardPartNumber")
+    vbios = text_or_none("vbios_version", "nvmlDeviceGetVbiosVersion")
+    limit = _num(f.get("power_limit"))
+    if limit is None:
+        raise AgentError(f"{source}: no power limit in the capture")
+    power = {
+        "limit": limit,
+        "default": _num(f.get("power_default")) or limit,
+        "min": _num(f.get("power_min")) or round(limit * 0.3),
+        "max": _num(f.get("power_max")) or limit,
+        "idle": (ref or {}).get("power_w", {}).get("idle") or round(limit * 0.1),
+    }
+    maxc = {k: _num(f.get(f"max_{k}")) for k in ("graphics", "sm", "memory", "video")}
+    if maxc["graphics"] is None or maxc["memory"] is None:
+        raise AgentError(f"{source}: no max clocks in the capture")
+    maxc["sm"] = maxc["sm"] or maxc["graphics"]
+    maxc["video"] = maxc["video"] or maxc["graphics"]
+    apps = None
+    if not _na(f.get("app_graphics")) and _num(f.get("app_graphics")):
+        apps = {"graphics": _num(f["app_graphics"]), "memory": _num(f.get("app_memory")) or maxc["memory"]}
+    idle_clocks = copy.deepcopy((ref or {}).get("clocks_mhz", {}).get("idle")) or {}
+    known = KNOWN_CARDS.get(device_id)
+    bus_width = (ref or {}).get("memory", {}).get("bus_width_bits") or (known[0] if known else None)
+    mem_total = _num(f.get("memory_total"))
+    if mem_total is None:
+        raise AgentError(f"{source}: no framebuffer size in the capture")
+    memory = {
+        "type": (ref or {}).get("memory", {}).get("type"),
+        "total_mib": mem_total,
+        "reserved_mib": _num(f.get("memory_reserved")) or 0,
+        "bar1_total_mib": _num(f.get("bar1_total")) or 256,
+        "bus_width_bits": bus_width,
+    }
+    max_gen = _num(f.get("pcie_max_gen")) or 4
+    pcie = {
+        # The capture's current generation is what an idle card shows (links train down when idle).
+        "max_gen": max_gen,
+        "current_gen": max_gen,
+        "idle_gen": _num(f.get("pcie_current_gen")) or max_gen,
+        "max_width": _num(f.get("pcie_max_width")) or 16,
+        "current_width": _num(f.get("pcie_current_width")) or _num(f.get("pcie_max_width")) or 16,
+    }
+    fan = None if _na(f.get("fan")) else {"idle": min(_num(f.get("fan")) or 30, 40), "max": 80}
+    ecc_text = f.get("ecc_mode")
+    ecc = None if _na(ecc_text) else {"enabled": str(ecc_text).lower().startswith("enabled")}
+    mig_text = f.get("mig_mode")
+    mig = None
+    if not _na(mig_text):
+        ref_mig = copy.deepcopy((ref or {}).get("mig")) or {"max_devices": 7, "gpu_instance_profiles": []}
+        mig = {"enabled": str(mig_text).lower().startswith("enabled"), "max_devices": ref_mig.get("max_devices", 7),
+               "gpu_instance_profiles": ref_mig.get("gpu_instance_profiles", []), "instances": []}
+        if mig["enabled"]:
+            mig["instances"] = [_mig_instance(d, mig["gpu_instance_profiles"]) for d in f.get("mig_devices") or []]
+    virt_text = (f.get("virtualization_mode") or "None").lower().replace("-", "").replace(" ", "")
+    virt_mode = {"none": "none", "passthrough": "passthrough", "vgpu": "vgpu", "hostvgpu": "host_vgpu",
+                 "hostvsga": "host_vsga"}.get(virt_text, "none")
+    virtualization: dict[str, Any] = {"mode": virt_mode}
+    if virt_mode == "host_vgpu":
+        host = (f.get("host_vgpu_mode") or "").lower()
+        virtualization["host_vgpu_mode"] = "non_sriov" if "non" in host else "sriov"
+        virtualization["vgpu_types"] = []
+        virtualization["vgpu_instances"] = []
+    temps = {"idle": max(25, min(50, _num(f.get("temp_current")) or 32)), "max": 80}
+    for key, src in (("slowdown", "temp_slowdown"), ("shutdown", "temp_shutdown")):
+        value = _num(f.get(src))
+        if value is not None and value > 40:
+            temps[key] = value
+    if apps is None:
+        unsupported += ["nvmlDeviceGetApplicationsClock", "nvmlDeviceGetDefaultApplicationsClock"]
+    if _na(f.get("retired_pages")):
+        unsupported += ["nvmlDeviceGetRetiredPages", "nvmlDeviceGetRetiredPages_v2", "nvmlDeviceGetRetiredPagesPendingStatus"]
+    remapped = not _na(f.get("remapped_rows"))
+    hopper_plus = arch in ("Hopper", "Blackwell")
+    name = _slug(f["product_name"]) + ("-mig" if mig and mig["enabled"] else "")
+    profile = {
+        "schema": 1,
+        "name": name,
+        "source": f"imported from {source}",
+        "driver_version": f.get("driver_version"),
+        "product_name": f["product_name"],
+        "brand": "GeForce" if "geforce" in f["product_name"].lower() else (f.get("brand") or "NVIDIA"),
+        "architecture": arch,
+        "pci_device_id": f"0x{pci_full:08X}",
+        "pci_subsystem_id": f.get("pci_subsystem_id") if not _na(f.get("pci_subsystem_id")) else None,
+        "serial": serial,
+        "board_part_number": board,
+        "vbios_version": vbios,
+        "memory": memory,
+        "l2_cache_bytes": (ref or {}).get("l2_cache_bytes") or (known[1] if known else None),
+        "clocks_mhz": {"max": maxc, "idle": idle_clocks, "applications": apps},
+        "power_w": power,
+        "pcie": pcie,
+        "temperature_c": temps,
+        "fan_pct": fan,
+        "ecc": ecc,
+        "remapped_rows": remapped,
+        "retired_pages": not _na(f.get("retired_pages")),
+        "gpm": hopper_plus,
+        "nvlink": copy.deepcopy((ref or {}).get("nvlink")),
+        "mig": mig,
+        "virtualization": virtualization,
+        "clocks_event_reasons_supported": (ref or {}).get("clocks_event_reasons_supported", 0x1EF),
+        "unsupported": sorted(set(unsupported)),
+        "errors": errors,
+        "load": copy.deepcopy((ref or {}).get("load")) or {},
+        "faults": [],
+    }
+    return validate(profile, source)
+
+
+def _mig_instance(d: dict, table: list[dict]) -> dict[str, Any]:
+    """A capture's MIG device, named after the best-matching GPU instance profile."""
+    best = None
+    for p in table:
+        score = abs(int(p["memory_mib"]) - (d.get("memory_mib") or 0)) + 1000 * abs(int(p["sm_count"]) - (d.get("sm_count") or 0))
+        if best is None or score < best[0]:
+            best = (score, p)
+    p = best[1] if best else {"profile_id": 0, "name": "unknown", "slices": 1}
+    return {
+        "gi_id": d.get("gi_id") or 0,
+        "ci_id": d.get("ci_id") or 0,
+        "profile_id": int(p["profile_id"]),
+        "profile": p["name"],
+        "slices": int(p.get("slices", 1)),
+        "sm_count": d.get("sm_count") or p.get("sm_count", 0),
+        "memory_mib": d.get("memory_mib") or p.get("memory_mib", 0),
+        "bar1_mib": d.get("bar1_mib") or 0,
+    }
+
+
+def import_capture(path: str | Path) -> dict[str, Any]:
+    """Read a capture file (text or XML, detected by content) into a validated profile."""
+    path = Path(path)
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        raise AgentError(f"cannot read capture {str(path)!r}: {exc.strerror or exc}") from None
+    head = text.lstrip()[:200]
+    try:
+        facts = facts_from_xml(text) if head.startswith("<?xml") or head.startswith("<nvidia_smi_log") else facts_from_text(text)
+    except AgentError as exc:
+        raise AgentError(f"capture {path.name}: {exc}") from None
+    return profile_from_facts(facts, path.name)

@@ -1,0 +1,254 @@
+"""memory collector on the simulator: FB/BAR1, DRAM bandwidth and peak, L2, GPM, NVML calls per cycle."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from gpuagent import specs
+from gpuagent.context import AgentContext
+from gpuagent.nvml import NvmlSession
+from gpuagent.plugins.memory import GPM_METRICS, MemoryCollector
+from gpuagent.sim import load_profile
+
+GPM_FIELDS = set(GPM_METRICS.values()) - {"dram_bw_util_pct"}
+MIB = 1 << 20
+
+CAPTURES = Path(__file__).resolve().parents[3].parent / "shared" / "captures"
+IDENTITY = {"host", "gpu", "uuid", "model", "pci_bus_id", "arch"}
+SENTINELS = {0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFFFFFFFFFF}
+
+
+def collector(machine, cls=MemoryCollector, **config):
+    session = NvmlSession(gpus=machine.gpus, simulated=True, machine=machine)
+    return cls(
+        cls.Config(**config), AgentContext(hostname="testhost", gpus=machine.gpus, nvml=session)
+    )
+
+
+def assert_clean(fields: dict) -> None:
+    for name, value in fields.items():
+        assert not (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and (value < 0 or value in SENTINELS)
+        ), f"{name}={value} is a sentinel"
+
+
+def capture_names() -> list[str | None]:
+    names = (
+        sorted(p.name for p in CAPTURES.glob("*") if p.suffix in (".txt", ".xml"))
+        if CAPTURES.is_dir()
+        else []
+    )
+    return names or [None]
+
+
+def capture_profile(name: str | None, tmp_path: Path) -> tuple[str, dict]:
+    if name is None:
+        pytest.skip(f"no nvidia-smi captures at {CAPTURES}")
+    from gpuagent.sim.capture_import import import_capture
+
+    profile = import_capture(CAPTURES / name)
+    path = tmp_path / f"{profile['name']}.json"
+    path.write_text(json.dumps(profile))
+    return str(path), profile
+
+
+@pytest.fixture
+def nvml_calls(simulated_fleet, monkeypatch):
+    """Start counting the C symbols pynvml calls on the installed simulator (after simulated_fleet)."""
+
+    def start() -> Counter:
+        calls: Counter = Counter()
+        lib = pynvml.nvmlLib
+
+        class CountingLib:
+            def __getattr__(self, name):
+                fn = getattr(lib, name)
+
+                def call(*args):
+                    calls[name] += 1
+                    return fn(*args)
+
+                return call
+
+        monkeypatch.setattr(pynvml, "nvmlLib", CountingLib())
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        return calls
+
+    return start
+
+
+def one_cycle(machine, acc, **config) -> dict:
+    collector(machine, gpm_warmup=0.001, **config).collect(acc)
+    (point,) = acc.by_measurement("gpu_memory")
+    assert IDENTITY <= set(point.tags)
+    assert_clean(point.fields)
+    return point.fields
+
+
+@pytest.mark.parametrize("profile", ["l40s", "h100-sxm", "rtx4090"])
+def test_framebuffer_bar1_and_utilisation(
+    profile, simulated_fleet, sim_clock, recording_accumulator
+):
+    machine = simulated_fleet(profile, scenario="training")
+    sim_clock.advance(30)
+    f = one_cycle(machine, recording_accumulator)
+    mem = load_profile(profile)["memory"]
+    assert f["fb_total_bytes"] == mem["total_mib"] * MIB
+    assert f["fb_reserved_bytes"] == mem["reserved_mib"] * MIB
+    # The v2 struct: total = reserved + used + free.
+    assert f["fb_used_bytes"] + f["fb_free_bytes"] + f["fb_reserved_bytes"] == f["fb_total_bytes"]
+    assert f["fb_used_bytes"] > 0  # training holds memory
+    assert f["bar1_total_bytes"] == mem["bar1_total_mib"] * MIB
+    assert f["bar1_used_bytes"] + f["bar1_free_bytes"] == f["bar1_total_bytes"]
+    assert 0 < f["gpu_util_pct"] <= 100 and 0 < f["memory_util_pct"] <= 100
+    assert f["bus_width_bits"] == mem["bus_width_bits"]
+
+
+def test_l40s_l2_and_peak_bandwidth(simulated_fleet, recording_accumulator):
+    f = one_cycle(simulated_fleet("l40s", scenario="training"), recording_accumulator)
+    assert f["l2_cache_bytes"] == 100663296
+    assert f["l2_cache_source"] == "spec"  # simulated: never the real CUDA driver
+    assert f["dram_peak_gbps"] == pytest.approx(864, rel=0.01)
+    assert f["dram_peak_source"] == "nvml"
+    assert f["bus_width_bits"] == 384
+    # Ada has no GPM: DRAM utilisation is the memory controller's busy time.
+    assert f["dram_bw_source"] == "utilization"
+    assert f["dram_bw_util_pct"] == float(f["memory_util_pct"])
+    assert f["dram_bw_gbps"] == pytest.approx(
+        f["dram_bw_util_pct"] / 100 * f["dram_peak_gbps"], rel=1e-6
+    )
+    assert not GPM_FIELDS & set(f)
+
+
+def test_h100_dram_bandwidth_from_gpm_on_the_first_run(simulated_fleet, recording_accumulator):
+    f = one_cycle(simulated_fleet("h100-sxm", scenario="training"), recording_accumulator)
+    assert f["dram_bw_source"] == "gpm"
+    assert 0 < f["dram_bw_util_pct"] <= 100
+    assert GPM_FIELDS <= set(f), GPM_FIELDS - set(f)
+    assert all(0 <= f[name] <= 100 for name in GPM_FIELDS)
+    assert f["dram_peak_gbps"] == pytest.approx(3352, rel=0.01)
+    assert f["dram_bw_gbps"] == pytest.approx(
+        f["dram_bw_util_pct"] / 100 * f["dram_peak_gbps"], rel=1e-6
+    )
+    assert f["l2_cache_bytes"] == 50 * MIB
+
+
+def test_gpm_keeps_reporting_across_cycles(simulated_fleet, sim_clock, recording_accumulator):
+    machine = simulated_fleet("h100-sxm:2", scenario="training")
+    memory = collector(machine, gpm_warmup=0.001)
+    for _ in range(3):
+        sim_clock.advance(10)
+        recording_accumulator.clear()
+        memory.collect(recording_accumulator)
+        for f in recording_accumulator.fields("gpu_memory"):
+            assert f["dram_bw_source"] == "gpm" and GPM_FIELDS <= set(f)
+    memory.close()
+
+
+def test_h100_without_gpm_falls_back_to_utilisation(simulated_fleet, recording_accumulator):
+    f = one_cycle(
+        simulated_fleet("h100-sxm", scenario="training"), recording_accumulator, gpm=False
+    )
+    assert f["dram_bw_source"] == "utilization"
+    assert f["dram_bw_util_pct"] == float(f["memory_util_pct"])
+    assert not GPM_FIELDS & set(f)
+
+
+def test_rtx4090_has_no_gpm_field(simulated_fleet, recording_accumulator):
+    f = one_cycle(simulated_fleet("rtx4090", scenario="training"), recording_accumulator)
+    assert not GPM_FIELDS & set(f)
+    assert f["dram_bw_source"] == "utilization"
+    assert f["l2_cache_bytes"] == 72 * MIB
+    assert f["dram_peak_gbps"] == pytest.approx(1008, rel=0.01)
+
+
+def test_bus_width_and_peak_from_the_table_when_nvml_lacks_them(
+    simulated_fleet, recording_accumulator
+):
+    machine = simulated_fleet("l40s")
+    machine.force("nvmlDeviceGetMemoryBusWidth", "NOT_SUPPORTED")
+    f = one_cycle(machine, recording_accumulator)
+    assert f["bus_width_bits"] == 384
+    assert f["dram_peak_gbps"] == 864.0 and f["dram_peak_source"] == "spec"
+
+
+def test_unknown_card_has_no_l2_and_no_spec_figures(
+    simulated_fleet, recording_accumulator, tmp_path
+):
+    profile = load_profile("l40s")
+    profile.update(name="mystery", product_name="NVIDIA Mystery GPU", pci_device_id="0x2FFF10DE")
+    path = tmp_path / "mystery.json"
+    path.write_text(json.dumps(profile))
+    machine = simulated_fleet(str(path))
+    machine.force("nvmlDeviceGetMemoryBusWidth", "NOT_SUPPORTED")
+    f = one_cycle(machine, recording_accumulator)
+    assert specs.lookup(0x2FFF10DE, "NVIDIA Mystery GPU") is None
+    for name in (
+        "l2_cache_bytes",
+        "l2_cache_source",
+        "bus_width_bits",
+        "dram_peak_gbps",
+        "dram_bw_gbps",
+    ):
+        assert name not in f, name
+    assert f["dram_bw_util_pct"] >= 0  # what NVML does report stays
+
+
+def test_memory_info_v1_on_old_drivers(simulated_fleet, recording_accumulator):
+    machine = simulated_fleet("l40s", scenario="training")
+    machine.force("nvmlDeviceGetMemoryInfo_v2", "FUNCTION_NOT_FOUND")
+    f = one_cycle(machine, recording_accumulator)
+    assert "fb_reserved_bytes" not in f
+    assert f["fb_total_bytes"] > 0 and f["fb_used_bytes"] > 0
+
+
+@pytest.mark.parametrize("profile, bound", [("l40s", 3), ("h100-sxm", 5), ("rtx4090", 3)])
+def test_nvml_calls_per_cycle(
+    profile, bound, simulated_fleet, nvml_calls, sim_clock, recording_accumulator
+):
+    machine = simulated_fleet(profile, scenario="training")
+    memory = collector(machine, gpm_warmup=0.001)
+    calls = nvml_calls()
+    memory.collect(recording_accumulator)
+    first = sum(calls.values())
+    calls.clear()
+    sim_clock.advance(10)
+    memory.collect(recording_accumulator)
+    # Steady state: memory info v2, BAR1, utilisation; GPM cards add one sample and one metrics call.
+    assert sum(calls.values()) <= bound, dict(calls)
+    for static in (
+        "nvmlDeviceGetMemoryBusWidth",
+        "nvmlDeviceGetMaxClockInfo",
+        "nvmlGpmQueryDeviceSupport",
+    ):
+        assert static not in calls
+    # First cycle adds the static reads (PCI info, bus width, max memory clock, GPM support) and,
+    # on GPM cards, two sample allocations and the priming sample.
+    assert first <= bound + 7, first
+    memory.close()
+
+
+@pytest.mark.parametrize("capture", capture_names())
+def test_memory_on_captured_profiles(
+    capture, tmp_path, simulated_fleet, sim_clock, recording_accumulator
+):
+    spec, profile = capture_profile(capture, tmp_path)
+    machine = simulated_fleet(spec, scenario="training")
+    sim_clock.advance(30)
+    f = one_cycle(machine, recording_accumulator)
+    assert recording_accumulator.points[0].tags["model"] == profile["product_name"]
+    assert f["fb_total_bytes"] == profile["memory"]["total_mib"] * MIB
+    known = specs.lookup(int(profile["pci_device_id"], 16), profile["product_name"])
+    if known is not None:
+        assert f["l2_cache_bytes"] == known.l2_cache_bytes
+        assert f["dram_peak_gbps"] == pytest.approx(known.peak_dram_gbps, rel=0.01)
+    else:  # e.g. the RTX 4080 SUPER: not in the table, so no L2 figure rather than a guess
+        assert "l2_cache_bytes" not in f
+    assert (f.get("dram_bw_source") == "gpm") is bool(profile.get("gpm"))

@@ -1,0 +1,174 @@
+"""pcie collector on the simulator: link state, throughput, counters, NVML calls per cycle."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from gpuagent.context import AgentContext
+from gpuagent.nvml import NvmlSession
+from gpuagent.plugins.pcie import PcieCollector
+from gpuagent.sim import load_profile
+
+CAPTURES = Path(__file__).resolve().parents[3].parent / "shared" / "captures"
+IDENTITY = {"host", "gpu", "uuid", "model", "pci_bus_id", "arch"}
+SENTINELS = {0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFFFFFFFFFF}
+
+
+def collector(machine, cls=PcieCollector, **config):
+    session = NvmlSession(gpus=machine.gpus, simulated=True, machine=machine)
+    return cls(
+        cls.Config(**config), AgentContext(hostname="testhost", gpus=machine.gpus, nvml=session)
+    )
+
+
+def assert_clean(fields: dict) -> None:
+    for name, value in fields.items():
+        assert not (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and (value < 0 or value in SENTINELS)
+        ), f"{name}={value} is a sentinel"
+
+
+def capture_names() -> list[str | None]:
+    names = (
+        sorted(p.name for p in CAPTURES.glob("*") if p.suffix in (".txt", ".xml"))
+        if CAPTURES.is_dir()
+        else []
+    )
+    return names or [None]
+
+
+def capture_profile(name: str | None, tmp_path: Path) -> tuple[str, dict]:
+    if name is None:
+        pytest.skip(f"no nvidia-smi captures at {CAPTURES}")
+    from gpuagent.sim.capture_import import import_capture
+
+    profile = import_capture(CAPTURES / name)
+    path = tmp_path / f"{profile['name']}.json"
+    path.write_text(json.dumps(profile))
+    return str(path), profile
+
+
+@pytest.fixture
+def nvml_calls(simulated_fleet, monkeypatch):
+    """Start counting the C symbols pynvml calls on the installed simulator (after simulated_fleet)."""
+
+    def start() -> Counter:
+        calls: Counter = Counter()
+        lib = pynvml.nvmlLib
+
+        class CountingLib:
+            def __getattr__(self, name):
+                fn = getattr(lib, name)
+
+                def call(*args):
+                    calls[name] += 1
+                    return fn(*args)
+
+                return call
+
+        monkeypatch.setattr(pynvml, "nvmlLib", CountingLib())
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        return calls
+
+    return start
+
+
+@pytest.mark.parametrize("profile", ["l40s", "h100-sxm", "rtx4090"])
+def test_pcie_on_each_profile(profile, simulated_fleet, sim_clock, recording_accumulator):
+    machine = simulated_fleet(profile, scenario="training")
+    sim_clock.advance(30)
+    collector(machine).collect(recording_accumulator)
+    (point,) = recording_accumulator.by_measurement("gpu_pcie")
+    assert IDENTITY <= set(point.tags)
+    f = point.fields
+    assert_clean(f)
+    pcie = load_profile(profile)["pcie"]
+    assert f["max_link_gen"] == pcie["max_gen"] and f["max_link_width"] == pcie["max_width"]
+    assert 1 <= f["link_gen"] <= f["max_link_gen"] and 1 <= f["link_width"] <= f["max_link_width"]
+    # KB/s from NVML, bytes/s in the field.
+    assert f["tx_bytes_per_s"] > 0 and f["tx_bytes_per_s"] % 1024 == 0
+    assert f["rx_bytes_per_s"] > 0 and f["rx_bytes_per_s"] % 1024 == 0
+    assert f["replays_total"] >= 0
+
+
+def test_idle_gpu_drops_its_link_generation(simulated_fleet, sim_clock, recording_accumulator):
+    machine = simulated_fleet("l40s", scenario="idle")
+    sim_clock.advance(30)
+    collector(machine).collect(recording_accumulator)
+    (f,) = recording_accumulator.fields("gpu_pcie")
+    assert f["link_gen"] == load_profile("l40s")["pcie"]["idle_gen"] < f["max_link_gen"]
+
+
+def test_counters_never_decrease(simulated_fleet, sim_clock, recording_accumulator):
+    machine = simulated_fleet("h100-sxm:2", scenario="training")
+    pcie = collector(machine)
+    last: dict[tuple[str, str], int] = {}
+    for _ in range(10):
+        sim_clock.advance(7)
+        recording_accumulator.clear()
+        pcie.collect(recording_accumulator)
+        for p in recording_accumulator.by_measurement("gpu_pcie"):
+            for name in ("replays_total", "tx_bytes_total", "rx_bytes_total"):
+                if name in p.fields:
+                    key = (p.tags["gpu"], name)
+                    assert p.fields[name] >= last.get(key, 0), key
+                    last[key] = p.fields[name]
+    assert last
+
+
+def test_slower_default_interval_and_throughput_switch(
+    simulated_fleet, nvml_calls, recording_accumulator
+):
+    assert PcieCollector.default_interval == 30.0
+    machine = simulated_fleet("l40s")
+    pcie = collector(machine, throughput=False)
+    calls = nvml_calls()
+    pcie.collect(recording_accumulator)
+    (f,) = recording_accumulator.fields("gpu_pcie")
+    assert "tx_bytes_per_s" not in f and "rx_bytes_per_s" not in f
+    assert f["link_gen"] >= 1
+    assert "nvmlDeviceGetPcieThroughput" not in calls
+
+
+@pytest.mark.parametrize("profile, bound", [("l40s", 5), ("h100-sxm", 5), ("rtx4090", 5)])
+def test_nvml_calls_per_cycle(
+    profile, bound, simulated_fleet, nvml_calls, sim_clock, recording_accumulator
+):
+    machine = simulated_fleet(profile, scenario="training")
+    pcie = collector(machine)
+    calls = nvml_calls()
+    pcie.collect(recording_accumulator)
+    first = sum(calls.values())
+    calls.clear()
+    sim_clock.advance(30)
+    pcie.collect(recording_accumulator)
+    # Steady state: current gen and width, TX and RX throughput, one field-values call (counters).
+    assert sum(calls.values()) <= bound, dict(calls)
+    assert calls["nvmlDeviceGetPcieThroughput"] == 2
+    assert (
+        "nvmlDeviceGetMaxPcieLinkGeneration" not in calls
+        and "nvmlDeviceGetMaxPcieLinkWidth" not in calls
+    )
+    assert first <= bound + 3, first
+
+
+@pytest.mark.parametrize("capture", capture_names())
+def test_pcie_on_captured_profiles(
+    capture, tmp_path, simulated_fleet, sim_clock, recording_accumulator
+):
+    spec, profile = capture_profile(capture, tmp_path)
+    machine = simulated_fleet(spec, scenario="training")
+    sim_clock.advance(30)
+    collector(machine).collect(recording_accumulator)
+    (point,) = recording_accumulator.by_measurement("gpu_pcie")
+    assert point.tags["model"] == profile["product_name"]
+    assert_clean(point.fields)
+    assert point.fields["max_link_gen"] == profile["pcie"]["max_gen"]
+    assert point.fields["max_link_width"] == profile["pcie"]["max_width"]

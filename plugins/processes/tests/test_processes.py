@@ -1,0 +1,170 @@
+"""processes collector on the simulator: one point per process per GPU, vanished processes, MIG."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pynvml
+import pytest
+
+from gpuagent.context import AgentContext
+from gpuagent.nvml import NvmlSession
+from gpuagent.plugins.processes import ProcessesCollector
+
+CAPTURES = Path(__file__).resolve().parents[3].parent / "shared" / "captures"
+IDENTITY = {"host", "gpu", "uuid", "model", "pci_bus_id", "arch"}
+SENTINELS = {0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFFFFFFFFFF}
+
+
+def collector(machine, cls=ProcessesCollector, **config):
+    session = NvmlSession(gpus=machine.gpus, simulated=True, machine=machine)
+    return cls(
+        cls.Config(**config), AgentContext(hostname="testhost", gpus=machine.gpus, nvml=session)
+    )
+
+
+def assert_clean(fields: dict) -> None:
+    for name, value in fields.items():
+        assert not (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and (value < 0 or value in SENTINELS)
+        ), f"{name}={value} is a sentinel"
+
+
+def capture_names() -> list[str | None]:
+    names = (
+        sorted(p.name for p in CAPTURES.glob("*") if p.suffix in (".txt", ".xml"))
+        if CAPTURES.is_dir()
+        else []
+    )
+    return names or [None]
+
+
+def capture_profile(name: str | None, tmp_path: Path) -> tuple[str, dict]:
+    if name is None:
+        pytest.skip(f"no nvidia-smi captures at {CAPTURES}")
+    from gpuagent.sim.capture_import import import_capture
+
+    profile = import_capture(CAPTURES / name)
+    path = tmp_path / f"{profile['name']}.json"
+    path.write_text(json.dumps(profile))
+    return str(path), profile
+
+
+@pytest.fixture
+def nvml_calls(simulated_fleet, monkeypatch):
+    """Start counting the C symbols pynvml calls on the installed simulator (after simulated_fleet)."""
+
+    def start() -> Counter:
+        calls: Counter = Counter()
+        lib = pynvml.nvmlLib
+
+        class CountingLib:
+            def __getattr__(self, name):
+                fn = getattr(lib, name)
+
+                def call(*args):
+                    calls[name] += 1
+                    return fn(*args)
+
+                return call
+
+        monkeypatch.setattr(pynvml, "nvmlLib", CountingLib())
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        return calls
+
+    return start
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # reaped: the pid no longer exists
+    assert not psutil.pid_exists(child.pid)
+    return child.pid
+
+
+@pytest.mark.parametrize("profile", ["l40s", "h100-sxm", "rtx4090"])
+def test_one_point_per_process_per_gpu(profile, simulated_fleet, sim_clock, recording_accumulator):
+    machine = simulated_fleet(f"{profile}:2", scenario="inference")  # two processes on each GPU
+    sim_clock.advance(30)
+    collector(machine).collect(recording_accumulator)
+    points = recording_accumulator.by_measurement("gpu_process")
+    me, parent = psutil.Process(os.getpid()), psutil.Process(os.getppid())
+    assert sorted((p.tags["gpu"], p.tags["pid"]) for p in points) == sorted(
+        (gpu, str(pid)) for gpu in ("0", "1") for pid in (me.pid, parent.pid)
+    )
+    for p in points:
+        assert IDENTITY | {"pid"} <= set(p.tags)
+        assert "gi_id" not in p.tags and "ci_id" not in p.tags
+        assert_clean(p.fields)
+        proc = me if p.tags["pid"] == str(me.pid) else parent
+        assert p.fields["name"] == proc.name() and p.fields["user"] == proc.username()
+        assert p.fields["used_memory_bytes"] > 0 and p.fields["type"] == "C"
+    # The processes' memory adds up to what the GPU has in use.
+    used = sum(p.fields["used_memory_bytes"] for p in points if p.tags["gpu"] == "0")
+    assert used == machine.devices[0].state().mem_used_bytes
+
+
+def test_vanished_process_is_skipped(simulated_fleet, sim_clock, recording_accumulator):
+    machine = simulated_fleet("l40s", scenario="inference")
+    machine.process_pids = [dead_pid(), os.getpid()]
+    sim_clock.advance(30)
+    collector(machine).collect(recording_accumulator)
+    assert [p.tags["pid"] for p in recording_accumulator.by_measurement("gpu_process")] == [
+        str(os.getpid())
+    ]
+
+
+def test_idle_gpu_has_no_process_points(simulated_fleet, sim_clock, recording_accumulator):
+    machine = simulated_fleet("l40s", scenario="idle")
+    sim_clock.advance(30)
+    collector(machine).collect(recording_accumulator)
+    assert recording_accumulator.by_measurement("gpu_process") == []
+
+
+def test_mig_processes_carry_their_instance(simulated_fleet, sim_clock, recording_accumulator):
+    machine = simulated_fleet("h100-sxm-mig", scenario="training")
+    sim_clock.advance(30)
+    collector(machine).collect(recording_accumulator)
+    points = recording_accumulator.by_measurement("gpu_process")
+    assert len(points) == len(machine.devices[0].mig_devices) == 2
+    instances = {(p.tags["gi_id"], p.tags["ci_id"]) for p in points}
+    assert instances == {(str(m.gi_id), str(m.ci_id)) for m in machine.devices[0].mig_devices}
+
+
+@pytest.mark.parametrize("graphics, bound", [(True, 3), (False, 2)])
+def test_nvml_calls_per_cycle(
+    graphics, bound, simulated_fleet, nvml_calls, sim_clock, recording_accumulator
+):
+    machine = simulated_fleet("l40s", scenario="training")
+    processes = collector(machine, graphics=graphics)
+    calls = nvml_calls()
+    sim_clock.advance(10)
+    processes.collect(recording_accumulator)
+    # Compute list: size query + fill (a process is running); graphics list: size query only.
+    assert sum(calls.values()) <= bound, dict(calls)
+    assert ("nvmlDeviceGetGraphicsRunningProcesses_v3" in calls) is graphics
+    assert len(recording_accumulator.by_measurement("gpu_process")) == 1
+
+
+@pytest.mark.parametrize("capture", capture_names())
+def test_processes_on_captured_profiles(
+    capture, tmp_path, simulated_fleet, sim_clock, recording_accumulator
+):
+    spec, profile = capture_profile(capture, tmp_path)
+    machine = simulated_fleet(spec, scenario="training")
+    sim_clock.advance(30)
+    collector(machine).collect(recording_accumulator)
+    points = recording_accumulator.by_measurement("gpu_process")
+    assert points, "a training GPU has processes"
+    for p in points:
+        assert p.tags["model"] == profile["product_name"]
+        assert_clean(p.fields)
+        assert p.fields["used_memory_bytes"] > 0

@@ -1,0 +1,280 @@
+"""`gpuagent inspect` on simulated fleets: the facts, the human view, --json, --gpu, --line-protocol."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import jsonschema
+import pynvml
+import pytest
+
+from gpuagent import facts as facts_mod
+from gpuagent.gpu import as_str
+from gpuagent.inspect import WIDTH, render_text
+from gpuagent.nvml import NvmlSession
+
+HERE = Path(__file__).parent
+CAPTURES = HERE.parents[1].parent / "shared" / "captures"
+MIXED = "l40s:2,rtx4090:2,h100-sxm:4"
+UPDATE = bool(os.environ.get("GPUAGENT_UPDATE_SNAPSHOTS"))
+
+
+def session_for(machine, spec: str) -> NvmlSession:
+    """The NvmlSession open_nvml would give, for a machine the simulated_fleet fixture installed."""
+    session = NvmlSession(gpus=machine.gpus, simulated=True, machine=machine, spec=spec)
+    session.driver_version = as_str(pynvml.nvmlSystemGetDriverVersion())
+    session.nvml_version = as_str(pynvml.nvmlSystemGetNVMLVersion())
+    session.cuda_driver_version = pynvml.nvmlSystemGetCudaDriverVersion_v2()
+    return session
+
+
+@pytest.fixture
+def mixed_facts(simulated_fleet):
+    machine = simulated_fleet(MIXED, seed=7)
+    return facts_mod.gather(session_for(machine, MIXED), hostname="testhost")
+
+
+def blocks(text: str) -> dict[int, str]:
+    """GPU index -> its block of the human view."""
+    parts = re.split(r"^(?=GPU \d+  )", text, flags=re.MULTILINE)
+    return {int(p.split()[1]): p for p in parts if p.startswith("GPU ")}
+
+
+def matrix(text: str) -> dict[tuple[int, int], str]:
+    """(row GPU, column GPU) -> cell of the P2P matrix, read back from the text."""
+    lines = text.split("P2P matrix")[1].splitlines()[1:]
+    header = lines[0]
+    starts = [m.start() for m in re.finditer(r"GPU\d+", header)]
+    columns = [int(header[s:].split()[0][3:]) for s in starts]
+    cells = {}
+    for line in lines[1:]:
+        if not re.match(r"GPU\d+ ", line):
+            break
+        row = int(line.split()[0][3:])
+        for col, start, end in zip(columns, starts, [*starts[1:], None], strict=True):
+            cells[(row, col)] = line[start:end].strip()
+    return cells
+
+
+# -- the mixed fleet of the issue -------------------------------------------------
+
+
+def test_mixed_fleet_names_all_eight_cards_with_their_l2(mixed_facts):
+    text = render_text(mixed_facts)
+    by_gpu = blocks(text)
+    assert sorted(by_gpu) == list(range(8))
+    expected = ["NVIDIA L40S"] * 2 + ["NVIDIA GeForce RTX 4090"] * 2 + ["NVIDIA H100 80GB HBM3"] * 4
+    l2 = ["96 MB"] * 2 + ["72 MB"] * 2 + ["50 MB"] * 4
+    for index, (name, size) in enumerate(zip(expected, l2, strict=True)):
+        block = by_gpu[index]
+        assert block.startswith(f"GPU {index}  {name}  "), block
+        assert re.search(rf"L2 cache\s+{size}\b", block), block
+    assert [g["memory"]["l2_cache_bytes"] >> 20 for g in mixed_facts["gpus"]] == [96, 96, 72, 72, 50, 50, 50, 50]
+    assert max(len(line) for line in text.splitlines()) <= WIDTH
+
+
+def test_mixed_fleet_p2p_matrix(mixed_facts):
+    cells = matrix(render_text(mixed_facts))
+    assert len(cells) == 64
+    # RTX 4090 pair: no P2P at all.
+    assert cells[(2, 3)].endswith(" -") and cells[(3, 2)].endswith(" -")
+    # L40S pair: P2P over PCIe (read and write, no NVLink).
+    assert cells[(0, 1)].split()[1] == "RW" and not cells[(0, 1)].startswith("NV")
+    # H100 SXM: NVLink between every pair.
+    for a in range(4, 8):
+        for b in range(4, 8):
+            if a != b:
+                assert re.fullmatch(r"NV\d+ R?W?N", cells[(a, b)]), cells[(a, b)]
+    for i in range(8):
+        assert cells[(i, i)] == "X"
+    kinds = {(p["gpu"], p["peer"]): p["p2p"] for p in mixed_facts["p2p"]}
+    assert kinds[(2, 3)] == "none" and kinds[(0, 1)] == "pcie" and kinds[(4, 5)] == "nvlink"
+    assert kinds[(0, 4)] == "none"  # different models, different sockets
+
+
+def test_mixed_fleet_peak_bandwidth_and_bus_width(mixed_facts):
+    peak = [round(g["memory"]["peak_dram_bw_gbps"]) for g in mixed_facts["gpus"]]
+    assert peak == [864] * 2 + [1008] * 2 + [3352] * 4
+    assert [g["memory"]["bus_width_bits"] for g in mixed_facts["gpus"]] == [384] * 4 + [5120] * 4
+
+
+def pinned(doc: dict) -> dict:
+    """The facts with every load-model reading replaced by a fixed value: the snapshot is about layout."""
+    for gpu in doc["gpus"]:
+        if gpu["lost"]:
+            continue
+        mem = gpu["memory"]
+        mem["used_bytes"] = mem["total_bytes"] // 4
+        mem["free_bytes"] = mem["total_bytes"] - mem["used_bytes"]
+        gpu["clocks"]["sm_clock_mhz"] = gpu["clocks"]["max_sm_clock_mhz"]
+        gpu["clocks"]["memory_clock_mhz"] = gpu["clocks"]["max_memory_clock_mhz"]
+        gpu["power"]["power_draw_w"] = 123.4
+        gpu["power"]["temperature_c"] = 55
+        gpu["pstate"] = 0
+        gpu["throttle_reasons"] = ["sw_power_cap"] if gpu["index"] % 2 else []
+        gpu["pcie"]["link_gen_current"] = gpu["pcie"]["link_gen_max"]
+    return doc
+
+
+def test_mixed_fleet_snapshot(mixed_facts):
+    """The layout of the human view on the issue's fleet (load-model readings pinned)."""
+    text = render_text(pinned(mixed_facts))
+    path = HERE / "snapshots" / "mixed_fleet.txt"
+    if UPDATE or not path.exists():
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        if not UPDATE:
+            pytest.fail(f"snapshot {path} did not exist; written now, check it and rerun")
+    assert text == path.read_text(), f"layout changed; if intended, rerun with GPUAGENT_UPDATE_SNAPSHOTS=1 ({path})"
+
+
+def test_same_seed_same_time_same_facts(simulated_fleet, sim_clock):
+    machine = simulated_fleet("l40s:1,h100-sxm:1", seed=3)
+    sim_clock.advance(30)
+    first = facts_mod.gather(session_for(machine, "x"), hostname="h")
+    machine = simulated_fleet("l40s:1,h100-sxm:1", seed=3)
+    second = facts_mod.gather(session_for(machine, "x"), hostname="h")
+    assert first == second
+
+
+# -- MIG, vGPU, a lost GPU -------------------------------------------------------
+
+
+def test_mig_instances_listed(simulated_fleet):
+    machine = simulated_fleet("h100-sxm-mig:1")
+    doc = facts_mod.gather(session_for(machine, "h100-sxm-mig:1"), hostname="h")
+    jsonschema.validate(doc, facts_mod.schema())
+    mig = doc["gpus"][0]["mig"]
+    assert mig["current"] is True and len(mig["instances"]) == 2
+    assert all(i["profile"] and i["profile"].startswith("3g.") for i in mig["instances"])
+    text = render_text(doc)
+    assert re.search(r"MIG\s+on, 2 instances", text)
+    assert len(re.findall(r"^  MIG \d: 3g\.", text, flags=re.MULTILINE)) == 2
+
+
+def test_vgpus_listed(simulated_fleet):
+    machine = simulated_fleet("l40s-vgpu:1")
+    doc = facts_mod.gather(session_for(machine, "l40s-vgpu:1"), hostname="h")
+    jsonschema.validate(doc, facts_mod.schema())
+    virt = doc["gpus"][0]["virtualization"]
+    assert virt["mode"] == "host_vgpu" and len(virt["vgpus"]) == 2
+    text = render_text(doc)
+    assert re.search(r"Virtualisation\s+vGPU host.*, 2 vGPUs", text)
+    assert len(re.findall(r"^  vGPU \d+: ", text, flags=re.MULTILINE)) == 2
+
+
+def test_gpu_lost_in_the_middle_shows_as_lost_and_the_rest_print(simulated_fleet):
+    machine = simulated_fleet("l40s:3")
+    # GPU 1 answers its identity and memory, then falls off the bus when asked for power.
+    machine.force("nvmlDeviceGetPowerUsage", "GPU_IS_LOST", gpu=1)
+    doc = facts_mod.gather(session_for(machine, "l40s:3"), hostname="h")
+    jsonschema.validate(doc, facts_mod.schema())
+    assert [g["lost"] for g in doc["gpus"]] == [False, True, False]
+    assert "memory" not in doc["gpus"][1]
+    assert {(p["gpu"], p["peer"]) for p in doc["p2p"]} == {(0, 2), (2, 0)}
+    text = render_text(doc)
+    by_gpu = blocks(text)
+    assert "LOST" in by_gpu[1].splitlines()[0]
+    assert "L2 cache" in by_gpu[0] and "L2 cache" in by_gpu[2]
+
+
+def test_gpu_lost_from_the_cli(invoke):
+    result = invoke("inspect", "--simulate", "l40s:3@force=nvmlDeviceGetTemperature:GPU_IS_LOST:2")
+    assert result.exit_code == 0, result.output
+    by_gpu = blocks(result.stdout)
+    assert "LOST" in by_gpu[2].splitlines()[0]
+    assert "96 MB" in by_gpu[0] and "96 MB" in by_gpu[1]
+
+
+# -- the command: --json, --gpu, --line-protocol -----------------------------------
+
+
+def builtin_profiles(invoke) -> list[str]:
+    result = invoke("sim", "list", "--json")
+    assert result.exit_code == 0, result.output
+    return [p["name"] for p in json.loads(result.stdout)["profiles"]]
+
+
+def test_json_validates_for_every_builtin_profile(invoke):
+    schema = facts_mod.schema()
+    names = builtin_profiles(invoke)
+    assert len(names) >= 9
+    for name in names:
+        result = invoke("inspect", "--simulate", f"{name}:2", "--json")
+        assert result.exit_code == 0, f"{name}: {result.output}"
+        doc = json.loads(result.stdout)
+        jsonschema.validate(doc, schema)
+        assert doc["host"]["simulate_spec"] == f"{name}:2"
+        assert len(doc["gpus"]) == 2 and not any(g["lost"] for g in doc["gpus"])
+        assert doc["gpus"][0]["memory"]["l2_cache_bytes"], f"{name}: no L2 size"
+        assert len(doc["p2p"]) == 2
+        assert any(p["name"] == "host" and p["status"] == "loaded" for p in doc["plugins"])
+
+
+def test_json_validates_for_profiles_imported_from_captures(invoke, tmp_path):
+    if not CAPTURES.is_dir():
+        pytest.skip(f"real nvidia-smi captures not found at {CAPTURES} (they live in ../shared/captures)")
+    captures = sorted(p for p in CAPTURES.iterdir() if p.suffix in (".txt", ".xml"))
+    if not captures:
+        pytest.skip(f"no .txt/.xml capture in {CAPTURES}")
+    schema = facts_mod.schema()
+    for capture in captures:
+        profile = tmp_path / f"{capture.stem}.json"
+        imported = invoke("sim", "import", str(capture), "-o", str(profile))
+        assert imported.exit_code == 0, f"{capture.name}: {imported.output}"
+        result = invoke("inspect", "--simulate", f"{profile}:2", "--json")
+        assert result.exit_code == 0, f"{capture.name}: {result.output}"
+        doc = json.loads(result.stdout)
+        jsonschema.validate(doc, schema)
+        assert len(doc["gpus"]) == 2, capture.name
+
+
+def test_gpu_by_index_and_uuid(invoke):
+    full = json.loads(invoke("inspect", "--simulate", "l40s:1,h100-sxm:2", "--json").stdout)
+    uuid = full["gpus"][2]["uuid"]
+    by_index = json.loads(invoke("inspect", "--simulate", "l40s:1,h100-sxm:2", "--json", "--gpu", "1").stdout)
+    assert [g["index"] for g in by_index["gpus"]] == [1]
+    assert by_index["host"]["gpu_count"] == 3
+    assert {(p["gpu"], p["peer"]) for p in by_index["p2p"]} == {(1, 0), (1, 2)}
+    by_uuid = invoke("inspect", "--simulate", "l40s:1,h100-sxm:2", "--gpu", uuid.lower())
+    assert by_uuid.exit_code == 0, by_uuid.output
+    assert sorted(blocks(by_uuid.stdout)) == [2]
+    assert "3 GPUs, 1 shown" in by_uuid.stdout
+
+
+def test_bad_gpu_is_one_line_listing_the_valid_ones(invoke):
+    result = invoke("inspect", "--simulate", "l40s:2", "--gpu", "5")
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "--gpu '5'" in lines[0] and "valid: 0 (GPU-" in lines[0] and ", 1 (GPU-" in lines[0]
+    assert result.stdout == ""
+
+
+def _series(text: str) -> set[str]:
+    """measurement,tags of each line-protocol line (field values and timestamps move)."""
+    return {line.split(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def test_line_protocol_is_run_once_test(invoke):
+    inspected = invoke("inspect", "--simulate", "l40s:2", "--seed", "1", "--line-protocol")
+    assert inspected.exit_code == 0, inspected.output
+    ran = invoke("run", "--once", "--test", "--simulate", "l40s:2", "--seed", "1")
+    assert ran.exit_code == 0, ran.output
+    assert _series(inspected.stdout) == _series(ran.stdout)
+    assert any(s.startswith("gpu_") for s in _series(inspected.stdout))
+
+
+def test_line_protocol_narrowed_to_one_gpu(invoke):
+    result = invoke("inspect", "--simulate", "l40s:2", "--line-protocol", "--gpu", "1")
+    assert result.exit_code == 0, result.output
+    gpu_lines = [line for line in result.stdout.splitlines() if line.startswith("gpu_")]
+    assert gpu_lines and all(",gpu=1," in line for line in gpu_lines)
+
+
+def test_json_and_line_protocol_are_exclusive(invoke):
+    result = invoke("inspect", "--simulate", "l40s:1", "--json", "--line-protocol")
+    assert result.exit_code == 2

@@ -1,0 +1,134 @@
+"""Importing each real capture gives a profile whose simulated device reports what the capture shows."""
+
+import json
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from gpuagent.errors import AgentError
+from gpuagent.sim.capture_import import first_q_section, import_capture, parse_text_tree
+
+CAPTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "captures"
+NA = None  # the call answers NOT_SUPPORTED
+
+# Values read off the captures by hand (first `nvidia-smi -q` section / the XML).
+EXPECTED = {
+    "linux-x86_64__nvidia-l40s__595.80.txt": dict(
+        name="NVIDIA L40S", total_mib=46068, power=(350, 350, 100, 350), clocks=(2520, 2520, 9001, 1965),
+        pcie=(4, 4, 16, 16), ecc=[1, 1], mig=NA, virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH, mig_gis=[]),
+    "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt": dict(
+        name="NVIDIA H100 80GB HBM3", total_mib=81559, power=(700, 700, 200, 700), clocks=(1980, 1980, 2619, 1545),
+        pcie=(5, 5, 16, 16), ecc=[1, 1], mig=[0, 0], virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH, mig_gis=[]),
+    "linux-x86_64__nvidia-h100-mig__590.48.01.txt": dict(
+        name="NVIDIA H100 80GB HBM3", total_mib=81559, power=(700, 700, 200, 700), clocks=(1980, 1980, 2619, 1545),
+        pcie=(5, 5, 16, 16), ecc=[1, 1], mig=[1, 1], virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH,
+        mig_gis=[(2, 40448, 60), (3, 20096, 32), (9, 9984, 16), (10, 9984, 16)]),
+    "linux-x86_64__nvidia-geforce-rtx-4080-super__595.71.05.txt": dict(
+        name="NVIDIA GeForce RTX 4080 SUPER", total_mib=16376, power=(320, 320, 150, 400), clocks=(3165, 3165, 11501, 2415),
+        pcie=(4, 1, 16, 16), ecc=NA, mig=NA, virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE, mig_gis=[]),
+    "telegraf-a100-sxm4-v12.xml": dict(
+        name="NVIDIA A100-SXM4-80GB", total_mib=81920, power=(500, 500, 100, 500), clocks=(1410, 1410, 1593, 1290),
+        pcie=(4, 4, 16, 16), ecc=[1, 1], mig=[1, 1], virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE,
+        mig_gis=[(3, 19968, 14), (4, 19968, 14), (5, 19968, 14), (6, 19968, 14)]),
+    "telegraf-rtx-4000-sff-ada-v13.xml": dict(
+        name="NVIDIA RTX 4000 SFF Ada Generation", total_mib=20475, power=(70, 70, 30, 70), clocks=(3105, 3105, 7001, 2415),
+        pcie=(4, 1, 16, 16), ecc=[0, 0], mig=NA, virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE, mig_gis=[]),
+}
+
+
+def or_na(fn, *args):
+    try:
+        return fn(*args)
+    except pynvml.NVMLError_NotSupported:
+        return NA
+
+
+@pytest.mark.parametrize("capture", sorted(EXPECTED))
+def test_imported_capture_through_pynvml(capture, tmp_path, simulated_fleet):
+    path = CAPTURES / capture
+    if not path.exists():
+        pytest.skip(f"capture {capture} not available (expected under {CAPTURES})")
+    want = EXPECTED[capture]
+    profile = import_capture(path)
+    out = tmp_path / "profile.json"
+    out.write_text(json.dumps(profile))
+    simulated_fleet(str(out), scenario="idle")
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    assert pynvml.nvmlDeviceGetName(h) == want["name"]
+    assert pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2).total == want["total_mib"] << 20
+    power = (pynvml.nvmlDeviceGetPowerManagementLimit(h), pynvml.nvmlDeviceGetPowerManagementDefaultLimit(h),
+             *pynvml.nvmlDeviceGetPowerManagementLimitConstraints(h))
+    assert power == tuple(w * 1000 for w in want["power"])
+    assert pynvml.nvmlDeviceGetEnforcedPowerLimit(h) == want["power"][0] * 1000
+    clocks = tuple(pynvml.nvmlDeviceGetMaxClockInfo(h, c) for c in
+                   (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM, pynvml.NVML_CLOCK_VIDEO))
+    assert clocks == want["clocks"]
+    pcie = (pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h), pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h),
+            pynvml.nvmlDeviceGetMaxPcieLinkWidth(h), pynvml.nvmlDeviceGetCurrPcieLinkWidth(h))
+    assert pcie == want["pcie"]
+    assert or_na(pynvml.nvmlDeviceGetEccMode, h) == want["ecc"]
+    assert or_na(pynvml.nvmlDeviceGetMigMode, h) == want["mig"]
+    assert pynvml.nvmlDeviceGetVirtualizationMode(h) == want["virt"]
+    gis = []
+    if want["mig"] == [1, 1]:
+        for i in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+            try:
+                m = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
+            except pynvml.NVMLError_NotFound:
+                break
+            gis.append((pynvml.nvmlDeviceGetGpuInstanceId(m), pynvml.nvmlDeviceGetMemoryInfo(m).total >> 20,
+                        pynvml.nvmlDeviceGetAttributes(m).multiprocessorCount))
+    assert gis == want["mig_gis"]
+
+
+def test_h100_mig_capture_names_its_instances():
+    path = CAPTURES / "linux-x86_64__nvidia-h100-mig__590.48.01.txt"
+    if not path.exists():
+        pytest.skip("H100 MIG capture not available")
+    profile = import_capture(path)
+    assert [i["profile"] for i in profile["mig"]["instances"]] == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
+    assert profile["gpm"] is True and profile["nvlink"]["links"] == 18  # filled from the built-in h100-sxm
+
+
+def test_geforce_capture_marks_na_calls():
+    path = CAPTURES / "linux-x86_64__nvidia-geforce-rtx-4080-super__595.71.05.txt"
+    if not path.exists():
+        pytest.skip("RTX 4080 SUPER capture not available")
+    profile = import_capture(path)
+    assert profile["ecc"] is None and profile["mig"] is None and profile["remapped_rows"] is False
+    assert "nvmlDeviceGetSerial" in profile["unsupported"]
+    assert profile["memory"]["bus_width_bits"] == 256 and profile["fan_pct"] is not None
+
+
+def test_text_parser_handles_plain_q_output():
+    text = """
+==============NVSMI LOG==============
+Driver Version                            : 550.1
+Attached GPUs                             : 1
+GPU 00000000:01:00.0
+    Product Name                          : NVIDIA X
+    MIG Device
+        GPU Instance ID                   : 1
+    MIG Device
+        GPU Instance ID                   : 2
+    PCI
+        Bus Id                            : 00000000:01:00.0
+"""
+    assert first_q_section(text) == text
+    tree = parse_text_tree(text)
+    gpu = tree["GPU 00000000:01:00.0"]
+    assert tree["Driver Version"] == "550.1"
+    assert [m["GPU Instance ID"] for m in gpu["MIG Device"]] == ["1", "2"]
+    assert gpu["PCI"]["Bus Id"] == "00000000:01:00.0"
+
+
+def test_garbage_capture_is_one_line_error(tmp_path):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("hello\n")
+    with pytest.raises(AgentError, match="notes.txt: no GPU section"):
+        import_capture(bad)
+    bad_xml = tmp_path / "x.xml"
+    bad_xml.write_text("<?xml version='1.0'?><nvidia_smi_log><gpu>")
+    with pytest.raises(AgentError, match="not valid nvidia-smi XML"):
+        import_capture(bad_xml)
