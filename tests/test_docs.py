@@ -212,7 +212,7 @@ def test_tutorial_code_installs_and_runs(tmp_path):
                 actual = [a for a in actual if word in a]
             if expected:
                 assert [strip_time(a) for a in actual] == [strip_time(e) for e in expected] or (
-                    len(actual) == len(expected) and all(matches(e, a) for e, a in zip(expected, actual))
+                    len(actual) == len(expected) and all(matches(e, a) for e, a in zip(expected, actual, strict=True))
                 ), f"{command}: expected {expected}, got {actual}"
             ran.append((command.split()[1], result))
     commands = [c for c, _ in ran]

@@ -131,13 +131,17 @@ def test_mixed_fleet_snapshot(mixed_facts):
     assert text == path.read_text(), f"layout changed; if intended, rerun with GPUAGENT_UPDATE_SNAPSHOTS=1 ({path})"
 
 
-def test_same_seed_same_time_same_facts(simulated_fleet, sim_clock):
-    machine = simulated_fleet("l40s:1,h100-sxm:1", seed=3)
-    sim_clock.advance(30)
-    first = facts_mod.gather(session_for(machine, "x"), hostname="h")
-    machine = simulated_fleet("l40s:1,h100-sxm:1", seed=3)
-    second = facts_mod.gather(session_for(machine, "x"), hostname="h")
-    assert first == second
+def test_same_seed_same_time_same_facts(simulated_fleet):
+    from gpuagent.sim import ManualClock
+
+    runs = []
+    for _ in range(2):
+        clock = ManualClock()
+        machine = simulated_fleet("l40s:1,h100-sxm:1", seed=3, scenario="training", clock=clock)
+        clock.advance(30)
+        runs.append(facts_mod.gather(session_for(machine, "x"), hostname="h"))
+    assert runs[0] == runs[1]
+    assert runs[0]["gpus"][0]["power"]["power_draw_w"] > 100  # under load, not idle
 
 
 # -- MIG, vGPU, a lost GPU -------------------------------------------------------
