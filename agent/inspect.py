@@ -150,18 +150,23 @@ def render(facts: dict[str, Any], console: Console) -> None:
     # pasted view (or a snapshot) has none.
     with console.capture() as captured:
         _render(facts, console)
-    console.file.write(_TRAILING_BLANKS.sub(r"\1", captured.get()))
+    console.file.write(_TRAILING_BLANKS.sub(_keep_reset, captured.get()))
     console.file.flush()
 
 
-_TRAILING_BLANKS = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+# Blanks (and the style codes around them) at the end of a line.
+_TRAILING_BLANKS = re.compile(r"(?:\x1b\[[0-9;]*m| )+$", re.MULTILINE)
+
+
+def _keep_reset(match: re.Match) -> str:
+    return "\x1b[0m" if "\x1b" in match.group(0) else ""
 
 
 def _render(facts: dict[str, Any], console: Console) -> None:
     console.print(header(facts))
     for gpu in facts["gpus"]:
         console.print()
-        console.print(gpu_block(gpu))
+        console.print(gpu_block(gpu, wide=console.width >= WIDTH))
     matrix = p2p_matrix(facts)
     if matrix is not None:
         console.print()
@@ -199,7 +204,7 @@ def header(facts: dict[str, Any]) -> Text:
     return text
 
 
-def gpu_block(gpu: dict[str, Any]) -> Group:
+def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
     title = Text()
     title.append(f"GPU {gpu['index']}", style="bold cyan")
     title.append(f"  {gpu['name']}", style="bold")
@@ -211,12 +216,6 @@ def gpu_block(gpu: dict[str, Any]) -> Group:
         return Group(title, lines)
 
     mem, clocks, power = gpu["memory"], gpu["clocks"], gpu["power"]
-    # Fixed widths: every block lines up, and the whole fits in 100 columns.
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="dim", no_wrap=True, width=14)
-    grid.add_column(width=42)
-    grid.add_column(style="dim", no_wrap=True, width=11)
-    grid.add_column(width=WIDTH - 14 - 42 - 11 - 3 * 2)
     rows = [
         ("UUID", gpu["uuid"], "PCI bus id", gpu["pci_bus_id"]),
         ("Memory", memory_text(mem), "L2 cache", l2_text(mem)),
@@ -230,8 +229,22 @@ def gpu_block(gpu: dict[str, Any]) -> Group:
         ("PCIe link", pcie_text(gpu["pcie"]), "ECC", ecc_text(gpu["ecc"])),
         ("Virtualisation", virtualization_text(gpu["virtualization"]), "MIG", mig_text(gpu["mig"])),
     ]
-    for row in rows:
-        grid.add_row(*(cell(v) for v in row))
+    grid = Table.grid(padding=(0, 2))
+    if wide:
+        # Two facts a row at fixed widths: every block lines up, and the whole fits in 100 columns.
+        grid.add_column(style="dim", no_wrap=True, width=14)
+        grid.add_column(width=42)
+        grid.add_column(style="dim", no_wrap=True, width=11)
+        grid.add_column(width=WIDTH - 14 - 42 - 11 - 3 * 2)
+        for row in rows:
+            grid.add_row(*(cell(v) for v in row))
+    else:
+        # A narrow terminal: one fact a row, so no label is cut short.
+        grid.add_column(style="dim", no_wrap=True, width=14)
+        grid.add_column()
+        for label1, value1, label2, value2 in rows:
+            grid.add_row(label1, cell(value1))
+            grid.add_row(label2, cell(value2))
     parts: list[Any] = [title, grid]
     for instance in gpu["mig"]["instances"]:
         parts.append(Text("  " + mig_instance_text(instance)))
@@ -369,7 +382,8 @@ def vgpu_text(vgpu: dict[str, Any]) -> str:
     used = vgpu["fb_used_bytes"]
     total = vgpu["fb_total_bytes"]
     fb = NA if used is None else f"{gib(used)}" + (f" / {gib(total)} GiB" if total else " GiB")
-    return f"vGPU {vgpu['instance']}: {na(vgpu['type_name'])}  VM {na(vgpu['vm_id'])}  FB {fb}  {na(vgpu['uuid'])}"
+    # The vGPU's UUID is in --json; with it the line would not fit 100 columns.
+    return f"vGPU {vgpu['instance']}: {na(vgpu['type_name'])}  FB {fb}  VM {na(vgpu['vm_id'])}"
 
 
 def l2_probe_text(probe: dict[str, Any]) -> str:

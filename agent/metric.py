@@ -98,7 +98,8 @@ def serialize(
 ) -> str:
     # The same GPUs' tags and field names recur every cycle: their escaped forms are cached.
     head = _head(measurement, tuple(tags.items()))
-    body = ",".join([_field_key(k) + format_field(v) for k, v in fields.items()])
+    fmt = _FORMAT.get
+    body = ",".join([_field_key(k) + (fmt(type(v)) or format_field)(v) for k, v in fields.items()])
     return f"{head} {body} {time_ns}"
 
 

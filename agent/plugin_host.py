@@ -154,6 +154,9 @@ class PluginHost:
                     raise TypeError(f"register() takes a {base.__name__} subclass, got {cls!r}")
                 if not cls.name:
                     raise TypeError(f"{cls.__name__} has no name")
+                # Checked here, not when the config is bound: a bad Config must fail its plugin, not the host.
+                if not (isinstance(cls.Config, type) and issubclass(cls.Config, base.Config)):
+                    raise TypeError(f"{cls.__name__}.Config must subclass gpuagent.{base.Config.__name__}")
                 owner = next((p for p in self.plugins.values() if cls.name in getattr(p, kind)), None)
                 if cls.name in registry and owner is not _info:
                     raise ValueError(f"{kind[:-1]} {cls.name!r} is already registered by plugin {owner.name if owner else '?'}")
@@ -193,7 +196,8 @@ class PluginHost:
     def sample_config(self, name: str) -> str | None:
         """The sample.toml shipped beside a plugin's module, if any."""
         mod = self._modules.get(name)
-        if mod is None or not getattr(mod, "__file__", None):
+        # Only a package has a folder of its own; a single-file module's neighbours are not its own.
+        if mod is None or not getattr(mod, "__file__", None) or not hasattr(mod, "__path__"):
             return None
         sample = Path(mod.__file__).parent / "sample.toml"
         return sample.read_text() if sample.is_file() else None

@@ -135,12 +135,15 @@ class Spool:
             self.dropped_total += dropped
             return dropped
 
-    def peek(self, max_points: int) -> tuple[int, int, bytes] | None:
-        """The oldest batches, joined, up to max_points (at least one batch): (last_id, points, data)."""
+    def peek(self, max_points: int, after_id: int = 0) -> tuple[int, int, bytes] | None:
+        """The oldest batches (after after_id), joined, up to max_points (at least one batch):
+        (last_id, points, data)."""
         with self._lock:
             rows = []
             total = 0
-            cursor = self._db.execute("SELECT id, points, data FROM batches ORDER BY id")
+            cursor = self._db.execute(
+                "SELECT id, points, data FROM batches WHERE id > ? ORDER BY id", (after_id,)
+            )
             for row in cursor:
                 if rows and total + row[1] > max_points:
                     break

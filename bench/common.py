@@ -13,7 +13,7 @@ from gpuagent.runtime import Options, build
 def build_agent(spec: str, collectors: list[str] | None = None, extra: str = ""):
     """An Agent on the simulated SPEC whose sink is /dev/null; only ``collectors`` enabled if given."""
     tmp = Path(tempfile.mkdtemp(prefix="gpuagent-bench-"))
-    text = f'[agent]\ninterval = "1s"\nstate_dir = "{tmp}"\n[sinks.file]\npath = "/dev/null"\n{extra}'
+    text = f'[agent]\nstate_dir = "{tmp}"\n[sinks.file]\npath = "/dev/null"\n{extra}'
     if collectors is not None:
         from gpuagent.plugin_host import PluginHost
 

@@ -24,7 +24,7 @@ from gpuagent import hookspecs
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs" / "plugins"
-PAGES = ("tutorial.md", "reference.md", "testing.md", "compatibility.md")
+PAGES = ("README.md", "tutorial.md", "reference.md", "testing.md", "compatibility.md")
 
 FENCE = re.compile(r"^```(\w*)(?:[ \t]+title=\"([^\"]+)\")?[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 

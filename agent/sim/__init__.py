@@ -25,7 +25,11 @@ _installed: SimMachine | None = None
 def install(spec: str, seed: int = 0, clock=None, scenario: str | None = None) -> SimMachine:
     """Build the machine for ``spec`` and make it pynvml's libnvidia-ml. Returns the SimMachine."""
     global _installed
-    machine = spec if isinstance(spec, SimMachine) else SimMachine(spec, seed=seed, clock=clock, scenario=scenario)
+    machine = (
+        spec
+        if isinstance(spec, SimMachine)
+        else SimMachine(spec, seed=seed, clock=clock, scenario=scenario)
+    )
     with _lock:
         with pynvml.libLoadLock:
             pynvml.nvmlLib = FakeNvmlLib(machine)
@@ -40,8 +44,7 @@ def uninstall() -> None:
     global _installed
     with _lock:
         with pynvml.libLoadLock:
-            if isinstance(pynvml.nvmlLib, FakeNvmlLib) or pynvml.nvmlLib is None:
-                pynvml.nvmlLib = None
+            pynvml.nvmlLib = None  # a real library, if wanted, is loaded again by the next nvmlInit
             pynvml._nvmlGetFunctionPointer_cache.clear()
             pynvml._nvmlLib_refcount = 0
         _installed = None

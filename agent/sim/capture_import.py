@@ -53,7 +53,9 @@ def first_q_section(text: str) -> str:
         return text
     out: list[str] = []
     for line in lines[start:]:
-        if line.startswith("# $ ") or (line.startswith("####") and out and any(o.strip() for o in out)):
+        if line.startswith("# $ ") or (
+            line.startswith("####") and out and any(o.strip() for o in out)
+        ):
             break
         if line.startswith("####"):
             continue
@@ -117,13 +119,19 @@ def facts_from_text(text: str) -> dict[str, Any]:
         migs = [migs]
     mig_devices = []
     for m in migs or []:
-        mig_devices.append({
-            "gi_id": _num(m.get("GPU Instance ID")),
-            "ci_id": _num(m.get("Compute Instance ID")),
-            "sm_count": _num(_g(m, "Device Attributes", "Shared", "Multiprocessor count")),
-            "memory_mib": _num(_g(m, "Shared FB Memory Usage", "Total") or _g(m, "FB Memory Usage", "Total")),
-            "bar1_mib": _num(_g(m, "Shared BAR1 Memory", "Total") or _g(m, "BAR1 Memory Usage", "Total")),
-        })
+        mig_devices.append(
+            {
+                "gi_id": _num(m.get("GPU Instance ID")),
+                "ci_id": _num(m.get("Compute Instance ID")),
+                "sm_count": _num(_g(m, "Device Attributes", "Shared", "Multiprocessor count")),
+                "memory_mib": _num(
+                    _g(m, "Shared FB Memory Usage", "Total") or _g(m, "FB Memory Usage", "Total")
+                ),
+                "bar1_mib": _num(
+                    _g(m, "Shared BAR1 Memory", "Total") or _g(m, "BAR1 Memory Usage", "Total")
+                ),
+            }
+        )
     retired = _g(gpu, "Retired Pages")
     remapped = _g(gpu, "Remapped Rows")
     return {
@@ -156,7 +164,9 @@ def facts_from_text(text: str) -> dict[str, Any]:
         "temp_slowdown": _g(gpu, "Temperature", "GPU Slowdown Temp"),
         "temp_shutdown": _g(gpu, "Temperature", "GPU Shutdown Temp"),
         "power_draw": power.get("Average Power Draw") or power.get("Power Draw"),
-        "power_limit": power.get("Current Power Limit") or power.get("Enforced Power Limit") or power.get("Power Limit"),
+        "power_limit": power.get("Current Power Limit")
+        or power.get("Enforced Power Limit")
+        or power.get("Power Limit"),
         "power_default": power.get("Default Power Limit"),
         "power_min": power.get("Min Power Limit"),
         "power_max": power.get("Max Power Limit"),
@@ -171,6 +181,7 @@ def facts_from_text(text: str) -> dict[str, Any]:
 
 # -- XML (-q -x) -------------------------------------------------------------
 
+
 def facts_from_xml(text: str) -> dict[str, Any]:
     try:
         root = ET.fromstring(re.sub(r"<!DOCTYPE[^>]*>", "", text, count=1))
@@ -182,8 +193,11 @@ def facts_from_xml(text: str) -> dict[str, Any]:
 
     def t(path: str, node: ET.Element = gpu) -> str | None:
         el = node.find(path)
-        return el.text.strip() if el is not None and el.text is not None and el.text.strip() else (
-            None if el is None or len(el) == 0 else "present")
+        return (
+            el.text.strip()
+            if el is not None and el.text is not None and el.text.strip()
+            else (None if el is None or len(el) == 0 else "present")
+        )
 
     power = gpu.find("gpu_power_readings")
     if power is None:
@@ -191,13 +205,15 @@ def facts_from_xml(text: str) -> dict[str, Any]:
     pw = (lambda p: t(p, power)) if power is not None else (lambda p: None)
     mig_devices = []
     for m in gpu.findall("mig_devices/mig_device"):
-        mig_devices.append({
-            "gi_id": _num(t("gpu_instance_id", m)),
-            "ci_id": _num(t("compute_instance_id", m)),
-            "sm_count": _num(t("device_attributes/shared/multiprocessor_count", m)),
-            "memory_mib": _num(t("fb_memory_usage/total", m)),
-            "bar1_mib": _num(t("bar1_memory_usage/total", m)),
-        })
+        mig_devices.append(
+            {
+                "gi_id": _num(t("gpu_instance_id", m)),
+                "ci_id": _num(t("compute_instance_id", m)),
+                "sm_count": _num(t("device_attributes/shared/multiprocessor_count", m)),
+                "memory_mib": _num(t("fb_memory_usage/total", m)),
+                "bar1_mib": _num(t("bar1_memory_usage/total", m)),
+            }
+        )
     dev_id = t("pci/pci_device_id")
     sub_id = t("pci/pci_sub_system_id")
     return {
@@ -245,6 +261,7 @@ def facts_from_xml(text: str) -> dict[str, Any]:
 
 # -- facts -> profile ------------------------------------------------------------
 
+
 def _num(value: Any) -> float | int | None:
     """'46068 MiB' -> 46068, '350.00 W' -> 350.0, '16x' -> 16; None for N/A and the like."""
     if value is None or isinstance(value, dict | list):
@@ -257,9 +274,14 @@ def _num(value: Any) -> float | int | None:
 
 
 def _na(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and (value.strip() in ("N/A", "", "[N/A]")
-                                                         or "deprecated" in value.lower()
-                                                         or "not supported" in value.lower()))
+    return value is None or (
+        isinstance(value, str)
+        and (
+            value.strip() in ("N/A", "", "[N/A]")
+            or "deprecated" in value.lower()
+            or "not supported" in value.lower()
+        )
+    )
 
 
 def _builtin_for(device_id: int) -> dict | None:
@@ -286,7 +308,10 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         raise AgentError(f"{source}: no PCI device id in the capture") from None
     device_id = pci_full >> 16
     ref = _builtin_for(device_id)
-    arch = ARCH_ALIASES.get(f.get("architecture") or "", f.get("architecture") or (ref or {}).get("architecture") or "unknown")
+    arch = ARCH_ALIASES.get(
+        f.get("architecture") or "",
+        f.get("architecture") or (ref or {}).get("architecture") or "unknown",
+    )
     unsupported: list[str] = []
     errors: dict[str, str] = {}
 
@@ -317,7 +342,10 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     maxc["video"] = maxc["video"] or maxc["graphics"]
     apps = None
     if not _na(f.get("app_graphics")) and _num(f.get("app_graphics")):
-        apps = {"graphics": _num(f["app_graphics"]), "memory": _num(f.get("app_memory")) or maxc["memory"]}
+        apps = {
+            "graphics": _num(f["app_graphics"]),
+            "memory": _num(f.get("app_memory")) or maxc["memory"],
+        }
     idle_clocks = copy.deepcopy((ref or {}).get("clocks_mhz", {}).get("idle")) or {}
     known = KNOWN_CARDS.get(device_id)
     bus_width = (ref or {}).get("memory", {}).get("bus_width_bits") or (known[0] if known else None)
@@ -346,14 +374,28 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     mig_text = f.get("mig_mode")
     mig = None
     if not _na(mig_text):
-        ref_mig = copy.deepcopy((ref or {}).get("mig")) or {"max_devices": 7, "gpu_instance_profiles": []}
-        mig = {"enabled": str(mig_text).lower().startswith("enabled"), "max_devices": ref_mig.get("max_devices", 7),
-               "gpu_instance_profiles": ref_mig.get("gpu_instance_profiles", []), "instances": []}
+        ref_mig = copy.deepcopy((ref or {}).get("mig")) or {
+            "max_devices": 7,
+            "gpu_instance_profiles": [],
+        }
+        mig = {
+            "enabled": str(mig_text).lower().startswith("enabled"),
+            "max_devices": ref_mig.get("max_devices", 7),
+            "gpu_instance_profiles": ref_mig.get("gpu_instance_profiles", []),
+            "instances": [],
+        }
         if mig["enabled"]:
-            mig["instances"] = [_mig_instance(d, mig["gpu_instance_profiles"]) for d in f.get("mig_devices") or []]
+            mig["instances"] = [
+                _mig_instance(d, mig["gpu_instance_profiles"]) for d in f.get("mig_devices") or []
+            ]
     virt_text = (f.get("virtualization_mode") or "None").lower().replace("-", "").replace(" ", "")
-    virt_mode = {"none": "none", "passthrough": "passthrough", "vgpu": "vgpu", "hostvgpu": "host_vgpu",
-                 "hostvsga": "host_vsga"}.get(virt_text, "none")
+    virt_mode = {
+        "none": "none",
+        "passthrough": "passthrough",
+        "vgpu": "vgpu",
+        "hostvgpu": "host_vgpu",
+        "hostvsga": "host_vsga",
+    }.get(virt_text, "none")
     virtualization: dict[str, Any] = {"mode": virt_mode}
     if virt_mode == "host_vgpu":
         host = (f.get("host_vgpu_mode") or "").lower()
@@ -368,7 +410,11 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     if apps is None:
         unsupported += ["nvmlDeviceGetApplicationsClock", "nvmlDeviceGetDefaultApplicationsClock"]
     if _na(f.get("retired_pages")):
-        unsupported += ["nvmlDeviceGetRetiredPages", "nvmlDeviceGetRetiredPages_v2", "nvmlDeviceGetRetiredPagesPendingStatus"]
+        unsupported += [
+            "nvmlDeviceGetRetiredPages",
+            "nvmlDeviceGetRetiredPages_v2",
+            "nvmlDeviceGetRetiredPagesPendingStatus",
+        ]
     remapped = not _na(f.get("remapped_rows"))
     hopper_plus = arch in ("Hopper", "Blackwell")
     name = _slug(f["product_name"]) + ("-mig" if mig and mig["enabled"] else "")
@@ -378,10 +424,14 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         "source": f"imported from {source}",
         "driver_version": f.get("driver_version"),
         "product_name": f["product_name"],
-        "brand": "GeForce" if "geforce" in f["product_name"].lower() else (f.get("brand") or "NVIDIA"),
+        "brand": "GeForce"
+        if "geforce" in f["product_name"].lower()
+        else (f.get("brand") or "NVIDIA"),
         "architecture": arch,
         "pci_device_id": f"0x{pci_full:08X}",
-        "pci_subsystem_id": f.get("pci_subsystem_id") if not _na(f.get("pci_subsystem_id")) else None,
+        "pci_subsystem_id": f.get("pci_subsystem_id")
+        if not _na(f.get("pci_subsystem_id"))
+        else None,
         "serial": serial,
         "board_part_number": board,
         "vbios_version": vbios,
@@ -412,7 +462,9 @@ def _mig_instance(d: dict, table: list[dict]) -> dict[str, Any]:
     """A capture's MIG device, named after the best-matching GPU instance profile."""
     best = None
     for p in table:
-        score = abs(int(p["memory_mib"]) - (d.get("memory_mib") or 0)) + 1000 * abs(int(p["sm_count"]) - (d.get("sm_count") or 0))
+        score = abs(int(p["memory_mib"]) - (d.get("memory_mib") or 0)) + 1000 * abs(
+            int(p["sm_count"]) - (d.get("sm_count") or 0)
+        )
         if best is None or score < best[0]:
             best = (score, p)
     p = best[1] if best else {"profile_id": 0, "name": "unknown", "slices": 1}
@@ -437,7 +489,11 @@ def import_capture(path: str | Path) -> dict[str, Any]:
         raise AgentError(f"cannot read capture {str(path)!r}: {exc.strerror or exc}") from None
     head = text.lstrip()[:200]
     try:
-        facts = facts_from_xml(text) if head.startswith("<?xml") or head.startswith("<nvidia_smi_log") else facts_from_text(text)
+        facts = (
+            facts_from_xml(text)
+            if head.startswith("<?xml") or head.startswith("<nvidia_smi_log")
+            else facts_from_text(text)
+        )
     except AgentError as exc:
         raise AgentError(f"capture {path.name}: {exc}") from None
     return profile_from_facts(facts, path.name)

@@ -19,7 +19,9 @@ def _write(profile: dict, output: str) -> None:
         Path(output).write_text(text)
     except OSError as exc:
         raise AgentError(f"cannot write {output!r}: {exc.strerror or exc}") from None
-    click.echo(f"wrote {output} ({profile['product_name']}); use it with --simulate {output}", err=True)
+    click.echo(
+        f"wrote {output} ({profile['product_name']}); use it with --simulate {output}", err=True
+    )
 
 
 @click.group("sim")
@@ -38,18 +40,20 @@ def list_profiles(as_json: bool) -> None:
     for name in BUILTIN_NAMES:
         p = load_profile(name)
         mig = p.get("mig") or {}
-        rows.append({
-            "name": name,
-            "product_name": p["product_name"],
-            "architecture": p["architecture"],
-            "memory_gib": round(p["memory"]["total_mib"] / 1024, 1),
-            "peak_dram_gbps": round(peak_dram_gbps(p) or 0),
-            "l2_mib": (p.get("l2_cache_bytes") or 0) >> 20,
-            "power_limit_w": p["power_w"]["limit"],
-            "nvlink_links": (p.get("nvlink") or {}).get("links", 0),
-            "mig": "on" if mig.get("enabled") else ("capable" if mig else "no"),
-            "virtualization": p["virtualization"]["mode"],
-        })
+        rows.append(
+            {
+                "name": name,
+                "product_name": p["product_name"],
+                "architecture": p["architecture"],
+                "memory_gib": round(p["memory"]["total_mib"] / 1024, 1),
+                "peak_dram_gbps": round(peak_dram_gbps(p) or 0),
+                "l2_mib": (p.get("l2_cache_bytes") or 0) >> 20,
+                "power_limit_w": p["power_w"]["limit"],
+                "nvlink_links": (p.get("nvlink") or {}).get("links", 0),
+                "mig": "on" if mig.get("enabled") else ("capable" if mig else "no"),
+                "virtualization": p["virtualization"]["mode"],
+            }
+        )
     if as_json:
         click.echo(json.dumps({"profiles": rows, "scenarios": list(SCENARIOS)}, indent=2))
         return
@@ -61,12 +65,16 @@ def list_profiles(as_json: bool) -> None:
             f"{r['peak_dram_gbps']:>5}GB/s {r['l2_mib']:>4}MB {r['power_limit_w']:>5.0f}W {r['nvlink_links']:>4} "
             f"{r['mig']:<8} {r['virtualization']}"
         )
-    click.echo(f"\nSPEC: NAME[:COUNT][@FAULT...],...  scenarios: {', '.join(SCENARIOS)}  (see docs/simulator.md)")
+    click.echo(
+        f"\nSPEC: NAME[:COUNT][@FAULT...],...  scenarios: {', '.join(SCENARIOS)}  (see docs/simulator.md)"
+    )
 
 
 @sim_group.command("import")
 @click.argument("capture", type=click.Path(exists=True, dir_okay=False))
-@click.option("-o", "--output", required=True, metavar="FILE", help="Profile JSON to write ('-' for stdout).")
+@click.option(
+    "-o", "--output", required=True, metavar="FILE", help="Profile JSON to write ('-' for stdout)."
+)
 def import_cmd(capture: str, output: str) -> None:
     """Build a profile from an `nvidia-smi -q` (text) or `nvidia-smi -q -x` (XML) capture."""
     from gpuagent.sim.capture_import import import_capture
@@ -75,8 +83,17 @@ def import_cmd(capture: str, output: str) -> None:
 
 
 @sim_group.command("record")
-@click.option("-o", "--output", required=True, metavar="FILE", help="Profile JSON to write ('-' for stdout).")
-@click.option("--gpu", "index", type=int, default=0, show_default=True, help="NVML index of the GPU to record.")
+@click.option(
+    "-o", "--output", required=True, metavar="FILE", help="Profile JSON to write ('-' for stdout)."
+)
+@click.option(
+    "--gpu",
+    "index",
+    type=int,
+    default=0,
+    show_default=True,
+    help="NVML index of the GPU to record.",
+)
 def record_cmd(output: str, index: int) -> None:
     """Read a real GPU's static facts through NVML into a profile."""
     from gpuagent.sim.record import record

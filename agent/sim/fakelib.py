@@ -38,13 +38,22 @@ _CTYPES_BASES = (ctypes._SimpleCData, ctypes.Structure, ctypes.Union, ctypes.Arr
 _PASSABLE: set[type] = {int, bool, bytes, str, type(None), _CArg}
 
 ERROR_STRINGS = {
-    OK: b"Success", E_UNINIT: b"Uninitialized", E_INVALID: b"Invalid Argument", E_NS: b"Not Supported",
-    pynvml.NVML_ERROR_NO_PERMISSION: b"Insufficient Permissions", pynvml.NVML_ERROR_ALREADY_INITIALIZED:
-    b"Already Initialized", E_NOT_FOUND: b"Not Found", E_SIZE: b"Insufficient Size", E_TIMEOUT: b"Timeout",
-    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND: b"Function Not Found", E_LOST: b"GPU is lost",
-    pynvml.NVML_ERROR_RESET_REQUIRED: b"GPU requires restart", E_VERSION: b"Argument version mismatch",
-    pynvml.NVML_ERROR_DEPRECATED: b"Requested functionality has been deprecated", pynvml.NVML_ERROR_NO_DATA:
-    b"No data", pynvml.NVML_ERROR_UNKNOWN: b"Unknown Error",
+    OK: b"Success",
+    E_UNINIT: b"Uninitialized",
+    E_INVALID: b"Invalid Argument",
+    E_NS: b"Not Supported",
+    pynvml.NVML_ERROR_NO_PERMISSION: b"Insufficient Permissions",
+    pynvml.NVML_ERROR_ALREADY_INITIALIZED: b"Already Initialized",
+    E_NOT_FOUND: b"Not Found",
+    E_SIZE: b"Insufficient Size",
+    E_TIMEOUT: b"Timeout",
+    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND: b"Function Not Found",
+    E_LOST: b"GPU is lost",
+    pynvml.NVML_ERROR_RESET_REQUIRED: b"GPU requires restart",
+    E_VERSION: b"Argument version mismatch",
+    pynvml.NVML_ERROR_DEPRECATED: b"Requested functionality has been deprecated",
+    pynvml.NVML_ERROR_NO_DATA: b"No data",
+    pynvml.NVML_ERROR_UNKNOWN: b"Unknown Error",
 }
 
 
@@ -57,7 +66,9 @@ def check_args(args: tuple) -> None:
         if isinstance(a, _CTYPES_BASES) or hasattr(a, "_as_parameter_"):
             _PASSABLE.add(t)
             continue
-        raise ctypes.ArgumentError(f"argument {i}: TypeError: Don't know how to convert parameter {i}")
+        raise ctypes.ArgumentError(
+            f"argument {i}: TypeError: Don't know how to convert parameter {i}"
+        )
 
 
 def _int(a) -> int | None:
@@ -124,6 +135,7 @@ def _put_str(buf, text: bytes, size) -> int:
 
 
 # -- decorators: argument checks, device resolution, faults ----------------
+
 
 def device_call(fn):
     """First argument is a device handle: resolve it and apply lost/forced/unsupported answers."""
@@ -260,8 +272,20 @@ GPM_METRIC_NAMES = {
     60: (b"nvlink_rx", b"NVLink RX", b"MiB/s"),
     61: (b"nvlink_tx", b"NVLink TX", b"MiB/s"),
 }
-_GPM_SHARE = {1: "busy", 2: "sm", 3: "occupancy", 4: "integer", 5: "tensor", 6: "dfma", 7: "hmma", 8: "dfma",
-              9: "imma", 11: "fp64", 12: "fp32", 13: "fp16"}
+_GPM_SHARE = {
+    1: "busy",
+    2: "sm",
+    3: "occupancy",
+    4: "integer",
+    5: "tensor",
+    6: "dfma",
+    7: "hmma",
+    8: "dfma",
+    9: "imma",
+    11: "fp64",
+    12: "fp32",
+    13: "fp16",
+}
 
 
 class FakeNvmlLib:
@@ -463,7 +487,11 @@ class FakeNvmlLib:
     @device_call
     def nvmlDeviceGetBrand(self, dev, out=None):
         gpu = dev.gpu if dev.is_mig else dev
-        brand = pynvml.NVML_BRAND_GEFORCE if gpu.profile.get("brand") == "GeForce" else pynvml.NVML_BRAND_NVIDIA
+        brand = (
+            pynvml.NVML_BRAND_GEFORCE
+            if gpu.profile.get("brand") == "GeForce"
+            else pynvml.NVML_BRAND_NVIDIA
+        )
         return self._put(out, brand)
 
     @device_call
@@ -533,7 +561,11 @@ class FakeNvmlLib:
 
     @staticmethod
     def _event_mask(dev: SimDevice) -> int:
-        mask = pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypePState | pynvml.nvmlEventTypeClock
+        mask = (
+            pynvml.nvmlEventTypeXidCriticalError
+            | pynvml.nvmlEventTypePState
+            | pynvml.nvmlEventTypeClock
+        )
         if dev.ecc:
             mask |= pynvml.nvmlEventTypeSingleBitEccError | pynvml.nvmlEventTypeDoubleBitEccError
         return mask
@@ -543,7 +575,12 @@ class FakeNvmlLib:
         if dev.is_mig:
             st = dev.gpu.state()
             total = dev.memory_bytes
-            used = int(total * dev.gpu.model.mem_frac * 0.9 * (1 if dev.gpu.model.scenario != "idle" else 0)) + (26 << 20)
+            used = int(
+                total
+                * dev.gpu.model.mem_frac
+                * 0.9
+                * (1 if dev.gpu.model.scenario != "idle" else 0)
+            ) + (26 << 20)
             return total, 0, used
         st = dev.state()
         return dev.total_bytes, dev.reserved_bytes, st.mem_used_bytes
@@ -679,7 +716,9 @@ class FakeNvmlLib:
 
     @device_call
     def nvmlDeviceGetSupportedMemoryClocks(self, dev, count=None, arr=None):
-        clocks = sorted({int(dev.clocks["max"]["memory"]), int(dev.clocks["idle"]["memory"])}, reverse=True)
+        clocks = sorted(
+            {int(dev.clocks["max"]["memory"]), int(dev.clocks["idle"]["memory"])}, reverse=True
+        )
         return self._two_call(count, arr, clocks, _fill_value)
 
     @device_call
@@ -808,11 +847,15 @@ class FakeNvmlLib:
 
     @device_call
     def nvmlDeviceGetPcieLinkMaxSpeed(self, dev, out=None):
-        return self._put(out, {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}[int(dev.pcie["max_gen"])])
+        return self._put(
+            out, {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}[int(dev.pcie["max_gen"])]
+        )
 
     @device_call
     def nvmlDeviceGetPcieSpeed(self, dev, out=None):
-        return self._put(out, {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}[dev.state().pcie_gen])
+        return self._put(
+            out, {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}[dev.state().pcie_gen]
+        )
 
     @device_call
     def nvmlDeviceGetPcieThroughput(self, dev, counter=None, out=None):
@@ -839,7 +882,12 @@ class FakeNvmlLib:
     def nvmlDeviceGetP2PStatus(self, dev, other=None, caps=None, out=None):
         peer = self._peer(other)
         c = _int(caps)
-        if dev.is_mig or peer is None or c is None or not 0 <= c <= pynvml.NVML_P2P_CAPS_INDEX_UNKNOWN:
+        if (
+            dev.is_mig
+            or peer is None
+            or c is None
+            or not 0 <= c <= pynvml.NVML_P2P_CAPS_INDEX_UNKNOWN
+        ):
             return E_INVALID
         code = _gpu_guard(self.m, peer, "nvmlDeviceGetP2PStatus")
         if code is not None:
@@ -861,8 +909,11 @@ class FakeNvmlLib:
     @device_call
     def nvmlDeviceGetTopologyNearestGpus(self, dev, level=None, count=None, arr=None):
         lv = _int(level)
-        near = [d.handle.addr for d in self.m.devices
-                if d is not dev and self.m.topology.level(dev.index, d.index) <= lv]
+        near = [
+            d.handle.addr
+            for d in self.m.devices
+            if d is not dev and self.m.topology.level(dev.index, d.index) <= lv
+        ]
         return self._put_handles(count, arr, near)
 
     @device_call
@@ -885,7 +936,10 @@ class FakeNvmlLib:
     def nvmlDeviceGetNvLinkState(self, dev, link=None, out=None):
         if self._link(dev, link) is None:
             return E_INVALID
-        return self._put(out, pynvml.NVML_FEATURE_ENABLED if self._link_active(dev) else pynvml.NVML_FEATURE_DISABLED)
+        return self._put(
+            out,
+            pynvml.NVML_FEATURE_ENABLED if self._link_active(dev) else pynvml.NVML_FEATURE_DISABLED,
+        )
 
     @device_call
     def nvmlDeviceGetNvLinkVersion(self, dev, link=None, out=None):
@@ -914,8 +968,12 @@ class FakeNvmlLib:
         if peer is not None:
             p = self.m.devices[peer]
             return self._fill_pci(out, p.bus_id, p.pci_bus, p.pci_device_id, p.pci_subsystem_id)
-        switch_bus = 0xC0 + (n % 4) * 0x04 + (0x40 if dev.numa else 0)  # NVSwitch chips on the baseboard
-        return self._fill_pci(out, f"00000000:{switch_bus:02X}:00.0".encode(), switch_bus, 0x22A310DE, 0x169910DE)
+        switch_bus = (
+            0xC0 + (n % 4) * 0x04 + (0x40 if dev.numa else 0)
+        )  # NVSwitch chips on the baseboard
+        return self._fill_pci(
+            out, f"00000000:{switch_bus:02X}:00.0".encode(), switch_bus, 0x22A310DE, 0x169910DE
+        )
 
     @device_call
     def nvmlDeviceGetNvLinkRemoteDeviceType(self, dev, link=None, out=None):
@@ -924,8 +982,12 @@ class FakeNvmlLib:
         if not self._link_active(dev):
             return self._put(out, pynvml.NVML_NVLINK_DEVICE_TYPE_UNKNOWN)
         peer = self.m.topology.nvlink_peer(dev.index)
-        return self._put(out, pynvml.NVML_NVLINK_DEVICE_TYPE_GPU if peer is not None
-                         else pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
+        return self._put(
+            out,
+            pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
+            if peer is not None
+            else pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH,
+        )
 
     @device_call
     def nvmlDeviceGetNvLinkErrorCounter(self, dev, link=None, counter=None, out=None):
@@ -974,20 +1036,33 @@ class FakeNvmlLib:
             return (ui, 1 if dev.ecc.get("enabled") else 0) if dev.ecc else (None, E_NS)
         if field_id == pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
             return ui, dev.pcie_replays
-        if field_id in (pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES):
+        if field_id in (
+            pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+            pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+        ):
             share = 0.12 if field_id == pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES else 0.2
             return ull, st.util_s / 100 * dev.model.pcie_kbps * 1000 * share
         nv = dev.nvlink
         if field_id == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
             return (ui, nv["links"]) if nv else (None, E_NS)
-        if field_id in (pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON, pynvml.NVML_FI_DEV_NVLINK_GET_SPEED):
+        if field_id in (
+            pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON,
+            pynvml.NVML_FI_DEV_NVLINK_GET_SPEED,
+        ):
             return (ui, nv.get("speed_mbps", 25000)) if nv else (None, E_NS)
-        if field_id in (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-                        pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX):
+        if field_id in (
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX,
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX,
+        ):
             if not nv:
                 return None, E_NS
             total_kib = self._nvlink_bytes(dev, st.util_s) / 1024
-            if field_id in (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX):
+            if field_id in (
+                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX,
+                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX,
+            ):
                 total_kib *= 1.06
             links = int(nv["links"])
             return ull, total_kib / links if scope < links else total_kib
@@ -1016,13 +1091,23 @@ class FakeNvmlLib:
     @device_call
     def nvmlDeviceGetTotalEccErrors(self, dev, err_type=None, counter=None, out=None):
         gpu = dev.gpu if dev.is_mig else dev
-        key = "corrected" if _int(err_type) == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else "uncorrected"
+        key = (
+            "corrected"
+            if _int(err_type) == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+            else "uncorrected"
+        )
         return self._put(out, gpu.ecc_counts[key])
 
     @device_call
-    def nvmlDeviceGetMemoryErrorCounter(self, dev, err_type=None, counter=None, location=None, out=None):
+    def nvmlDeviceGetMemoryErrorCounter(
+        self, dev, err_type=None, counter=None, location=None, out=None
+    ):
         gpu = dev.gpu if dev.is_mig else dev
-        key = "corrected" if _int(err_type) == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else "uncorrected"
+        key = (
+            "corrected"
+            if _int(err_type) == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+            else "uncorrected"
+        )
         loc = _int(location)
         if loc in (pynvml.NVML_MEMORY_LOCATION_DEVICE_MEMORY, pynvml.NVML_MEMORY_LOCATION_DRAM):
             return self._put(out, gpu.ecc_counts[key])
@@ -1042,7 +1127,12 @@ class FakeNvmlLib:
 
     @device_call
     def nvmlDeviceGetRemappedRows(self, dev, corr=None, unc=None, pending=None, failure=None):
-        for out, value in ((corr, 0), (unc, dev.ecc_counts["uncorrected"]), (pending, 0), (failure, 0)):
+        for out, value in (
+            (corr, 0),
+            (unc, dev.ecc_counts["uncorrected"]),
+            (pending, 0),
+            (failure, 0),
+        ):
             if self._put(out, value) != OK:
                 return E_INVALID
         return OK
@@ -1113,7 +1203,11 @@ class FakeNvmlLib:
             nxt = None
             for at, seq, gpu, code in self.m.xids:
                 reg = es.registered.get(gpu)
-                if reg is None or not reg[0] & pynvml.nvmlEventTypeXidCriticalError or seq in es.delivered:
+                if (
+                    reg is None
+                    or not reg[0] & pynvml.nvmlEventTypeXidCriticalError
+                    or seq in es.delivered
+                ):
                     continue
                 if at < reg[1]:
                     continue  # happened before the registration
@@ -1317,8 +1411,11 @@ class FakeNvmlLib:
         active = [dev.vgpu_types.get(v["type_id"]) for v in dev.vgpu_instances.values()]
         used = sum(int(t["fb_mib"]) for t in active if t)
         kinds = {int(v["type_id"]) for v in dev.vgpu_instances.values()}
-        creatable = [tid for tid, t in dev.vgpu_types.items()
-                     if int(t["fb_mib"]) <= total - used and (not kinds or tid in kinds)]
+        creatable = [
+            tid
+            for tid, t in dev.vgpu_types.items()
+            if int(t["fb_mib"]) <= total - used and (not kinds or tid in kinds)
+        ]
         return self._two_call(count, arr, creatable, _fill_value)
 
     @device_call
@@ -1329,7 +1426,9 @@ class FakeNvmlLib:
         return self._put(out, int(t.get("max_instances", 1)))
 
     @device_call
-    def nvmlDeviceGetVgpuUtilization(self, dev, timestamp=None, value_type=None, count=None, arr=None):
+    def nvmlDeviceGetVgpuUtilization(
+        self, dev, timestamp=None, value_type=None, count=None, arr=None
+    ):
         st = dev.state()
         items = sorted(dev.vgpu_instances)
         if self._put(value_type, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT) != OK:
@@ -1377,7 +1476,11 @@ class FakeNvmlLib:
 
     @system_call()
     def nvmlVgpuTypeGetLicense(self, type_id=None, buf=None, size=None):
-        return E_INVALID if self._type(type_id) is None else _put_str(buf, b"NVIDIA-RTX-Virtual-Workstation,5.0", None)
+        return (
+            E_INVALID
+            if self._type(type_id) is None
+            else _put_str(buf, b"NVIDIA-RTX-Virtual-Workstation,5.0", None)
+        )
 
     @owned_call("_vgpu")
     def nvmlVgpuInstanceGetType(self, inst, out=None):
@@ -1413,7 +1516,11 @@ class FakeNvmlLib:
             return E_INVALID
         licensed = bool(inst.get("licensed", True))
         o.isLicensed = 1 if licensed else 0
-        o.currentState = pynvml.NVML_GRID_LICENSE_STATE_LICENSED if licensed else pynvml.NVML_GRID_LICENSE_STATE_UNLICENSED
+        o.currentState = (
+            pynvml.NVML_GRID_LICENSE_STATE_LICENSED
+            if licensed
+            else pynvml.NVML_GRID_LICENSE_STATE_UNLICENSED
+        )
         o.licenseExpiry.year = 2027
         o.licenseExpiry.month = 6
         o.licenseExpiry.day = 30
@@ -1467,7 +1574,13 @@ class FakeNvmlLib:
                 return E_NOT_FOUND
             share = mig.share
         s.gpu, s.gi = dev, gi_id
-        s.snap = (st.t, st.util_s * share, st.mem_util_s * share, st.util * share, st.mem_util * share)
+        s.snap = (
+            st.t,
+            st.util_s * share,
+            st.mem_util_s * share,
+            st.util * share,
+            st.mem_util * share,
+        )
         return OK
 
     @device_call
@@ -1491,7 +1604,14 @@ class FakeNvmlLib:
             return E_VERSION
         s1 = self.m.gpm_samples.get(_addr(mg.sample1))
         s2 = self.m.gpm_samples.get(_addr(mg.sample2))
-        if s1 is None or s2 is None or s1.snap is None or s2.snap is None or s1.gpu is not s2.gpu or s1.gi != s2.gi:
+        if (
+            s1 is None
+            or s2 is None
+            or s1.snap is None
+            or s2.snap is None
+            or s1.gpu is not s2.gpu
+            or s1.gi != s2.gi
+        ):
             return E_INVALID
         if mg.numMetrics > pynvml.NVML_GPM_METRIC_MAX:
             return E_INVALID
@@ -1520,7 +1640,10 @@ class FakeNvmlLib:
                 value = pcie * util / 100 * 0.12
             elif mid == pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC:
                 value = pcie * util / 100 * 0.2
-            elif mid in (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC):
+            elif mid in (
+                pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC,
+                pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC,
+            ):
                 value = nvl if dev.nvlink and s1.gi is None else None
             elif dev.nvlink and 62 <= mid <= 61 + 2 * int(dev.nvlink["links"]) and s1.gi is None:
                 value = nvl / int(dev.nvlink["links"])
@@ -1532,7 +1655,9 @@ class FakeNvmlLib:
             metric.value = float(min(value, 100.0) if mid < 20 else value)
             names = GPM_METRIC_NAMES.get(mid)
             if names:
-                metric.metricInfo.shortName, metric.metricInfo.longName, metric.metricInfo.unit = names
+                metric.metricInfo.shortName, metric.metricInfo.longName, metric.metricInfo.unit = (
+                    names
+                )
         return OK
 
 

@@ -52,7 +52,9 @@ class FleetItem:
 def parse_spec(spec: str) -> list[FleetItem]:
     """``l40s:2,h100-sxm:1@lost=0:30s`` -> items; AgentError naming the bad item otherwise."""
     if not isinstance(spec, str) or not spec.strip():
-        raise AgentError(f"empty simulator SPEC; use NAME[:COUNT],... with NAME one of {', '.join(BUILTIN_NAMES)}")
+        raise AgentError(
+            f"empty simulator SPEC; use NAME[:COUNT],... with NAME one of {', '.join(BUILTIN_NAMES)}"
+        )
     items: list[FleetItem] = []
     index = 0
     for raw in spec.split(","):
@@ -75,8 +77,12 @@ def parse_spec(spec: str) -> list[FleetItem]:
             for text in fault_texts:
                 faults.extend([parse_fault(text, offset=index, count=count)])
         except AgentError as exc:
-            hint = "" if "known" in str(exc) else (
-                f" (SPEC is NAME[:COUNT][@FAULT...],...; known profiles: {', '.join(BUILTIN_NAMES)} or a profile JSON path)"
+            hint = (
+                ""
+                if "known" in str(exc)
+                else (
+                    f" (SPEC is NAME[:COUNT][@FAULT...],...; known profiles: {', '.join(BUILTIN_NAMES)} or a profile JSON path)"
+                )
             )
             raise AgentError(f"bad simulator SPEC item {item!r}: {exc}{hint}") from None
         items.append(FleetItem(name, profile, count, index, faults))
@@ -116,7 +122,9 @@ class Topology:
             for local in range(it.count):
                 g = it.first_index + local
                 numa = 0 if g < half else 1
-                self.slots.append(Slot(g, n, local, p["product_name"], numa, None, None, 0, nvl, mig, geforce))
+                self.slots.append(
+                    Slot(g, n, local, p["product_name"], numa, None, None, 0, nvl, mig, geforce)
+                )
         # Switch ids: two GPUs per leaf within an item and socket, two leaves per upper switch.
         leaf_id = 0
         counts: dict[tuple[int, int], int] = {}

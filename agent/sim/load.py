@@ -35,12 +35,45 @@ REASON_SW_THERMAL = 0x20
 
 # Shares of "GPU busy" time spent in each kind of work (GPM metrics), per scenario.
 WORK_MIX = {
-    "idle": {"occupancy": 0.0, "tensor": 0.0, "hmma": 0.0, "imma": 0.0, "dfma": 0.0,
-             "fp16": 0.0, "fp32": 0.0, "fp64": 0.0, "integer": 0.0, "dram": 0.0, "sm": 0.0},
-    "training": {"occupancy": 0.55, "tensor": 0.62, "hmma": 0.58, "imma": 0.02, "dfma": 0.0,
-                 "fp16": 0.14, "fp32": 0.11, "fp64": 0.004, "integer": 0.07, "dram": 0.48, "sm": 0.93},
-    "inference": {"occupancy": 0.34, "tensor": 0.41, "hmma": 0.30, "imma": 0.10, "dfma": 0.0,
-                  "fp16": 0.09, "fp32": 0.12, "fp64": 0.0, "integer": 0.10, "dram": 0.72, "sm": 0.81},
+    "idle": {
+        "occupancy": 0.0,
+        "tensor": 0.0,
+        "hmma": 0.0,
+        "imma": 0.0,
+        "dfma": 0.0,
+        "fp16": 0.0,
+        "fp32": 0.0,
+        "fp64": 0.0,
+        "integer": 0.0,
+        "dram": 0.0,
+        "sm": 0.0,
+    },
+    "training": {
+        "occupancy": 0.55,
+        "tensor": 0.62,
+        "hmma": 0.58,
+        "imma": 0.02,
+        "dfma": 0.0,
+        "fp16": 0.14,
+        "fp32": 0.11,
+        "fp64": 0.004,
+        "integer": 0.07,
+        "dram": 0.48,
+        "sm": 0.93,
+    },
+    "inference": {
+        "occupancy": 0.34,
+        "tensor": 0.41,
+        "hmma": 0.30,
+        "imma": 0.10,
+        "dfma": 0.0,
+        "fp16": 0.09,
+        "fp32": 0.12,
+        "fp64": 0.0,
+        "integer": 0.10,
+        "dram": 0.72,
+        "sm": 0.81,
+    },
 }
 
 
@@ -60,7 +93,9 @@ def device_scenario(scenario: str, seed: int, index: int) -> str:
 
 def _hash01(seed: int, index: int, channel: int, k: int) -> float:
     """splitmix64 of the inputs, as a float in [0, 1)."""
-    z = (seed * 0x9E3779B97F4A7C15 + index * 0xBF58476D1CE4E5B9 + channel * 0x94D049BB133111EB + k) & _MASK64
+    z = (
+        seed * 0x9E3779B97F4A7C15 + index * 0xBF58476D1CE4E5B9 + channel * 0x94D049BB133111EB + k
+    ) & _MASK64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
     z ^= z >> 31
@@ -119,8 +154,16 @@ class LoadModel:
         self.limit_w = float(power["limit"])
         self.idle_w = float(power.get("idle") or self.limit_w * 0.1)
         demand = load.get("demand_w") or {}
-        self.peak_demand_w = float(demand.get(self.scenario, {"idle": self.idle_w, "training": self.limit_w * 1.08,
-                                                              "inference": self.limit_w * 0.7}[self.scenario]))
+        self.peak_demand_w = float(
+            demand.get(
+                self.scenario,
+                {
+                    "idle": self.idle_w,
+                    "training": self.limit_w * 1.08,
+                    "inference": self.limit_w * 0.7,
+                }[self.scenario],
+            )
+        )
         temps = profile.get("temperature_c") or {}
         self.temp_idle = float(temps.get("idle", 30))
         self.temp_max = float(temps.get("max", 80))
@@ -147,7 +190,9 @@ class LoadModel:
         # Training jobs pause for checkpoints; each GPU gets its own period and phase.
         self.period_s = 240 + int(_hash01(self.seed, self.index, 90, 0) * 240)
         self.phase_s = int(_hash01(self.seed, self.index, 91, 0) * self.period_s)
-        self.energy_offset_j = 3.6e6 * (1 + 20 * _hash01(self.seed, self.index, 92, 0))  # since driver load
+        self.energy_offset_j = 3.6e6 * (
+            1 + 20 * _hash01(self.seed, self.index, 92, 0)
+        )  # since driver load
         self._a: Knot | None = None
         self._b: Knot | None = None
 
@@ -165,12 +210,18 @@ class LoadModel:
             wave = math.sin(2 * math.pi * (t + self.phase_s) / 600.0)
             util = 45 + 28 * wave + 25 * (r - 0.5)
         util = min(100.0, max(0.0, util))
-        mem_util = min(100.0, util * self.mix["dram"] * (0.9 + 0.2 * _hash01(self.seed, self.index, 2, k)))
+        mem_util = min(
+            100.0, util * self.mix["dram"] * (0.9 + 0.2 * _hash01(self.seed, self.index, 2, k))
+        )
         return util, mem_util
 
     def _demand(self, k: int, util: float) -> float:
         wobble = 0.96 + 0.08 * _hash01(self.seed, self.index, 3, k)
-        return self.idle_w + (self.peak_demand_w - self.idle_w) * (util / 100.0) * wobble if util > 0 else self.idle_w * wobble
+        return (
+            self.idle_w + (self.peak_demand_w - self.idle_w) * (util / 100.0) * wobble
+            if util > 0
+            else self.idle_w * wobble
+        )
 
     def _temp_target(self, power_w: float) -> float:
         span = max(1.0, self.limit_w - self.idle_w)
@@ -251,12 +302,29 @@ class LoadModel:
             lo, hi = self.fan.get("idle", 30), self.fan.get("max", 80)
             fan = int(lo + (hi - lo) * min(1.0, max(0.0, (temp - 45) / 30)))
         pcie_tx = int(self.pcie_kbps * util / 100 * (0.12 if self.scenario == "training" else 0.35))
-        pcie_rx = int(self.pcie_kbps * util / 100 * (0.2 if self.scenario == "training" else 0.5)) + 240
+        pcie_rx = (
+            int(self.pcie_kbps * util / 100 * (0.2 if self.scenario == "training" else 0.5)) + 240
+        )
         return LoadState(
-            t=t, util=util, mem_util=mem_util, power_w=power, demand_w=demand, energy_j=energy,
-            temp_c=temp, util_s=util_s, mem_util_s=mem_util_s, sm_clock=sm, graphics_clock=gr,
-            mem_clock=mem_clk, video_clock=video, reasons=reasons, pstate=pstate, capped=capped,
-            mem_used_bytes=used, fan_pct=fan,
+            t=t,
+            util=util,
+            mem_util=mem_util,
+            power_w=power,
+            demand_w=demand,
+            energy_j=energy,
+            temp_c=temp,
+            util_s=util_s,
+            mem_util_s=mem_util_s,
+            sm_clock=sm,
+            graphics_clock=gr,
+            mem_clock=mem_clk,
+            video_clock=video,
+            reasons=reasons,
+            pstate=pstate,
+            capped=capped,
+            mem_used_bytes=used,
+            fan_pct=fan,
             pcie_gen=self.pcie_gen_active if active else self.pcie_gen_idle,
-            pcie_tx_kbps=pcie_tx + 100, pcie_rx_kbps=pcie_rx,
+            pcie_tx_kbps=pcie_tx + 100,
+            pcie_rx_kbps=pcie_rx,
         )

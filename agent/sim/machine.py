@@ -30,7 +30,13 @@ ARCH_CODES = {
     "Hopper": pynvml.NVML_DEVICE_ARCH_HOPPER,
     "Blackwell": pynvml.NVML_DEVICE_ARCH_BLACKWELL,
 }
-COMPUTE_CAPABILITY = {"Ampere": (8, 0), "Ada Lovelace": (8, 9), "Ada": (8, 9), "Hopper": (9, 0), "Blackwell": (10, 0)}
+COMPUTE_CAPABILITY = {
+    "Ampere": (8, 0),
+    "Ada Lovelace": (8, 9),
+    "Ada": (8, 9),
+    "Hopper": (9, 0),
+    "Blackwell": (10, 0),
+}
 VIRT_MODES = {
     "none": pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE,
     "passthrough": pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH,
@@ -42,34 +48,84 @@ VIRT_MODES = {
 # Calls a MIG device handle answers; everything else is NOT_SUPPORTED on it (as on hardware).
 MIG_HANDLE_CALLS = frozenset(
     {
-        "nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2",
-        "nvmlDeviceGetBAR1MemoryInfo", "nvmlDeviceGetComputeRunningProcesses_v3",
-        "nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetGraphicsRunningProcesses_v3",
-        "nvmlDeviceGetGraphicsRunningProcesses_v2", "nvmlDeviceGetMPSComputeRunningProcesses_v3",
-        "nvmlDeviceIsMigDeviceHandle", "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId",
-        "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", "nvmlDeviceGetAttributes_v2", "nvmlDeviceGetArchitecture",
-        "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetBrand", "nvmlDeviceGetCudaComputeCapability",
-        "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetMemoryErrorCounter", "nvmlDeviceGetEccMode",
-        "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetMinorNumber",
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceGetBAR1MemoryInfo",
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        "nvmlDeviceGetGraphicsRunningProcesses_v3",
+        "nvmlDeviceGetGraphicsRunningProcesses_v2",
+        "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+        "nvmlDeviceIsMigDeviceHandle",
+        "nvmlDeviceGetGpuInstanceId",
+        "nvmlDeviceGetComputeInstanceId",
+        "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+        "nvmlDeviceGetAttributes_v2",
+        "nvmlDeviceGetArchitecture",
+        "nvmlDeviceGetMaxMigDeviceCount",
+        "nvmlDeviceGetBrand",
+        "nvmlDeviceGetCudaComputeCapability",
+        "nvmlDeviceGetTotalEccErrors",
+        "nvmlDeviceGetMemoryErrorCounter",
+        "nvmlDeviceGetEccMode",
+        "nvmlDeviceGetPciInfo_v3",
+        "nvmlDeviceGetMinorNumber",
     }
 )
 
 # Calls that only make sense with a feature; NOT_SUPPORTED on a card without it.
-FAN_CALLS = ("nvmlDeviceGetFanSpeed", "nvmlDeviceGetFanSpeed_v2", "nvmlDeviceGetNumFans", "nvmlDeviceGetFanSpeedRPM",
-             "nvmlDeviceGetTargetFanSpeed", "nvmlDeviceGetMinMaxFanSpeed", "nvmlDeviceGetFanControlPolicy_v2")
-ECC_CALLS = ("nvmlDeviceGetEccMode", "nvmlDeviceGetDefaultEccMode", "nvmlDeviceGetTotalEccErrors",
-             "nvmlDeviceGetMemoryErrorCounter", "nvmlDeviceGetDetailedEccErrors")
+FAN_CALLS = (
+    "nvmlDeviceGetFanSpeed",
+    "nvmlDeviceGetFanSpeed_v2",
+    "nvmlDeviceGetNumFans",
+    "nvmlDeviceGetFanSpeedRPM",
+    "nvmlDeviceGetTargetFanSpeed",
+    "nvmlDeviceGetMinMaxFanSpeed",
+    "nvmlDeviceGetFanControlPolicy_v2",
+)
+ECC_CALLS = (
+    "nvmlDeviceGetEccMode",
+    "nvmlDeviceGetDefaultEccMode",
+    "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetMemoryErrorCounter",
+    "nvmlDeviceGetDetailedEccErrors",
+)
 REMAP_CALLS = ("nvmlDeviceGetRemappedRows", "nvmlDeviceGetRowRemapperHistogram")
-RETIRED_CALLS = ("nvmlDeviceGetRetiredPages", "nvmlDeviceGetRetiredPages_v2", "nvmlDeviceGetRetiredPagesPendingStatus")
-NVLINK_CALLS = ("nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkVersion", "nvmlDeviceGetNvLinkCapability",
-                "nvmlDeviceGetNvLinkRemotePciInfo_v2", "nvmlDeviceGetNvLinkRemoteDeviceType",
-                "nvmlDeviceGetNvLinkErrorCounter", "nvmlDeviceGetNvLinkUtilizationCounter")
-MIG_CALLS = ("nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
-             "nvmlDeviceGetGpuInstanceProfileInfo", "nvmlDeviceGetGpuInstanceProfileInfoV",
-             "nvmlDeviceGetGpuInstances", "nvmlDeviceGetGpuInstanceById", "nvmlDeviceGetGpuInstanceRemainingCapacity",
-             "nvmlGpmMigSampleGet")
-HOST_VGPU_CALLS = ("nvmlDeviceGetHostVgpuMode", "nvmlDeviceGetActiveVgpus", "nvmlDeviceGetVgpuUtilization",
-                   "nvmlDeviceGetSupportedVgpus", "nvmlDeviceGetCreatableVgpus", "nvmlVgpuTypeGetMaxInstances")
+RETIRED_CALLS = (
+    "nvmlDeviceGetRetiredPages",
+    "nvmlDeviceGetRetiredPages_v2",
+    "nvmlDeviceGetRetiredPagesPendingStatus",
+)
+NVLINK_CALLS = (
+    "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetNvLinkVersion",
+    "nvmlDeviceGetNvLinkCapability",
+    "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+    "nvmlDeviceGetNvLinkRemoteDeviceType",
+    "nvmlDeviceGetNvLinkErrorCounter",
+    "nvmlDeviceGetNvLinkUtilizationCounter",
+)
+MIG_CALLS = (
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceGetGpuInstanceProfileInfo",
+    "nvmlDeviceGetGpuInstanceProfileInfoV",
+    "nvmlDeviceGetGpuInstances",
+    "nvmlDeviceGetGpuInstanceById",
+    "nvmlDeviceGetGpuInstanceRemainingCapacity",
+    "nvmlGpmMigSampleGet",
+)
+HOST_VGPU_CALLS = (
+    "nvmlDeviceGetHostVgpuMode",
+    "nvmlDeviceGetActiveVgpus",
+    "nvmlDeviceGetVgpuUtilization",
+    "nvmlDeviceGetSupportedVgpus",
+    "nvmlDeviceGetCreatableVgpus",
+    "nvmlVgpuTypeGetMaxInstances",
+)
 GPM_CALLS = ("nvmlGpmSampleGet", "nvmlGpmMigSampleGet")
 
 
@@ -113,7 +169,9 @@ class SimMigDevice:
 
     is_mig = True
 
-    def __init__(self, gpu: SimDevice, n: int, spec: dict, gi: SimGpuInstance, ci: SimComputeInstance):
+    def __init__(
+        self, gpu: SimDevice, n: int, spec: dict, gi: SimGpuInstance, ci: SimComputeInstance
+    ):
         self.gpu = gpu
         self.n = n
         self.gi = gi
@@ -147,7 +205,7 @@ class SimDevice:
         self.arch = ARCH_CODES.get(p["architecture"], pynvml.NVML_DEVICE_ARCH_UNKNOWN)
         self.uuid = _uuid(machine.seed, index, p["product_name"]).encode()
         serial = p.get("serial")
-        self.serial = (str(int(serial) + index) if serial and str(serial).isdigit() else serial)
+        self.serial = str(int(serial) + index) if serial and str(serial).isdigit() else serial
         self.board_part_number = p.get("board_part_number")
         self.vbios = p.get("vbios_version")
         self.pci_device_id = int(str(p["pci_device_id"]), 16)
@@ -172,8 +230,11 @@ class SimDevice:
         virt = p.get("virtualization") or {}
         self.virt_mode = VIRT_MODES.get(virt.get("mode", "none"), 0)
         self.host_vgpu = self.virt_mode == pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU
-        self.host_vgpu_mode = (pynvml.NVML_HOST_VGPU_MODE_SRIOV if virt.get("host_vgpu_mode", "sriov") == "sriov"
-                               else pynvml.NVML_HOST_VGPU_MODE_NON_SRIOV)
+        self.host_vgpu_mode = (
+            pynvml.NVML_HOST_VGPU_MODE_SRIOV
+            if virt.get("host_vgpu_mode", "sriov") == "sriov"
+            else pynvml.NVML_HOST_VGPU_MODE_NON_SRIOV
+        )
         self.vgpu_types = {int(t["type_id"]): t for t in virt.get("vgpu_types") or []}
         self.vgpu_instances = {}
         for n, v in enumerate(virt.get("vgpu_instances") or []):
@@ -279,7 +340,10 @@ class SimDevice:
             return []
         if self.model.scenario == "inference" and len(pids) > 1:
             first = int(st.mem_used_bytes * 0.6)
-            return [(pids[0], first, 0xFFFFFFFF, 0xFFFFFFFF), (pids[1], st.mem_used_bytes - first, 0xFFFFFFFF, 0xFFFFFFFF)]
+            return [
+                (pids[0], first, 0xFFFFFFFF, 0xFFFFFFFF),
+                (pids[1], st.mem_used_bytes - first, 0xFFFFFFFF, 0xFFFFFFFF),
+            ]
         return [(pids[0], st.mem_used_bytes, 0xFFFFFFFF, 0xFFFFFFFF)]
 
 
@@ -290,8 +354,14 @@ class SimMachine:
     test fixture with gpuagent.Gpu objects once NVML is initialised.
     """
 
-    def __init__(self, spec: str, seed: int = 0, clock: Any = None, scenario: str | None = None,
-                 driver_version: str | None = None):
+    def __init__(
+        self,
+        spec: str,
+        seed: int = 0,
+        clock: Any = None,
+        scenario: str | None = None,
+        driver_version: str | None = None,
+    ):
         self.spec = spec
         self.seed = int(seed)
         self.scenario = check_scenario(scenario)
@@ -318,8 +388,12 @@ class SimMachine:
             for m in d.mig_devices:
                 self.by_addr[m.handle.addr] = m
         self.gi_by_addr = {gi.handle.addr: gi for d in self.devices for gi in d.gpu_instances}
-        self.ci_by_addr = {ci.handle.addr: ci for d in self.devices for gi in d.gpu_instances
-                           for ci in gi.compute_instances}
+        self.ci_by_addr = {
+            ci.handle.addr: ci
+            for d in self.devices
+            for gi in d.gpu_instances
+            for ci in gi.compute_instances
+        }
         self.by_uuid = {d.uuid: d for d in self.devices}
         self.by_uuid.update({m.uuid: m for d in self.devices for m in d.mig_devices})
         self.by_bus_id = {d.bus_id.upper(): d for d in self.devices}

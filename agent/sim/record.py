@@ -19,8 +19,13 @@ from gpuagent.errors import AgentError
 from gpuagent.gpu import ARCH_NAMES, as_str
 from gpuagent.sim.profile import validate
 
-_MISSING = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_NOT_FOUND,
-            pynvml.NVML_ERROR_INVALID_ARGUMENT, pynvml.NVML_ERROR_NO_PERMISSION)
+_MISSING = (
+    pynvml.NVML_ERROR_NOT_SUPPORTED,
+    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+    pynvml.NVML_ERROR_NOT_FOUND,
+    pynvml.NVML_ERROR_INVALID_ARGUMENT,
+    pynvml.NVML_ERROR_NO_PERMISSION,
+)
 
 # Per-device readers probed for NOT_SUPPORTED: (C symbol, call).
 PROBES: tuple[tuple[str, Callable[[Any], Any]], ...] = (
@@ -28,17 +33,28 @@ PROBES: tuple[tuple[str, Callable[[Any], Any]], ...] = (
     ("nvmlDeviceGetSerial", pynvml.nvmlDeviceGetSerial),
     ("nvmlDeviceGetBoardPartNumber", pynvml.nvmlDeviceGetBoardPartNumber),
     ("nvmlDeviceGetVbiosVersion", pynvml.nvmlDeviceGetVbiosVersion),
-    ("nvmlDeviceGetApplicationsClock", lambda h: pynvml.nvmlDeviceGetApplicationsClock(h, pynvml.NVML_CLOCK_GRAPHICS)),
-    ("nvmlDeviceGetDefaultApplicationsClock",
-     lambda h: pynvml.nvmlDeviceGetDefaultApplicationsClock(h, pynvml.NVML_CLOCK_GRAPHICS)),
+    (
+        "nvmlDeviceGetApplicationsClock",
+        lambda h: pynvml.nvmlDeviceGetApplicationsClock(h, pynvml.NVML_CLOCK_GRAPHICS),
+    ),
+    (
+        "nvmlDeviceGetDefaultApplicationsClock",
+        lambda h: pynvml.nvmlDeviceGetDefaultApplicationsClock(h, pynvml.NVML_CLOCK_GRAPHICS),
+    ),
     ("nvmlDeviceGetUtilizationRates", pynvml.nvmlDeviceGetUtilizationRates),
     ("nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage),
     ("nvmlDeviceGetTotalEnergyConsumption", pynvml.nvmlDeviceGetTotalEnergyConsumption),
     ("nvmlDeviceGetEnforcedPowerLimit", pynvml.nvmlDeviceGetEnforcedPowerLimit),
-    ("nvmlDeviceGetTemperature", lambda h: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
+    (
+        "nvmlDeviceGetTemperature",
+        lambda h: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+    ),
     ("nvmlDeviceGetPerformanceState", pynvml.nvmlDeviceGetPerformanceState),
     ("nvmlDeviceGetCurrentClocksEventReasons", pynvml.nvmlDeviceGetCurrentClocksEventReasons),
-    ("nvmlDeviceGetPcieThroughput", lambda h: pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES)),
+    (
+        "nvmlDeviceGetPcieThroughput",
+        lambda h: pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES),
+    ),
     ("nvmlDeviceGetPcieReplayCounter", pynvml.nvmlDeviceGetPcieReplayCounter),
     ("nvmlDeviceGetMemoryBusWidth", pynvml.nvmlDeviceGetMemoryBusWidth),
     ("nvmlDeviceGetBAR1MemoryInfo", pynvml.nvmlDeviceGetBAR1MemoryInfo),
@@ -82,17 +98,27 @@ def record_device(index: int = 0) -> dict[str, Any]:
     arch = _try(pynvml.nvmlDeviceGetArchitecture, h)
     mem = pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
     bar1 = _try(pynvml.nvmlDeviceGetBAR1MemoryInfo, h)
-    unsupported = sorted(sym for sym, fn in PROBES if _code(fn, h) == pynvml.NVML_ERROR_NOT_SUPPORTED)
+    unsupported = sorted(
+        sym for sym, fn in PROBES if _code(fn, h) == pynvml.NVML_ERROR_NOT_SUPPORTED
+    )
 
     def clk(fn, kind):
         return _try(fn, h, kind)
 
-    max_clocks = {k: clk(pynvml.nvmlDeviceGetMaxClockInfo, c) for k, c in
-                  (("graphics", pynvml.NVML_CLOCK_GRAPHICS), ("sm", pynvml.NVML_CLOCK_SM),
-                   ("memory", pynvml.NVML_CLOCK_MEM), ("video", pynvml.NVML_CLOCK_VIDEO))}
+    max_clocks = {
+        k: clk(pynvml.nvmlDeviceGetMaxClockInfo, c)
+        for k, c in (
+            ("graphics", pynvml.NVML_CLOCK_GRAPHICS),
+            ("sm", pynvml.NVML_CLOCK_SM),
+            ("memory", pynvml.NVML_CLOCK_MEM),
+            ("video", pynvml.NVML_CLOCK_VIDEO),
+        )
+    }
     app_g = clk(pynvml.nvmlDeviceGetApplicationsClock, pynvml.NVML_CLOCK_GRAPHICS)
     app_m = clk(pynvml.nvmlDeviceGetApplicationsClock, pynvml.NVML_CLOCK_MEM)
-    limit = _try(pynvml.nvmlDeviceGetPowerManagementLimit, h) or _try(pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
+    limit = _try(pynvml.nvmlDeviceGetPowerManagementLimit, h) or _try(
+        pynvml.nvmlDeviceGetEnforcedPowerLimit, h
+    )
     if limit is None:
         raise AgentError(f"GPU {index}: NVML reports no power limit")
     constraints = _try(pynvml.nvmlDeviceGetPowerManagementLimitConstraints, h) or [None, None]
@@ -102,8 +128,10 @@ def record_device(index: int = 0) -> dict[str, Any]:
     temp = _try(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU)
     thresholds = {
         key: _try(pynvml.nvmlDeviceGetTemperatureThreshold, h, t)
-        for key, t in (("slowdown", pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
-                       ("shutdown", pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN))
+        for key, t in (
+            ("slowdown", pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+            ("shutdown", pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
+        )
     }
     ecc = _try(pynvml.nvmlDeviceGetEccMode, h)
     fan = _try(pynvml.nvmlDeviceGetFanSpeed, h)
@@ -114,7 +142,9 @@ def record_device(index: int = 0) -> dict[str, Any]:
         "source": f"recorded with gpuagent sim record (driver {_try(lambda: as_str(pynvml.nvmlSystemGetDriverVersion()))})",
         "driver_version": _try(lambda: as_str(pynvml.nvmlSystemGetDriverVersion())),
         "product_name": name,
-        "brand": "GeForce" if _try(pynvml.nvmlDeviceGetBrand, h) == pynvml.NVML_BRAND_GEFORCE else "NVIDIA",
+        "brand": "GeForce"
+        if _try(pynvml.nvmlDeviceGetBrand, h) == pynvml.NVML_BRAND_GEFORCE
+        else "NVIDIA",
         "architecture": ARCH_NAMES.get(arch, "unknown") if arch is not None else "unknown",
         "pci_device_id": f"0x{pci.pciDeviceId:08X}",
         "pci_subsystem_id": f"0x{pci.pciSubSystemId:08X}",
@@ -138,7 +168,9 @@ def record_device(index: int = 0) -> dict[str, Any]:
             "default": (default or limit) / 1000,
             "min": (constraints[0] or limit * 0.3) / 1000,
             "max": (constraints[1] or limit) / 1000,
-            "idle": round(power_now / 1000) if power_now is not None and util is not None and util.gpu < 5 else round(limit / 10000),
+            "idle": round(power_now / 1000)
+            if power_now is not None and util is not None and util.gpu < 5
+            else round(limit / 10000),
         },
         "pcie": {
             "max_gen": _try(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, h) or 4,
@@ -147,17 +179,22 @@ def record_device(index: int = 0) -> dict[str, Any]:
             "max_width": _try(pynvml.nvmlDeviceGetMaxPcieLinkWidth, h) or 16,
             "current_width": _try(pynvml.nvmlDeviceGetCurrPcieLinkWidth, h) or 16,
         },
-        "temperature_c": {"idle": temp if temp is not None else 30, "max": 80,
-                          **{k: v for k, v in thresholds.items() if v is not None}},
+        "temperature_c": {
+            "idle": temp if temp is not None else 30,
+            "max": 80,
+            **{k: v for k, v in thresholds.items() if v is not None},
+        },
         "fan_pct": None if fan is None else {"idle": min(fan, 40), "max": 80},
         "ecc": None if ecc is None else {"enabled": bool(ecc[0])},
         "remapped_rows": _code(pynvml.nvmlDeviceGetRemappedRows, h) == pynvml.NVML_SUCCESS,
-        "retired_pages": _code(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, h) == pynvml.NVML_SUCCESS,
+        "retired_pages": _code(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, h)
+        == pynvml.NVML_SUCCESS,
         "gpm": bool(gpm and gpm.isSupportedDevice),
         "nvlink": _record_nvlink(h),
         "mig": _record_mig(h),
         "virtualization": _record_virtualization(h),
-        "clocks_event_reasons_supported": _try(pynvml.nvmlDeviceGetSupportedClocksEventReasons, h) or 0,
+        "clocks_event_reasons_supported": _try(pynvml.nvmlDeviceGetSupportedClocksEventReasons, h)
+        or 0,
         "unsupported": unsupported,
         "errors": {},
         "load": {},
@@ -180,9 +217,16 @@ def _record_nvlink(h) -> dict[str, Any] | None:
         return None
     remote = _try(pynvml.nvmlDeviceGetNvLinkRemoteDeviceType, h, 0)
     fields = _try(pynvml.nvmlDeviceGetFieldValues, h, [pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON])
-    speed = fields[0].value.uiVal if fields is not None and fields[0].nvmlReturn == pynvml.NVML_SUCCESS else None
-    out = {"links": links, "version": _try(pynvml.nvmlDeviceGetNvLinkVersion, h, 0) or 4,
-           "topology": "switch" if remote == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH else "bridge"}
+    speed = (
+        fields[0].value.uiVal
+        if fields is not None and fields[0].nvmlReturn == pynvml.NVML_SUCCESS
+        else None
+    )
+    out = {
+        "links": links,
+        "version": _try(pynvml.nvmlDeviceGetNvLinkVersion, h, 0) or 4,
+        "topology": "switch" if remote == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH else "bridge",
+    }
     if speed:
         out["speed_mbps"] = speed
     return out
@@ -197,9 +241,16 @@ def _record_mig(h) -> dict[str, Any] | None:
         info = _try(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, h, index)
         if info is None:
             continue
-        profiles.append({"profile_id": info.id, "name": as_str(info.name).replace("MIG ", ""),
-                         "slices": info.sliceCount, "instance_count": info.instanceCount,
-                         "sm_count": info.multiprocessorCount, "memory_mib": info.memorySizeMB})
+        profiles.append(
+            {
+                "profile_id": info.id,
+                "name": as_str(info.name).replace("MIG ", ""),
+                "slices": info.sliceCount,
+                "instance_count": info.instanceCount,
+                "sm_count": info.multiprocessorCount,
+                "memory_mib": info.memorySizeMB,
+            }
+        )
     instances = []
     if mode[0]:
         for i in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
@@ -213,28 +264,39 @@ def _record_mig(h) -> dict[str, Any] | None:
             mem = pynvml.nvmlDeviceGetMemoryInfo(mh)
             bar1 = _try(pynvml.nvmlDeviceGetBAR1MemoryInfo, mh)
             name = as_str(pynvml.nvmlDeviceGetName(mh))
-            instances.append({
-                "gi_id": gi_id,
-                "ci_id": pynvml.nvmlDeviceGetComputeInstanceId(mh),
-                "profile_id": gi_info.profileId if gi_info else 0,
-                "profile": name.rsplit(" MIG ", 1)[-1] if " MIG " in name else "",
-                "slices": gi_info.placement.size if gi_info else (attrs.gpuInstanceSliceCount if attrs else 1),
-                "sm_count": attrs.multiprocessorCount if attrs else 0,
-                "memory_mib": mem.total >> 20,
-                "bar1_mib": (bar1.bar1Total >> 20) if bar1 else 0,
-            })
-    return {"enabled": bool(mode[0]), "max_devices": _try(pynvml.nvmlDeviceGetMaxMigDeviceCount, h) or 7,
-            "gpu_instance_profiles": profiles, "instances": instances}
+            instances.append(
+                {
+                    "gi_id": gi_id,
+                    "ci_id": pynvml.nvmlDeviceGetComputeInstanceId(mh),
+                    "profile_id": gi_info.profileId if gi_info else 0,
+                    "profile": name.rsplit(" MIG ", 1)[-1] if " MIG " in name else "",
+                    "slices": gi_info.placement.size
+                    if gi_info
+                    else (attrs.gpuInstanceSliceCount if attrs else 1),
+                    "sm_count": attrs.multiprocessorCount if attrs else 0,
+                    "memory_mib": mem.total >> 20,
+                    "bar1_mib": (bar1.bar1Total >> 20) if bar1 else 0,
+                }
+            )
+    return {
+        "enabled": bool(mode[0]),
+        "max_devices": _try(pynvml.nvmlDeviceGetMaxMigDeviceCount, h) or 7,
+        "gpu_instance_profiles": profiles,
+        "instances": instances,
+    }
 
 
 def _record_virtualization(h) -> dict[str, Any]:
-    names = {v: k for k, v in {
-        "none": pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE,
-        "passthrough": pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH,
-        "vgpu": pynvml.NVML_GPU_VIRTUALIZATION_MODE_VGPU,
-        "host_vgpu": pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU,
-        "host_vsga": pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA,
-    }.items()}
+    names = {
+        v: k
+        for k, v in {
+            "none": pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE,
+            "passthrough": pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH,
+            "vgpu": pynvml.NVML_GPU_VIRTUALIZATION_MODE_VGPU,
+            "host_vgpu": pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU,
+            "host_vsga": pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA,
+        }.items()
+    }
     mode = names.get(_try(pynvml.nvmlDeviceGetVirtualizationMode, h), "none")
     out: dict[str, Any] = {"mode": mode}
     if mode != "host_vgpu":
@@ -242,23 +304,28 @@ def _record_virtualization(h) -> dict[str, Any]:
     host = _try(pynvml.nvmlDeviceGetHostVgpuMode, h)
     out["host_vgpu_mode"] = "non_sriov" if host == pynvml.NVML_HOST_VGPU_MODE_NON_SRIOV else "sriov"
     out["vgpu_types"] = [
-        {"type_id": int(t), "name": as_str(pynvml.nvmlVgpuTypeGetName(t)),
-         "class": as_str(_try(pynvml.nvmlVgpuTypeGetClass, t) or "Quadro"),
-         "fb_mib": pynvml.nvmlVgpuTypeGetFramebufferSize(t) >> 20,
-         "max_instances": _try(pynvml.nvmlVgpuTypeGetMaxInstances, h, t) or 1}
+        {
+            "type_id": int(t),
+            "name": as_str(pynvml.nvmlVgpuTypeGetName(t)),
+            "class": as_str(_try(pynvml.nvmlVgpuTypeGetClass, t) or "Quadro"),
+            "fb_mib": pynvml.nvmlVgpuTypeGetFramebufferSize(t) >> 20,
+            "max_instances": _try(pynvml.nvmlVgpuTypeGetMaxInstances, h, t) or 1,
+        }
         for t in (_try(pynvml.nvmlDeviceGetSupportedVgpus, h) or [])
     ]
     instances = []
     for v in _try(pynvml.nvmlDeviceGetActiveVgpus, h) or []:
         vm_id, _kind = pynvml.nvmlVgpuInstanceGetVmID(v)
         lic = _try(pynvml.nvmlVgpuInstanceGetLicenseInfo_v2, v)
-        instances.append({
-            "instance_id": int(v),
-            "type_id": pynvml.nvmlVgpuInstanceGetType(v),
-            "vm_id": as_str(vm_id),
-            "fb_used_mib": _vgpu_fb_usage(v) >> 20,
-            "licensed": bool(lic.isLicensed) if lic is not None else True,
-        })
+        instances.append(
+            {
+                "instance_id": int(v),
+                "type_id": pynvml.nvmlVgpuInstanceGetType(v),
+                "vm_id": as_str(vm_id),
+                "fb_used_mib": _vgpu_fb_usage(v) >> 20,
+                "licensed": bool(lic.isLicensed) if lic is not None else True,
+            }
+        )
     out["vgpu_instances"] = instances
     return out
 
@@ -283,7 +350,9 @@ def record(index: int = 0) -> dict[str, Any]:
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        raise AgentError(f"cannot record: NVML is not available ({exc}); run this on a machine with an NVIDIA driver") from None
+        raise AgentError(
+            f"cannot record: NVML is not available ({exc}); run this on a machine with an NVIDIA driver"
+        ) from None
     try:
         return record_device(index)
     finally:

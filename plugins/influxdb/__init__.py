@@ -132,7 +132,7 @@ class _V1Transport:
         self._gzip = cfg.gzip
         self._pool = urllib3.PoolManager(
             num_pools=1,
-            maxsize=1,
+            maxsize=2,  # a replay keeps two requests in flight
             retries=False,
             timeout=urllib3.Timeout(total=cfg.timeout),
             cert_reqs="CERT_REQUIRED" if cfg.verify_tls else "CERT_NONE",

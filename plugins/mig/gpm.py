@@ -8,6 +8,7 @@ previous one, so the first read after start returns nothing.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -37,6 +38,7 @@ class GpmSampler:
         self._previous: Any = None
         self._current: Any = None
         self._have_previous = False
+        self._requests: dict[tuple[int, ...], Any] = {}
 
     @property
     def primed(self) -> bool:
@@ -74,22 +76,31 @@ class GpmSampler:
         return values
 
     def _metrics(self, metric_ids: list[int]) -> dict[int, float]:
-        request = pynvml.c_nvmlGpmMetricsGet_t()
-        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(metric_ids)
+        # The request (up to 98 metric slots) is built once per metric list and reused:
+        # only the two samples change between cycles.
+        key = tuple(metric_ids)
+        request = self._requests.get(key)
+        if request is None:
+            request = pynvml.c_nvmlGpmMetricsGet_t()
+            request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = len(metric_ids)
+            for i, metric_id in enumerate(metric_ids):
+                request.metrics[i].metricId = metric_id
+            self._requests[key] = request
         request.sample1 = self._previous
         request.sample2 = self._current
-        for i, metric_id in enumerate(metric_ids):
-            request.metrics[i].metricId = metric_id
         try:
             pynvml.nvmlGpmMetricsGet(request)
         except pynvml.NVMLError as exc:
             log.debug("GPU %d: nvmlGpmMetricsGet failed: %s", self.gpu.index, exc)
             return {}
+        # Plain ctypes attribute access: pynvml's printable-structure hook costs ~1 µs a read.
+        get = ctypes.Structure.__getattribute__
+        ok = pynvml.NVML_SUCCESS
         return {
-            m.metricId: float(m.value)
+            get(m, "metricId"): float(get(m, "value"))
             for m in request.metrics[: len(metric_ids)]
-            if m.nvmlReturn == pynvml.NVML_SUCCESS
+            if get(m, "nvmlReturn") == ok
         }
 
     def close(self) -> None:

@@ -157,3 +157,20 @@ def test_render_does_not_change_the_facts():
     before = copy.deepcopy(doc)
     render_text(doc)
     assert doc == before
+
+
+def test_narrow_terminal_gets_one_fact_a_row_with_no_label_cut():
+    text = render_text(handmade(), width=80)
+    assert "…" not in text.split("P2P matrix")[0]
+    assert re.search(r"^PCI bus id\s+00000000:01:00\.0$", text, flags=re.MULTILINE)
+    assert re.search(r"^Temperature\s+31 C$", text, flags=re.MULTILINE)
+
+
+def test_terminal_output_has_no_trailing_blanks(monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("COLUMNS", "100")
+    tty = FakeTty()
+    render(handmade(), make_console(tty))
+    output = tty.getvalue()
+    assert "\x1b[" in output
+    assert not [line for line in output.splitlines() if re.search(r" +(\x1b\[[0-9;]*m)*$", line)]

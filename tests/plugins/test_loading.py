@@ -153,11 +153,25 @@ def test_register_refuses_a_taken_name_and_a_non_collector(site):
     def gpuagent_register_collectors(register):
         register("host")
     """
+    bad_config = """
+    import gpuagent
+
+    class Loose(gpuagent.Collector):
+        name = "loose_tp"
+        Config = dict
+
+    @gpuagent.hookimpl
+    def gpuagent_register_collectors(register):
+        register(Loose)
+    """
     site.add_dist("tp-steals", "0.1", {"tp_steals.py": steals}, {"steals": "tp_steals"})
     site.add_dist("tp-notclass", "0.1", {"tp_notclass.py": not_a_class}, {"notclass": "tp_notclass"})
+    site.add_dist("tp-badconfig", "0.1", {"tp_badconfig.py": bad_config}, {"badconfig": "tp_badconfig"})
     host = load_host()
     assert host.plugins["steals"].error == "ValueError: collector 'host' is already registered by plugin host"
     assert host.plugins["notclass"].error.startswith("TypeError: register() takes a Collector subclass")
+    assert host.plugins["badconfig"].error == "TypeError: Loose.Config must subclass gpuagent.CollectorConfig"
+    assert "loose_tp" not in host.collectors
     assert host.collectors["host"].__module__ == "gpuagent.plugins.host"
 
 
@@ -262,3 +276,6 @@ def test_sample_config_of_a_third_party_plugin(site, invoke, good_plugin):
     assert unknown.stderr.strip() == "gpuagent: error: no plugin named 'nosuch' (see `gpuagent plugins`)"
     none = invoke("plugins", "--sample-config", "bare")
     assert none.exit_code == 1 and "plugin bare ships no sample config" in none.stderr
+    # A single-file module has no folder of its own: a sample.toml next to it is not its sample.
+    (site.path / "sample.toml").write_text("[collectors.someone_else]\n")
+    assert invoke("plugins", "--sample-config", "bare").exit_code == 1

@@ -15,25 +15,71 @@ NA = None  # the call answers NOT_SUPPORTED
 # Values read off the captures by hand (first `nvidia-smi -q` section / the XML).
 EXPECTED = {
     "linux-x86_64__nvidia-l40s__595.80.txt": dict(
-        name="NVIDIA L40S", total_mib=46068, power=(350, 350, 100, 350), clocks=(2520, 2520, 9001, 1965),
-        pcie=(4, 4, 16, 16), ecc=[1, 1], mig=NA, virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH, mig_gis=[]),
+        name="NVIDIA L40S",
+        total_mib=46068,
+        power=(350, 350, 100, 350),
+        clocks=(2520, 2520, 9001, 1965),
+        pcie=(4, 4, 16, 16),
+        ecc=[1, 1],
+        mig=NA,
+        virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH,
+        mig_gis=[],
+    ),
     "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt": dict(
-        name="NVIDIA H100 80GB HBM3", total_mib=81559, power=(700, 700, 200, 700), clocks=(1980, 1980, 2619, 1545),
-        pcie=(5, 5, 16, 16), ecc=[1, 1], mig=[0, 0], virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH, mig_gis=[]),
+        name="NVIDIA H100 80GB HBM3",
+        total_mib=81559,
+        power=(700, 700, 200, 700),
+        clocks=(1980, 1980, 2619, 1545),
+        pcie=(5, 5, 16, 16),
+        ecc=[1, 1],
+        mig=[0, 0],
+        virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH,
+        mig_gis=[],
+    ),
     "linux-x86_64__nvidia-h100-mig__590.48.01.txt": dict(
-        name="NVIDIA H100 80GB HBM3", total_mib=81559, power=(700, 700, 200, 700), clocks=(1980, 1980, 2619, 1545),
-        pcie=(5, 5, 16, 16), ecc=[1, 1], mig=[1, 1], virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH,
-        mig_gis=[(2, 40448, 60), (3, 20096, 32), (9, 9984, 16), (10, 9984, 16)]),
+        name="NVIDIA H100 80GB HBM3",
+        total_mib=81559,
+        power=(700, 700, 200, 700),
+        clocks=(1980, 1980, 2619, 1545),
+        pcie=(5, 5, 16, 16),
+        ecc=[1, 1],
+        mig=[1, 1],
+        virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH,
+        mig_gis=[(2, 40448, 60), (3, 20096, 32), (9, 9984, 16), (10, 9984, 16)],
+    ),
     "linux-x86_64__nvidia-geforce-rtx-4080-super__595.71.05.txt": dict(
-        name="NVIDIA GeForce RTX 4080 SUPER", total_mib=16376, power=(320, 320, 150, 400), clocks=(3165, 3165, 11501, 2415),
-        pcie=(4, 1, 16, 16), ecc=NA, mig=NA, virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE, mig_gis=[]),
+        name="NVIDIA GeForce RTX 4080 SUPER",
+        total_mib=16376,
+        power=(320, 320, 150, 400),
+        clocks=(3165, 3165, 11501, 2415),
+        pcie=(4, 1, 16, 16),
+        ecc=NA,
+        mig=NA,
+        virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE,
+        mig_gis=[],
+    ),
     "telegraf-a100-sxm4-v12.xml": dict(
-        name="NVIDIA A100-SXM4-80GB", total_mib=81920, power=(500, 500, 100, 500), clocks=(1410, 1410, 1593, 1290),
-        pcie=(4, 4, 16, 16), ecc=[1, 1], mig=[1, 1], virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE,
-        mig_gis=[(3, 19968, 14), (4, 19968, 14), (5, 19968, 14), (6, 19968, 14)]),
+        name="NVIDIA A100-SXM4-80GB",
+        total_mib=81920,
+        power=(500, 500, 100, 500),
+        clocks=(1410, 1410, 1593, 1290),
+        pcie=(4, 4, 16, 16),
+        ecc=[1, 1],
+        mig=[1, 1],
+        virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE,
+        mig_gis=[(3, 19968, 14), (4, 19968, 14), (5, 19968, 14), (6, 19968, 14)],
+    ),
     "telegraf-rtx-4000-sff-ada-v13.xml": dict(
-        name="NVIDIA RTX 4000 SFF Ada Generation", total_mib=20475, power=(70, 70, 30, 70), clocks=(3105, 3105, 7001, 2415),
-        pcie=(4, 1, 16, 16), ecc=[0, 0], mig=NA, virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE, mig_gis=[]),
+        name="NVIDIA RTX 4000 SFF Ada Generation",
+        total_mib=20475,
+        power=(70, 70, 30, 70),
+        clocks=(3105, 3105, 7001, 2415),
+        pcie=(4, 1, 16, 16),
+        ecc=[0, 0],
+        mig=NA,
+        virt=pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE,
+        mig_gis=[],
+    ),
 }
 
 
@@ -56,16 +102,33 @@ def test_imported_capture_through_pynvml(capture, tmp_path, simulated_fleet):
     simulated_fleet(str(out), scenario="idle")
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     assert pynvml.nvmlDeviceGetName(h) == want["name"]
-    assert pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2).total == want["total_mib"] << 20
-    power = (pynvml.nvmlDeviceGetPowerManagementLimit(h), pynvml.nvmlDeviceGetPowerManagementDefaultLimit(h),
-             *pynvml.nvmlDeviceGetPowerManagementLimitConstraints(h))
+    assert (
+        pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2).total
+        == want["total_mib"] << 20
+    )
+    power = (
+        pynvml.nvmlDeviceGetPowerManagementLimit(h),
+        pynvml.nvmlDeviceGetPowerManagementDefaultLimit(h),
+        *pynvml.nvmlDeviceGetPowerManagementLimitConstraints(h),
+    )
     assert power == tuple(w * 1000 for w in want["power"])
     assert pynvml.nvmlDeviceGetEnforcedPowerLimit(h) == want["power"][0] * 1000
-    clocks = tuple(pynvml.nvmlDeviceGetMaxClockInfo(h, c) for c in
-                   (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM, pynvml.NVML_CLOCK_VIDEO))
+    clocks = tuple(
+        pynvml.nvmlDeviceGetMaxClockInfo(h, c)
+        for c in (
+            pynvml.NVML_CLOCK_GRAPHICS,
+            pynvml.NVML_CLOCK_SM,
+            pynvml.NVML_CLOCK_MEM,
+            pynvml.NVML_CLOCK_VIDEO,
+        )
+    )
     assert clocks == want["clocks"]
-    pcie = (pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h), pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h),
-            pynvml.nvmlDeviceGetMaxPcieLinkWidth(h), pynvml.nvmlDeviceGetCurrPcieLinkWidth(h))
+    pcie = (
+        pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h),
+        pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h),
+        pynvml.nvmlDeviceGetMaxPcieLinkWidth(h),
+        pynvml.nvmlDeviceGetCurrPcieLinkWidth(h),
+    )
     assert pcie == want["pcie"]
     assert or_na(pynvml.nvmlDeviceGetEccMode, h) == want["ecc"]
     assert or_na(pynvml.nvmlDeviceGetMigMode, h) == want["mig"]
@@ -77,8 +140,13 @@ def test_imported_capture_through_pynvml(capture, tmp_path, simulated_fleet):
                 m = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
             except pynvml.NVMLError_NotFound:
                 break
-            gis.append((pynvml.nvmlDeviceGetGpuInstanceId(m), pynvml.nvmlDeviceGetMemoryInfo(m).total >> 20,
-                        pynvml.nvmlDeviceGetAttributes(m).multiprocessorCount))
+            gis.append(
+                (
+                    pynvml.nvmlDeviceGetGpuInstanceId(m),
+                    pynvml.nvmlDeviceGetMemoryInfo(m).total >> 20,
+                    pynvml.nvmlDeviceGetAttributes(m).multiprocessorCount,
+                )
+            )
     assert gis == want["mig_gis"]
 
 
@@ -87,8 +155,15 @@ def test_h100_mig_capture_names_its_instances():
     if not path.exists():
         pytest.skip("H100 MIG capture not available")
     profile = import_capture(path)
-    assert [i["profile"] for i in profile["mig"]["instances"]] == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
-    assert profile["gpm"] is True and profile["nvlink"]["links"] == 18  # filled from the built-in h100-sxm
+    assert [i["profile"] for i in profile["mig"]["instances"]] == [
+        "3g.40gb",
+        "2g.20gb",
+        "1g.10gb",
+        "1g.10gb",
+    ]
+    assert (
+        profile["gpm"] is True and profile["nvlink"]["links"] == 18
+    )  # filled from the built-in h100-sxm
 
 
 def test_geforce_capture_marks_na_calls():

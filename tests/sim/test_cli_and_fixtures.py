@@ -18,7 +18,17 @@ CAPTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "captures"
 def test_sim_list():
     result = CliRunner().invoke(sim_group, ["list"])
     assert result.exit_code == 0
-    for name in ("l40s", "rtx4090", "a100-sxm4", "h100-pcie", "h100-sxm", "h200", "a100-sxm4-mig", "h100-sxm-mig", "l40s-vgpu"):
+    for name in (
+        "l40s",
+        "rtx4090",
+        "a100-sxm4",
+        "h100-pcie",
+        "h100-sxm",
+        "h200",
+        "a100-sxm4-mig",
+        "h100-sxm-mig",
+        "l40s-vgpu",
+    ):
         assert f"\n{name} " in "\n" + result.output
     assert "864GB/s" in result.output
     data = json.loads(CliRunner().invoke(sim_group, ["list", "--json"]).output)
@@ -33,8 +43,12 @@ def test_sim_import_writes_profile(tmp_path):
     result = CliRunner().invoke(sim_group, ["import", str(capture), "-o", str(out)])
     assert result.exit_code == 0, result.output
     profile = json.loads(out.read_text())
-    assert profile["product_name"] == "NVIDIA A100-SXM4-80GB" and len(profile["mig"]["instances"]) == 4
-    result = CliRunner().invoke(sim_group, ["import", str(tmp_path / "a100.json"), "-o", str(tmp_path / "y.json")])
+    assert (
+        profile["product_name"] == "NVIDIA A100-SXM4-80GB" and len(profile["mig"]["instances"]) == 4
+    )
+    result = CliRunner().invoke(
+        sim_group, ["import", str(tmp_path / "a100.json"), "-o", str(tmp_path / "y.json")]
+    )
     assert result.exit_code != 0
 
 
@@ -47,7 +61,10 @@ def test_sim_record_on_the_simulator(tmp_path):
         sim.uninstall()
     assert result.exit_code == 0, result.output
     profile = json.loads(out.read_text())
-    assert profile["product_name"] == "NVIDIA L40S" and profile["virtualization"]["mode"] == "host_vgpu"
+    assert (
+        profile["product_name"] == "NVIDIA L40S"
+        and profile["virtualization"]["mode"] == "host_vgpu"
+    )
 
 
 def test_sim_record_without_driver_is_one_line_error(tmp_path):
@@ -62,10 +79,13 @@ def test_fixtures(simulated_fleet, sim_clock, recording_accumulator):
     e1 = [g.query(pynvml.nvmlDeviceGetTotalEnergyConsumption) for g in machine.gpus]
     sim_clock.advance(10)
     for gpu in machine.gpus:
-        recording_accumulator.add_fields("gpu_power", {"power_w": gpu.query(pynvml.nvmlDeviceGetPowerUsage) / 1000},
-                                         tags=gpu.tags)
+        recording_accumulator.add_fields(
+            "gpu_power",
+            {"power_w": gpu.query(pynvml.nvmlDeviceGetPowerUsage) / 1000},
+            tags=gpu.tags,
+        )
     e2 = [g.query(pynvml.nvmlDeviceGetTotalEnergyConsumption) for g in machine.gpus]
-    assert all(b > a for a, b in zip(e1, e2))
+    assert all(b > a for a, b in zip(e1, e2, strict=True))
     assert isinstance(recording_accumulator, RecordingAccumulator)
     assert recording_accumulator.measurements() == ["gpu_power"]
     assert len(recording_accumulator.field("gpu_power", "power_w", model="NVIDIA L40S")) == 2

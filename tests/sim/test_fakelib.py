@@ -51,7 +51,9 @@ def test_p2p_caps_tuple_is_refused_like_ctypes(simulated_fleet):
     simulated_fleet("l40s:2")
     a, b = handles()
     assert isinstance(pynvml.NVML_P2P_CAPS_INDEX_READ, tuple)  # the trap in current nvidia-ml-py
-    with pytest.raises(ctypes.ArgumentError, match="argument 3: TypeError: Don't know how to convert parameter 3"):
+    with pytest.raises(
+        ctypes.ArgumentError, match="argument 3: TypeError: Don't know how to convert parameter 3"
+    ):
         pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_READ)
     assert pynvml.nvmlDeviceGetP2PStatus(a, b, 0) == pynvml.NVML_P2P_STATUS_OK
 
@@ -105,7 +107,10 @@ def test_identity_and_static_facts(simulated_fleet):
     same = pynvml.nvmlDeviceGetHandleByUUID(uuid)
     assert pynvml.nvmlDeviceGetName(same) == "NVIDIA H100 80GB HBM3"
     bus = pynvml.nvmlDeviceGetPciInfo_v3(h100).busId
-    assert pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByPciBusId(bus)) == "NVIDIA H100 80GB HBM3"
+    assert (
+        pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByPciBusId(bus))
+        == "NVIDIA H100 80GB HBM3"
+    )
     assert [g.name for g in machine.gpus] == ["NVIDIA L40S", "NVIDIA H100 80GB HBM3"]
     assert machine.gpus[0].arch == "Ada Lovelace"
 
@@ -180,15 +185,24 @@ def test_field_values(simulated_fleet, sim_clock):
     simulated_fleet("h100-sxm:2,l40s:1", scenario="training")
     sim_clock.advance(30)
     h, _, l40s = handles()
-    ids = [pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT,
-           (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 0), pynvml.NVML_FI_DEV_MEMORY_TEMP, 99999]
+    ids = [
+        pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+        pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT,
+        (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 0),
+        pynvml.NVML_FI_DEV_MEMORY_TEMP,
+        99999,
+    ]
     values = pynvml.nvmlDeviceGetFieldValues(h, ids)
-    assert values[0].nvmlReturn == 0 and values[0].value.ullVal == pynvml.nvmlDeviceGetTotalEnergyConsumption(h)
+    assert values[0].nvmlReturn == 0 and values[
+        0
+    ].value.ullVal == pynvml.nvmlDeviceGetTotalEnergyConsumption(h)
     assert values[1].value.uiVal == 18
     assert values[2].nvmlReturn == 0 and values[2].value.ullVal > 0
     assert values[3].nvmlReturn == 0
     assert values[4].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
-    lv = pynvml.nvmlDeviceGetFieldValues(l40s, [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT, pynvml.NVML_FI_DEV_MEMORY_TEMP])
+    lv = pynvml.nvmlDeviceGetFieldValues(
+        l40s, [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT, pynvml.NVML_FI_DEV_MEMORY_TEMP]
+    )
     assert [v.nvmlReturn for v in lv] == [pynvml.NVML_ERROR_NOT_SUPPORTED] * 2
 
 

@@ -37,7 +37,10 @@ def test_xid_from_spec_delivered_after_its_time(simulated_fleet, sim_clock):
         pynvml.nvmlEventSetWait_v2(es, 0)  # delivered once
     sim_clock.advance(60)
     data = pynvml.nvmlEventSetWait_v2(es, 0)
-    assert (data.eventData, pynvml.nvmlDeviceGetUUID(data.device)) == (48, pynvml.nvmlDeviceGetUUID(hs[3]))
+    assert (data.eventData, pynvml.nvmlDeviceGetUUID(data.device)) == (
+        48,
+        pynvml.nvmlDeviceGetUUID(hs[3]),
+    )
     pynvml.nvmlEventSetFree(es)
 
 
@@ -65,7 +68,9 @@ def test_register_unsupported_event_types_on_geforce(simulated_fleet):
     pynvml.nvmlDeviceRegisterEvents(h, supported, es)
 
 
-def test_lost_gpu_answers_gpu_is_lost_for_every_call_others_keep_answering(simulated_fleet, sim_clock):
+def test_lost_gpu_answers_gpu_is_lost_for_every_call_others_keep_answering(
+    simulated_fleet, sim_clock
+):
     machine = simulated_fleet("h100-sxm:3@lost=1:30s", scenario="training")
     hs = handles()
     es = xid_set(hs)
@@ -125,9 +130,11 @@ def test_force_from_spec_and_programmatic(simulated_fleet):
 
 def test_faults_from_profile(simulated_fleet, sim_clock, tmp_path):
     p = load_profile("l40s")
-    p["faults"] = [{"type": "xid", "gpu": 1, "code": 94, "at": "10s"},
-                   {"type": "force", "symbol": "nvmlDeviceGetPcieReplayCounter", "code": "GPU_IS_LOST"},
-                   {"type": "lost", "gpu": 0, "at": "1h"}]
+    p["faults"] = [
+        {"type": "xid", "gpu": 1, "code": 94, "at": "10s"},
+        {"type": "force", "symbol": "nvmlDeviceGetPcieReplayCounter", "code": "GPU_IS_LOST"},
+        {"type": "lost", "gpu": 0, "at": "1h"},
+    ]
     path = tmp_path / "faulty.json"
     path.write_text(json.dumps(p))
     machine = simulated_fleet(f"rtx4090:1,{path}:2")
@@ -135,7 +142,9 @@ def test_faults_from_profile(simulated_fleet, sim_clock, tmp_path):
     es = xid_set(hs)
     sim_clock.advance(11)
     data = pynvml.nvmlEventSetWait_v2(es, 0)
-    assert data.eventData == 94 and pynvml.nvmlDeviceGetUUID(data.device) == pynvml.nvmlDeviceGetUUID(hs[2])
+    assert data.eventData == 94 and pynvml.nvmlDeviceGetUUID(
+        data.device
+    ) == pynvml.nvmlDeviceGetUUID(hs[2])
     assert pynvml.nvmlDeviceGetPcieReplayCounter(hs[0]) == 0  # the rtx4090 is not from that profile
     with pytest.raises(pynvml.NVMLError_GpuIsLost):
         pynvml.nvmlDeviceGetPcieReplayCounter(hs[1])
@@ -160,9 +169,26 @@ def test_ecc_and_replay_counters(simulated_fleet):
     a, b = handles()
     machine.add_ecc_errors(1, corrected=5, uncorrected=1)
     machine.add_pcie_replays(1, 3)
-    assert pynvml.nvmlDeviceGetTotalEccErrors(b, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC) == 5
-    assert pynvml.nvmlDeviceGetMemoryErrorCounter(b, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_AGGREGATE_ECC,
-                                                  pynvml.NVML_MEMORY_LOCATION_DRAM) == 1
+    assert (
+        pynvml.nvmlDeviceGetTotalEccErrors(
+            b, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC
+        )
+        == 5
+    )
+    assert (
+        pynvml.nvmlDeviceGetMemoryErrorCounter(
+            b,
+            pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            pynvml.NVML_AGGREGATE_ECC,
+            pynvml.NVML_MEMORY_LOCATION_DRAM,
+        )
+        == 1
+    )
     assert pynvml.nvmlDeviceGetRemappedRows(b)[1] == 1
     assert pynvml.nvmlDeviceGetPcieReplayCounter(b) == 3
-    assert pynvml.nvmlDeviceGetTotalEccErrors(a, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC) == 0
+    assert (
+        pynvml.nvmlDeviceGetTotalEccErrors(
+            a, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC
+        )
+        == 0
+    )

@@ -13,8 +13,13 @@ def handles():
     return [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
 
 
-CAPS = (pynvml.NVML_P2P_CAPS_INDEX_WRITE, pynvml.NVML_P2P_CAPS_INDEX_NVLINK,
-        pynvml.NVML_P2P_CAPS_INDEX_ATOMICS, pynvml.NVML_P2P_CAPS_INDEX_PROP, 0)
+CAPS = (
+    pynvml.NVML_P2P_CAPS_INDEX_WRITE,
+    pynvml.NVML_P2P_CAPS_INDEX_NVLINK,
+    pynvml.NVML_P2P_CAPS_INDEX_ATOMICS,
+    pynvml.NVML_P2P_CAPS_INDEX_PROP,
+    0,
+)
 
 
 def p2p(a, b):
@@ -23,18 +28,25 @@ def p2p(a, b):
 
 def test_spec_items_and_counts():
     items = parse_spec("l40s:2, rtx4090 ,h100-pcie:1")
-    assert [(i.name, i.count, i.first_index) for i in items] == [("l40s", 2, 0), ("rtx4090", 1, 2), ("h100-pcie", 1, 3)]
+    assert [(i.name, i.count, i.first_index) for i in items] == [
+        ("l40s", 2, 0),
+        ("rtx4090", 1, 2),
+        ("h100-pcie", 1, 3),
+    ]
 
 
-@pytest.mark.parametrize("spec, bad", [
-    ("l40s:2,bogus:1", "'bogus:1'"),
-    ("l40s:x", "'l40s:x'"),
-    ("l40s:0", "'l40s:0'"),
-    ("h100-sxm:2@xid=5:79:1s", "'h100-sxm:2@xid=5:79:1s'"),
-    ("h100-sxm:2@boom", "'h100-sxm:2@boom'"),
-    ("", "SPEC"),
-    ("/nonexistent/profile.json", "not found"),
-])
+@pytest.mark.parametrize(
+    "spec, bad",
+    [
+        ("l40s:2,bogus:1", "'bogus:1'"),
+        ("l40s:x", "'l40s:x'"),
+        ("l40s:0", "'l40s:0'"),
+        ("h100-sxm:2@xid=5:79:1s", "'h100-sxm:2@xid=5:79:1s'"),
+        ("h100-sxm:2@boom", "'h100-sxm:2@boom'"),
+        ("", "SPEC"),
+        ("/nonexistent/profile.json", "not found"),
+    ],
+)
 def test_bad_spec_is_one_line_error_naming_the_item(spec, bad):
     with pytest.raises(AgentError) as info:
         parse_spec(spec)
@@ -73,9 +85,15 @@ def test_l40s_behind_switches(simulated_fleet):
     statuses = p2p(a, b)
     assert statuses[pynvml.NVML_P2P_CAPS_INDEX_NVLINK] == pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
     assert all(statuses[c] == pynvml.NVML_P2P_STATUS_OK for c in (0, 1, 3, 4))
-    assert pynvml.nvmlDeviceGetTopologyCommonAncestor(hs[0], hs[1]) == pynvml.NVML_TOPOLOGY_SINGLE  # PIX
-    assert pynvml.nvmlDeviceGetTopologyCommonAncestor(hs[0], hs[2]) == pynvml.NVML_TOPOLOGY_MULTIPLE  # PXB
-    assert pynvml.nvmlDeviceGetTopologyCommonAncestor(hs[0], hs[5]) == pynvml.NVML_TOPOLOGY_SYSTEM  # other socket
+    assert (
+        pynvml.nvmlDeviceGetTopologyCommonAncestor(hs[0], hs[1]) == pynvml.NVML_TOPOLOGY_SINGLE
+    )  # PIX
+    assert (
+        pynvml.nvmlDeviceGetTopologyCommonAncestor(hs[0], hs[2]) == pynvml.NVML_TOPOLOGY_MULTIPLE
+    )  # PXB
+    assert (
+        pynvml.nvmlDeviceGetTopologyCommonAncestor(hs[0], hs[5]) == pynvml.NVML_TOPOLOGY_SYSTEM
+    )  # other socket
     assert p2p(hs[0], hs[5])[0] == pynvml.NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED
     near = pynvml.nvmlDeviceGetTopologyNearestGpus(hs[0], pynvml.NVML_TOPOLOGY_MULTIPLE)
     assert sorted(pynvml.nvmlDeviceGetIndex(h) for h in near) == [1, 2, 3]
@@ -88,12 +106,21 @@ def test_h100_sxm_nvlink_between_all_pairs(simulated_fleet):
     simulated_fleet("h100-sxm:8")
     hs = handles()
     for a, b in itertools.combinations(hs, 2):
-        assert pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_NVLINK) == pynvml.NVML_P2P_STATUS_OK
-        assert pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_READ[0]) == pynvml.NVML_P2P_STATUS_OK
+        assert (
+            pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_NVLINK)
+            == pynvml.NVML_P2P_STATUS_OK
+        )
+        assert (
+            pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_READ[0])
+            == pynvml.NVML_P2P_STATUS_OK
+        )
     for h in hs:
         assert [pynvml.nvmlDeviceGetNvLinkState(h, link) for link in range(18)] == [1] * 18
         assert pynvml.nvmlDeviceGetNvLinkVersion(h, 0) == pynvml.NVML_NVLINK_VERSION_4_0
-        assert pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(h, 0) == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
+        assert (
+            pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(h, 0)
+            == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
+        )
         assert pynvml.nvmlDeviceGetNvLinkCapability(h, 0, pynvml.NVML_NVLINK_CAP_P2P_SUPPORTED) == 1
 
 
@@ -106,7 +133,9 @@ def test_h100_pcie_nvlink_bridge_pairs(simulated_fleet):
     assert pynvml.nvmlDeviceGetP2PStatus(hs[1], hs[2], nvl) == pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
     remote = pynvml.nvmlDeviceGetNvLinkRemotePciInfo(hs[0], 0).busId
     assert remote == pynvml.nvmlDeviceGetPciInfo_v3(hs[1]).busId
-    assert pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(hs[2], 0) == pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
+    assert (
+        pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(hs[2], 0) == pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
+    )
 
 
 def test_odd_h100_pcie_has_inactive_bridge(simulated_fleet):
@@ -119,7 +148,10 @@ def test_mixed_models_have_no_p2p(simulated_fleet):
     simulated_fleet("l40s:2,h100-sxm:1")
     a, b, c = handles()
     assert set(p2p(a, c).values()) == {pynvml.NVML_P2P_STATUS_GPU_NOT_SUPPORTED}
-    assert pynvml.nvmlDeviceGetTopologyCommonAncestor(a, c) in (pynvml.NVML_TOPOLOGY_NODE, pynvml.NVML_TOPOLOGY_SYSTEM)
+    assert pynvml.nvmlDeviceGetTopologyCommonAncestor(a, c) in (
+        pynvml.NVML_TOPOLOGY_NODE,
+        pynvml.NVML_TOPOLOGY_SYSTEM,
+    )
     assert p2p(a, b)[0] == pynvml.NVML_P2P_STATUS_OK
 
 

@@ -4,9 +4,14 @@ import pynvml
 import pytest
 
 METRICS = (
-    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, pynvml.NVML_GPM_METRIC_SM_OCCUPANCY, pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
-    pynvml.NVML_GPM_METRIC_FP16_UTIL, pynvml.NVML_GPM_METRIC_FP32_UTIL, pynvml.NVML_GPM_METRIC_FP64_UTIL,
-    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC,
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+    pynvml.NVML_GPM_METRIC_FP16_UTIL,
+    pynvml.NVML_GPM_METRIC_FP32_UTIL,
+    pynvml.NVML_GPM_METRIC_FP64_UTIL,
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC,
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC,
     pynvml.NVML_GPM_METRIC_SM_UTIL,
 )
 
@@ -20,7 +25,10 @@ def metrics_between(s1, s2, ids=METRICS):
     for i, mid in enumerate(ids):
         mg.metrics[i].metricId = mid
     pynvml.nvmlGpmMetricsGet(mg)
-    return {mg.metrics[i].metricId: (mg.metrics[i].nvmlReturn, mg.metrics[i].value) for i in range(len(ids))}
+    return {
+        mg.metrics[i].metricId: (mg.metrics[i].nvmlReturn, mg.metrics[i].value)
+        for i in range(len(ids))
+    }
 
 
 def test_gpm_whole_gpu(simulated_fleet, sim_clock):
@@ -35,7 +43,12 @@ def test_gpm_whole_gpu(simulated_fleet, sim_clock):
     assert all(ret == pynvml.NVML_SUCCESS for ret, _ in got.values())
     dram = got[pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL][1]
     assert 0 < dram <= 100
-    assert 0 < got[pynvml.NVML_GPM_METRIC_SM_OCCUPANCY][1] < got[pynvml.NVML_GPM_METRIC_SM_UTIL][1] <= 100
+    assert (
+        0
+        < got[pynvml.NVML_GPM_METRIC_SM_OCCUPANCY][1]
+        < got[pynvml.NVML_GPM_METRIC_SM_UTIL][1]
+        <= 100
+    )
     assert got[pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL][1] > got[pynvml.NVML_GPM_METRIC_FP64_UTIL][1]
     assert got[pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC][1] > 0
     mg = pynvml.c_nvmlGpmMetricsGet_t()
@@ -54,7 +67,9 @@ def test_gpm_idle_is_zero_and_unknown_metric_not_supported(simulated_fleet, sim_
     pynvml.nvmlGpmSampleGet(h, s1)
     sim_clock.advance(1)
     pynvml.nvmlGpmSampleGet(h, s2)
-    got = metrics_between(s1, s2, (pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, pynvml.NVML_GPM_METRIC_NVDEC_0_UTIL))
+    got = metrics_between(
+        s1, s2, (pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, pynvml.NVML_GPM_METRIC_NVDEC_0_UTIL)
+    )
     assert got[pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL] == (0, 0.0)
     assert got[pynvml.NVML_GPM_METRIC_NVDEC_0_UTIL][0] == pynvml.NVML_ERROR_NOT_SUPPORTED
 

@@ -53,21 +53,21 @@ def test_power_never_above_enforced_limit_and_capping_sets_reason(simulated_flee
     capped_seen = 0
     for _ in range(1200):
         sim_clock.advance(0.75)
-        for h, limit in zip(hs, limits):
+        for h, limit in zip(hs, limits, strict=True):
             power = pynvml.nvmlDeviceGetPowerUsage(h)
             assert power <= limit
             reasons = pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)
             if reasons & pynvml.nvmlClocksEventReasonSwPowerCap:
                 capped_seen += 1
                 assert power >= limit * 0.98
-                assert pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM) < pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)
+                assert pynvml.nvmlDeviceGetClockInfo(
+                    h, pynvml.NVML_CLOCK_SM
+                ) < pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)
     assert capped_seen > 0  # training demand exceeds the cap on these cards
 
 
 def test_energy_is_monotonic_and_the_integral_of_power(simulated_fleet, sim_clock):
     simulated_fleet("h100-sxm:1,l40s:1", seed=5, scenario="inference")
-    for h in handles():
-        pass
     hs = handles()
     e0 = [pynvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in hs]
     p_prev = [pynvml.nvmlDeviceGetPowerUsage(h) for h in hs]
@@ -117,7 +117,9 @@ def test_idle_scenario(simulated_fleet, sim_clock):
     for h in handles():
         assert pynvml.nvmlDeviceGetUtilizationRates(h).gpu <= 3
         assert pynvml.nvmlDeviceGetPowerUsage(h) < pynvml.nvmlDeviceGetEnforcedPowerLimit(h) * 0.2
-        assert pynvml.nvmlDeviceGetCurrentClocksEventReasons(h) & pynvml.nvmlClocksEventReasonGpuIdle
+        assert (
+            pynvml.nvmlDeviceGetCurrentClocksEventReasons(h) & pynvml.nvmlClocksEventReasonGpuIdle
+        )
         assert pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2).used == 0
 
 

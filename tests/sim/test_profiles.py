@@ -33,12 +33,21 @@ def test_published_figures(name):
 
 def test_variants():
     assert load_profile("h100-sxm-mig")["mig"]["enabled"] is True
-    assert [i["profile"] for i in load_profile("a100-sxm4-mig")["mig"]["instances"]] == ["3g.40gb", "3g.40gb"]
-    assert [i["profile"] for i in load_profile("h100-sxm-mig")["mig"]["instances"]] == ["3g.40gb", "3g.40gb"]
+    assert [i["profile"] for i in load_profile("a100-sxm4-mig")["mig"]["instances"]] == [
+        "3g.40gb",
+        "3g.40gb",
+    ]
+    assert [i["profile"] for i in load_profile("h100-sxm-mig")["mig"]["instances"]] == [
+        "3g.40gb",
+        "3g.40gb",
+    ]
     vgpu = load_profile("l40s-vgpu")["virtualization"]
     assert vgpu["mode"] == "host_vgpu" and len(vgpu["vgpu_instances"]) == 2
     assert load_profile("rtx4090")["ecc"] is None
-    assert all(load_profile(n)["gpm"] == (load_profile(n)["architecture"] == "Hopper") for n in BUILTIN_NAMES)
+    assert all(
+        load_profile(n)["gpm"] == (load_profile(n)["architecture"] == "Hopper")
+        for n in BUILTIN_NAMES
+    )
 
 
 def test_load_profile_returns_fresh_copies():
