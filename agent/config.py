@@ -136,7 +136,7 @@ def _unknown(config: Config, kind: str, name: str, known: dict, failed_plugins) 
     msg = f"{config.label}: {kind}.{name}: unknown {kind[:-1]} (known: {', '.join(sorted(known)) or 'none'})"
     if failed_plugins:
         # Its plugin may be the one that failed to load: run the rest, say so.
-        config.warnings.append(msg + "; ignored because a plugin failed to load")
+        config.warnings.append(msg + "; ignored, since a plugin that may provide it failed to load or is disabled")
         return
     raise ConfigError(msg)
 

@@ -22,12 +22,13 @@ from typing import Any
 
 import pynvml
 
-from gpuagent import cuda_attrs, specs
 from gpuagent.gpu import Gpu, GpuLost, as_str
 from gpuagent.nvml_read import valid
 from gpuagent.plugins.clocks import REASONS, current_reasons, max_clock_mhz, supported_reasons
+from gpuagent.plugins.memory import static_fields as memory_static_fields
 from gpuagent.plugins.mig import on_handle, profile_name_from_attributes
 from gpuagent.plugins.p2p import P2P_CAPS, TOPOLOGY_NAMES, map_nvlinks, status_name
+from gpuagent.plugins.pcie import link_value
 from gpuagent.plugins.vgpu import (
     HOST_MODES,
     HOST_VGPU_MODES,
@@ -39,7 +40,6 @@ from gpuagent.plugins.vgpu import (
 log = logging.getLogger("gpuagent.facts")
 
 SCHEMA_VERSION = 1
-MIB = 1 << 20
 
 # Clock-event (throttle) reasons in words, keyed by the clocks collector's field names.
 REASON_WORDS = {
@@ -69,15 +69,16 @@ def gather(
     selected: Iterable[Gpu] | None = None,
     plugins: Any = None,
     hostname: str | None = None,
+    l2_probes: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Every fact `inspect` shows, for ``selected`` GPUs (default: all) of an open NvmlSession.
 
     ``plugins`` is a loaded PluginHost (its plugins are listed, failed ones
-    with their error); None lists none.
+    with their error); None lists none. ``l2_probes`` is ``latest_l2_probes()``.
     """
     all_gpus = list(session.gpus)
     chosen = list(selected) if selected is not None else all_gpus
-    gpus = [gpu_facts(gpu) for gpu in chosen]
+    gpus = [gpu_facts(gpu, l2_probes or {}) for gpu in chosen]
     return {
         "schema": SCHEMA_VERSION,
         "host": {
@@ -150,21 +151,16 @@ def identity(gpu: Gpu) -> dict[str, Any]:
     }
 
 
-def gpu_facts(gpu: Gpu) -> dict[str, Any]:
+def gpu_facts(gpu: Gpu, l2_probes: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """One GPU's facts; a GPU lost before or while being read comes back as its identity, lost."""
     if gpu.lost:
         return identity(gpu)
     try:
         facts = identity(gpu)
         pci = _read(gpu, pynvml.nvmlDeviceGetPciInfo_v3)
-        device_id = int(pci.pciDeviceId) if pci is not None else None
-        facts["pci_device_id"] = f"0x{device_id:08X}" if device_id is not None else None
-        spec = specs.lookup(device_id, gpu.name)
-        facts["memory"] = memory_facts(gpu, spec)
+        facts["pci_device_id"] = f"0x{int(pci.pciDeviceId):08X}" if pci is not None else None
+        facts["memory"] = memory_facts(gpu)
         facts["clocks"] = clock_facts(gpu)
-        facts["memory"]["peak_dram_bw_gbps"] = peak_dram_gbps(
-            facts["memory"]["bus_width_bits"], facts["clocks"]["max_memory_clock_mhz"], spec
-        )
         facts["power"] = power_facts(gpu)
         facts["pstate"] = pstate(gpu)
         facts["throttle_reasons"] = throttle_reasons(gpu)
@@ -172,46 +168,32 @@ def gpu_facts(gpu: Gpu) -> dict[str, Any]:
         facts["mig"] = mig_facts(gpu)
         facts["virtualization"] = virtualization_facts(gpu)
         facts["pcie"] = pcie_facts(gpu)
-        facts["l2_probe"] = latest_l2_probe(gpu)
+        facts["l2_probe"] = (l2_probes or {}).get(gpu.uuid)
         return facts
     except GpuLost:
         return identity(gpu)
 
 
-def memory_facts(gpu: Gpu, spec: specs.GpuSpec | None) -> dict[str, Any]:
+def memory_facts(gpu: Gpu) -> dict[str, Any]:
     info = _read(gpu, pynvml.nvmlDeviceGetMemoryInfo)
-    bus_width = valid(_read(gpu, pynvml.nvmlDeviceGetMemoryBusWidth), zero=False)
-    bus_source = "nvml" if bus_width is not None else None
-    if bus_width is None and spec is not None:
-        bus_width, bus_source = spec.bus_width_bits, "spec"
-    l2, l2_source = l2_cache(gpu, spec)
+    try:
+        # Bus width, peak DRAM bandwidth and L2 size exactly as the memory collector reports them.
+        static = memory_static_fields(gpu, use_cuda=True)
+    except GpuLost:
+        raise
+    except pynvml.NVMLError as exc:
+        log.warning("GPU %d: memory facts failed: %s; shown as n/a", gpu.index, exc)
+        static = {}
     return {
         "total_bytes": int(info.total) if info is not None else None,
         "used_bytes": int(info.used) if info is not None else None,
         "free_bytes": int(info.free) if info is not None else None,
-        "bus_width_bits": bus_width,
-        "bus_width_source": bus_source,
-        "l2_cache_bytes": l2,
-        "l2_cache_source": l2_source,
-        "peak_dram_bw_gbps": None,  # filled once the max memory clock is known
+        "bus_width_bits": static.get("bus_width_bits"),
+        "l2_cache_bytes": static.get("l2_cache_bytes"),
+        "l2_cache_source": static.get("l2_cache_source"),
+        "peak_dram_bw_gbps": static.get("dram_peak_gbps"),
+        "peak_dram_bw_source": static.get("dram_peak_source"),
     }
-
-
-def l2_cache(gpu: Gpu, spec: specs.GpuSpec | None) -> tuple[int | None, str | None]:
-    """L2 size: NVML has none, so the CUDA driver's figure (matched by bus id), else the published one."""
-    from_cuda = cuda_attrs.l2_cache_bytes(gpu.pci_bus_id)
-    if from_cuda:
-        return from_cuda, "cuda"
-    if spec is not None:
-        return spec.l2_cache_bytes, "spec"
-    return None, None
-
-
-def peak_dram_gbps(bus_width_bits: int | None, max_memory_clock_mhz: int | None, spec: specs.GpuSpec | None) -> float | None:
-    """Peak DRAM bandwidth = bus width / 8 x max memory clock x 2 (DDR), in GB/s; else the published figure."""
-    if bus_width_bits and max_memory_clock_mhz:
-        return round(bus_width_bits / 8 * max_memory_clock_mhz * 2 / 1000, 1)
-    return spec.peak_dram_gbps if spec is not None else None
 
 
 def clock_facts(gpu: Gpu) -> dict[str, Any]:
@@ -345,7 +327,7 @@ def vgpu_instance(gpu: Gpu, instance: int) -> dict[str, Any]:
 
 
 def pcie_facts(gpu: Gpu) -> dict[str, Any]:
-    r = lambda fn: valid(_read(gpu, fn))  # noqa: E731
+    r = lambda fn: link_value(_read(gpu, fn))  # noqa: E731
     return {
         "link_gen_current": r(pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
         "link_gen_max": r(pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
@@ -354,13 +336,65 @@ def pcie_facts(gpu: Gpu) -> dict[str, Any]:
     }
 
 
-def latest_l2_probe(gpu: Gpu) -> dict[str, Any] | None:
-    """The newest `gpuagent probe l2` result for this GPU, if that probe has stored one.
+# -- `gpuagent probe l2` results -----------------------------------------------
 
-    Not wired yet: the probe's result store does not exist in this tree.
-    Returns None until then; the human view prints a line when it returns a dict.
+L2_PROBE_MEASUREMENT = "gpu_l2_probe"
+L2_PROBE_FIELDS = ("l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio", "knee_found", "method")
+L2_PROBE_MAX_AGE = "30d"  # older results are not "recent" and are not shown
+L2_PROBE_TIMEOUT_S = 2.0  # a one-off view must not hang on a slow database
+
+
+def latest_l2_probes(config_path: str | None = None, timeout: float = L2_PROBE_TIMEOUT_S) -> dict[str, dict[str, Any]]:
+    """GPU UUID -> its newest `gpuagent probe l2` summary from the last 30 days.
+
+    The probe keeps no local store: `probe l2 --send` writes gpu_l2_probe
+    points through the sinks (docs/probe.md), so the results are read back
+    from the InfluxDB of the config's ``[sinks.influxdb]`` table. No such
+    table, or a database that cannot be read: ``{}`` (inspect then shows no
+    probe line), never an error.
     """
-    return None
+    from gpuagent.config import read_config, resolve_path
+    from gpuagent.errors import AgentError
+
+    try:
+        if resolve_path(config_path) is None:
+            return {}
+        if "influxdb" not in read_config(config_path).raw.get("sinks", {}):
+            return {}
+        from gpuagent.compare.query import InfluxQL, connection_from
+
+        conn = connection_from(config_path)
+        conn.timeout = timeout
+        client = InfluxQL(conn)
+        try:
+            # Only summary points carry these fields, so curve points are not returned.
+            selected = ", ".join(f'"{f}"' for f in L2_PROBE_FIELDS)
+            rows = client.rows(
+                f'SELECT {selected} FROM "{L2_PROBE_MEASUREMENT}" WHERE time > now() - {L2_PROBE_MAX_AGE} '
+                'GROUP BY "uuid" ORDER BY time DESC LIMIT 1'
+            )
+        finally:
+            client.close()
+    except (AgentError, OSError, ValueError) as exc:
+        log.debug("no L2 probe results read: %s", exc)
+        return {}
+    return {row["uuid"]: l2_probe_facts(row) for row in rows if row.get("uuid")}
+
+
+def l2_probe_facts(row: dict[str, Any]) -> dict[str, Any]:
+    """One summary row (InfluxQL, epoch ns) as the ``l2_probe`` object of a GPU's facts."""
+    import time
+
+    stamp = row.get("time")
+    out: dict[str, Any] = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp / 1e9)) if isinstance(stamp, int) else None
+    }
+    for name in L2_PROBE_FIELDS:
+        value = row.get(name)
+        if name == "l2_effective_bytes" and value is not None:
+            value = int(value)
+        out[name] = value
+    return out
 
 
 # -- between GPUs -------------------------------------------------------------

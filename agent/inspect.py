@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 import click
+import pynvml
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
@@ -53,8 +54,9 @@ P2P_LEGEND = (
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout (schema: gpuagent/schemas/inspect.schema.json).")
 @click.option("--line-protocol", is_flag=True, help="One snapshot of every enabled collector as line protocol (= run --once --test).")
 @click.option("--gpu", "gpu_args", metavar="N|UUID", multiple=True, help="Only this GPU (index or UUID); repeatable.")
-@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="Config file, for --line-protocol (default: as `run`).")
-def inspect(simulate, seed, as_json, line_protocol, gpu_args, config_path):
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="Config file (default: as `run`): --line-protocol's collectors, and the [sinks.influxdb] that `probe l2 --send` results are read back from.")
+@click.option("--plugins-dir", type=click.Path(file_okay=False, exists=True), help="Also load every .py plugin file in DIR.")
+def inspect(simulate, seed, as_json, line_protocol, gpu_args, config_path, plugins_dir):
     """Show this machine's GPUs: identity, memory, L2, clocks, power, throttling, MIG/vGPU, PCIe, P2P."""
     from gpuagent.logsetup import setup_logging
 
@@ -62,24 +64,39 @@ def inspect(simulate, seed, as_json, line_protocol, gpu_args, config_path):
         raise click.UsageError("--json and --line-protocol are exclusive")
     setup_logging("warning")
     if line_protocol:
-        print_line_protocol(simulate, seed, gpu_args, config_path)
+        print_line_protocol(simulate, seed, gpu_args, config_path, plugins_dir)
         return
-    facts = read_facts(simulate, seed, gpu_args)
+    facts = read_facts(simulate, seed, gpu_args, plugins_dir, config_path)
     if as_json:
         click.echo(json.dumps(facts, indent=2))
     else:
         render(facts, make_console())
 
 
-def read_facts(simulate: str | None, seed: int | None, gpu_args: tuple[str, ...] = ()) -> dict[str, Any]:
-    from gpuagent.facts import gather
+def read_facts(
+    simulate: str | None,
+    seed: int | None,
+    gpu_args: tuple[str, ...] = (),
+    plugins_dir: str | None = None,
+    config_path: str | None = None,
+) -> dict[str, Any]:
+    from gpuagent.facts import gather, latest_l2_probes
     from gpuagent.nvml import open_nvml
     from gpuagent.plugin_host import PluginHost
 
-    session = open_nvml(simulate, seed=seed or 0)
+    try:
+        session = open_nvml(simulate, seed=seed or 0)
+    except pynvml.NVMLError as exc:
+        # E.g. a GPU that fell off the bus before it could be enumerated.
+        raise AgentError(f"NVML failed while listing the GPUs: {exc}") from None
     try:
         chosen = select_gpus(session.gpus, gpu_args)
-        return gather(session, selected=chosen, plugins=PluginHost().load())
+        return gather(
+            session,
+            selected=chosen,
+            plugins=PluginHost(plugins_dir=plugins_dir).load(),
+            l2_probes=latest_l2_probes(config_path),
+        )
     finally:
         session.close()
 
@@ -103,12 +120,12 @@ def select_gpus(gpus: list[Gpu], wanted: tuple[str, ...] | list[str]) -> list[Gp
     return sorted(chosen, key=lambda g: g.index)
 
 
-def print_line_protocol(simulate, seed, gpu_args, config_path) -> None:
+def print_line_protocol(simulate, seed, gpu_args, config_path, plugins_dir=None) -> None:
     """Exactly `run --once --test` (optionally on fewer GPUs): the runtime does the work."""
     from gpuagent.nvml import open_nvml
     from gpuagent.runtime import Options, build, load
 
-    options = Options(config_path=config_path, simulate=simulate, seed=seed, test=True)
+    options = Options(config_path=config_path, simulate=simulate, seed=seed, test=True, plugins_dir=plugins_dir)
     config, host = load(options)
     nvml = None
     if gpu_args:
@@ -387,11 +404,19 @@ def vgpu_text(vgpu: dict[str, Any]) -> str:
 
 
 def l2_probe_text(probe: dict[str, Any]) -> str:
-    """One line for the newest `gpuagent probe l2` result (whatever figures it stored)."""
-    if "summary" in probe:
-        return f"L2 probe: {probe['summary']}"
-    figures = ", ".join(f"{k} {v}" for k, v in probe.items() if not isinstance(v, (dict, list)))
-    return f"L2 probe: {figures}"
+    """One line for the newest `gpuagent probe l2` result: where the L2 stops helping, and by how much."""
+    when = probe.get("time") or "time n/a"
+    method = f", {probe['method']}" if probe.get("method") else ""
+    if not probe.get("l2_effective_bytes"):
+        return f"L2 probe ({when}{method}): no knee found"
+    size = f"{number(round(probe['l2_effective_bytes'] / MIB, 1))} MB"
+    l2_bw, dram_bw, ratio = probe.get("l2_bw_gbps"), probe.get("dram_bw_gbps"), probe.get("l2_dram_ratio")
+    text = f"L2 probe ({when}{method}): effective {size}"
+    if l2_bw is not None and dram_bw is not None:
+        text += f", {l2_bw:.0f} GB/s in L2 vs {dram_bw:.0f} GB/s from DRAM"
+    if ratio is not None:
+        text += f" ({ratio:.1f}x)"
+    return text
 
 
 # -- P2P matrix and plugins ---------------------------------------------------

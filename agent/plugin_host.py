@@ -164,7 +164,7 @@ class PluginHost:
                 getattr(_info, kind).append(cls.name)
 
             try:
-                impl.function(register=register)
+                _call(impl, register=register)
             except Exception as exc:  # a hook that raises fails its plugin alone
                 info.status, info.error = "failed", _error_line(exc)
                 log.error("plugin %s failed in %s: %s", info.name, hook.name, info.error)
@@ -179,7 +179,7 @@ class PluginHost:
                 continue
             before = set(cli.commands)
             try:
-                impl.function(cli=cli)
+                _call(impl, cli=cli)
             except Exception as exc:
                 info.status, info.error = "failed", _error_line(exc)
                 log.error("plugin %s failed in gpuagent_register_commands: %s", info.name, info.error)
@@ -222,3 +222,9 @@ def _import_file(path: Path) -> ModuleType:
         sys.modules.pop(modname, None)
         raise
     return mod
+
+
+def _call(impl, **available):
+    """Pass an implementation only the arguments it declares, as pluggy does: a hook
+    may gain arguments in a minor release without breaking existing plugins."""
+    return impl.function(**{name: available[name] for name in impl.argnames if name in available})

@@ -101,7 +101,7 @@ class CollectorRunner:
             error = None
             try:
                 self.collector.collect(acc)
-            except Exception as exc:  # isolation: any failure is this collector's alone
+            except BaseException as exc:  # isolation: any failure (SystemExit too) is this collector's alone
                 error = exc
             duration = time.perf_counter() - t0
             self.results.put(RunResult(self, seq, acc.points, duration, error, acc.nonfinite_dropped))

@@ -84,13 +84,15 @@ class Spool:
 
     # -- state -------------------------------------------------------------
 
+    # Kept in memory, so a status read never touches the file. They can lag behind
+    # batches another instance wrote (refresh() re-reads them), never below zero.
     @property
     def bytes(self) -> int:
-        return self._bytes
+        return max(0, self._bytes)
 
     @property
     def points(self) -> int:
-        return self._points
+        return max(0, self._points)
 
     def __len__(self) -> int:
         with self._lock:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -10,8 +11,13 @@ from pathlib import Path
 from gpuagent.runtime import Options, build
 
 
-def build_agent(spec: str, collectors: list[str] | None = None, extra: str = ""):
-    """An Agent on the simulated SPEC whose sink is /dev/null; only ``collectors`` enabled if given."""
+def bench_spec(default: str) -> str | None:
+    """The simulated fleet to bench on, or None (real NVML) with GPUAGENT_BENCH_REAL=1 (scripts/device-check.sh)."""
+    return None if os.environ.get("GPUAGENT_BENCH_REAL") == "1" else default
+
+
+def build_agent(spec: str | None, collectors: list[str] | None = None, extra: str = ""):
+    """An Agent on the simulated SPEC (real NVML when None) whose sink is /dev/null; only ``collectors`` enabled if given."""
     tmp = Path(tempfile.mkdtemp(prefix="gpuagent-bench-"))
     text = f'[agent]\nstate_dir = "{tmp}"\n[sinks.file]\npath = "/dev/null"\n{extra}'
     if collectors is not None:

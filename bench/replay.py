@@ -121,6 +121,7 @@ def run(quick: bool = False) -> dict:
             # is capped by what the neighbours leave; these show the real cost.
             "agent_cpu_s": round(agent_cpu, 2),
             "influxd_cpu_s": round(server_cpu, 2),
+            "points_per_cpu_s": round(n / (agent_cpu + server_cpu)) if agent_cpu + server_cpu > 0 else None,
             "load_avg_1m": round(os.getloadavg()[0], 2),
             "all_stored": complete,
         },

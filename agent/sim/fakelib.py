@@ -62,6 +62,8 @@ def check_args(args: tuple) -> None:
     for i, a in enumerate(args, 1):
         t = type(a)
         if t in _PASSABLE:
+            if t is int and not -0x8000000000000000 <= a <= 0xFFFFFFFFFFFFFFFF:
+                raise ctypes.ArgumentError(f"argument {i}: OverflowError: int too long to convert")
             continue
         if isinstance(a, _CTYPES_BASES) or hasattr(a, "_as_parameter_"):
             _PASSABLE.add(t)

@@ -436,8 +436,8 @@ class SimMachine:
         self._gpu(gpu)
         with self.lock:
             self._seq += 1
-            self.xids.append((self._when(at), self._seq, gpu, int(code)))
-            self.xids.sort()
+            # a new sorted list, swapped in whole: waiters iterate the old one safely
+            self.xids = sorted([*self.xids, (self._when(at), self._seq, gpu, int(code))])
 
     def lose_gpu(self, gpu: int, at: float | None = None) -> None:
         """GPU ``gpu`` falls off the bus at ``at``: XID 79, then GPU_IS_LOST on every call."""

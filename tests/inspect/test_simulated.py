@@ -15,6 +15,7 @@ from gpuagent import facts as facts_mod
 from gpuagent.gpu import as_str
 from gpuagent.inspect import WIDTH, render_text
 from gpuagent.nvml import NvmlSession
+from gpuagent.sim.profile import BUILTIN_NAMES
 
 HERE = Path(__file__).parent
 CAPTURES = HERE.parents[1].parent / "shared" / "captures"
@@ -196,26 +197,23 @@ def test_gpu_lost_from_the_cli(invoke):
 # -- the command: --json, --gpu, --line-protocol -----------------------------------
 
 
-def builtin_profiles(invoke) -> list[str]:
+def test_builtin_profiles_are_the_ones_sim_list_shows(invoke):
     result = invoke("sim", "list", "--json")
     assert result.exit_code == 0, result.output
-    return [p["name"] for p in json.loads(result.stdout)["profiles"]]
+    assert [p["name"] for p in json.loads(result.stdout)["profiles"]] == list(BUILTIN_NAMES)
 
 
-def test_json_validates_for_every_builtin_profile(invoke):
-    schema = facts_mod.schema()
-    names = builtin_profiles(invoke)
-    assert len(names) >= 9
-    for name in names:
-        result = invoke("inspect", "--simulate", f"{name}:2", "--json")
-        assert result.exit_code == 0, f"{name}: {result.output}"
-        doc = json.loads(result.stdout)
-        jsonschema.validate(doc, schema)
-        assert doc["host"]["simulate_spec"] == f"{name}:2"
-        assert len(doc["gpus"]) == 2 and not any(g["lost"] for g in doc["gpus"])
-        assert doc["gpus"][0]["memory"]["l2_cache_bytes"], f"{name}: no L2 size"
-        assert len(doc["p2p"]) == 2
-        assert any(p["name"] == "host" and p["status"] == "loaded" for p in doc["plugins"])
+@pytest.mark.parametrize("name", BUILTIN_NAMES)
+def test_json_validates_for_every_builtin_profile(invoke, name):
+    result = invoke("inspect", "--simulate", f"{name}:2", "--json")
+    assert result.exit_code == 0, f"{name}: {result.output}"
+    doc = json.loads(result.stdout)
+    jsonschema.validate(doc, facts_mod.schema())
+    assert doc["host"]["simulate_spec"] == f"{name}:2"
+    assert len(doc["gpus"]) == 2 and not any(g["lost"] for g in doc["gpus"])
+    assert doc["gpus"][0]["memory"]["l2_cache_bytes"], f"{name}: no L2 size"
+    assert len(doc["p2p"]) == 2
+    assert any(p["name"] == "host" and p["status"] == "loaded" for p in doc["plugins"])
 
 
 def test_json_validates_for_profiles_imported_from_captures(invoke, tmp_path):
@@ -282,3 +280,14 @@ def test_line_protocol_narrowed_to_one_gpu(invoke):
 def test_json_and_line_protocol_are_exclusive(invoke):
     result = invoke("inspect", "--simulate", "l40s:1", "--json", "--line-protocol")
     assert result.exit_code == 2
+
+
+def test_plugins_that_failed_to_load_are_listed_last(invoke, tmp_path):
+    (tmp_path / "broken_probe.py").write_text("import gpuagent_no_such_module\n")
+    result = invoke("inspect", "--simulate", "l40s:1", "--plugins-dir", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    tail = result.stdout.split("Plugins that failed to load")[1]
+    assert "broken_probe" in tail and "ModuleNotFoundError" in tail
+    doc = json.loads(invoke("inspect", "--simulate", "l40s:1", "--plugins-dir", str(tmp_path), "--json").stdout)
+    jsonschema.validate(doc, facts_mod.schema())
+    assert [p["name"] for p in doc["plugins"] if p["status"] == "failed"] == ["broken_probe"]

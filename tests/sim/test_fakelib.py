@@ -56,6 +56,9 @@ def test_p2p_caps_tuple_is_refused_like_ctypes(simulated_fleet):
     ):
         pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_READ)
     assert pynvml.nvmlDeviceGetP2PStatus(a, b, 0) == pynvml.NVML_P2P_STATUS_OK
+    with pytest.raises(ctypes.ArgumentError) as real:  # what real ctypes says for the same call
+        ctypes.CDLL(None).abs(1, 2, pynvml.NVML_P2P_CAPS_INDEX_READ)
+    assert str(real.value) == "argument 3: TypeError: Don't know how to convert parameter 3"
 
 
 @pytest.mark.parametrize("bad", [1.5, [1], {"a": 1}, object()])
@@ -64,6 +67,20 @@ def test_unconvertible_arguments_raise_argument_error(simulated_fleet, bad):
     (h,) = handles()
     with pytest.raises(ctypes.ArgumentError, match="argument 2: TypeError"):
         pynvml.nvmlDeviceGetNvLinkState(h, bad)  # pynvml passes the link number through as is
+
+
+def test_int_too_big_overflows_like_ctypes(simulated_fleet):
+    simulated_fleet("h100-sxm:1")
+    (h,) = handles()
+    with pytest.raises(
+        ctypes.ArgumentError, match="argument 2: OverflowError: int too long to convert"
+    ):
+        pynvml.nvmlDeviceGetNvLinkState(h, 1 << 70)
+    ctypes_lib = ctypes.CDLL(None)  # the same refusal from real ctypes
+    with pytest.raises(
+        ctypes.ArgumentError, match="argument 1: OverflowError: int too long to convert"
+    ):
+        ctypes_lib.abs(1 << 70)
 
 
 def test_bad_handle_is_invalid_argument(simulated_fleet):

@@ -1,0 +1,212 @@
+"""`gpuagent sim fleet`: backfill a simulated fleet's history into InfluxDB.
+
+Each simulated machine is a SimMachine on a ManualClock, read by the real
+collectors (the same code `gpuagent run` uses) with an Accumulator whose
+timestamp is set per step, so the history is what the agent would have
+written, only faster: steps run back to back, from now - duration to now.
+Hosts run one after another in a process (pynvml has one libnvidia-ml per
+process) and in parallel across processes (`--jobs`); each sends line
+protocol to /write in large gzip batches.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+import click
+
+from gpuagent.compare.query import Connection, InfluxQL, connection_from
+from gpuagent.durations import parse_duration
+from gpuagent.errors import AgentError
+
+# What `gpuagent compare` reads; `--collectors all` adds every other GPU collector.
+DEFAULT_COLLECTORS = ("power", "clocks", "memory", "p2p", "mig", "vgpu")
+BATCH_LINES = 20_000
+# A simulated machine has been up a day or more before the range starts, so counters are not at 0.
+UPTIME_S = 86_400.0
+
+
+@dataclass
+class HostPlan:
+    hostname: str
+    spec: str
+    seed: int
+    scenario: str | None
+    start_ns: int
+    step_ns: int
+    steps: int
+    collectors: tuple[str, ...]
+
+
+def plan_hosts(
+    hosts: int, specs: list[str], start_ns: int, end_ns: int, step_s: float, seed: int,
+    scenario: str | None, collectors: tuple[str, ...], prefix: str = "sim",
+) -> list[HostPlan]:
+    """Host i gets spec i mod len(specs), its own seed (distinct UUIDs and load) and name `sim-NN`."""
+    step_ns = int(round(step_s * 1e9))
+    steps = int((end_ns - start_ns) // step_ns) + 1
+    width = max(2, len(str(hosts - 1)))
+    return [
+        HostPlan(f"{prefix}-{i:0{width}d}", specs[i % len(specs)], seed * 1000 + i, scenario,
+                 start_ns, step_ns, steps, collectors)
+        for i in range(hosts)
+    ]
+
+
+def backfill_host(plan: HostPlan, conn: Connection, progress: Callable[[int], None] | None = None) -> int:
+    """Simulate one host over its steps and write its points; returns the number of points written."""
+    import pynvml
+
+    from gpuagent import sim
+    from gpuagent.accumulator import Accumulator
+    from gpuagent.context import AgentContext
+    from gpuagent.gpu import Gpu
+    from gpuagent.metric import serialize
+    from gpuagent.plugin_host import PluginHost
+    from gpuagent.sim.clock import ManualClock
+
+    plugins = PluginHost().load()
+    clock = ManualClock(UPTIME_S)
+    sim.install(plan.spec, seed=plan.seed, clock=clock, scenario=plan.scenario)
+    client = InfluxQL(conn)
+    written = 0
+    try:
+        pynvml.nvmlInit()
+        gpus = [Gpu(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
+        context = AgentContext(hostname=plan.hostname, gpus=gpus)
+        runners = []
+        for name in plan.collectors:
+            cls = plugins.collectors.get(name)
+            if cls is None:
+                raise AgentError(f"--collectors: no collector {name!r} (known: {', '.join(sorted(plugins.collectors))})")
+            collector = cls(cls.Config(), context)
+            interval_ns = int((collector.default_interval or 0) * 1e9) or plan.step_ns
+            runners.append([collector, interval_ns, None])
+        lines: list[str] = []
+        tags = context.default_tags
+        for k in range(plan.steps):
+            t_ns = plan.start_ns + k * plan.step_ns
+            clock.set(UPTIME_S + k * plan.step_ns / 1e9)
+            acc = Accumulator(tags, time_ns=t_ns)
+            for runner in runners:
+                collector, interval_ns, last = runner
+                if last is None or t_ns - last >= interval_ns:
+                    runner[2] = t_ns
+                    collector.collect(acc)
+            lines.extend(serialize(p.measurement, p.tags, p.fields, p.time_ns) for p in acc.points)
+            if len(lines) >= BATCH_LINES:
+                client.write(("\n".join(lines) + "\n").encode())
+                written += len(lines)
+                if progress:
+                    progress(len(lines))
+                lines = []
+        if lines:
+            client.write(("\n".join(lines) + "\n").encode())
+            written += len(lines)
+            if progress:
+                progress(len(lines))
+        for runner in runners:
+            runner[0].close()
+    finally:
+        client.close()
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+        sim.uninstall()
+    return written
+
+
+def _backfill_in_worker(plan: HostPlan, conn: Connection) -> int:
+    import logging
+
+    logging.getLogger("gpuagent").setLevel(logging.ERROR)
+    return backfill_host(plan, conn)
+
+
+def backfill(plans: list[HostPlan], conn: Connection, jobs: int = 1) -> int:
+    """Every host's history; in `jobs` processes when more than one. Returns points written."""
+    if jobs <= 1 or len(plans) <= 1:
+        return sum(backfill_host(p, conn) for p in plans)
+    import multiprocessing
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(plans)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        return sum(pool.map(_backfill_in_worker, plans, [conn] * len(plans)))
+
+
+def _check_reachable(conn: Connection) -> None:
+    client = InfluxQL(conn)
+    try:
+        client.query("SHOW MEASUREMENTS LIMIT 1")
+    finally:
+        client.close()
+
+
+@click.command("fleet")
+@click.option("--hosts", type=click.IntRange(1, 10_000), default=None, help="Simulated machines (default: one per --spec).")
+@click.option("--spec", "specs", multiple=True, metavar="SPEC",
+              help="Fleet SPEC of one machine (l40s:4); repeat it, or separate with ';', for a mix: host i gets spec i mod n.")
+@click.option("--duration", default="6h", show_default=True, help="History to write, ending now (10m, 6h, 2d).")
+@click.option("--step", default="10s", show_default=True, help="Collection interval of the simulated agents.")
+@click.option("--end", "end", default=None, metavar="TIME", help="End of the history (RFC 3339 or epoch s; default: now).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="Read url, database/bucket and credentials from its [sinks.influxdb].")
+@click.option("--url", default=None, help="InfluxDB URL (overrides the config).")
+@click.option("--database", default=None, help="Database (1.x) or bucket (2.x/3.x) to write to.")
+@click.option("--token", default=None, envvar="INFLUX_TOKEN", help="API token (or $INFLUX_TOKEN).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the load model (deterministic history).")
+@click.option("--scenario", default=None, help="Load scenario: idle, training, inference, mixed (default).")
+@click.option("--collectors", "collector_names", default=",".join(DEFAULT_COLLECTORS), show_default=True,
+              help="Comma-separated collectors to run, or 'all' for every GPU collector.")
+@click.option("--prefix", default="sim", show_default=True, help="Host names are PREFIX-00, PREFIX-01, ...")
+@click.option("--jobs", type=click.IntRange(1, 256), default=None, help="Processes (default: CPUs, at most one per host).")
+def fleet(hosts, specs, duration, step, end, config_path, url, database, token, seed, scenario,
+          collector_names, prefix, jobs) -> None:
+    """Backfill a simulated fleet's history into InfluxDB (one `host` tag per simulated machine)."""
+    from gpuagent.compare.cli import parse_time
+    from gpuagent.sim.fleet import parse_spec
+    from gpuagent.sim.load import check_scenario
+
+    spec_list = [s.strip() for raw in specs for s in raw.split(";") if s.strip()]
+    if not spec_list:
+        raise click.UsageError("give at least one --spec (e.g. --spec l40s:4 --spec h100-sxm:8)")
+    for s in spec_list:
+        parse_spec(s)  # a bad SPEC fails here, with its one-line reason, before anything is written
+    if scenario is not None:
+        check_scenario(scenario)
+    try:
+        duration_s, step_s = parse_duration(duration), parse_duration(step)
+    except ValueError as exc:
+        raise AgentError(f"--duration/--step: {exc}") from None
+    if step_s > duration_s:
+        raise AgentError("--step is longer than --duration")
+    from gpuagent.plugin_host import PluginHost
+
+    known = {n: c for n, c in PluginHost().load().collectors.items() if c.requires_gpus}
+    names = tuple(n.strip() for n in collector_names.split(",") if n.strip())
+    if names == ("all",):
+        names = tuple(sorted(known))
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise AgentError(f"--collectors: unknown GPU collector {', '.join(unknown) or '(none given)'}; known: {', '.join(sorted(known))}")
+    conn = connection_from(config_path, url, database, token)
+    _check_reachable(conn)
+    step_ns = int(round(step_s * 1e9))
+    end_ns = parse_time(end) if end else time.time_ns()
+    end_ns -= end_ns % step_ns
+    start_ns = end_ns - int(duration_s * 1e9)
+    n_hosts = hosts or len(spec_list)
+    plans = plan_hosts(n_hosts, spec_list, start_ns, end_ns, step_s, seed, scenario, names, prefix)
+    jobs = jobs or max(1, min(os.cpu_count() or 1, n_hosts))
+    t0 = time.perf_counter()
+    points = backfill(plans, conn, jobs)
+    elapsed = time.perf_counter() - t0
+    click.echo(
+        f"wrote {points} points for {n_hosts} host(s) x {plans[0].steps} steps of {step} "
+        f"to {conn.label} in {elapsed:.1f}s ({points / elapsed:,.0f} points/s)",
+        err=True,
+    )

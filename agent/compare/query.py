@@ -1,0 +1,205 @@
+"""InfluxQL over HTTP: connection settings from `[sinks.influxdb]`, `/query` and `/write` calls.
+
+One client for InfluxDB 1.x (`/query?db=`, Basic auth), 2.x through its
+v1-compatible API (a DBRP mapping of the bucket, `Authorization: Token …`)
+and 3.x (`/query?db=` with a token). Only the standard library and urllib3
+(already a dependency through influxdb-client) are used.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuagent.errors import AgentError, ConfigError
+
+
+@dataclass
+class Connection:
+    url: str = "http://127.0.0.1:8086"
+    database: str = ""
+    retention_policy: str = ""
+    token: str | None = None
+    username: str = ""
+    password: str | None = None
+    timeout: float = 30.0
+    verify_tls: bool = True
+
+    @property
+    def label(self) -> str:
+        return f"{self.url} (database {self.database!r})"
+
+
+def connection_from(
+    config_path: str | None,
+    url: str | None = None,
+    database: str | None = None,
+    token: str | None = None,
+    username: str | None = None,
+    password: str | None = None,
+) -> Connection:
+    """Settings of `[sinks.influxdb]` in the config (when there is one), overridden by the flags.
+
+    With api v2 the bucket is the database name of the v1-compatible API
+    (`bucket = "db/rp"` names a retention policy too, as InfluxDB 1.8 takes it).
+    """
+    conn = Connection()
+    table = _sink_table(config_path)
+    if table is not None:
+        from pydantic import ValidationError
+
+        from gpuagent.config import format_validation_error, resolve_path
+        from gpuagent.plugins.influxdb import InfluxDBSinkConfig
+
+        try:
+            cfg = InfluxDBSinkConfig.model_validate(table)
+        except ValidationError as exc:
+            label = resolve_path(config_path).name
+            raise ConfigError(f"{label}: {format_validation_error(exc, ('sinks', 'influxdb'))}") from None
+        conn.url = cfg.url
+        if cfg.api == "v1":
+            conn.database, conn.retention_policy = cfg.database, cfg.retention_policy
+        else:
+            db, _, rp = cfg.bucket.partition("/")
+            conn.database, conn.retention_policy = db, rp
+        if cfg.token is not None:
+            conn.token = cfg.token.get_secret_value()
+        elif cfg.token_file:
+            path = Path(os.path.expanduser(cfg.token_file))
+            try:
+                conn.token = path.read_text().strip() or None
+            except OSError as exc:
+                raise ConfigError(f"sinks.influxdb.token_file: cannot read {path}: {exc.strerror or exc}") from None
+        if cfg.username:
+            conn.username = cfg.username
+            conn.password = cfg.password.get_secret_value() if cfg.password else ""
+        conn.timeout = max(cfg.timeout, 30.0)
+        conn.verify_tls = cfg.verify_tls
+    if url:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise AgentError(f"--url {url!r}: expected http://HOST:PORT or https://HOST:PORT")
+        conn.url = url
+    if database:
+        conn.database = database
+    if token:
+        conn.token = token
+    if username:
+        conn.username, conn.password = username, password or ""
+    conn.url = conn.url.rstrip("/")
+    if not conn.database:
+        raise AgentError(
+            "no InfluxDB database: pass --database, or set database (api v1) or bucket (api v2) "
+            "in [sinks.influxdb] of --config"
+        )
+    return conn
+
+
+def _sink_table(config_path: str | None) -> dict | None:
+    from gpuagent.config import read_config, resolve_path
+
+    if resolve_path(config_path) is None:
+        return None
+    config = read_config(config_path)
+    table = config.raw.get("sinks", {}).get("influxdb")
+    if table is None and config_path:
+        raise ConfigError(f"{config.label}: no [sinks.influxdb] table (or pass --url and --database)")
+    return table
+
+
+class InfluxQL:
+    """A thin InfluxQL client: `query(q)` -> the result's series; `write(body)` -> posts line protocol."""
+
+    def __init__(self, conn: Connection):
+        import urllib3
+
+        self.conn = conn
+        self._urllib3 = urllib3
+        self._pool = urllib3.PoolManager(
+            num_pools=2,
+            maxsize=4,
+            retries=False,
+            timeout=urllib3.Timeout(total=conn.timeout),
+            cert_reqs="CERT_REQUIRED" if conn.verify_tls else "CERT_NONE",
+        )
+        self._headers: dict[str, str] = {}
+        if conn.token:
+            self._headers["Authorization"] = f"Token {conn.token}"
+        elif conn.username:
+            pair = f"{conn.username}:{conn.password or ''}".encode()
+            self._headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+        self.requests = 0
+
+    def _request(self, method: str, path: str, params: dict, body: bytes | None = None, headers=None):
+        url = f"{self.conn.url}{path}?{urllib.parse.urlencode(params)}"
+        self.requests += 1
+        try:
+            return self._pool.request(
+                method, url, body=body, headers={**self._headers, **(headers or {})}, retries=False
+            )
+        except self._urllib3.exceptions.HTTPError as exc:
+            reason = getattr(exc, "reason", None) or exc
+            text = str(reason)
+            if "refused" in text:
+                text = "connection refused"
+            elif "timed out" in text.lower():
+                text = "timed out"
+            raise AgentError(f"cannot reach InfluxDB at {self.conn.url}: {text}") from None
+
+    def query(self, q: str) -> list[dict[str, Any]]:
+        """Run one InfluxQL statement; the series of its result (`[]` when nothing matched)."""
+        params = {"db": self.conn.database, "q": q, "epoch": "ns"}
+        if self.conn.retention_policy:
+            params["rp"] = self.conn.retention_policy
+        resp = self._request("GET", "/query", params)
+        try:
+            doc = json.loads(resp.data or b"{}")
+        except ValueError:
+            doc = {}
+        if resp.status in (401, 403):
+            raise AgentError(f"InfluxDB at {self.conn.url} refused the credentials ({resp.status})")
+        error = doc.get("error") or next((r["error"] for r in doc.get("results", []) if "error" in r), None)
+        if error:
+            if "database not found" in str(error):
+                raise AgentError(f"InfluxDB at {self.conn.url}: database {self.conn.database!r} not found")
+            raise AgentError(f"InfluxDB at {self.conn.url} refused a query: {error}")
+        if resp.status >= 300:
+            raise AgentError(f"InfluxDB at {self.conn.url} answered {resp.status} to /query")
+        results = doc.get("results") or [{}]
+        return results[0].get("series", [])
+
+    def rows(self, q: str) -> list[dict[str, Any]]:
+        """Every row of every series as a dict, its series' tags merged in."""
+        out = []
+        for series in self.query(q):
+            tags = series.get("tags") or {}
+            for values in series.get("values", []):
+                row = dict(zip(series["columns"], values, strict=True))
+                row.update(tags)
+                out.append(row)
+        return out
+
+    def write(self, body: bytes) -> None:
+        params = {"db": self.conn.database, "precision": "ns"}
+        if self.conn.retention_policy:
+            params["rp"] = self.conn.retention_policy
+        data = gzip.compress(body, compresslevel=1)
+        resp = self._request(
+            "POST", "/write", params, data, {"Content-Type": "text/plain; charset=utf-8", "Content-Encoding": "gzip"}
+        )
+        if resp.status >= 300:
+            text = resp.data[:300].decode(errors="replace").strip()
+            raise AgentError(f"InfluxDB at {self.conn.url} refused a write ({resp.status}): {text}")
+
+    def close(self) -> None:
+        self._pool.clear()
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'

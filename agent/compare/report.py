@@ -1,0 +1,368 @@
+"""The comparison: per group (GPU model, host or GPU), figures aggregated by InfluxDB.
+
+Every mean, percentile, count and sum is computed by the database (InfluxQL
+MEAN, PERCENTILE, MAX, COUNT, NON_NEGATIVE_DIFFERENCE in a subquery, GROUP BY
+tags); Python only combines the few per-GPU rows into per-group figures (the
+energy and busy-time sums behind the efficiency figure, the P2P, MIG and vGPU
+tallies). The definitions printed with every report are in DEFINITIONS.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from gpuagent.compare.query import InfluxQL
+from gpuagent.errors import AgentError
+
+GPU_TAGS = ("host", "uuid", "model", "gpu")
+GROUP_TAGS = {"model": ("model",), "host": ("host",), "gpu": ("host", "uuid")}
+
+# The clock-event reason booleans of gpu_clocks (plugins/clocks/README.md), in NVML bit order.
+REASONS = (
+    "idle",
+    "applications_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+)
+# The ones that hold clocks below what the work asks for (the chart shows these).
+THROTTLE_REASONS = (
+    "sw_power_cap",
+    "hw_slowdown",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "sync_boost",
+)
+
+DEFINITIONS = {
+    "power_mean_w": "mean of the group's power_w samples (gpu_power)",
+    "power_p95_w": "95th percentile of the group's power_w samples, nearest rank (InfluxQL PERCENTILE)",
+    "energy_kwh": "energy the group's GPUs used in the range: per GPU, the sum of the non-negative "
+    "increases of the energy_j counter between consecutive samples (a counter reset costs one interval)",
+    "gpu_hours": "per GPU, the time from its first to its last energy_j sample in the range, summed",
+    "energy_wh_per_gpu_hour": "energy per hour: energy (Wh) / GPU-hours, i.e. the mean draw of one GPU",
+    "energy_wh_per_busy_gpu_hour": "efficiency: energy (Wh) divided by busy GPU-hours, where a GPU's busy "
+    "time is its observed time × its mean gpu_util_pct / 100 (GPUs that report no utilisation, e.g. "
+    "with MIG on, are left out of both); idle draw is charged to the busy time, so lower is better",
+    "sm_clock_pct_of_max": "mean sm_clock_mhz / mean max_sm_clock_mhz × 100 (gpu_clocks)",
+    "throttle_share_pct": "per clock-event reason: samples with the reason set / samples that report "
+    "the reason × 100",
+    "gpu_util_mean_pct": "mean gpu_util_pct (gpu_memory)",
+    "dram_bw_util_mean_pct": "mean dram_bw_util_pct (GPM DRAM bandwidth on Hopper, memory-controller "
+    "busy time on Ada and Ampere)",
+    "dram_bw_mean_gbps": "mean dram_bw_gbps; dram_peak_gbps is the largest peak reported in the group",
+    "fb_used_mean_bytes": "mean fb_used_bytes per GPU sample; fb_total_bytes is the largest total",
+    "l2_cache_bytes": "largest l2_cache_bytes in the group",
+    "p2p": "per GPU, its best P2P link to any peer seen in the range (gpu_p2p): nvlink (nvlink_ok), "
+    "pcie (read_ok over PCIe), none (no peer reachable, or no gpu_p2p point)",
+    "mig": "capable: GPUs with gpu_mig points; enabled: GPUs with mig_mode_current true at some point; "
+    "devices: sum over GPUs of their largest mig_devices",
+    "vgpu": "modes: GPUs by their last virtualization_mode; instances: sum over GPUs of their largest "
+    "active_instances",
+    "l2_probe": "means over gpu_l2_probe summary points in the range (gpuagent probe l2 --send): "
+    "l2_effective_bytes, l2_bw_gbps, dram_bw_gbps, l2_dram_ratio",
+    "series": "mean power_w per group in each time bucket (GROUP BY time, aligned to the epoch)",
+}
+
+_NICE_BUCKETS_S = (10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
+
+
+@dataclass
+class Range:
+    start_ns: int
+    end_ns: int
+
+    def clause(self) -> str:
+        return f"time >= '{rfc3339(self.start_ns)}' AND time < '{rfc3339(self.end_ns)}'"
+
+
+def rfc3339(ns: int) -> str:
+    seconds, rest = divmod(int(ns), 1_000_000_000)
+    stamp = dt.datetime.fromtimestamp(seconds, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{stamp}.{rest:09d}Z"
+
+
+def bucket_seconds(span_s: float, target: int = 100) -> int:
+    """A round bucket that cuts the range into at most about `target` pieces."""
+    for b in _NICE_BUCKETS_S:
+        if span_s / b <= target:
+            return b
+    return _NICE_BUCKETS_S[-1]
+
+
+class NoData(AgentError):
+    """Nothing in the range: one line, exit 1."""
+
+
+class Report:
+    """Queries for one range and grouping; `build()` -> the JSON-able document."""
+
+    def __init__(self, client: InfluxQL, rng: Range, by: str = "model", where: str | None = None):
+        if by not in GROUP_TAGS:
+            raise AgentError(f"--by {by!r}: expected one of {', '.join(GROUP_TAGS)}")
+        if where and (";" in where or "\n" in where):
+            raise AgentError("--where: one InfluxQL condition, without ';'")
+        self.client, self.range, self.by, self.where = client, rng, by, (where or "").strip()
+        self.group_tags = GROUP_TAGS[by]
+
+    # -- query helpers ------------------------------------------------------------------------
+    def _where(self, extra: str = "") -> str:
+        parts = [self.range.clause()]
+        if self.where:
+            parts.append(f"({self.where})")
+        if extra:
+            parts.append(extra)
+        return " AND ".join(parts)
+
+    def _rows(self, select: str, measurement: str, group: tuple[str, ...], extra: str = "", tail: str = ""):
+        by = ", ".join(f'"{t}"' for t in group)
+        q = f'SELECT {select} FROM "{measurement}" WHERE {self._where(extra)} GROUP BY {by}{tail}'
+        return self.client.rows(q)
+
+    def _per_gpu(self, select: str, measurement: str, extra: str = "") -> dict[tuple, dict]:
+        return {_gpu_key(r): r for r in self._rows(select, measurement, GPU_TAGS, extra)}
+
+    def _per_group(self, select: str, measurement: str, extra: str = "") -> dict[tuple, dict]:
+        return {tuple(r.get(t, "") for t in self.group_tags): r for r in self._rows(select, measurement, self.group_tags, extra)}
+
+    # -- the report -------------------------------------------------------------------------------
+    def build(self) -> dict[str, Any]:
+        gpus = self._inventory()
+        if not gpus:
+            where = f" matching {self.where}" if self.where else ""
+            raise NoData(
+                f"no GPU readings{where} between {rfc3339(self.range.start_ns)} and {rfc3339(self.range.end_ns)} "
+                f"in {self.client.conn.label}"
+            )
+        groups: dict[tuple, dict[str, Any]] = {}
+        for key, info in gpus.items():
+            gkey = self._group_of(key)
+            g = groups.setdefault(gkey, {"key": dict(zip(self.group_tags, gkey, strict=True)), "_gpus": []})
+            g["_gpus"].append((key, info))
+        for gkey, g in groups.items():
+            members = g.pop("_gpus")
+            hosts = sorted({k[0] for k, _ in members})
+            models = sorted({k[2] for k, _ in members})
+            g["label"] = self._label(gkey, members)
+            g["models"] = models
+            g["gpus"] = len(members)
+            g["hosts"] = hosts
+            g.update(self._energy(members))
+        self._power(groups)
+        self._clocks(groups)
+        self._throttle(groups)
+        self._memory(groups)
+        self._p2p(groups, gpus)
+        self._mig(groups, gpus)
+        self._vgpu(groups, gpus)
+        self._l2_probe(groups)
+        series = self._series(groups)
+        ordered = [groups[k] for k in sorted(groups, key=lambda k: groups[k]["label"])]
+        return {
+            "range": {"start": rfc3339(self.range.start_ns), "end": rfc3339(self.range.end_ns),
+                      "start_ns": self.range.start_ns, "end_ns": self.range.end_ns},
+            "by": self.by,
+            "where": self.where or None,
+            "source": {"url": self.client.conn.url, "database": self.client.conn.database},
+            "definitions": DEFINITIONS,
+            "groups": ordered,
+            "series": series,
+        }
+
+    def _group_of(self, gpu_key: tuple) -> tuple:
+        tags = dict(zip(GPU_TAGS, gpu_key, strict=True))
+        return tuple(tags[t] for t in self.group_tags)
+
+    def _label(self, gkey: tuple, members) -> str:
+        if self.by == "gpu":
+            (host, _, model, index), _ = members[0]
+            return f"{host}/gpu{index} {model}"
+        return gkey[0]
+
+    def _inventory(self) -> dict[tuple, dict]:
+        """Every GPU (host, uuid, model, gpu) with readings in the range, with its per-GPU figures."""
+        gpus: dict[tuple, dict] = defaultdict(dict)
+        for key, row in self._per_gpu("COUNT(power_w)", "gpu_power").items():
+            gpus[key]["power_samples"] = row["count"]
+        for key, row in self._per_gpu('MEAN("gpu_util_pct")', "gpu_memory").items():
+            gpus[key]["util_mean_pct"] = row["mean"]
+        for key in self._per_gpu('COUNT("sm_clock_mhz")', "gpu_clocks"):
+            gpus[key]
+        first = self._per_gpu('FIRST("energy_j")', "gpu_power")
+        last = self._per_gpu('LAST("energy_j")', "gpu_power")
+        inner = (
+            f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "gpu_power" WHERE {self._where()} '
+            f"GROUP BY {', '.join(GPU_TAGS)}"
+        )
+        energy = {
+            _gpu_key(r): r
+            for r in self.client.rows(f"SELECT SUM(d) FROM ({inner}) WHERE {self._where()} GROUP BY {', '.join(GPU_TAGS)}")
+        }
+        for key, row in first.items():
+            if key in last:
+                gpus[key]["observed_s"] = (last[key]["time"] - row["time"]) / 1e9
+                gpus[key]["energy_j"] = energy[key]["sum"] if key in energy else 0.0
+        return dict(gpus)
+
+    def _energy(self, members) -> dict[str, Any]:
+        energy = sum(i["energy_j"] for _, i in members if "energy_j" in i)
+        seconds = sum(i["observed_s"] for _, i in members if "energy_j" in i)
+        busy_energy = sum(i["energy_j"] for _, i in members if "energy_j" in i and i.get("util_mean_pct") is not None)
+        busy_s = sum(
+            i["observed_s"] * i["util_mean_pct"] / 100.0
+            for _, i in members
+            if "energy_j" in i and i.get("util_mean_pct") is not None
+        )
+        return {
+            "energy_kwh": energy / 3.6e6,
+            "gpu_hours": seconds / 3600.0,
+            "energy_wh_per_gpu_hour": (energy / 3600.0) / (seconds / 3600.0) if seconds > 0 else None,
+            "busy_gpu_hours": busy_s / 3600.0,
+            "energy_wh_per_busy_gpu_hour": (busy_energy / 3600.0) / (busy_s / 3600.0) if busy_s > 0 else None,
+        }
+
+    def _power(self, groups) -> None:
+        rows = self._per_group('MEAN("power_w"), PERCENTILE("power_w", 95), COUNT("power_w")', "gpu_power")
+        for gkey, g in groups.items():
+            r = rows.get(gkey, {})
+            g["power_samples"] = r.get("count", 0)
+            g["power_mean_w"] = r.get("mean")
+            g["power_p95_w"] = r.get("percentile")
+
+    def _clocks(self, groups) -> None:
+        rows = self._per_group('MEAN("sm_clock_mhz"), MEAN("max_sm_clock_mhz")', "gpu_clocks")
+        for gkey, g in groups.items():
+            r = rows.get(gkey, {})
+            mean, peak = r.get("mean"), r.get("mean_1")
+            g["sm_clock_mean_mhz"] = mean
+            g["sm_clock_max_mhz"] = peak
+            g["sm_clock_pct_of_max"] = 100.0 * mean / peak if mean is not None and peak else None
+
+    def _throttle(self, groups) -> None:
+        totals = self._per_group(", ".join(f'COUNT("{r}") AS "{r}"' for r in REASONS), "gpu_clocks")
+        shares: dict[tuple, dict[str, float]] = defaultdict(dict)
+        for reason in REASONS:
+            if not any(t.get(reason) for t in totals.values()):
+                continue
+            hits = self._per_group(f'COUNT("{reason}")', "gpu_clocks", f'"{reason}" = true')
+            for gkey, total in totals.items():
+                n = total.get(reason) or 0
+                if n:
+                    shares[gkey][reason] = 100.0 * (hits.get(gkey, {}).get("count") or 0) / n
+        for gkey, g in groups.items():
+            g["throttle_share_pct"] = dict(shares.get(gkey, {}))
+
+    def _memory(self, groups) -> None:
+        select = (
+            'MEAN("gpu_util_pct") AS util, MEAN("dram_bw_util_pct") AS dram_util, MEAN("dram_bw_gbps") AS dram_gbps, '
+            'MAX("dram_peak_gbps") AS dram_peak, MEAN("fb_used_bytes") AS fb_used, MAX("fb_used_bytes") AS fb_used_max, '
+            'MAX("fb_total_bytes") AS fb_total, MAX("l2_cache_bytes") AS l2'
+        )
+        rows = self._per_group(select, "gpu_memory")
+        for gkey, g in groups.items():
+            r = rows.get(gkey, {})
+            g["gpu_util_mean_pct"] = r.get("util")
+            g["dram_bw_util_mean_pct"] = r.get("dram_util")
+            g["dram_bw_mean_gbps"] = r.get("dram_gbps")
+            g["dram_peak_gbps"] = r.get("dram_peak")
+            g["fb_used_mean_bytes"] = r.get("fb_used")
+            g["fb_used_max_bytes"] = r.get("fb_used_max")
+            g["fb_total_bytes"] = r.get("fb_total")
+            g["l2_cache_bytes"] = r.get("l2")
+
+    def _p2p(self, groups, gpus) -> None:
+        nvlink = self._per_gpu('COUNT("nvlink_ok")', "gpu_p2p", '"nvlink_ok" = true')
+        pcie = self._per_gpu('COUNT("read_ok")', "gpu_p2p", '"read_ok" = true')
+        tally: dict[tuple, dict[str, int]] = {k: {"nvlink": 0, "pcie": 0, "none": 0} for k in groups}
+        for key in gpus:
+            kind = "nvlink" if key in nvlink else "pcie" if key in pcie else "none"
+            tally[self._group_of(key)][kind] += 1
+        for gkey, g in groups.items():
+            g["p2p"] = tally[gkey]
+            g["p2p_summary"] = p2p_summary(tally[gkey])
+
+    def _mig(self, groups, gpus) -> None:
+        capable = self._per_gpu('MAX("max_mig_devices"), MAX("mig_devices")', "gpu_mig")
+        enabled = self._per_gpu('COUNT("mig_mode_current")', "gpu_mig", '"mig_mode_current" = true')
+        profiles = defaultdict(set)
+        for r in self._rows('COUNT("mig_index")', "gpu_mig", (*GPU_TAGS, "mig_profile")):
+            if r.get("mig_profile"):
+                profiles[self._group_of(_gpu_key(r))].add(r["mig_profile"])
+        for gkey, g in groups.items():
+            g["mig"] = {"capable_gpus": 0, "enabled_gpus": 0, "devices": 0, "profiles": sorted(profiles.get(gkey, ()))}
+        for key in gpus:
+            m = groups[self._group_of(key)]["mig"]
+            if key in capable:
+                m["capable_gpus"] += 1
+                m["devices"] += int(capable[key].get("max_1") or 0)
+            if key in enabled:
+                m["enabled_gpus"] += 1
+
+    def _vgpu(self, groups, gpus) -> None:
+        modes = self._per_gpu('LAST("virtualization_mode")', "gpu_vgpu")
+        instances = self._per_gpu('MAX("active_instances")', "gpu_vgpu")
+        types = defaultdict(set)
+        for r in self._rows('COUNT("vgpu_type_id")', "gpu_vgpu", (*GPU_TAGS, "vgpu_type")):
+            if r.get("vgpu_type"):
+                types[self._group_of(_gpu_key(r))].add(r["vgpu_type"])
+        for gkey, g in groups.items():
+            g["vgpu"] = {"modes": {}, "instances": 0, "types": sorted(types.get(gkey, ()))}
+        for key in gpus:
+            v = groups[self._group_of(key)]["vgpu"]
+            if key in modes:
+                mode = modes[key]["last"]
+                v["modes"][mode] = v["modes"].get(mode, 0) + 1
+            if key in instances:
+                v["instances"] += int(instances[key]["max"] or 0)
+        for g in groups.values():
+            g["vgpu"]["modes"] = dict(sorted(g["vgpu"]["modes"].items()))
+
+    def _l2_probe(self, groups) -> None:
+        rows = self._per_group(
+            'MEAN("l2_effective_bytes") AS l2_effective_bytes, MEAN("l2_bw_gbps") AS l2_bw_gbps, '
+            'MEAN("dram_bw_gbps") AS dram_bw_gbps, MEAN("l2_dram_ratio") AS l2_dram_ratio, COUNT("l2_dram_ratio") AS runs',
+            "gpu_l2_probe",
+        )
+        for gkey, g in groups.items():
+            r = rows.get(gkey)
+            g["l2_probe"] = (
+                {k: r.get(k) for k in ("runs", "l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio")}
+                if r and r.get("runs")
+                else None
+            )
+
+    def _series(self, groups) -> dict[str, Any]:
+        span = (self.range.end_ns - self.range.start_ns) / 1e9
+        bucket = bucket_seconds(span)
+        rows = self._rows('MEAN("power_w")', "gpu_power", self.group_tags, tail=f" , time({bucket}s) fill(none)")
+        lines: dict[str, list] = defaultdict(list)
+        for r in rows:
+            gkey = tuple(r.get(t, "") for t in self.group_tags)
+            if gkey in groups and r.get("mean") is not None:
+                lines[groups[gkey]["label"]].append([r["time"], r["mean"]])
+        return {"bucket_s": bucket, "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())}}
+
+
+def _gpu_key(row: dict) -> tuple:
+    return tuple(row.get(t, "") for t in GPU_TAGS)
+
+
+def p2p_summary(tally: dict[str, int]) -> str:
+    names = {"nvlink": "NVLink", "pcie": "PCIe", "none": "none"}
+    present = [k for k in ("nvlink", "pcie", "none") if tally.get(k)]
+    if len(present) == 1:
+        return names[present[0]]
+    return ", ".join(f"{names[k]} {tally[k]}" for k in present) or "none"
+
+
+def finite(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
