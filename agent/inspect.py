@@ -405,15 +405,13 @@ def vgpu_text(vgpu: dict[str, Any]) -> str:
 
 def l2_probe_text(probe: dict[str, Any]) -> str:
     """One line for the newest `gpuagent probe l2` result: where the L2 stops helping, and by how much."""
-    when = probe.get("time") or "time n/a"
-    method = f", {probe['method']}" if probe.get("method") else ""
+    head = f"L2 probe {probe.get('time') or NA}" + (f" ({probe['method']})" if probe.get("method") else "")
     if not probe.get("l2_effective_bytes"):
-        return f"L2 probe ({when}{method}): no knee found"
-    size = f"{number(round(probe['l2_effective_bytes'] / MIB, 1))} MB"
+        return f"{head}: no knee found"
+    text = f"{head}: {number(round(probe['l2_effective_bytes'] / MIB, 1))} MB effective"
     l2_bw, dram_bw, ratio = probe.get("l2_bw_gbps"), probe.get("dram_bw_gbps"), probe.get("l2_dram_ratio")
-    text = f"L2 probe ({when}{method}): effective {size}"
     if l2_bw is not None and dram_bw is not None:
-        text += f", {l2_bw:.0f} GB/s in L2 vs {dram_bw:.0f} GB/s from DRAM"
+        text += f"; L2 {l2_bw:.0f} GB/s, DRAM {dram_bw:.0f} GB/s"
     if ratio is not None:
         text += f" ({ratio:.1f}x)"
     return text

@@ -1,0 +1,1 @@
+"""Fleet-wide comparison from InfluxDB (`gpuagent compare`) and the simulated backfill (`gpuagent sim fleet`)."""
