@@ -5,7 +5,7 @@ Reading is kept apart from rendering: ``gather`` returns a JSON-ready dict
 reading) that `inspect --json` prints as is and the human view renders. Its
 shape is written down in ``gpuagent/schemas/inspect.schema.json``.
 
-NVML reads reuse the collectors' helpers (clocks, p2p, mig, vgpu) so a reading
+NVML reads reuse the collectors' helpers (clocks, memory, pcie, p2p, mig, vgpu) so a reading
 means the same thing in `inspect` as in the stream. A GPU lost in the middle
 of the read becomes an entry with ``lost: true`` and its identity only; the
 others are still read.

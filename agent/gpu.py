@@ -72,6 +72,18 @@ class Gpu:
             "arch": self.arch,
         }
 
+    @classmethod
+    def lost_at_start(cls, index: int, reason: str) -> Gpu:
+        """A GPU that NVML lists but that is already lost: kept so it is reported, never read."""
+        gpu = cls.__new__(cls)
+        gpu.index, gpu.handle = index, None
+        gpu.lost, gpu.lost_reason = True, reason
+        gpu._static, gpu._missing_logged, gpu._lock = {}, set(), threading.Lock()
+        gpu.uuid = gpu.name = gpu.pci_bus_id = gpu.arch = "unknown"
+        gpu.tags = {"gpu": str(index), "uuid": "unknown", "model": "unknown", "pci_bus_id": "unknown", "arch": "unknown"}
+        log.error("GPU %d is lost: %s; skipping it", index, reason)
+        return gpu
+
     def __repr__(self) -> str:
         return f"<Gpu {self.index} {self.name} {self.pci_bus_id}{' LOST' if self.lost else ''}>"
 

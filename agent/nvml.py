@@ -55,8 +55,10 @@ def open_nvml(simulate: str | None = None, seed: int = 0) -> NvmlSession:
         raise NvmlUnavailable(f"no NVIDIA driver found ({exc}); {NO_DRIVER_HINT}") from None
     gpus: list[Gpu] = []
     for index in range(pynvml.nvmlDeviceGetCount()):
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        gpus.append(Gpu(index, handle))
+        try:
+            gpus.append(Gpu(index, pynvml.nvmlDeviceGetHandleByIndex(index)))
+        except pynvml.NVMLError_GpuIsLost as exc:
+            gpus.append(Gpu.lost_at_start(index, str(exc)))
     session = NvmlSession(gpus=gpus, simulated=bool(simulate), machine=machine, spec=simulate)
     session.driver_version = _optional(lambda: as_str(pynvml.nvmlSystemGetDriverVersion()))
     session.nvml_version = _optional(lambda: as_str(pynvml.nvmlSystemGetNVMLVersion()))

@@ -10,6 +10,7 @@ import datetime as dt
 import re
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import click
@@ -27,13 +28,15 @@ def parse_time(text: str) -> int:
     """RFC 3339 ('2026-01-31T12:00:00Z', a date alone is midnight UTC) or epoch seconds -> ns."""
     text = str(text).strip()
     if re.fullmatch(r"\d+(\.\d+)?", text):
-        return int(float(text) * 1e9)
+        return int(Decimal(text) * 1_000_000_000)  # exact to the nanosecond, unlike a float
     try:
         stamp = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise AgentError(f"not a time: {text!r} (RFC 3339 such as 2026-01-31T12:00:00Z, or epoch seconds)") from None
+        raise AgentError(
+            f"not a time: {text!r} (RFC 3339 such as 2026-01-31T12:00:00Z, or epoch seconds)"
+        ) from None
     if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=dt.timezone.utc)
+        stamp = stamp.replace(tzinfo=dt.UTC)
     return int(stamp.timestamp()) * 1_000_000_000 + stamp.microsecond * 1000
 
 
@@ -57,21 +60,59 @@ def time_range(since: str | None, start: str | None, end: str | None):
 
 
 @click.command("compare")
-@click.option("--since", default=None, metavar="DURATION", help="Range ending now (or at --end): 1h (default), 30m, 7d.")
-@click.option("--start", default=None, metavar="TIME", help="Range start: RFC 3339 or epoch seconds.")
+@click.option(
+    "--since",
+    default=None,
+    metavar="DURATION",
+    help="Range ending now (or at --end): 1h (default), 30m, 7d.",
+)
+@click.option(
+    "--start", default=None, metavar="TIME", help="Range start: RFC 3339 or epoch seconds."
+)
 @click.option("--end", default=None, metavar="TIME", help="Range end (default: now).")
-@click.option("--where", default=None, metavar="COND", help="InfluxQL condition on tags, e.g. 'host =~ /^gpu-a/'.")
-@click.option("--by", type=click.Choice(["model", "host", "gpu"]), default="model", show_default=True)
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "html"]), default="table", show_default=True)
-@click.option("-o", "--output", default=None, metavar="FILE", help="Write the report here instead of stdout.")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="Connection from its [sinks.influxdb] (default: $GPUAGENT_CONFIG or /etc/gpuagent/gpuagent.toml).")
+@click.option(
+    "--where",
+    default=None,
+    metavar="COND",
+    help="InfluxQL condition on tags, e.g. 'host =~ /^gpu-a/'.",
+)
+@click.option(
+    "--by", type=click.Choice(["model", "host", "gpu"]), default="model", show_default=True
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "csv", "html"]),
+    default="table",
+    show_default=True,
+)
+@click.option(
+    "-o", "--output", default=None, metavar="FILE", help="Write the report here instead of stdout."
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Connection from its [sinks.influxdb] (default: $GPUAGENT_CONFIG or /etc/gpuagent/gpuagent.toml).",
+)
 @click.option("--url", default=None, help="InfluxDB URL (overrides the config).")
-@click.option("--database", default=None, help="Database (1.x) or bucket / database name (2.x, 3.x).")
-@click.option("--token", default=None, envvar="INFLUX_TOKEN", help="API token, sent as 'Authorization: Token' ($INFLUX_TOKEN).")
+@click.option(
+    "--database", default=None, help="Database (1.x) or bucket / database name (2.x, 3.x)."
+)
+@click.option(
+    "--token",
+    default=None,
+    envvar="INFLUX_TOKEN",
+    help="API token, sent as 'Authorization: Token' ($INFLUX_TOKEN).",
+)
 @click.option("--username", default=None, help="1.x user (Basic auth), with --password.")
-@click.option("--password", default=None, envvar="INFLUX_PASSWORD", help="1.x password ($INFLUX_PASSWORD).")
-def compare(since, start, end, where, by, fmt, output, config_path, url, database, token, username, password) -> None:
+@click.option(
+    "--password", default=None, envvar="INFLUX_PASSWORD", help="1.x password ($INFLUX_PASSWORD)."
+)
+def compare(
+    since, start, end, where, by, fmt, output, config_path, url, database, token, username, password
+) -> None:
     """Compare the fleet's GPUs side by side from the agent's measurements in InfluxDB.
 
     Power, energy and energy per busy GPU-hour, SM clock against its max,
@@ -95,6 +136,9 @@ def compare(since, start, end, where, by, fmt, output, config_path, url, databas
             Path(output).write_text(text)
         except OSError as exc:
             raise AgentError(f"cannot write {output!r}: {exc.strerror or exc}") from None
-        click.echo(f"wrote {output} ({len(doc['groups'])} group(s), {sum(g['gpus'] for g in doc['groups'])} GPUs)", err=True)
+        click.echo(
+            f"wrote {output} ({len(doc['groups'])} group(s), {sum(g['gpus'] for g in doc['groups'])} GPUs)",
+            err=True,
+        )
     else:
         sys.stdout.write(text)

@@ -11,9 +11,9 @@ protocol to /write in large gzip batches.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
-from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -23,11 +23,14 @@ from gpuagent.compare.query import Connection, InfluxQL, connection_from
 from gpuagent.durations import parse_duration
 from gpuagent.errors import AgentError
 
+log = logging.getLogger("gpuagent.sim.fleet")
+
 # What `gpuagent compare` reads; `--collectors all` adds every other GPU collector.
 DEFAULT_COLLECTORS = ("power", "clocks", "memory", "p2p", "mig", "vgpu")
 BATCH_LINES = 20_000
-# A simulated machine has been up a day or more before the range starts, so counters are not at 0.
-UPTIME_S = 86_400.0
+# Simulated time at the first step: the driver loads as the history starts, so fault times in a
+# SPEC (`l40s:2@lost=1:30m`) count from the start of the history.
+UPTIME_S = 0.0
 
 
 @dataclass
@@ -43,21 +46,36 @@ class HostPlan:
 
 
 def plan_hosts(
-    hosts: int, specs: list[str], start_ns: int, end_ns: int, step_s: float, seed: int,
-    scenario: str | None, collectors: tuple[str, ...], prefix: str = "sim",
+    hosts: int,
+    specs: list[str],
+    start_ns: int,
+    end_ns: int,
+    step_s: float,
+    seed: int,
+    scenario: str | None,
+    collectors: tuple[str, ...],
+    prefix: str = "sim",
 ) -> list[HostPlan]:
     """Host i gets spec i mod len(specs), its own seed (distinct UUIDs and load) and name `sim-NN`."""
     step_ns = int(round(step_s * 1e9))
     steps = int((end_ns - start_ns) // step_ns) + 1
     width = max(2, len(str(hosts - 1)))
     return [
-        HostPlan(f"{prefix}-{i:0{width}d}", specs[i % len(specs)], seed * 1000 + i, scenario,
-                 start_ns, step_ns, steps, collectors)
+        HostPlan(
+            f"{prefix}-{i:0{width}d}",
+            specs[i % len(specs)],
+            seed * 1000 + i,
+            scenario,
+            start_ns,
+            step_ns,
+            steps,
+            collectors,
+        )
         for i in range(hosts)
     ]
 
 
-def backfill_host(plan: HostPlan, conn: Connection, progress: Callable[[int], None] | None = None) -> int:
+def backfill_host(plan: HostPlan, conn: Connection) -> int:
     """Simulate one host over its steps and write its points; returns the number of points written."""
     import pynvml
 
@@ -74,15 +92,20 @@ def backfill_host(plan: HostPlan, conn: Connection, progress: Callable[[int], No
     sim.install(plan.spec, seed=plan.seed, clock=clock, scenario=plan.scenario)
     client = InfluxQL(conn)
     written = 0
+    runners: list[list] = []
+    failed: set[str] = set()
     try:
         pynvml.nvmlInit()
-        gpus = [Gpu(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
+        gpus = [
+            Gpu(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())
+        ]
         context = AgentContext(hostname=plan.hostname, gpus=gpus)
-        runners = []
         for name in plan.collectors:
             cls = plugins.collectors.get(name)
             if cls is None:
-                raise AgentError(f"--collectors: no collector {name!r} (known: {', '.join(sorted(plugins.collectors))})")
+                raise AgentError(
+                    f"--collectors: no collector {name!r} (known: {', '.join(sorted(plugins.collectors))})"
+                )
             collector = cls(cls.Config(), context)
             interval_ns = int((collector.default_interval or 0) * 1e9) or plan.step_ns
             runners.append([collector, interval_ns, None])
@@ -96,22 +119,27 @@ def backfill_host(plan: HostPlan, conn: Connection, progress: Callable[[int], No
                 collector, interval_ns, last = runner
                 if last is None or t_ns - last >= interval_ns:
                     runner[2] = t_ns
-                    collector.collect(acc)
+                    try:
+                        collector.collect(acc)
+                    except (
+                        Exception
+                    ) as exc:  # as the scheduler does: one collector never stops the rest
+                        if collector.name not in failed:
+                            log.warning(
+                                "%s: collector %s failed: %s", plan.hostname, collector.name, exc
+                            )
+                        failed.add(collector.name)
             lines.extend(serialize(p.measurement, p.tags, p.fields, p.time_ns) for p in acc.points)
             if len(lines) >= BATCH_LINES:
                 client.write(("\n".join(lines) + "\n").encode())
                 written += len(lines)
-                if progress:
-                    progress(len(lines))
                 lines = []
         if lines:
             client.write(("\n".join(lines) + "\n").encode())
             written += len(lines)
-            if progress:
-                progress(len(lines))
+    finally:
         for runner in runners:
             runner[0].close()
-    finally:
         client.close()
         try:
             pynvml.nvmlShutdown()
@@ -134,7 +162,9 @@ def backfill(plans: list[HostPlan], conn: Connection, jobs: int = 1) -> int:
         return sum(backfill_host(p, conn) for p in plans)
     import multiprocessing
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(plans)), mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(plans)), mp_context=multiprocessing.get_context("spawn")
+    ) as pool:
         return sum(pool.map(_backfill_in_worker, plans, [conn] * len(plans)))
 
 
@@ -147,25 +177,87 @@ def _check_reachable(conn: Connection) -> None:
 
 
 @click.command("fleet")
-@click.option("--hosts", type=click.IntRange(1, 10_000), default=None, help="Simulated machines (default: one per --spec).")
-@click.option("--spec", "specs", multiple=True, metavar="SPEC",
-              help="Fleet SPEC of one machine (l40s:4); repeat it, or separate with ';', for a mix: host i gets spec i mod n.")
-@click.option("--duration", default="6h", show_default=True, help="History to write, ending now (10m, 6h, 2d).")
-@click.option("--step", default="10s", show_default=True, help="Collection interval of the simulated agents.")
-@click.option("--end", "end", default=None, metavar="TIME", help="End of the history (RFC 3339 or epoch s; default: now).")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="Read url, database/bucket and credentials from its [sinks.influxdb].")
+@click.option(
+    "--hosts",
+    type=click.IntRange(1, 10_000),
+    default=None,
+    help="Simulated machines (default: one per --spec).",
+)
+@click.option(
+    "--spec",
+    "specs",
+    multiple=True,
+    metavar="SPEC",
+    help="Fleet SPEC of one machine (l40s:4); repeat it, or separate with ';', for a mix: host i gets spec i mod n.",
+)
+@click.option(
+    "--duration",
+    default="6h",
+    show_default=True,
+    help="History to write, ending now (10m, 6h, 2d).",
+)
+@click.option(
+    "--step", default="10s", show_default=True, help="Collection interval of the simulated agents."
+)
+@click.option(
+    "--end",
+    "end",
+    default=None,
+    metavar="TIME",
+    help="End of the history (RFC 3339 or epoch s; default: now).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Read url, database/bucket and credentials from its [sinks.influxdb].",
+)
 @click.option("--url", default=None, help="InfluxDB URL (overrides the config).")
 @click.option("--database", default=None, help="Database (1.x) or bucket (2.x/3.x) to write to.")
 @click.option("--token", default=None, envvar="INFLUX_TOKEN", help="API token (or $INFLUX_TOKEN).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the load model (deterministic history).")
-@click.option("--scenario", default=None, help="Load scenario: idle, training, inference, mixed (default).")
-@click.option("--collectors", "collector_names", default=",".join(DEFAULT_COLLECTORS), show_default=True,
-              help="Comma-separated collectors to run, or 'all' for every GPU collector.")
-@click.option("--prefix", default="sim", show_default=True, help="Host names are PREFIX-00, PREFIX-01, ...")
-@click.option("--jobs", type=click.IntRange(1, 256), default=None, help="Processes (default: CPUs, at most one per host).")
-def fleet(hosts, specs, duration, step, end, config_path, url, database, token, seed, scenario,
-          collector_names, prefix, jobs) -> None:
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the load model (deterministic history).",
+)
+@click.option(
+    "--scenario", default=None, help="Load scenario: idle, training, inference, mixed (default)."
+)
+@click.option(
+    "--collectors",
+    "collector_names",
+    default=",".join(DEFAULT_COLLECTORS),
+    show_default=True,
+    help="Comma-separated collectors to run, or 'all' for every GPU collector.",
+)
+@click.option(
+    "--prefix", default="sim", show_default=True, help="Host names are PREFIX-00, PREFIX-01, ..."
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Processes (default: CPUs, at most one per host).",
+)
+def fleet(
+    hosts,
+    specs,
+    duration,
+    step,
+    end,
+    config_path,
+    url,
+    database,
+    token,
+    seed,
+    scenario,
+    collector_names,
+    prefix,
+    jobs,
+) -> None:
     """Backfill a simulated fleet's history into InfluxDB (one `host` tag per simulated machine)."""
     from gpuagent.compare.cli import parse_time
     from gpuagent.sim.fleet import parse_spec
@@ -192,7 +284,9 @@ def fleet(hosts, specs, duration, step, end, config_path, url, database, token, 
         names = tuple(sorted(known))
     unknown = [n for n in names if n not in known]
     if unknown or not names:
-        raise AgentError(f"--collectors: unknown GPU collector {', '.join(unknown) or '(none given)'}; known: {', '.join(sorted(known))}")
+        raise AgentError(
+            f"--collectors: unknown GPU collector {', '.join(unknown) or '(none given)'}; known: {', '.join(sorted(known))}"
+        )
     conn = connection_from(config_path, url, database, token)
     _check_reachable(conn)
     step_ns = int(round(step_s * 1e9))

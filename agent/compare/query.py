@@ -50,7 +50,8 @@ def connection_from(
     (`bucket = "db/rp"` names a retention policy too, as InfluxDB 1.8 takes it).
     """
     conn = Connection()
-    table = _sink_table(config_path)
+    # An explicit --url names another server: the implicit default config's credentials are not for it.
+    table = _sink_table(config_path) if config_path or not url else None
     if table is not None:
         from pydantic import ValidationError
 
@@ -61,7 +62,9 @@ def connection_from(
             cfg = InfluxDBSinkConfig.model_validate(table)
         except ValidationError as exc:
             label = resolve_path(config_path).name
-            raise ConfigError(f"{label}: {format_validation_error(exc, ('sinks', 'influxdb'))}") from None
+            raise ConfigError(
+                f"{label}: {format_validation_error(exc, ('sinks', 'influxdb'))}"
+            ) from None
         conn.url = cfg.url
         if cfg.api == "v1":
             conn.database, conn.retention_policy = cfg.database, cfg.retention_policy
@@ -75,7 +78,9 @@ def connection_from(
             try:
                 conn.token = path.read_text().strip() or None
             except OSError as exc:
-                raise ConfigError(f"sinks.influxdb.token_file: cannot read {path}: {exc.strerror or exc}") from None
+                raise ConfigError(
+                    f"sinks.influxdb.token_file: cannot read {path}: {exc.strerror or exc}"
+                ) from None
         if cfg.username:
             conn.username = cfg.username
             conn.password = cfg.password.get_secret_value() if cfg.password else ""
@@ -109,7 +114,9 @@ def _sink_table(config_path: str | None) -> dict | None:
     config = read_config(config_path)
     table = config.raw.get("sinks", {}).get("influxdb")
     if table is None and config_path:
-        raise ConfigError(f"{config.label}: no [sinks.influxdb] table (or pass --url and --database)")
+        raise ConfigError(
+            f"{config.label}: no [sinks.influxdb] table (or pass --url and --database)"
+        )
     return table
 
 
@@ -136,7 +143,9 @@ class InfluxQL:
             self._headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
         self.requests = 0
 
-    def _request(self, method: str, path: str, params: dict, body: bytes | None = None, headers=None):
+    def _request(
+        self, method: str, path: str, params: dict, body: bytes | None = None, headers=None
+    ):
         url = f"{self.conn.url}{path}?{urllib.parse.urlencode(params)}"
         self.requests += 1
         try:
@@ -164,10 +173,14 @@ class InfluxQL:
             doc = {}
         if resp.status in (401, 403):
             raise AgentError(f"InfluxDB at {self.conn.url} refused the credentials ({resp.status})")
-        error = doc.get("error") or next((r["error"] for r in doc.get("results", []) if "error" in r), None)
+        error = doc.get("error") or next(
+            (r["error"] for r in doc.get("results", []) if "error" in r), None
+        )
         if error:
             if "database not found" in str(error):
-                raise AgentError(f"InfluxDB at {self.conn.url}: database {self.conn.database!r} not found")
+                raise AgentError(
+                    f"InfluxDB at {self.conn.url}: database {self.conn.database!r} not found"
+                )
             raise AgentError(f"InfluxDB at {self.conn.url} refused a query: {error}")
         if resp.status >= 300:
             raise AgentError(f"InfluxDB at {self.conn.url} answered {resp.status} to /query")
@@ -191,7 +204,11 @@ class InfluxQL:
             params["rp"] = self.conn.retention_policy
         data = gzip.compress(body, compresslevel=1)
         resp = self._request(
-            "POST", "/write", params, data, {"Content-Type": "text/plain; charset=utf-8", "Content-Encoding": "gzip"}
+            "POST",
+            "/write",
+            params,
+            data,
+            {"Content-Type": "text/plain; charset=utf-8", "Content-Encoding": "gzip"},
         )
         if resp.status >= 300:
             text = resp.data[:300].decode(errors="replace").strip()

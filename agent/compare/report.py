@@ -87,7 +87,7 @@ class Range:
 
 def rfc3339(ns: int) -> str:
     seconds, rest = divmod(int(ns), 1_000_000_000)
-    stamp = dt.datetime.fromtimestamp(seconds, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    stamp = dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{stamp}.{rest:09d}Z"
 
 
@@ -123,7 +123,9 @@ class Report:
             parts.append(extra)
         return " AND ".join(parts)
 
-    def _rows(self, select: str, measurement: str, group: tuple[str, ...], extra: str = "", tail: str = ""):
+    def _rows(
+        self, select: str, measurement: str, group: tuple[str, ...], extra: str = "", tail: str = ""
+    ):
         by = ", ".join(f'"{t}"' for t in group)
         q = f'SELECT {select} FROM "{measurement}" WHERE {self._where(extra)} GROUP BY {by}{tail}'
         return self.client.rows(q)
@@ -132,7 +134,10 @@ class Report:
         return {_gpu_key(r): r for r in self._rows(select, measurement, GPU_TAGS, extra)}
 
     def _per_group(self, select: str, measurement: str, extra: str = "") -> dict[tuple, dict]:
-        return {tuple(r.get(t, "") for t in self.group_tags): r for r in self._rows(select, measurement, self.group_tags, extra)}
+        return {
+            tuple(r.get(t, "") for t in self.group_tags): r
+            for r in self._rows(select, measurement, self.group_tags, extra)
+        }
 
     # -- the report -------------------------------------------------------------------------------
     def build(self) -> dict[str, Any]:
@@ -146,7 +151,9 @@ class Report:
         groups: dict[tuple, dict[str, Any]] = {}
         for key, info in gpus.items():
             gkey = self._group_of(key)
-            g = groups.setdefault(gkey, {"key": dict(zip(self.group_tags, gkey, strict=True)), "_gpus": []})
+            g = groups.setdefault(
+                gkey, {"key": dict(zip(self.group_tags, gkey, strict=True)), "_gpus": []}
+            )
             g["_gpus"].append((key, info))
         for gkey, g in groups.items():
             members = g.pop("_gpus")
@@ -168,8 +175,12 @@ class Report:
         series = self._series(groups)
         ordered = [groups[k] for k in sorted(groups, key=lambda k: groups[k]["label"])]
         return {
-            "range": {"start": rfc3339(self.range.start_ns), "end": rfc3339(self.range.end_ns),
-                      "start_ns": self.range.start_ns, "end_ns": self.range.end_ns},
+            "range": {
+                "start": rfc3339(self.range.start_ns),
+                "end": rfc3339(self.range.end_ns),
+                "start_ns": self.range.start_ns,
+                "end_ns": self.range.end_ns,
+            },
             "by": self.by,
             "where": self.where or None,
             "source": {"url": self.client.conn.url, "database": self.client.conn.database},
@@ -195,8 +206,9 @@ class Report:
             gpus[key]["power_samples"] = row["count"]
         for key, row in self._per_gpu('MEAN("gpu_util_pct")', "gpu_memory").items():
             gpus[key]["util_mean_pct"] = row["mean"]
-        for key in self._per_gpu('COUNT("sm_clock_mhz")', "gpu_clocks"):
-            gpus[key]
+        for measurement in ("gpu_clocks", "gpu_memory"):  # a GPU with any reading there counts
+            for key in self._per_gpu("COUNT(*)", measurement):
+                gpus.setdefault(key, {})
         first = self._per_gpu('FIRST("energy_j")', "gpu_power")
         last = self._per_gpu('LAST("energy_j")', "gpu_power")
         inner = (
@@ -205,7 +217,9 @@ class Report:
         )
         energy = {
             _gpu_key(r): r
-            for r in self.client.rows(f"SELECT SUM(d) FROM ({inner}) WHERE {self._where()} GROUP BY {', '.join(GPU_TAGS)}")
+            for r in self.client.rows(
+                f"SELECT SUM(d) FROM ({inner}) WHERE {self._where()} GROUP BY {', '.join(GPU_TAGS)}"
+            )
         }
         for key, row in first.items():
             if key in last:
@@ -216,7 +230,11 @@ class Report:
     def _energy(self, members) -> dict[str, Any]:
         energy = sum(i["energy_j"] for _, i in members if "energy_j" in i)
         seconds = sum(i["observed_s"] for _, i in members if "energy_j" in i)
-        busy_energy = sum(i["energy_j"] for _, i in members if "energy_j" in i and i.get("util_mean_pct") is not None)
+        busy_energy = sum(
+            i["energy_j"]
+            for _, i in members
+            if "energy_j" in i and i.get("util_mean_pct") is not None
+        )
         busy_s = sum(
             i["observed_s"] * i["util_mean_pct"] / 100.0
             for _, i in members
@@ -225,13 +243,19 @@ class Report:
         return {
             "energy_kwh": energy / 3.6e6,
             "gpu_hours": seconds / 3600.0,
-            "energy_wh_per_gpu_hour": (energy / 3600.0) / (seconds / 3600.0) if seconds > 0 else None,
+            "energy_wh_per_gpu_hour": (energy / 3600.0) / (seconds / 3600.0)
+            if seconds > 0
+            else None,
             "busy_gpu_hours": busy_s / 3600.0,
-            "energy_wh_per_busy_gpu_hour": (busy_energy / 3600.0) / (busy_s / 3600.0) if busy_s > 0 else None,
+            "energy_wh_per_busy_gpu_hour": (busy_energy / 3600.0) / (busy_s / 3600.0)
+            if busy_s > 0
+            else None,
         }
 
     def _power(self, groups) -> None:
-        rows = self._per_group('MEAN("power_w"), PERCENTILE("power_w", 95), COUNT("power_w")', "gpu_power")
+        rows = self._per_group(
+            'MEAN("power_w"), PERCENTILE("power_w", 95), COUNT("power_w")', "gpu_power"
+        )
         for gkey, g in groups.items():
             r = rows.get(gkey, {})
             g["power_samples"] = r.get("count", 0)
@@ -282,7 +306,9 @@ class Report:
     def _p2p(self, groups, gpus) -> None:
         nvlink = self._per_gpu('COUNT("nvlink_ok")', "gpu_p2p", '"nvlink_ok" = true')
         pcie = self._per_gpu('COUNT("read_ok")', "gpu_p2p", '"read_ok" = true')
-        tally: dict[tuple, dict[str, int]] = {k: {"nvlink": 0, "pcie": 0, "none": 0} for k in groups}
+        tally: dict[tuple, dict[str, int]] = {
+            k: {"nvlink": 0, "pcie": 0, "none": 0} for k in groups
+        }
         for key in gpus:
             kind = "nvlink" if key in nvlink else "pcie" if key in pcie else "none"
             tally[self._group_of(key)][kind] += 1
@@ -298,7 +324,12 @@ class Report:
             if r.get("mig_profile"):
                 profiles[self._group_of(_gpu_key(r))].add(r["mig_profile"])
         for gkey, g in groups.items():
-            g["mig"] = {"capable_gpus": 0, "enabled_gpus": 0, "devices": 0, "profiles": sorted(profiles.get(gkey, ()))}
+            g["mig"] = {
+                "capable_gpus": 0,
+                "enabled_gpus": 0,
+                "devices": 0,
+                "profiles": sorted(profiles.get(gkey, ())),
+            }
         for key in gpus:
             m = groups[self._group_of(key)]["mig"]
             if key in capable:
@@ -335,7 +366,16 @@ class Report:
         for gkey, g in groups.items():
             r = rows.get(gkey)
             g["l2_probe"] = (
-                {k: r.get(k) for k in ("runs", "l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio")}
+                {
+                    k: r.get(k)
+                    for k in (
+                        "runs",
+                        "l2_effective_bytes",
+                        "l2_bw_gbps",
+                        "dram_bw_gbps",
+                        "l2_dram_ratio",
+                    )
+                }
                 if r and r.get("runs")
                 else None
             )
@@ -343,13 +383,18 @@ class Report:
     def _series(self, groups) -> dict[str, Any]:
         span = (self.range.end_ns - self.range.start_ns) / 1e9
         bucket = bucket_seconds(span)
-        rows = self._rows('MEAN("power_w")', "gpu_power", self.group_tags, tail=f" , time({bucket}s) fill(none)")
+        rows = self._rows(
+            'MEAN("power_w")', "gpu_power", self.group_tags, tail=f", time({bucket}s) fill(none)"
+        )
         lines: dict[str, list] = defaultdict(list)
         for r in rows:
             gkey = tuple(r.get(t, "") for t in self.group_tags)
             if gkey in groups and r.get("mean") is not None:
                 lines[groups[gkey]["label"]].append([r["time"], r["mean"]])
-        return {"bucket_s": bucket, "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())}}
+        return {
+            "bucket_s": bucket,
+            "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())},
+        }
 
 
 def _gpu_key(row: dict) -> tuple:

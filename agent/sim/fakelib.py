@@ -20,7 +20,13 @@ from ctypes import addressof, c_void_p
 
 import pynvml
 
-from gpuagent.sim.machine import MIG_HANDLE_CALLS, SimDevice, SimMachine, SimMigDevice
+from gpuagent.sim.machine import (
+    MIG_HANDLE_CALLS,
+    SimDevice,
+    SimMachine,
+    SimMigDevice,
+    call_slot,
+)
 
 OK = pynvml.NVML_SUCCESS
 E_UNINIT = pynvml.NVML_ERROR_UNINITIALIZED
@@ -32,6 +38,21 @@ E_LOST = pynvml.NVML_ERROR_GPU_IS_LOST
 E_TIMEOUT = pynvml.NVML_ERROR_TIMEOUT
 E_VERSION = pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
 NA32 = 0xFFFFFFFF
+
+# Field id -> the clock-event reason bit whose set-time (ns since t=0) it counts.
+REASON_TIME_FIELDS = {
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP: pynvml.nvmlClocksEventReasonSwPowerCap,
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST: pynvml.nvmlClocksEventReasonSyncBoost,
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN: (
+        pynvml.nvmlClocksEventReasonSwThermalSlowdown
+    ),
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: (
+        pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    ),
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN: (
+        pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+    ),
+}
 
 _CArg = type(ctypes.byref(ctypes.c_int()))
 _CTYPES_BASES = (ctypes._SimpleCData, ctypes.Structure, ctypes.Union, ctypes.Array, ctypes._Pointer)
@@ -142,17 +163,20 @@ def _put_str(buf, text: bytes, size) -> int:
 def device_call(fn):
     """First argument is a device handle: resolve it and apply lost/forced/unsupported answers."""
     name = fn.__name__
+    slot = call_slot(name)
 
     @functools.wraps(fn)
     def wrapper(self, handle=None, *args):
-        check_args((handle,) + args)
         m = self.m
+        m.call_counts[slot] += 1
+        check_args((handle,) + args)
         if m.init_count <= 0:
             return E_UNINIT
         dev = m.by_addr.get(_addr(handle))
         if dev is None:
             return E_INVALID
         gpu = dev.gpu if dev.is_mig else dev
+        gpu.call_counts[slot] += 1
         if gpu.lost_at is not None and m.now() >= gpu.lost_at:
             return E_LOST
         if m.forced:
@@ -172,11 +196,13 @@ def device_call(fn):
 def system_call(needs_init: bool = True):
     def decorate(fn):
         name = fn.__name__
+        slot = call_slot(name)
 
         @functools.wraps(fn)
         def wrapper(self, *args):
-            check_args(args)
             m = self.m
+            m.call_counts[slot] += 1
+            check_args(args)
             if needs_init and m.init_count <= 0:
                 return E_UNINIT
             if m.forced:
@@ -205,17 +231,20 @@ def owned_call(resolver: str):
 
     def decorate(fn):
         name = fn.__name__
+        slot = call_slot(name)
 
         @functools.wraps(fn)
         def wrapper(self, obj=None, *args):
-            check_args((obj,) + args)
             m = self.m
+            m.call_counts[slot] += 1
+            check_args((obj,) + args)
             if m.init_count <= 0:
                 return E_UNINIT
             found = getattr(self, resolver)(obj)
             if found is None:
                 return E_INVALID
             gpu = found[0]
+            gpu.call_counts[slot] += 1
             code = _gpu_guard(m, gpu, name)
             if code is not None:
                 return code
@@ -226,14 +255,19 @@ def owned_call(resolver: str):
     return decorate
 
 
+_ERROR_STRING_SLOT = call_slot("nvmlErrorString")
+
+
 class _ErrorString:
     """nvmlErrorString: pynvml sets ``restype`` on it, so it must take attributes."""
 
-    def __init__(self) -> None:
+    def __init__(self, machine: SimMachine) -> None:
+        self.m = machine
         self.restype = None
         self.argtypes = None
 
     def __call__(self, result):
+        self.m.call_counts[_ERROR_STRING_SLOT] += 1
         check_args((result,))
         return ERROR_STRINGS.get(_int(result), b"Unknown Error")
 
@@ -295,7 +329,8 @@ class FakeNvmlLib:
 
     def __init__(self, machine: SimMachine):
         self.m = machine
-        self.nvmlErrorString = _ErrorString()
+        machine.size_call_counts()  # every symbol has its slot once this module is loaded
+        self.nvmlErrorString = _ErrorString(machine)
 
     def __repr__(self) -> str:
         return f"<FakeNvmlLib {self.m!r}>"
@@ -1038,13 +1073,20 @@ class FakeNvmlLib:
             return (ui, 1 if dev.ecc.get("enabled") else 0) if dev.ecc else (None, E_NS)
         if field_id == pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
             return ui, dev.pcie_replays
+        if field_id == pynvml.NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER:
+            return ui, 0  # the replay counter never wraps in a simulated run
+        bit = REASON_TIME_FIELDS.get(field_id)
+        if bit is not None:
+            if not dev.reason_counters:
+                return None, E_NS
+            return ull, st.reason_s[bit] * 1e9
         if field_id in (
             pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
             pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
         ):
             share = 0.12 if field_id == pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES else 0.2
             return ull, st.util_s / 100 * dev.model.pcie_kbps * 1000 * share
-        nv = dev.nvlink
+        nv = dev.nvlink if not dev.mig_enabled else None  # no NVLink queries in MIG mode
         if field_id == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
             return (ui, nv["links"]) if nv else (None, E_NS)
         if field_id in (
@@ -1203,7 +1245,7 @@ class FakeNvmlLib:
         while True:
             now = self.m.now()
             nxt = None
-            for at, seq, gpu, code in self.m.xids:
+            for at, seq, gpu, code, gi_id, ci_id in self.m.xids:
                 reg = es.registered.get(gpu)
                 if (
                     reg is None
@@ -1219,8 +1261,8 @@ class FakeNvmlLib:
                     _set_field_ptr(out, "device", dev.handle.addr)
                     out.eventType = pynvml.nvmlEventTypeXidCriticalError
                     out.eventData = code
-                    out.gpuInstanceId = NA32
-                    out.computeInstanceId = NA32
+                    out.gpuInstanceId = gi_id
+                    out.computeInstanceId = ci_id
                     return OK
                 nxt = at
                 break

@@ -12,7 +12,10 @@ linearly between knots. From the demand:
 - temperature follows a first-order lag of the power (time constant from the
   profile), so it trails power changes;
 - energy is the exact integral of the piecewise-linear power (reported in mJ),
-  so sampling power at the knots and integrating reproduces it.
+  so sampling power at the knots and integrating reproduces it;
+- the time spent with each clock-event reason set is exact too: every
+  condition behind a reason is linear in time between two knots, so the part
+  of an interval where it holds is one sub-interval, found in closed form.
 
 State is carried forward knot by knot (constant memory for long runs); it is
 computed lazily when a reading is asked for, at most once per clock tick.
@@ -32,6 +35,12 @@ _MASK64 = (1 << 64) - 1
 REASON_IDLE = 0x1
 REASON_SW_POWER_CAP = 0x4
 REASON_SW_THERMAL = 0x20
+# Reasons with a time counter (NVML_FI_DEV_CLOCKS_EVENT_REASON_*): SW power cap, sync boost,
+# SW/HW thermal slowdown, HW power brake. The model only ever sets the power-cap and SW thermal
+# bits, so the other counters stay at 0 (a healthy card).
+REASON_SYNC_BOOST = 0x10
+REASON_HW_THERMAL = 0x40
+REASON_HW_POWER_BRAKE = 0x80
 
 # Shares of "GPU busy" time spent in each kind of work (GPM metrics), per scenario.
 WORK_MIX = {
@@ -91,6 +100,28 @@ def device_scenario(scenario: str, seed: int, index: int) -> str:
     return ("training", "inference", "training", "idle")[(index + seed) % 4]
 
 
+def _span(*conditions: tuple[float, float]) -> tuple[float, float]:
+    """The sub-interval [lo, hi] of [0, 1] where every ``v0 + (v1 - v0) * f >= 0`` holds."""
+    lo, hi = 0.0, 1.0
+    for v0, v1 in conditions:
+        d = v1 - v0
+        if d == 0:
+            if v0 < 0:
+                return 0.0, 0.0
+            continue
+        root = -v0 / d
+        if d > 0:
+            lo = max(lo, root)
+        else:
+            hi = min(hi, root)
+    return (lo, hi) if hi > lo else (0.0, 0.0)
+
+
+def _within(span: tuple[float, float], f: float) -> float:
+    """How much of [0, f] lies in ``span``."""
+    return max(0.0, min(span[1], f) - span[0])
+
+
 def _hash01(seed: int, index: int, channel: int, k: int) -> float:
     """splitmix64 of the inputs, as a float in [0, 1)."""
     z = (
@@ -113,6 +144,11 @@ class Knot:
     energy_j: float  # at this knot
     util_s: float  # integral of util (%·s) up to this knot
     mem_util_s: float
+    cap_s: float = 0.0  # seconds with the SW power-cap reason set, up to this knot
+    thermal_s: float = 0.0  # seconds with the SW thermal-slowdown reason set
+    # The part [lo, hi] of the interval (previous knot -> this one, as 0..1) where each holds.
+    cap_span: tuple[float, float] = (0.0, 0.0)
+    thermal_span: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(slots=True)
@@ -140,6 +176,8 @@ class LoadState:
     pcie_gen: int
     pcie_tx_kbps: int
     pcie_rx_kbps: int
+    # Seconds spent with each time-counted reason bit set since t=0 (bit -> seconds).
+    reason_s: dict[int, float]
 
 
 class LoadModel:
@@ -244,7 +282,42 @@ class LoadModel:
         energy = a.energy_j + (a.power_w + power) * 0.5 * STEP_S
         util_s = a.util_s + (a.util + util) * 0.5 * STEP_S
         mem_util_s = a.mem_util_s + (a.mem_util + mem_util) * 0.5 * STEP_S
-        return Knot(k, util, mem_util, demand, power, temp, energy, util_s, mem_util_s)
+        cap_span, thermal_span = self._reason_spans(a, util, demand, power, temp)
+        return Knot(
+            k,
+            util,
+            mem_util,
+            demand,
+            power,
+            temp,
+            energy,
+            util_s,
+            mem_util_s,
+            a.cap_s + (cap_span[1] - cap_span[0]) * STEP_S,
+            a.thermal_s + (thermal_span[1] - thermal_span[0]) * STEP_S,
+            cap_span,
+            thermal_span,
+        )
+
+    def _reason_spans(self, a: Knot, util: float, demand: float, power: float, temp: float):
+        """Where between knot ``a`` and the next one the power-cap / SW thermal bits are set.
+
+        The same conditions as ``state()`` (all linear in time between knots): active
+        (util >= 5), demand above the limit, power held within 2 % of it; temperature at or
+        above the slowdown threshold. A reason the card does not report never counts.
+        """
+        cap = (0.0, 0.0)
+        if self.supported_reasons & REASON_SW_POWER_CAP:
+            lim = self.limit_w
+            cap = _span(
+                (a.util - 5.0, util - 5.0),
+                (a.demand_w - lim, demand - lim),
+                (a.power_w - lim * 0.98, power - lim * 0.98),
+            )
+        thermal = (0.0, 0.0)
+        if self.supported_reasons & REASON_SW_THERMAL:
+            thermal = _span((a.temp_c - self.slowdown_c, temp - self.slowdown_c))
+        return cap, thermal
 
     def _knots_for(self, t: float) -> tuple[Knot, Knot]:
         k = int(t // STEP_S)
@@ -327,4 +400,11 @@ class LoadModel:
             pcie_gen=self.pcie_gen_active if active else self.pcie_gen_idle,
             pcie_tx_kbps=pcie_tx + 100,
             pcie_rx_kbps=pcie_rx,
+            reason_s={
+                REASON_SW_POWER_CAP: a.cap_s + _within(b.cap_span, f) * STEP_S,
+                REASON_SYNC_BOOST: 0.0,
+                REASON_SW_THERMAL: a.thermal_s + _within(b.thermal_span, f) * STEP_S,
+                REASON_HW_THERMAL: 0.0,
+                REASON_HW_POWER_BRAKE: 0.0,
+            },
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+from collections import Counter
 import os
 import threading
 from typing import Any
@@ -37,6 +38,7 @@ COMPUTE_CAPABILITY = {
     "Hopper": (9, 0),
     "Blackwell": (10, 0),
 }
+REASON_COUNTER_ARCHS = ("Ampere", "Ada Lovelace", "Ada", "Hopper", "Blackwell")
 VIRT_MODES = {
     "none": pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE,
     "passthrough": pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH,
@@ -127,6 +129,24 @@ HOST_VGPU_CALLS = (
     "nvmlVgpuTypeGetMaxInstances",
 )
 GPM_CALLS = ("nvmlGpmSampleGet", "nvmlGpmMigSampleGet")
+
+
+# C symbol names in slot order; each fake-library entry point takes a slot when defined.
+CALL_SYMBOLS: list[str] = []
+_CALL_SLOTS: dict[str, int] = {}
+
+
+def call_slot(name: str) -> int:
+    """The index of C symbol ``name`` in the call-count lists (a new one the first time)."""
+    slot = _CALL_SLOTS.get(name)
+    if slot is None:
+        slot = _CALL_SLOTS[name] = len(CALL_SYMBOLS)
+        CALL_SYMBOLS.append(name)
+    return slot
+
+
+def _counter(counts: list[int]) -> Counter[str]:
+    return Counter({CALL_SYMBOLS[i]: n for i, n in enumerate(counts) if n})
 
 
 def _uuid(seed: int, *parts: Any, prefix: str = "GPU") -> str:
@@ -243,7 +263,18 @@ class SimDevice:
             inst["uuid"] = _uuid(machine.seed, index, "vgpu", n, prefix="").lstrip("-").encode()
             self.vgpu_instances[inst["instance_id"]] = inst
         self.gpm = bool(p.get("gpm"))
+        # Per-reason clock-event time counters (field values): datacenter Ampere and newer;
+        # a profile may say otherwise with "clocks_event_reason_counters".
+        counters = p.get("clocks_event_reason_counters")
+        self.reason_counters = (
+            bool(counters)
+            if counters is not None
+            else p.get("brand") != "GeForce" and p["architecture"] in REASON_COUNTER_ARCHS
+        )
         self.handle = _Handle()
+        # Calls received with a handle of this GPU (its own, MIG, GPU/compute instance, vGPU),
+        # one slot per C symbol (see call_slot).
+        self.call_counts: list[int] = [0] * len(CALL_SYMBOLS)
         self.model = LoadModel(p, machine.seed, index, scenario)
         self.lost_at: float | None = None
         self.ecc_counts = {"corrected": 0, "uncorrected": 0}
@@ -288,6 +319,8 @@ class SimDevice:
             ns(MIG_CALLS)
         elif self.mig_enabled:
             ns(("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetRemappedRows"))
+            # "Nvlink queries are not supported for Devices in MIG mode" (H100 MIG capture).
+            ns(NVLINK_CALLS)
         if not self.host_vgpu:
             ns(HOST_VGPU_CALLS)
         if not self.gpm:
@@ -375,6 +408,10 @@ class SimMachine:
         self.process_pids = [os.getpid(), os.getppid() or os.getpid()]
         self.process_names = {os.getpid(): b"python3", os.getppid(): b"python3"}
         self.init_count = 0
+        # Calls the fake library received (errors included), one slot per C symbol: a list
+        # increment is the cheapest count on the hot path (a Counter costs ~0.3 us a call).
+        # Exact from one thread; concurrent threads may lose a few increments.
+        self.call_counts: list[int] = [0] * len(CALL_SYMBOLS)
         self.lock = threading.Lock()
         self.devices: list[SimDevice] = []
         for item in self.items:
@@ -401,7 +438,8 @@ class SimMachine:
         self.vgpu_types = {tid: t for d in self.devices for tid, t in d.vgpu_types.items()}
         # Faults
         self.forced: dict[tuple[str, int | None], int] = {}
-        self.xids: list[tuple[float, int, int, int]] = []  # (time, seq, gpu, code)
+        # (time, seq, gpu, code, gpu instance id, compute instance id); ids 0xFFFFFFFF: whole GPU
+        self.xids: list[tuple[float, int, int, int, int, int]] = []
         self._seq = 0
         self.event_sets: dict[int, Any] = {}
         self.gpm_samples: dict[int, Any] = {}
@@ -431,13 +469,40 @@ class SimMachine:
             raise AgentError(f"no simulated GPU {gpu!r} (the machine has {len(self.devices)})")
         return self.devices[gpu]
 
-    def inject_xid(self, gpu: int, code: int, at: float | None = None) -> None:
-        """An XID event on GPU ``gpu`` at machine time ``at`` (seconds; default now)."""
-        self._gpu(gpu)
+    def inject_xid(
+        self,
+        gpu: int,
+        code: int,
+        at: float | None = None,
+        gi_id: int | None = None,
+        ci_id: int | None = None,
+    ) -> None:
+        """An XID event on GPU ``gpu`` at machine time ``at`` (seconds; default now).
+
+        ``gi_id`` / ``ci_id`` tie it to a MIG instance (the event's gpuInstanceId /
+        computeInstanceId); the GPU must have MIG on and that GPU instance. ``ci_id``
+        without ``gi_id`` is refused; ``gi_id`` alone leaves the compute instance 0xFFFFFFFF.
+        """
+        dev = self._gpu(gpu)
+        if gi_id is None and ci_id is not None:
+            raise AgentError("inject_xid: ci_id needs gi_id")
+        if gi_id is not None:
+            gi = next((g for g in dev.gpu_instances if g.id == gi_id), None)
+            if gi is None:
+                have = sorted(g.id for g in dev.gpu_instances)
+                raise AgentError(
+                    f"simulated GPU {gpu} has no MIG GPU instance {gi_id!r} (it has {have or 'none'})"
+                )
+            if ci_id is not None and all(c.id != ci_id for c in gi.compute_instances):
+                raise AgentError(
+                    f"simulated GPU {gpu}, GPU instance {gi_id}: no compute instance {ci_id!r}"
+                )
+        gi = 0xFFFFFFFF if gi_id is None else int(gi_id)
+        ci = 0xFFFFFFFF if ci_id is None else int(ci_id)
         with self.lock:
             self._seq += 1
             # a new sorted list, swapped in whole: waiters iterate the old one safely
-            self.xids = sorted([*self.xids, (self._when(at), self._seq, gpu, int(code))])
+            self.xids = sorted([*self.xids, (self._when(at), self._seq, gpu, int(code), gi, ci)])
 
     def lose_gpu(self, gpu: int, at: float | None = None) -> None:
         """GPU ``gpu`` falls off the bus at ``at``: XID 79, then GPU_IS_LOST on every call."""
@@ -464,6 +529,27 @@ class SimMachine:
 
     def add_pcie_replays(self, gpu: int, count: int) -> None:
         self._gpu(gpu).pcie_replays += int(count)
+
+    @property
+    def calls(self) -> Counter[str]:
+        """C symbol -> calls received so far: a new Counter (a snapshot) on every read, so
+        ``after - before`` gives the calls in between. ``reset_calls()`` starts afresh."""
+        return _counter(self.call_counts)
+
+    @property
+    def calls_by_gpu(self) -> list[Counter[str]]:
+        """Per GPU index: C symbol -> calls received with a handle of that GPU (snapshots)."""
+        return [_counter(d.call_counts) for d in self.devices]
+
+    def reset_calls(self) -> None:
+        """Start counting calls afresh (machine-wide and per GPU)."""
+        for counts in [self.call_counts, *(d.call_counts for d in self.devices)]:
+            counts[:] = [0] * len(counts)
+
+    def size_call_counts(self) -> None:
+        """Give every C symbol known now a slot (symbols can be registered after construction)."""
+        for counts in [self.call_counts, *(d.call_counts for d in self.devices)]:
+            counts.extend([0] * (len(CALL_SYMBOLS) - len(counts)))
 
     def clear_forced(self) -> None:
         self.forced.clear()

@@ -34,6 +34,8 @@ NOT_SUPPORTED, as the real card does when nvidia-smi shows "N/A".
                             vgpu_types?: [{type_id, name, class?, fb_mib, max_instances}],
                             vgpu_instances?: [{instance_id, type_id, vm_id, fb_used_mib, licensed}]}
     clocks_event_reasons_supported   int mask
+    clocks_event_reason_counters?    bool: per-reason time field values (default: datacenter
+                                     Ampere and newer; NOT_SUPPORTED on GeForce)
     unsupported            [C symbol, ...]: answered NOT_SUPPORTED on this card
     errors?                {C symbol: NVML error name}: any other fixed answer
     load                   {ambient_c?, thermal_tau_s?, demand_w?: {idle, training, inference},

@@ -129,8 +129,12 @@ def test_each_builtin_collector_collects_cleanly(real_agent, name):
             if missing:
                 problems.append(f"{point.measurement}: identity tags missing {sorted(missing)}")
             if point.tags["uuid"] not in uuids:
-                problems.append(f"{point.measurement}: uuid {point.tags['uuid']} is no GPU of NVML's")
-        problems.extend(f"{point.measurement} {point.tags.get('gpu', '')}: {b}" for b in bad_fields(point))
+                problems.append(
+                    f"{point.measurement}: uuid {point.tags['uuid']} is no GPU of NVML's"
+                )
+        problems.extend(
+            f"{point.measurement} {point.tags.get('gpu', '')}: {b}" for b in bad_fields(point)
+        )
     assert not problems, "\n".join(problems)
 
 

@@ -291,3 +291,53 @@ def test_plugins_that_failed_to_load_are_listed_last(invoke, tmp_path):
     doc = json.loads(invoke("inspect", "--simulate", "l40s:1", "--plugins-dir", str(tmp_path), "--json").stdout)
     jsonschema.validate(doc, facts_mod.schema())
     assert [p["name"] for p in doc["plugins"] if p["status"] == "failed"] == ["broken_probe"]
+
+
+# -- `gpuagent probe l2 --send` results, read back ----------------------------------
+
+
+def test_recent_l2_probe_result_gets_a_line(invoke, influxdb_v1, tmp_path):
+    import time
+
+    spec = "l40s:2"
+    uuids = [g["uuid"] for g in json.loads(invoke("inspect", "--simulate", spec, "--json").stdout)["gpus"]]
+    t0 = time.time_ns() - 3600 * 10**9
+    old = time.time_ns() - 40 * 86400 * 10**9
+    tags = f"gpu=0,model=NVIDIA\\ L40S,uuid={uuids[0]}"
+    influxdb_v1.write(
+        [
+            # An older run, and the newest one; then a curve point (no summary fields) after it.
+            f"gpu_l2_probe,{tags} l2_effective_bytes=60000000i,l2_bw_gbps=1.0,dram_bw_gbps=1.0,l2_dram_ratio=1.0,knee_found=true,method=\"simulated\" {t0 - 10**9}",
+            f"gpu_l2_probe,{tags} l2_effective_bytes=100663296i,l2_bw_gbps=2500.5,dram_bw_gbps=780.2,l2_dram_ratio=3.205,knee_found=true,method=\"simulated\" {t0}",
+            f"gpu_l2_probe,{tags} working_set_bytes=1048576i,bandwidth_gbps=2600.0,step=0i {t0 + 10**6}",
+            # GPU 1: only a run older than 30 days, which is not "recent".
+            f"gpu_l2_probe,gpu=1,uuid={uuids[1]} l2_effective_bytes=1i,knee_found=true {old}",
+        ]
+    )
+    config = tmp_path / "gpuagent.toml"
+    config.write_text(f'[sinks.influxdb]\nurl = "{influxdb_v1.url}"\napi = "v1"\ndatabase = "{influxdb_v1.database}"\n')
+
+    doc = json.loads(invoke("inspect", "--simulate", spec, "--json", "--config", str(config)).stdout)
+    jsonschema.validate(doc, facts_mod.schema())
+    probe = doc["gpus"][0]["l2_probe"]
+    assert probe["l2_effective_bytes"] == 100663296 and probe["l2_dram_ratio"] == pytest.approx(3.205)
+    assert probe["time"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0 / 1e9))
+    assert doc["gpus"][1]["l2_probe"] is None
+
+    text = invoke("inspect", "--simulate", spec, "--config", str(config)).stdout
+    by_gpu = blocks(text)
+    assert re.search(r"L2 probe \S+ \(simulated\): 96 MB effective; L2 2500 GB/s, DRAM 780 GB/s \(3\.2x\)", by_gpu[0])
+    assert "L2 probe" not in by_gpu[1]
+
+
+def test_unreachable_probe_database_is_no_line_and_no_error(invoke, tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a loopback port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = tmp_path / "gpuagent.toml"
+    config.write_text(f'[sinks.influxdb]\nurl = "http://127.0.0.1:{port}"\napi = "v1"\ndatabase = "gpuagent"\n')
+    result = invoke("inspect", "--simulate", "l40s:1", "--config", str(config))
+    assert result.exit_code == 0, result.output
+    assert "L2 probe" not in result.stdout and "GPU 0  NVIDIA L40S" in result.stdout
