@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import sys
@@ -11,24 +10,23 @@ import click
 
 from gpuagent import __version__
 from gpuagent.errors import AgentError
+from gpuagent.lazycli import LazyGroup
 
 log = logging.getLogger("gpuagent")
 
-_TOLERATE_MISSING = True  # TODO(lead): False once every command module exists
-
-# Commands that live in their own modules: (module, attribute). Each is a click command or group.
-COMMAND_MODULES: tuple[tuple[str, str], ...] = (
-    ("gpuagent.commands.run", "run"),
-    ("gpuagent.commands.plugins", "plugins"),
-    ("gpuagent.commands.config", "config"),
-    ("gpuagent.inspect", "inspect"),
-    ("gpuagent.sim.cli", "sim_group"),
-    ("gpuagent.compare.cli", "compare"),
-    ("gpuagent.probe.cli", "probe"),
-)
+# Commands that live in their own modules, imported when used: name -> "module:attribute".
+COMMANDS: dict[str, str] = {
+    "run": "gpuagent.commands.run:run",
+    "plugins": "gpuagent.commands.plugins:plugins",
+    "config": "gpuagent.commands.config:config",
+    "inspect": "gpuagent.inspect:inspect",
+    "sim": "gpuagent.sim.cli:sim_group",
+    "compare": "gpuagent.compare.cli:compare",
+    "probe": "gpuagent.probe.cli:probe",
+}
 
 
-class AgentGroup(click.Group):
+class AgentGroup(LazyGroup):
     """Turns AgentError into one line on stderr and exit 1, never a traceback."""
 
     def invoke(self, ctx: click.Context):
@@ -39,27 +37,22 @@ class AgentGroup(click.Group):
             ctx.exit(exc.exit_code)
 
 
-@click.group(cls=AgentGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=AgentGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="gpuagent")
 def cli() -> None:
     """Telemetry agent for NVIDIA GPU fleets: NVML readings, tagged with each GPU's identity, to InfluxDB."""
 
 
 def build_cli() -> click.Group:
-    for module, attr in COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            # Tolerated only while a command module is being written.
-            if _TOLERATE_MISSING and exc.name and module.startswith(exc.name):
-                continue
-            raise
-        cli.add_command(getattr(mod, attr))
+    """The CLI with the commands plugins add (gpuagent_register_commands)."""
     from gpuagent.plugin_host import PluginHost
 
+    # Load errors are reported by `gpuagent plugins` and by run; not on every command.
     logging.getLogger("gpuagent.plugins").setLevel(logging.CRITICAL)
-    PluginHost().load().register_commands(cli)
-    logging.getLogger("gpuagent.plugins").setLevel(logging.NOTSET)
+    try:
+        PluginHost().load().register_commands(cli)
+    finally:
+        logging.getLogger("gpuagent.plugins").setLevel(logging.NOTSET)
     return cli
 
 

@@ -15,13 +15,8 @@ from pathlib import Path
 
 import click
 
-from gpuagent.compare.fleet import fleet
 from gpuagent.durations import parse_duration
 from gpuagent.errors import AgentError
-from gpuagent.sim.cli import sim_group
-
-if "fleet" not in sim_group.commands:
-    sim_group.add_command(fleet)
 
 
 def parse_time(text: str) -> int:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from gpuagent.lazycli import LazyGroup
+
 from gpuagent.errors import AgentError
 
 
@@ -24,7 +26,7 @@ def _write(profile: dict, output: str) -> None:
     )
 
 
-@click.group("sim")
+@click.group("sim", cls=LazyGroup, lazy={"fleet": "gpuagent.compare.fleet:fleet"})
 def sim_group() -> None:
     """The simulated GPU fleet: built-in profiles, capture import, recording."""
 

@@ -69,6 +69,9 @@ class NvlinkCollector(gpuagent.Collector):
 
     name = "nvlink"
     requires_gpus = True
+    # 18 links a GPU on an HGX board: per-link points are for diagnosis, not a 1 s chart;
+    # link state and far ends change rarely. A table's `interval` overrides this.
+    default_interval = 30.0
 
     class Config(gpuagent.CollectorConfig):
         # RX/TX throughput from GPM (Hopper and newer).

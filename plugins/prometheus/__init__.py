@@ -15,8 +15,6 @@ import time
 from collections.abc import Sequence
 from typing import Annotated
 
-from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.metrics_core import Metric
 from pydantic import BeforeValidator, field_validator
 
 import gpuagent
@@ -126,6 +124,8 @@ class LatestValues:
                 stale = [k for k, s in self._series.items() if now - s[4] > self.expire_after]
                 for key in stale:
                     del self._series[key]
+            from prometheus_client.metrics_core import Metric
+
             metrics: dict[str, Metric] = {}
             for family, sample, labels, value, _ in self._series.values():
                 metric = metrics.get(family)
@@ -146,6 +146,9 @@ class PrometheusSink(gpuagent.Sink):
 
     def __init__(self, config: PrometheusSinkConfig, context):
         super().__init__(config, context)
+        # Imported here: prometheus-client costs start-up time and memory to agents without this sink.
+        from prometheus_client import CollectorRegistry
+
         self.registry = CollectorRegistry(auto_describe=False)
         self.values = LatestValues(config.namespace, config.expire_after, config.string_fields)
         self.registry.register(self.values)
@@ -156,6 +159,8 @@ class PrometheusSink(gpuagent.Sink):
     def start(self) -> None:
         host, port = parse_listen(self.config.listen)
         try:
+            from prometheus_client import start_http_server
+
             self._server, self._thread = start_http_server(port, host, self.registry)
         except OSError as exc:
             raise AgentError(
