@@ -168,3 +168,22 @@ def test_processes_on_captured_profiles(
         assert p.tags["model"] == profile["product_name"]
         assert_clean(p.fields)
         assert p.fields["used_memory_bytes"] > 0
+
+
+def test_process_names_are_remembered_per_process_and_forgotten_when_gone():
+    import subprocess
+    import sys
+
+    from gpuagent.plugins.processes import ProcessNames
+
+    names = ProcessNames()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        first = names(child.pid)
+        assert first["name"].startswith("python")
+        assert names(child.pid) is first  # same process: no second /proc look-up
+    finally:
+        child.kill()
+        child.wait()
+    assert names(child.pid) is None  # ended: skipped, and forgotten
+    assert child.pid not in names._known
