@@ -1005,9 +1005,10 @@ class FakeNvmlLib:
         if peer is not None:
             p = self.m.devices[peer]
             return self._fill_pci(out, p.bus_id, p.pci_bus, p.pci_device_id, p.pci_subsystem_id)
-        switch_bus = (
-            0xC0 + (n % 4) * 0x04 + (0x40 if dev.numa else 0)
-        )  # NVSwitch chips on the baseboard
+        # Four NVSwitch chips per baseboard; each SPEC item is its own baseboard, so
+        # GPUs of different items (models) never share a switch.
+        item = self.m.topology.slots[dev.index].item
+        switch_bus = 0xC0 + ((item % 4) * 0x10 + (n % 4) * 0x04)
         return self._fill_pci(
             out, f"00000000:{switch_bus:02X}:00.0".encode(), switch_bus, 0x22A310DE, 0x169910DE
         )
