@@ -58,7 +58,7 @@ def open_nvml(simulate: str | None = None, seed: int = 0) -> NvmlSession:
         try:
             gpus.append(Gpu(index, pynvml.nvmlDeviceGetHandleByIndex(index)))
         except pynvml.NVMLError_GpuIsLost as exc:
-            gpus.append(Gpu.lost_at_start(index, str(exc)))
+            gpus.append(Gpu._lost_at_start(index, str(exc)))
     session = NvmlSession(gpus=gpus, simulated=bool(simulate), machine=machine, spec=simulate)
     session.driver_version = _optional(lambda: as_str(pynvml.nvmlSystemGetDriverVersion()))
     session.nvml_version = _optional(lambda: as_str(pynvml.nvmlSystemGetNVMLVersion()))

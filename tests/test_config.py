@@ -131,10 +131,16 @@ def test_config_check_ok(invoke, tmp_path):
     assert "ok" in result.stdout and "host" in result.stdout
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def test_config_init_writes_a_file_that_checks(invoke, tmp_path):
     path = tmp_path / "etc" / "gpuagent.toml"
     assert invoke("config", "init", str(path)).exit_code == 0
-    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert stat.S_IMODE(path.stat().st_mode) & 0o777 == 0o644 & ~_umask()
     check = invoke("config", "check", str(path))
     assert check.exit_code == 0, check.output
     again = invoke("config", "init", str(path))

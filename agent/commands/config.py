@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 import click
@@ -57,8 +56,9 @@ def init(file, force):
     if path.exists() and not force:
         raise AgentError(f"{path}: exists; use --force to overwrite")
     path.parent.mkdir(parents=True, exist_ok=True)
-    # 0640: the file may come to hold a sink token.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP)
+    # 0644: the unit's DynamicUser must read it. It holds no secret; tokens belong in a
+    # token_file or systemd credential (the influxdb sink warns if a readable file holds one).
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
     click.echo(f"wrote {path}", err=True)
