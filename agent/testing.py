@@ -94,3 +94,27 @@ def simulated_fleet(sim_clock) -> Iterator[Any]:
 @pytest.fixture
 def recording_accumulator() -> RecordingAccumulator:
     return RecordingAccumulator(default_tags={"host": "testhost"})
+
+
+# -- helpers for collector tests ----------------------------------------------
+
+IDENTITY_TAGS = frozenset({"host", "gpu", "uuid", "model", "pci_bus_id", "arch"})
+NVML_SENTINELS = frozenset({0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFFFFFFFFFF})
+
+
+def make_collector(machine: Any, cls: type, hostname: str = "testhost", **config: Any) -> Any:
+    """A collector of class ``cls`` over a simulated machine's GPUs, its table given as keywords."""
+    from gpuagent.context import AgentContext
+    from gpuagent.nvml import NvmlSession
+
+    session = NvmlSession(gpus=machine.gpus, simulated=True, machine=machine)
+    context = AgentContext(hostname=hostname, gpus=machine.gpus, nvml=session)
+    return cls(cls.Config(**config), context)
+
+
+def assert_no_sentinels(fields: dict[str, Any]) -> None:
+    """Fail on NVML's "not available" numbers (0xFFFFFFFF …) or negatives leaking into fields."""
+    for name, value in fields.items():
+        assert not (
+            isinstance(value, int) and not isinstance(value, bool) and (value < 0 or value in NVML_SENTINELS)
+        ), f"{name}={value} is a sentinel"

@@ -2,86 +2,26 @@
 
 from __future__ import annotations
 
+import functools
 import json
-from collections import Counter
-from pathlib import Path
 
 import pynvml
 import pytest
+from captures import capture_names, capture_profile
 
-from gpuagent.context import AgentContext
-from gpuagent.nvml import NvmlSession
 from gpuagent.plugins.clocks import REASONS, ClocksCollector
 from gpuagent.plugins.power import PowerCollector
 from gpuagent.sim import load_profile
+from gpuagent.testing import IDENTITY_TAGS as IDENTITY
+from gpuagent.testing import assert_no_sentinels as assert_clean
+from gpuagent.testing import make_collector
 
-CAPTURES = Path(__file__).resolve().parents[3].parent / "shared" / "captures"
-IDENTITY = {"host", "gpu", "uuid", "model", "pci_bus_id", "arch"}
-SENTINELS = {0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFFFFFFFFFF}
 CLOCK_FIELDS = [
     f"{p}{c}_clock_mhz" for p in ("", "max_") for c in ("graphics", "sm", "memory", "video")
 ]
 
 
-def collector(machine, cls=ClocksCollector, **config):
-    session = NvmlSession(gpus=machine.gpus, simulated=True, machine=machine)
-    return cls(
-        cls.Config(**config), AgentContext(hostname="testhost", gpus=machine.gpus, nvml=session)
-    )
-
-
-def assert_clean(fields: dict) -> None:
-    for name, value in fields.items():
-        assert not (
-            isinstance(value, int)
-            and not isinstance(value, bool)
-            and (value < 0 or value in SENTINELS)
-        ), f"{name}={value} is a sentinel"
-
-
-def capture_names() -> list[str | None]:
-    names = (
-        sorted(p.name for p in CAPTURES.glob("*") if p.suffix in (".txt", ".xml"))
-        if CAPTURES.is_dir()
-        else []
-    )
-    return names or [None]
-
-
-def capture_profile(name: str | None, tmp_path: Path) -> tuple[str, dict]:
-    if name is None:
-        pytest.skip(f"no nvidia-smi captures at {CAPTURES}")
-    from gpuagent.sim.capture_import import import_capture
-
-    profile = import_capture(CAPTURES / name)
-    path = tmp_path / f"{profile['name']}.json"
-    path.write_text(json.dumps(profile))
-    return str(path), profile
-
-
-@pytest.fixture
-def nvml_calls(simulated_fleet, monkeypatch):
-    """Start counting the C symbols pynvml calls on the installed simulator (after simulated_fleet)."""
-
-    def start() -> Counter:
-        calls: Counter = Counter()
-        lib = pynvml.nvmlLib
-
-        class CountingLib:
-            def __getattr__(self, name):
-                fn = getattr(lib, name)
-
-                def call(*args):
-                    calls[name] += 1
-                    return fn(*args)
-
-                return call
-
-        monkeypatch.setattr(pynvml, "nvmlLib", CountingLib())
-        pynvml._nvmlGetFunctionPointer_cache.clear()
-        return calls
-
-    return start
+collector = functools.partial(make_collector, cls=ClocksCollector)
 
 
 @pytest.mark.parametrize("profile", ["l40s", "h100-sxm", "rtx4090"])
@@ -135,7 +75,7 @@ def test_sw_power_cap_while_power_sits_at_the_limit(
     path = tmp_path / "l40s-capped.json"
     path.write_text(json.dumps(profile))
     machine = simulated_fleet(str(path), scenario="training")
-    clocks, power = collector(machine), collector(machine, PowerCollector)
+    clocks, power = collector(machine), collector(machine, cls=PowerCollector)
     at_limit = 0
     for _ in range(60):
         sim_clock.advance(5)
