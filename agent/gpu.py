@@ -36,6 +36,9 @@ MISSING_CODES = frozenset(
 )
 
 
+_UNSET = object()
+
+
 class GpuLost(Exception):
     """The GPU answered NVML_ERROR_GPU_IS_LOST; it is skipped from now on."""
 
@@ -59,6 +62,8 @@ class Gpu:
         self._static: dict[str, Any] = {}
         self._missing_logged: set[str] = set()
         self._lock = threading.Lock()
+        # (function, args) the card refused: see gpuagent.nvml_read.poll.
+        self.refused_calls: set[tuple[Any, tuple]] = set()
         self.uuid = as_str(pynvml.nvmlDeviceGetUUID(handle))
         self.name = as_str(pynvml.nvmlDeviceGetName(handle))
         self.pci_bus_id = as_str(pynvml.nvmlDeviceGetPciInfo_v3(handle).busId)
@@ -79,6 +84,7 @@ class Gpu:
         gpu.index, gpu.handle = index, None
         gpu.lost, gpu.lost_reason = True, reason
         gpu._static, gpu._missing_logged, gpu._lock = {}, set(), threading.Lock()
+        gpu.refused_calls = set()
         gpu.uuid = gpu.name = gpu.pci_bus_id = gpu.arch = "unknown"
         gpu.tags = {"gpu": str(index), "uuid": "unknown", "model": "unknown", "pci_bus_id": "unknown", "arch": "unknown"}
         log.error("GPU %d is lost: %s; skipping it", index, reason)
@@ -112,9 +118,10 @@ class Gpu:
 
     def static(self, key: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``query`` once and cache: for facts that never change (limits, bus width, L2 size)."""
-        with self._lock:
-            if key in self._static:
-                return self._static[key]
+        # Lock-free hit (a dict read is atomic): this runs several times per GPU per cycle.
+        value = self._static.get(key, _UNSET)
+        if value is not _UNSET:
+            return value
         value = self.query(fn, *args)
         with self._lock:
             self._static[key] = value
@@ -122,9 +129,9 @@ class Gpu:
 
     def remember(self, key: str, compute: Callable[[], Any]) -> Any:
         """Cache any derived static value under ``key``."""
-        with self._lock:
-            if key in self._static:
-                return self._static[key]
+        value = self._static.get(key, _UNSET)
+        if value is not _UNSET:
+            return value
         value = compute()
         with self._lock:
             self._static[key] = value

@@ -88,19 +88,40 @@ def _head(measurement: str, tag_items: tuple[tuple[str, str], ...]) -> str:
     )
 
 
-@lru_cache(maxsize=8192)
+_FIELD_KEYS: dict[str, str] = {}
+
+
 def _field_key(key: str) -> str:
-    return escape_key(key) + "="
+    escaped = _FIELD_KEYS.get(key)
+    if escaped is None:
+        escaped = escape_key(key) + "="
+        if len(_FIELD_KEYS) < 65536:  # bounded: field names come from code, but be safe
+            _FIELD_KEYS[key] = escaped
+    return escaped
 
 
 def serialize(
     measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int
 ) -> str:
-    # The same GPUs' tags and field names recur every cycle: their escaped forms are cached.
+    # The same GPUs' tags and field names recur every cycle: their escaped forms are
+    # cached, and the common types are formatted inline (this runs for every point).
     head = _head(measurement, tuple(tags.items()))
-    fmt = _FORMAT.get
-    body = ",".join([_field_key(k) + (fmt(type(v)) or format_field)(v) for k, v in fields.items()])
-    return f"{head} {body} {time_ns}"
+    keys = _FIELD_KEYS
+    parts = []
+    for k, v in fields.items():
+        key = keys.get(k) or _field_key(k)
+        t = type(v)
+        if t is float:
+            parts.append(key + (repr(v) if v - v == 0.0 else _float(v)))
+        elif t is int:
+            parts.append(f"{key}{v}i")
+        elif t is bool:
+            parts.append(key + ("true" if v else "false"))
+        elif t is str:
+            parts.append(key + '"' + v.translate(_STRING) + '"')
+        else:
+            parts.append(key + format_field(v))
+    return f"{head} {','.join(parts)} {time_ns}"
 
 
 def to_lines(points: Iterable[Point]) -> str:

@@ -52,13 +52,12 @@ def valid(value: Any, *, zero: bool = True) -> Any:
 
 def poll(gpu: Gpu, fn: Callable[..., Any], *args: Any) -> Any:
     """``gpu.query(fn, *args)``; once the card has refused the call, None without asking."""
-    refused: set = gpu.remember("nvml_read.refused", set)
-    key = (getattr(fn, "__name__", repr(fn)), args)
-    if key in refused:
+    key = (fn, args)
+    if key in gpu.refused_calls:
         return None
     value = gpu.query(fn, *args)
     if value is None:
-        refused.add(key)
+        gpu.refused_calls.add(key)
     return value
 
 
