@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-from collections import Counter
 import os
 import threading
+from collections import Counter
 from typing import Any
 
 import pynvml

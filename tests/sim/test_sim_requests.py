@@ -253,12 +253,12 @@ def test_nvlink_queries_not_supported_in_mig_mode(profile, simulated_fleet):
     simulated_fleet(f"{profile}:2")
     for h in handles():
         for call in (
-            lambda: pynvml.nvmlDeviceGetNvLinkState(h, 0),
-            lambda: pynvml.nvmlDeviceGetNvLinkVersion(h, 0),
-            lambda: pynvml.nvmlDeviceGetNvLinkCapability(h, 0, pynvml.NVML_NVLINK_CAP_P2P_SUPPORTED),
-            lambda: pynvml.nvmlDeviceGetNvLinkRemotePciInfo(h, 0),
-            lambda: pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(h, 0),
-            lambda: pynvml.nvmlDeviceGetNvLinkErrorCounter(h, 0, pynvml.NVML_NVLINK_ERROR_DL_REPLAY),
+            lambda h=h: pynvml.nvmlDeviceGetNvLinkState(h, 0),
+            lambda h=h: pynvml.nvmlDeviceGetNvLinkVersion(h, 0),
+            lambda h=h: pynvml.nvmlDeviceGetNvLinkCapability(h, 0, pynvml.NVML_NVLINK_CAP_P2P_SUPPORTED),
+            lambda h=h: pynvml.nvmlDeviceGetNvLinkRemotePciInfo(h, 0),
+            lambda h=h: pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(h, 0),
+            lambda h=h: pynvml.nvmlDeviceGetNvLinkErrorCounter(h, 0, pynvml.NVML_NVLINK_ERROR_DL_REPLAY),
         ):
             with pytest.raises(pynvml.NVMLError_NotSupported):
                 call()
