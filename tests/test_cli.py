@@ -68,3 +68,25 @@ def test_plugins_json_lists_builtins_with_hooks():
     assert by_name["file"]["sinks"] == ["file"]
     for p in doc["plugins"]:
         assert set(p) >= {"name", "version", "distribution", "hooks", "collectors", "sinks", "status", "error"}
+
+
+def test_simulate_from_the_config_file(tmp_path):
+    """[agent] simulate runs the fleet without --simulate; --simulate on the command line wins."""
+    path = tmp_path / "gpuagent.toml"
+    path.write_text('[agent]\nsimulate = "l40s:2"\nhostname = "n1"\n')
+    proc = run_cli("run", "--once", "--test", "--config", str(path))
+    assert proc.returncode == 0, proc.stderr
+    models = {tags["model"] for m, tags, _f, _t in parse(proc.stdout) if m == "gpu_power"}
+    gpus = {tags["gpu"] for m, tags, _f, _t in parse(proc.stdout) if m == "gpu_power"}
+    assert models == {"NVIDIA L40S"} and gpus == {"0", "1"}
+    proc = run_cli("run", "--once", "--test", "--config", str(path), "--simulate", "h100-sxm:1")
+    assert proc.returncode == 0, proc.stderr
+    models = {tags["model"] for m, tags, _f, _t in parse(proc.stdout) if m == "gpu_power"}
+    assert models == {"NVIDIA H100 80GB HBM3"}
+
+
+def test_bad_simulate_spec_is_one_line(tmp_path):
+    proc = run_cli("run", "--once", "--test", "--simulate", "l40s:2,nosuchcard:1")
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nosuchcard" in lines[0] and "l40s" in lines[0], proc.stderr
