@@ -1,0 +1,95 @@
+"""Clocks: current, maximum, application, default and boost clocks per clock domain, the
+supported clock tables, performance state, and the clock-event (throttle) reasons.
+
+Current clocks, P-state and the active reasons follow the load model; maximum, idle and
+application clocks come from the profile. The current "ClocksEvent" names and the older
+"ClocksThrottle" names answer the same, so callers of either get the same reasons.
+"""
+
+from __future__ import annotations
+
+from gpuagent.sim.fakelib.args import E_INVALID, NvmlCalls, _fill_value, _int
+from gpuagent.sim.fakelib.calls import device_call
+
+
+class ClockCalls(NvmlCalls):
+    def _clock(self, dev, kind, which: str):
+        k = _int(kind)
+        names = {0: "graphics", 1: "sm", 2: "memory", 3: "video"}
+        if k not in names:
+            return None
+        if which == "max":
+            return int(dev.clocks["max"][names[k]])
+        if which == "current":
+            st = dev.state()
+            return (st.graphics_clock, st.sm_clock, st.mem_clock, st.video_clock)[k]
+        apps = dev.clocks.get("applications") or {}
+        key = "graphics" if k in (0, 1, 3) else "memory"
+        return int(apps.get(key, dev.clocks["max"][key])) if k in (0, 1, 2) else None
+
+    @device_call
+    def nvmlDeviceGetClockInfo(self, dev, kind=None, out=None):
+        v = self._clock(dev, kind, "current")
+        return E_INVALID if v is None else self._put(out, v)
+
+    @device_call
+    def nvmlDeviceGetMaxClockInfo(self, dev, kind=None, out=None):
+        v = self._clock(dev, kind, "max")
+        return E_INVALID if v is None else self._put(out, v)
+
+    @device_call
+    def nvmlDeviceGetApplicationsClock(self, dev, kind=None, out=None):
+        v = self._clock(dev, kind, "applications")
+        return E_INVALID if v is None else self._put(out, v)
+
+    @device_call
+    def nvmlDeviceGetDefaultApplicationsClock(self, dev, kind=None, out=None):
+        v = self._clock(dev, kind, "applications")
+        return E_INVALID if v is None else self._put(out, v)
+
+    @device_call
+    def nvmlDeviceGetMaxCustomerBoostClock(self, dev, kind=None, out=None):
+        v = self._clock(dev, kind, "max")
+        return E_INVALID if v is None else self._put(out, v)
+
+    @device_call
+    def nvmlDeviceGetClock(self, dev, kind=None, clock_id=None, out=None):
+        which = {0: "current", 1: "applications", 2: "applications", 3: "max"}.get(_int(clock_id))
+        v = self._clock(dev, kind, which) if which else None
+        return E_INVALID if v is None else self._put(out, v)
+
+    @device_call
+    def nvmlDeviceGetSupportedMemoryClocks(self, dev, count=None, arr=None):
+        clocks = sorted(
+            {int(dev.clocks["max"]["memory"]), int(dev.clocks["idle"]["memory"])}, reverse=True
+        )
+        return self._two_call(count, arr, clocks, _fill_value)
+
+    @device_call
+    def nvmlDeviceGetSupportedGraphicsClocks(self, dev, mem_clock=None, count=None, arr=None):
+        hi, lo = int(dev.clocks["max"]["graphics"]), int(dev.clocks["idle"]["graphics"])
+        return self._two_call(count, arr, list(range(hi, lo - 1, -15)), _fill_value)
+
+    @device_call
+    def nvmlDeviceGetPerformanceState(self, dev, out=None):
+        return self._put(out, dev.state().pstate)
+
+    @device_call
+    def nvmlDeviceGetPowerState(self, dev, out=None):
+        return self._put(out, dev.state().pstate)
+
+    @device_call
+    def nvmlDeviceGetCurrentClocksEventReasons(self, dev, out=None):
+        return self._put(out, dev.state().reasons)
+
+    @device_call
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, dev, out=None):
+        return self._put(out, dev.state().reasons)
+
+    @device_call
+    def nvmlDeviceGetSupportedClocksEventReasons(self, dev, out=None):
+        return self._put(out, dev.model.supported_reasons)
+
+    @device_call
+    def nvmlDeviceGetSupportedClocksThrottleReasons(self, dev, out=None):
+        return self._put(out, dev.model.supported_reasons)

@@ -1,0 +1,112 @@
+"""Field values: nvmlDeviceGetFieldValues, the batched query for counters that have no call of
+their own (energy, instant power, HBM temperature, PCIe byte and replay counters, clock-event
+reason times, NVLink counts, speeds and throughput).
+
+Each requested field gets its own return code, as on hardware: a field the device cannot
+answer (no HBM, no NVLink, NVLink in MIG mode, no reason counters) is NOT_SUPPORTED while the
+call as a whole succeeds. Counters are integrals of the load model since t=0, so they only grow.
+"""
+
+from __future__ import annotations
+
+import pynvml
+
+from gpuagent.sim.fakelib.args import E_INVALID, E_NS, OK, NvmlCalls, _int, _out
+from gpuagent.sim.fakelib.calls import device_call
+from gpuagent.sim.fakelib.nvlink import _nvlink_bytes
+
+# Field id -> the clock-event reason bit whose set-time (ns since t=0) it counts.
+REASON_TIME_FIELDS = {
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP: pynvml.nvmlClocksEventReasonSwPowerCap,
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST: pynvml.nvmlClocksEventReasonSyncBoost,
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN: (
+        pynvml.nvmlClocksEventReasonSwThermalSlowdown
+    ),
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: (
+        pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    ),
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN: (
+        pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+    ),
+}
+
+
+class FieldValueCalls(NvmlCalls):
+    @device_call
+    def nvmlDeviceGetFieldValues(self, dev, count=None, values=None):
+        n = _int(count)
+        arr = _out(values)
+        if arr is None or n is None or n < 0:
+            return E_INVALID
+        st = dev.state()
+        now_us = int(self.m.clock.now() * 1e6)
+        for i in range(n):
+            fv = arr[i]
+            kind, value = self._field(dev, st, fv.fieldId, fv.scopeId)
+            fv.timestamp = now_us
+            fv.latencyUsec = 0
+            if kind is None:
+                fv.nvmlReturn = value
+                continue
+            fv.nvmlReturn = OK
+            fv.valueType = kind
+            if kind == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:
+                fv.value.uiVal = int(value)
+            elif kind == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
+                fv.value.ullVal = int(value)
+            else:
+                fv.value.dVal = float(value)
+        return OK
+
+    def _field(self, dev, st, field_id, scope):
+        ui, ull = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+        if field_id in (pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, pynvml.NVML_FI_DEV_ENERGY):
+            return ull, st.energy_j * 1000
+        if field_id in (pynvml.NVML_FI_DEV_POWER_INSTANT, pynvml.NVML_FI_DEV_POWER_AVERAGE):
+            return ui, st.power_w * 1000
+        if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:
+            if str(dev.profile["memory"].get("type", "")).startswith("HBM"):
+                return ui, st.temp_c + 6
+            return None, E_NS
+        if field_id == pynvml.NVML_FI_DEV_ECC_CURRENT:
+            return (ui, 1 if dev.ecc.get("enabled") else 0) if dev.ecc else (None, E_NS)
+        if field_id == pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
+            return ui, dev.pcie_replays
+        if field_id == pynvml.NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER:
+            return ui, 0  # the replay counter never wraps in a simulated run
+        bit = REASON_TIME_FIELDS.get(field_id)
+        if bit is not None:
+            if not dev.reason_counters:
+                return None, E_NS
+            return ull, st.reason_s[bit] * 1e9
+        if field_id in (
+            pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+            pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+        ):
+            share = 0.12 if field_id == pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES else 0.2
+            return ull, st.util_s / 100 * dev.model.pcie_kbps * 1000 * share
+        nv = dev.nvlink if not dev.mig_enabled else None  # no NVLink queries in MIG mode
+        if field_id == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
+            return (ui, nv["links"]) if nv else (None, E_NS)
+        if field_id in (
+            pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON,
+            pynvml.NVML_FI_DEV_NVLINK_GET_SPEED,
+        ):
+            return (ui, nv.get("speed_mbps", 25000)) if nv else (None, E_NS)
+        if field_id in (
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX,
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX,
+        ):
+            if not nv:
+                return None, E_NS
+            total_kib = _nvlink_bytes(self.m, dev, st.util_s) / 1024
+            if field_id in (
+                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX,
+                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX,
+            ):
+                total_kib *= 1.06
+            links = int(nv["links"])
+            return ull, total_kib / links if scope < links else total_kib
+        return None, E_NS

@@ -1,0 +1,196 @@
+"""GPM (GPU Performance Monitoring, Hopper and later): device support, sample allocation, GPU
+and MIG samples, and metrics computed from two samples.
+
+A sample snapshots the load model's integrals (the whole GPU's, or a GPU instance's share), so
+a metric is the average over the interval between two samples, as real GPM metrics are; two
+samples at the same instant fall back to the instantaneous values. A metric that cannot be
+given (NVLink on a GPU-instance sample, unknown ids) answers NOT_SUPPORTED in its own code.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import addressof
+
+import pynvml
+
+from gpuagent.sim.fakelib.args import (
+    E_INVALID,
+    E_NOT_FOUND,
+    E_NS,
+    E_VERSION,
+    OK,
+    NvmlCalls,
+    _addr,
+    _int,
+    _out,
+)
+from gpuagent.sim.fakelib.calls import _gpu_guard, device_call, system_call
+from gpuagent.sim.fakelib.nvlink import _nvlink_bytes
+from gpuagent.sim.machine import SimDevice
+
+
+class _GpmSample:
+    def __init__(self) -> None:
+        self.buf = ctypes.create_string_buffer(8)
+        self.addr = addressof(self.buf)
+        self.gpu: SimDevice | None = None
+        self.gi: int | None = None
+        self.snap: tuple | None = None
+
+
+GPM_METRIC_NAMES = {
+    1: (b"gr_util", b"graphics utilization", b"%"),
+    2: (b"sm_util", b"SM utilization", b"%"),
+    3: (b"sm_occupancy", b"SM occupancy", b"%"),
+    4: (b"integer_util", b"integer utilization", b"%"),
+    5: (b"any_tensor_util", b"any tensor utilization", b"%"),
+    6: (b"dfma_tensor_util", b"DFMA tensor utilization", b"%"),
+    7: (b"hmma_tensor_util", b"HMMA tensor utilization", b"%"),
+    8: (b"dmma_tensor_util", b"DMMA tensor utilization", b"%"),
+    9: (b"imma_tensor_util", b"IMMA tensor utilization", b"%"),
+    10: (b"dram_bw_util", b"DRAM bandwidth utilization", b"%"),
+    11: (b"fp64_util", b"FP64 utilization", b"%"),
+    12: (b"fp32_util", b"FP32 utilization", b"%"),
+    13: (b"fp16_util", b"FP16 utilization", b"%"),
+    20: (b"pcie_tx", b"PCIe TX", b"MiB/s"),
+    21: (b"pcie_rx", b"PCIe RX", b"MiB/s"),
+    60: (b"nvlink_rx", b"NVLink RX", b"MiB/s"),
+    61: (b"nvlink_tx", b"NVLink TX", b"MiB/s"),
+}
+_GPM_SHARE = {
+    1: "busy",
+    2: "sm",
+    3: "occupancy",
+    4: "integer",
+    5: "tensor",
+    6: "dfma",
+    7: "hmma",
+    8: "dfma",
+    9: "imma",
+    11: "fp64",
+    12: "fp32",
+    13: "fp16",
+}
+
+
+class GpmCalls(NvmlCalls):
+    @device_call
+    def nvmlGpmQueryDeviceSupport(self, dev, out=None):
+        o = _out(out)
+        if o is None:
+            return E_INVALID
+        if o.version != pynvml.NVML_GPM_SUPPORT_VERSION:
+            return E_VERSION
+        o.isSupportedDevice = 1 if (not dev.is_mig and dev.gpm) else 0
+        return OK
+
+    @system_call()
+    def nvmlGpmSampleAlloc(self, out=None):
+        s = _GpmSample()
+        self.m.gpm_samples[s.addr] = s
+        return self._put_handle(out, s.addr)
+
+    @system_call()
+    def nvmlGpmSampleFree(self, sample=None):
+        if self.m.gpm_samples.pop(_addr(sample), None) is None:
+            return E_INVALID
+        return OK
+
+    def _snap(self, dev, sample, gi_id=None):
+        s = self.m.gpm_samples.get(_addr(sample))
+        if s is None:
+            return E_INVALID
+        st = dev.state()
+        share = 1.0
+        if gi_id is not None:
+            mig = next((m for m in dev.mig_devices if m.gi_id == gi_id), None)
+            if mig is None:
+                return E_NOT_FOUND
+            share = mig.share
+        s.gpu, s.gi = dev, gi_id
+        s.snap = (
+            st.t,
+            st.util_s * share,
+            st.mem_util_s * share,
+            st.util * share,
+            st.mem_util * share,
+        )
+        return OK
+
+    @device_call
+    def nvmlGpmSampleGet(self, dev, sample=None):
+        if dev.is_mig:
+            return E_INVALID
+        return self._snap(dev, sample)
+
+    @device_call
+    def nvmlGpmMigSampleGet(self, dev, gi_id=None, sample=None):
+        if dev.is_mig or not dev.mig_enabled:
+            return E_INVALID
+        return self._snap(dev, sample, _int(gi_id))
+
+    @system_call()
+    def nvmlGpmMetricsGet(self, arg=None):
+        mg = _out(arg)
+        if mg is None:
+            return E_INVALID
+        if mg.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+            return E_VERSION
+        s1 = self.m.gpm_samples.get(_addr(mg.sample1))
+        s2 = self.m.gpm_samples.get(_addr(mg.sample2))
+        if (
+            s1 is None
+            or s2 is None
+            or s1.snap is None
+            or s2.snap is None
+            or s1.gpu is not s2.gpu
+            or s1.gi != s2.gi
+        ):
+            return E_INVALID
+        if mg.numMetrics > pynvml.NVML_GPM_METRIC_MAX:
+            return E_INVALID
+        dev = s1.gpu
+        code = _gpu_guard(self.m, dev, "nvmlGpmMetricsGet")
+        if code is not None:
+            return code
+        (t1, u1, m1, ui1, mi1), (t2, u2, m2, ui2, mi2) = sorted((s1.snap, s2.snap))
+        dt = t2 - t1
+        util = (u2 - u1) / dt if dt > 0 else (ui1 + ui2) / 2
+        mem = (m2 - m1) / dt if dt > 0 else (mi1 + mi2) / 2
+        mix = dev.model.mix
+        pcie = dev.model.pcie_kbps * 1000 / (1 << 20)
+        nvl = _nvlink_bytes(self.m, dev, util) / (1 << 20) if dev.nvlink else 0.0
+        for i in range(mg.numMetrics):
+            metric = mg.metrics[i]
+            mid = metric.metricId
+            value = None
+            if mid == pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL:
+                value = mem
+            elif mid == pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL:
+                value = util
+            elif mid in _GPM_SHARE:
+                value = util * mix.get(_GPM_SHARE[mid], 0.0) if _GPM_SHARE[mid] != "busy" else util
+            elif mid == pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC:
+                value = pcie * util / 100 * 0.12
+            elif mid == pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC:
+                value = pcie * util / 100 * 0.2
+            elif mid in (
+                pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC,
+                pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC,
+            ):
+                value = nvl if dev.nvlink and s1.gi is None else None
+            elif dev.nvlink and 62 <= mid <= 61 + 2 * int(dev.nvlink["links"]) and s1.gi is None:
+                value = nvl / int(dev.nvlink["links"])
+            if value is None:
+                metric.nvmlReturn = E_NS
+                metric.value = 0.0
+                continue
+            metric.nvmlReturn = OK
+            metric.value = float(min(value, 100.0) if mid < 20 else value)
+            names = GPM_METRIC_NAMES.get(mid)
+            if names:
+                metric.metricInfo.shortName, metric.metricInfo.longName, metric.metricInfo.unit = (
+                    names
+                )
+        return OK

@@ -1,0 +1,90 @@
+"""Power and thermals: power draw, energy counter, power limits and constraints, temperature
+(plain and versioned), temperature thresholds, and fans.
+
+Draw, energy, temperature and fan speed follow the load model; limits and thresholds come from
+the profile. Power is answered in milliwatts and energy in millijoules, as NVML does. A
+threshold the profile does not give answers NOT_SUPPORTED.
+"""
+
+from __future__ import annotations
+
+import pynvml
+
+from gpuagent.sim.fakelib.args import E_INVALID, E_NS, E_VERSION, OK, NvmlCalls, _int, _out
+from gpuagent.sim.fakelib.calls import device_call
+
+
+class PowerThermalCalls(NvmlCalls):
+    @device_call
+    def nvmlDeviceGetPowerUsage(self, dev, out=None):
+        return self._put(out, int(dev.state().power_w * 1000))
+
+    @device_call
+    def nvmlDeviceGetTotalEnergyConsumption(self, dev, out=None):
+        return self._put(out, int(dev.state().energy_j * 1000))
+
+    @device_call
+    def nvmlDeviceGetPowerManagementMode(self, dev, out=None):
+        return self._put(out, 1)
+
+    @device_call
+    def nvmlDeviceGetPowerManagementLimit(self, dev, out=None):
+        return self._put(out, int(dev.power["limit"] * 1000))
+
+    @device_call
+    def nvmlDeviceGetEnforcedPowerLimit(self, dev, out=None):
+        return self._put(out, int(dev.power["limit"] * 1000))
+
+    @device_call
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, dev, out=None):
+        return self._put(out, int(dev.power["default"] * 1000))
+
+    @device_call
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, dev, lo=None, hi=None):
+        if self._put(lo, int(dev.power["min"] * 1000)) != OK:
+            return E_INVALID
+        return self._put(hi, int(dev.power["max"] * 1000))
+
+    @device_call
+    def nvmlDeviceGetTemperature(self, dev, sensor=None, out=None):
+        if _int(sensor) != pynvml.NVML_TEMPERATURE_GPU:
+            return E_INVALID
+        return self._put(out, int(round(dev.state().temp_c)))
+
+    @device_call
+    def nvmlDeviceGetTemperatureV(self, dev, out=None):
+        o = _out(out)
+        if o is None:
+            return E_INVALID
+        if o.version != pynvml.nvmlTemperature_v1:
+            return E_VERSION
+        if o.sensorType != pynvml.NVML_TEMPERATURE_GPU:
+            return E_INVALID
+        o.temperature = int(round(dev.state().temp_c))
+        return OK
+
+    @device_call
+    def nvmlDeviceGetTemperatureThreshold(self, dev, threshold=None, out=None):
+        temps = dev.profile.get("temperature_c") or {}
+        value = {
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: temps.get("shutdown"),
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: temps.get("slowdown"),
+            pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX: temps.get("gpu_max", temps.get("slowdown")),
+        }.get(_int(threshold))
+        if value is None:
+            return E_NS
+        return self._put(out, int(value))
+
+    @device_call
+    def nvmlDeviceGetFanSpeed(self, dev, out=None):
+        return self._put(out, dev.state().fan_pct or 0)
+
+    @device_call
+    def nvmlDeviceGetFanSpeed_v2(self, dev, fan=None, out=None):
+        if _int(fan) not in (0, 1):
+            return E_INVALID
+        return self._put(out, dev.state().fan_pct or 0)
+
+    @device_call
+    def nvmlDeviceGetNumFans(self, dev, out=None):
+        return self._put(out, 2)
