@@ -4,8 +4,8 @@ import configparser
 import re
 
 import pytest
-from conftest import REPO
 
+from conftest import REPO
 from gpuagent.plugin_host import DEFAULT_PLUGINS
 
 FOLDERS = sorted(p.name for p in (REPO / "plugins").iterdir() if (p / "__init__.py").is_file())
