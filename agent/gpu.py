@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -61,7 +60,6 @@ class Gpu:
         self.lost_reason = ""
         self._static: dict[str, Any] = {}
         self._missing_logged: set[str] = set()
-        self._lock = threading.Lock()
         # (function, args) the card refused: see gpuagent.nvml_read.poll.
         self.refused_calls: set[tuple[Any, tuple]] = set()
         self.uuid = as_str(pynvml.nvmlDeviceGetUUID(handle))
@@ -83,7 +81,7 @@ class Gpu:
         gpu = cls.__new__(cls)
         gpu.index, gpu.handle = index, None
         gpu.lost, gpu.lost_reason = True, reason
-        gpu._static, gpu._missing_logged, gpu._lock = {}, set(), threading.Lock()
+        gpu._static, gpu._missing_logged = {}, set()
         gpu.refused_calls = set()
         gpu.uuid = gpu.name = gpu.pci_bus_id = gpu.arch = "unknown"
         gpu.tags = {"gpu": str(index), "uuid": "unknown", "model": "unknown", "pci_bus_id": "unknown", "arch": "unknown"}
@@ -118,23 +116,21 @@ class Gpu:
 
     def static(self, key: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``query`` once and cache: for facts that never change (limits, bus width, L2 size)."""
-        # Lock-free hit (a dict read is atomic): this runs several times per GPU per cycle.
         value = self._static.get(key, _UNSET)
-        if value is not _UNSET:
-            return value
-        value = self.query(fn, *args)
-        with self._lock:
-            self._static[key] = value
+        if value is _UNSET:
+            value = self._static[key] = self.query(fn, *args)
         return value
 
     def remember(self, key: str, compute: Callable[[], Any]) -> Any:
-        """Cache any derived static value under ``key``."""
+        """Cache any derived static value under ``key``.
+
+        No lock: dict reads and writes are atomic, and two collectors racing on
+        a first read both compute the same fact; this runs several times per GPU
+        per cycle.
+        """
         value = self._static.get(key, _UNSET)
-        if value is not _UNSET:
-            return value
-        value = compute()
-        with self._lock:
-            self._static[key] = value
+        if value is _UNSET:
+            value = self._static[key] = compute()
         return value
 
     def mark_lost(self, reason: str) -> None:

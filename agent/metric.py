@@ -61,22 +61,16 @@ def _float(value: float) -> str:
     return repr(value)
 
 
-_FORMAT = {
-    bool: lambda v: "true" if v else "false",
-    int: lambda v: f"{v}i",
-    float: _float,
-    str: lambda v: '"' + v.translate(_STRING) + '"',
-}
-
-
 def format_field(value: FieldValue) -> str:
-    fmt = _FORMAT.get(type(value))
-    if fmt is not None:
-        return fmt(value)
-    # Subclasses (IntEnum, str enums): bool before int, since bool is an int.
-    for kind in (bool, int, float, str):
-        if isinstance(value, kind):
-            return _FORMAT[kind](value)
+    """A field value as line protocol; ``serialize`` inlines the exact-type cases."""
+    if isinstance(value, bool):  # before int: bool is an int
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value}i"
+    if isinstance(value, float):
+        return _float(value)
+    if isinstance(value, str):
+        return '"' + value.translate(_STRING) + '"'
     raise TypeError(f"unsupported field type {type(value).__name__}")
 
 

@@ -17,22 +17,13 @@ from typing import Any
 
 from gpuagent.compare.query import InfluxQL
 from gpuagent.errors import AgentError
+from gpuagent.plugins.clocks import REASONS as CLOCK_REASONS
 
 GPU_TAGS = ("host", "uuid", "model", "gpu")
 GROUP_TAGS = {"model": ("model",), "host": ("host",), "gpu": ("host", "uuid")}
 
-# The clock-event reason booleans of gpu_clocks (plugins/clocks/README.md), in NVML bit order.
-REASONS = (
-    "idle",
-    "applications_setting",
-    "sw_power_cap",
-    "hw_slowdown",
-    "sync_boost",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-    "display_clock_setting",
-)
+# The clock-event reason booleans of gpu_clocks, in NVML bit order: the collector's own names.
+REASONS = tuple(CLOCK_REASONS.values())
 # The ones that hold clocks below what the work asks for (the chart shows these).
 THROTTLE_REASONS = (
     "sw_power_cap",

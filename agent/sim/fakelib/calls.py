@@ -34,12 +34,9 @@ def device_call(fn):
             return E_INVALID
         gpu = dev.gpu if dev.is_mig else dev
         gpu.call_counts[slot] += 1
-        if gpu.lost_at is not None and m.now() >= gpu.lost_at:
-            return E_LOST
-        if m.forced:
-            code = m.forced.get((name, gpu.index), m.forced.get((name, None)))
-            if code is not None:
-                return code
+        code = _lost_or_forced(m, gpu, name)
+        if code is not None:
+            return code
         if dev.is_mig and name not in MIG_HANDLE_CALLS:
             return E_NS
         code = gpu.fixed.get(name) if not dev.is_mig else dev.fixed.get(name)
@@ -73,14 +70,18 @@ def system_call(needs_init: bool = True):
     return decorate
 
 
-def _gpu_guard(m: SimMachine, gpu: SimDevice, name: str) -> int | None:
+def _lost_or_forced(m: SimMachine, gpu: SimDevice, name: str) -> int | None:
+    """GPU_IS_LOST once the GPU is lost, else a code forced for this call, else None."""
     if gpu.lost_at is not None and m.now() >= gpu.lost_at:
         return E_LOST
     if m.forced:
-        code = m.forced.get((name, gpu.index), m.forced.get((name, None)))
-        if code is not None:
-            return code
-    return gpu.fixed.get(name)
+        return m.forced.get((name, gpu.index), m.forced.get((name, None)))
+    return None
+
+
+def _gpu_guard(m: SimMachine, gpu: SimDevice, name: str) -> int | None:
+    code = _lost_or_forced(m, gpu, name)
+    return code if code is not None else gpu.fixed.get(name)
 
 
 def owned_call(resolver: str):
