@@ -48,10 +48,12 @@ class Hanging(gpuagent.Collector):
     def __init__(self, config, context):
         super().__init__(config, context)
         self.release = threading.Event()
+        self.finished = threading.Event()
 
     def collect(self, acc):
         acc.add_fields("hanging", {"value": 1})
-        self.release.wait(10)
+        self.release.wait(60)
+        self.finished.set()
 
 
 def make(interval=0.1, timeout=0.3, agent_interval=0.2):
@@ -74,11 +76,11 @@ def stats(sched, name):
 
 def test_run_once_isolates_raising_and_hanging():
     sched, sink, hanging = make(timeout=0.3)
-    t0 = time.monotonic()
     points = sched.run_once()
-    elapsed = time.monotonic() - t0
+    # No clock: run_once came back while the hung collector was still hung.
+    still_hung = not hanging.finished.is_set()
     hanging.release.set()
-    assert elapsed < 3, "run_once waited for the hung collector past its timeout"
+    assert still_hung, "run_once waited for the hung collector to finish"
     assert len(sink.of("healthy")) == 1
     assert sink.of("healthy")[0].tags == {"host": "test-host"}
     # A run that raised is counted as an error; what it gathered before raising is kept.
@@ -94,24 +96,29 @@ def test_run_once_isolates_raising_and_hanging():
 
 
 def test_run_forever_keeps_healthy_collector_on_schedule():
+    # Judged by order, not by the host's speed: ten healthy runs happen while the hung
+    # collector's one run is still hung. The deadline only turns a hang into a failure.
     sched, sink, hanging = make(interval=0.1, timeout=0.25, agent_interval=0.2)
     stop = threading.Event()
     thread = threading.Thread(target=sched.run_forever, args=(stop,))
     thread.start()
-    time.sleep(1.55)
+    deadline = time.monotonic() + 60
+    while stats(sched, "healthy").runs_total < 10 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    still_hung = not hanging.finished.is_set()
     stop.set()
-    thread.join(5)
+    thread.join(30)
     hanging.release.set()
     assert not thread.is_alive()
+    assert still_hung, "the healthy collector waited for the hung one"
     healthy_runs = stats(sched, "healthy").runs_total
-    # 1.55 s at 0.1 s: about 15 runs; a scheduler held back by the others would manage ~2.
     assert healthy_runs >= 10, healthy_runs
     assert len(sink.of("healthy")) == healthy_runs
     raising = stats(sched, "raising")
-    assert raising.errors_total == raising.runs_total >= 10
+    assert raising.errors_total == raising.runs_total >= 5
     hang = stats(sched, "hanging")
     assert hang.timeouts_total == 1  # one run, hung the whole time
-    assert hang.skipped_total >= 10  # later runs skipped, not piled up
+    assert hang.skipped_total >= 5  # later runs skipped, not piled up
     own = sink.of("gpuagent", collector="hanging")
     assert own and own[-1].fields["timeouts_total"] == 1 and own[-1].fields["skipped_total"] >= 1
 
@@ -120,7 +127,7 @@ def test_late_result_is_discarded_and_counted():
     sched, sink, hanging = make(timeout=0.2)
     sched.run_once()
     hanging.release.set()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # a hang detector, not a timing goal
     runner = next(r for r in sched.runners if r.name == "hanging")
     while runner.stats.late_points_discarded_total == 0 and time.monotonic() < deadline:
         try:
@@ -138,7 +145,7 @@ def test_first_collection_callback_fires_once_all_ran():
     stop = threading.Event()
     thread = threading.Thread(target=sched.run_forever, args=(stop,))
     thread.start()
-    assert sched.first_collection_done.wait(3)
+    assert sched.first_collection_done.wait(30)
     stop.set()
     thread.join(5)
     hanging.release.set()

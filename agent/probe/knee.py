@@ -150,3 +150,13 @@ def find_knees(
 def last_level_knee(knees: Sequence[Knee]) -> Knee | None:
     """The knee into main memory: the last one (largest working set)."""
     return knees[-1] if knees else None
+
+
+def largest_drop(knees: Sequence[Knee]) -> Knee | None:
+    """The knee with the largest bandwidth ratio: the summary knee.
+
+    On a GPU that is the fall from L2 into DRAM; on a shared VM whose L2 step
+    is flat and whose L3 share is small, it is still the curve's real drop,
+    where "the last knee" could be a small wobble past it.
+    """
+    return max(knees, key=lambda k: k.ratio) if knees else None

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from gpuagent.accumulator import Accumulator
 from gpuagent.metric import Point
-from gpuagent.probe.knee import Knee, find_knees, last_level_knee
+from gpuagent.probe.knee import Knee, find_knees, largest_drop
 from gpuagent.probe.sweep import Backend, SweepResult, run_sweep
 
 MEASUREMENT = "gpu_l2_probe"
@@ -30,8 +30,8 @@ class ProbeResult:
 
     @property
     def knee(self) -> Knee | None:
-        """The knee into main memory (for a GPU: where L2 stops helping)."""
-        return last_level_knee(self.knees)
+        """The summary knee: the largest drop (for a GPU: where L2 stops helping)."""
+        return largest_drop(self.knees)
 
     def as_json(self) -> dict:
         knee = self.knee
@@ -69,7 +69,8 @@ class ProbeResult:
         }
 
     def to_points(self, default_tags: Mapping[str, str] | None = None) -> list[Point]:
-        """The gpu_l2_probe points (docs/probe.md): a summary at t0, curve point i at t0 + (i+1) ms."""
+        """The gpu_l2_probe points (docs/probe.md): a summary and one point per knee at t0, curve
+        point i at t0 + (i+1) ms."""
         if not self.gpu_tags:
             raise ValueError("a CPU probe has no GPU identity; it is not written as gpu_l2_probe")
         acc = Accumulator(default_tags)
@@ -92,6 +93,21 @@ class ProbeResult:
             tags=self.gpu_tags,
             time_ns=t0,
         )
+        # Every knee the curve has (a CPU's L2 and L3; an H100's near L2 partition, its far one,
+        # DRAM), each its own series (tag ``knee``, 0 = smallest working set) at t0.
+        for i, k in enumerate(self.knees):
+            acc.add_fields(
+                MEASUREMENT,
+                {
+                    "knee_bytes": k.bytes,
+                    "knee_bw_below_gbps": k.bw_below_gbps,
+                    "knee_bw_above_gbps": k.bw_above_gbps,
+                    "knee_ratio": k.ratio,
+                    "knee_largest": k is knee,
+                },
+                tags={**self.gpu_tags, "knee": str(i)},
+                time_ns=t0,
+            )
         for i, (size, bw) in enumerate(
             zip(self.sweep.sizes, self.sweep.bandwidth_gbps, strict=True)
         ):

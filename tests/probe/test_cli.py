@@ -150,9 +150,12 @@ def test_simulated_send_through_file_sink(invoke, tmp_path):
         "100",
     )
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["points_sent"] == 25
+    doc = json.loads(res.stdout)
+    expected = 1 + len(doc["knees"]) + len(doc["sizes"])  # summary, one per knee, the curve
+    assert doc["points_sent"] == expected
     lines = out.read_text().splitlines()
-    assert len(lines) == 25 and all(line.startswith("gpu_l2_probe,") for line in lines)
+    assert len(lines) == expected and all(line.startswith("gpu_l2_probe,") for line in lines)
+    assert sum(",knee=" in line for line in lines) == len(doc["knees"]) >= 1
     assert all("host=probe-host" in line for line in lines)
     assert "l2_effective_bytes=" in lines[0]
 

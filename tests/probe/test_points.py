@@ -27,8 +27,11 @@ def result():
 
 def test_one_summary_and_one_point_per_size(result):
     points = result.to_points({"host": "node7"})
-    assert [p.measurement for p in points] == [MEASUREMENT] * 25
-    summary, curve = points[0], points[1:]
+    n_knees = len(result.knees)
+    assert n_knees >= 1
+    assert [p.measurement for p in points] == [MEASUREMENT] * (25 + n_knees)
+    summary, knees, curve = points[0], points[1 : 1 + n_knees], points[1 + n_knees :]
+    assert all(p.tags["knee"] for p in knees) and all("knee" not in p.tags for p in curve)
     assert summary.fields["l2_effective_bytes"] == result.knee.bytes
     assert summary.fields["l2_bw_gbps"] == result.knee.bw_below_gbps
     assert summary.fields["dram_bw_gbps"] == result.knee.bw_above_gbps
@@ -39,14 +42,29 @@ def test_one_summary_and_one_point_per_size(result):
     assert [p.fields["working_set_bytes"] for p in curve] == result.sweep.sizes
     assert [p.fields["bandwidth_gbps"] for p in curve] == result.sweep.bandwidth_gbps
     assert [p.fields["step"] for p in curve] == list(range(24))
-    for p in points:
+    for p in (summary, *curve):
         assert p.tags == {**TAGS, "host": "node7"}
+
+
+def test_every_knee_is_its_own_point_with_both_plateaus(result):
+    points = [p for p in result.to_points() if "knee" in p.tags]
+    assert [p.tags["knee"] for p in points] == [str(i) for i in range(len(result.knees))]
+    for p, k in zip(points, result.knees, strict=True):
+        assert p.fields["knee_bytes"] == k.bytes
+        assert p.fields["knee_bw_below_gbps"] == k.bw_below_gbps
+        assert p.fields["knee_bw_above_gbps"] == k.bw_above_gbps
+        assert p.fields["knee_ratio"] == k.ratio
+        assert p.fields["knee_largest"] is (k is result.knee)
+        assert p.time_ns == points[0].time_ns
+    # The summary knee is the largest drop, and exactly one knee point says so.
+    assert result.knee.ratio == max(k.ratio for k in result.knees)
+    assert sum(p.fields["knee_largest"] for p in points) == 1
 
 
 def test_timestamps_are_distinct_whole_milliseconds(result):
     # One series per GPU: points with equal timestamps would overwrite each other in InfluxDB,
     # and VictoriaMetrics keeps milliseconds only.
-    times = [p.time_ns for p in result.to_points()]
+    times = [p.time_ns for p in result.to_points() if "knee" not in p.tags]
     assert len({t // 1_000_000 for t in times}) == 25
     assert times == sorted(times) and times[0] % STEP_NS == 0
     assert times[1] - times[0] == STEP_NS and times[0] <= result.started_ns
@@ -55,10 +73,10 @@ def test_timestamps_are_distinct_whole_milliseconds(result):
 def test_line_protocol(result):
     text = to_lines(result.to_points({"host": "node7"}))
     lines = text.splitlines()
-    assert len(lines) == 25
+    assert len(lines) == 25 + len(result.knees)
     assert lines[0].startswith("gpu_l2_probe,arch=Hopper,gpu=1,host=node7,model=NVIDIA\\ H200,")
     assert f"l2_effective_bytes={result.knee.bytes}i" in lines[0]
-    assert f"working_set_bytes={result.sweep.sizes[0]}i,bandwidth_gbps=" in lines[1]
+    assert f"working_set_bytes={result.sweep.sizes[0]}i,bandwidth_gbps=" in lines[1 + len(result.knees)]
 
 
 def test_cpu_result_is_not_a_gpu_point():
@@ -77,9 +95,9 @@ def test_send_writes_through_the_configured_sinks(result, tmp_path, monkeypatch)
     cfg.write_text(
         f'[agent]\nhostname = "node9"\ntags = {{ rack = "r1" }}\n\n[sinks.file]\npath = "{out}"\n'
     )
-    assert send_points(result, str(cfg), None, None, as_json=True) == 25
+    assert send_points(result, str(cfg), None, None, as_json=True) == 25 + len(result.knees)
     lines = out.read_text().splitlines()
-    assert len(lines) == 25
+    assert len(lines) == 25 + len(result.knees)
     assert all(
         line.startswith("gpu_l2_probe,arch=Hopper,gpu=1,host=node9,") and ",rack=r1," in line
         for line in lines
