@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 from dataclasses import dataclass
 
@@ -26,27 +25,12 @@ from gpuagent.probe.backends import (
 )
 from gpuagent.probe.result import ProbeResult, run_probe
 from gpuagent.probe.sweep import MIB, working_set_sizes
+from gpuagent.units import human_bytes, parse_bytes
 
 log = logging.getLogger("gpuagent.probe")
 
 DEFAULT_MAX_UTIL = 10.0
 DEFAULT_STEPS = 24
-
-_UNITS = {
-    "": 1, "b": 1,
-    "k": 1 << 10, "kib": 1 << 10, "kb": 1000,
-    "m": 1 << 20, "mib": 1 << 20, "mb": 1000**2,
-    "g": 1 << 30, "gib": 1 << 30, "gb": 1000**3,
-}  # fmt: skip
-
-
-def parse_bytes(text: str) -> int:
-    """'4096', '64KiB', '96MB' (decimal), '1M' / '1MiB' (binary) -> bytes."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {text!r} (e.g. 1MiB, 96MB, 240M)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-
 
 class ByteSize(click.ParamType):
     name = "SIZE"
@@ -58,13 +42,6 @@ class ByteSize(click.ParamType):
             return parse_bytes(value)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
-
-
-def human_bytes(n: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
 
 
 @dataclass
