@@ -43,21 +43,55 @@ def cli() -> None:
     """Telemetry agent for NVIDIA GPU fleets: NVML readings, tagged with each GPU's identity, to InfluxDB."""
 
 
-def build_cli() -> click.Group:
+# Plugin name -> the commands its gpuagent_register_commands hook added, as recorded when
+# build_cli registered them (gpuagent plugins lists these; no second way of working them out).
+REGISTERED_COMMANDS: dict[str, list[str]] = {}
+
+
+def disabled_plugins(argv: list[str]) -> list[str]:
+    """`[plugins] disabled` of the config this command line will use, read before any plugin
+    is imported (a disabled plugin must never be imported). A config that cannot be read
+    here disables nothing: the command itself reports the problem in one line."""
+    import tomllib
+
+    from gpuagent.config import resolve_path
+
+    path = None
+    for i, arg in enumerate(argv):
+        if arg in ("-c", "--config") and i + 1 < len(argv):
+            path = argv[i + 1]
+        elif arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+    try:
+        chosen = resolve_path(path)
+        if chosen is None:
+            return []
+        with open(chosen, "rb") as fh:
+            disabled = tomllib.load(fh).get("plugins", {}).get("disabled", [])
+    except (OSError, ValueError):
+        return []
+    return [str(n) for n in disabled] if isinstance(disabled, list) else []
+
+
+def build_cli(argv: list[str] | None = None) -> click.Group:
     """The CLI with the commands plugins add (gpuagent_register_commands)."""
     from gpuagent.plugin_host import PluginHost
 
+    args = list(sys.argv[1:] if argv is None else argv)
     # Load errors are reported by `gpuagent plugins` and by run; not on every command.
     logging.getLogger("gpuagent.plugins").setLevel(logging.CRITICAL)
     try:
-        PluginHost().load().register_commands(cli)
+        host = PluginHost(disabled=disabled_plugins(args)).load()
+        host.register_commands(cli)
     finally:
         logging.getLogger("gpuagent.plugins").setLevel(logging.NOTSET)
+    REGISTERED_COMMANDS.clear()
+    REGISTERED_COMMANDS.update({name: list(info.commands) for name, info in host.plugins.items()})
     return cli
 
 
 def main(argv: list[str] | None = None) -> None:
-    build_cli()
+    build_cli(argv)
     try:
         cli.main(args=argv, prog_name="gpuagent")
     except BrokenPipeError:

@@ -19,11 +19,11 @@ def plugins(as_json, sample, config_path, plugins_dir):
 
     config = read_config(config_path)
     host = load_plugins(config, Options(config_path=config_path, plugins_dir=plugins_dir))
-    from gpuagent.cli import cli
+    from gpuagent.cli import REGISTERED_COMMANDS
 
-    for impl in host.pm.hook.gpuagent_register_commands.get_hookimpls():
-        info = host.plugins[impl.plugin_name]
-        info.commands = sorted(n for n, c in cli.commands.items() if c.callback and c.callback.__module__.startswith(impl.plugin.__name__))
+    # What each plugin's hook registered when the CLI was built (recorded by the registration).
+    for info in host.plugins.values():
+        info.commands = REGISTERED_COMMANDS.get(info.name, [])
     if sample:
         owner = host.plugins.get(sample) or host.owner_of("collectors", sample) or host.owner_of("sinks", sample)
         if owner is None:
