@@ -53,7 +53,7 @@ def open_nvml(simulate: str | None = None, seed: int = 0) -> NvmlSession:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
         if simulate:
-            raise
+            raise NvmlUnavailable(f"the simulated NVML refused nvmlInit: {exc}") from None
         raise NvmlUnavailable(f"no NVIDIA driver found (NVML: {exc}); {NO_DRIVER_HINT}") from None
     except OSError as exc:  # a broken libnvidia-ml that ctypes cannot load
         raise NvmlUnavailable(f"no NVIDIA driver found ({exc}); {NO_DRIVER_HINT}") from None
@@ -63,16 +63,19 @@ def open_nvml(simulate: str | None = None, seed: int = 0) -> NvmlSession:
         gpus=gpus, simulated=bool(simulate), machine=machine, spec=simulate,
         unavailable=unavailable, errors=errors,
     )
-    session.driver_version = _optional(lambda: as_str(pynvml.nvmlSystemGetDriverVersion()))
-    session.nvml_version = _optional(lambda: as_str(pynvml.nvmlSystemGetNVMLVersion()))
-    session.cuda_driver_version = _optional(pynvml.nvmlSystemGetCudaDriverVersion_v2)
+    session.driver_version = _optional(errors, pynvml.nvmlSystemGetDriverVersion, as_str)
+    session.nvml_version = _optional(errors, pynvml.nvmlSystemGetNVMLVersion, as_str)
+    session.cuda_driver_version = _optional(errors, pynvml.nvmlSystemGetCudaDriverVersion_v2)
     return session
 
 
-def _optional(fn):
+def _optional(errors: NvmlErrors, fn, convert=lambda v: v):
+    """A system fact, or None when NVML refuses it (counted like every refusal; never fatal)."""
     try:
-        return fn()
-    except pynvml.NVMLError:
+        return convert(fn())
+    except pynvml.NVMLError as exc:
+        errors.add(fn.__name__, exc.value, None)
+        log.info("%s answered %s; shown as n/a", fn.__name__, error_name(exc.value))
         return None
 
 
