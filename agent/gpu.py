@@ -151,6 +151,14 @@ def as_str(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _args_key(args: tuple) -> tuple:
+    """The arguments of a call as part of a refusal's key (plain ints, the common case, as they are)."""
+    for value in args:
+        if type(value) is not int:
+            return tuple(_arg_key(v) for v in args)
+    return args
+
+
 def _arg_key(value: Any) -> Any:
     """An argument as part of a refusal's key: by value, a handle by its address."""
     if value is None or isinstance(value, int | float | str | bytes | bool):
@@ -226,7 +234,7 @@ class Gpu:
     def refused(self, fn: Callable[..., Any] | str, *args: Any) -> bool:
         """Whether this GPU refused ``fn`` with these arguments for good (it is not asked again)."""
         name = fn if isinstance(fn, str) else call_name(fn)
-        return (name, _arg_key(args)) in self._refused
+        return (name, _args_key(args)) in self._refused
 
     def _call(self, fn: Callable[..., Any], args: tuple, quiet: frozenset[int]) -> Any:
         if self.lost:
@@ -234,8 +242,7 @@ class Gpu:
         name = call_name(fn)
         refused = self._refused
         if refused:
-            key = (name, _arg_key(args))
-            if key in refused:
+            if (name, _args_key(args)) in refused:
                 return None
         try:
             return fn(self.handle, *args)
@@ -247,7 +254,7 @@ class Gpu:
             if code in quiet:
                 return None
             if code in PERMANENT_CODES and len(refused) < MAX_REFUSED:
-                refused[(name, _arg_key(args))] = code
+                refused[(name, _args_key(args))] = code
             self.note_error(name, code)
             return None
 
