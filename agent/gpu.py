@@ -7,8 +7,9 @@ Every NVML read of the agent, built-in or third-party, goes through ``Gpu.query`
 - GPU_IS_LOST: the GPU is marked lost and ``GpuLost`` is raised (the lost-GPU path).
 - A permanent refusal (NOT_SUPPORTED, DEPRECATED, FUNCTION_NOT_FOUND,
   NO_PERMISSION, ARGUMENT_VERSION_MISMATCH): None, and that call (with those
-  arguments) is not asked again on this GPU: support, permissions and the
-  driver's symbols do not change while the driver is loaded.
+  arguments) is not asked again on this GPU by the collector that met it:
+  support, permissions and the driver's symbols do not change while the
+  driver is loaded.
 - NOT_FOUND: None (an answer: "no such thing now", e.g. an empty MIG slot); asked
   again next time, not counted.
 - Anything else (TIMEOUT, UNKNOWN, NO_DATA, INSUFFICIENT_RESOURCES,
@@ -182,8 +183,8 @@ class Gpu:
         self.lost_reason = ""
         self.errors = errors if errors is not None else NvmlErrors()
         self._static: dict[str, Any] = {}
-        # (call, args) -> code of the calls this GPU refused for good; (call, code) already logged.
-        self._refused: dict[tuple[str, tuple], int] = {}
+        # (collector, call, args) -> code of the calls this GPU refused for good; (call, code) logged.
+        self._refused: dict[tuple[str | None, str, tuple], int] = {}
         self._logged: set[tuple[str, int]] = set()
         self.transient_errors = 0  # transient refusals so far: ``remember`` does not cache across one
         # Identity: these raise (the caller reports the GPU as unavailable), unlike every later read.
@@ -234,16 +235,17 @@ class Gpu:
     def refused(self, fn: Callable[..., Any] | str, *args: Any) -> bool:
         """Whether this GPU refused ``fn`` with these arguments for good (it is not asked again)."""
         name = fn if isinstance(fn, str) else call_name(fn)
-        return (name, _args_key(args)) in self._refused
+        return (current_collector.get(), name, _args_key(args)) in self._refused
 
     def _call(self, fn: Callable[..., Any], args: tuple, quiet: frozenset[int]) -> Any:
         if self.lost:
             raise GpuLost(self)
         name = call_name(fn)
         refused = self._refused
-        if refused:
-            if (name, _args_key(args)) in refused:
-                return None
+        # Per collector: each one that asks meets the refusal once (so it is counted under every
+        # collector that reads it, whichever thread asks first), then never asks again.
+        if refused and (current_collector.get(), name, _args_key(args)) in refused:
+            return None
         try:
             return fn(self.handle, *args)
         except pynvml.NVMLError as exc:
@@ -254,7 +256,7 @@ class Gpu:
             if code in quiet:
                 return None
             if code in PERMANENT_CODES and len(refused) < MAX_REFUSED:
-                refused[(name, _args_key(args))] = code
+                refused[(current_collector.get(), name, _args_key(args))] = code
             self.note_error(name, code)
             return None
 
