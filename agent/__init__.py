@@ -12,6 +12,7 @@ from gpuagent.durations import Duration
 from gpuagent.gpu import Gpu, GpuLost
 from gpuagent.hookspecs import hookimpl
 from gpuagent.metric import Point
+from gpuagent.nvml_read import Field, FieldReader, valid
 from gpuagent.sink import Sink, SinkConfig
 
 __all__ = [
@@ -19,6 +20,8 @@ __all__ = [
     "Collector",
     "CollectorConfig",
     "Duration",
+    "Field",
+    "FieldReader",
     "Gpu",
     "GpuLost",
     "Point",
@@ -26,4 +29,5 @@ __all__ = [
     "SinkConfig",
     "__version__",
     "hookimpl",
+    "valid",
 ]

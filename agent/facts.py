@@ -79,13 +79,16 @@ def gather(
     all_gpus = list(session.gpus)
     chosen = list(selected) if selected is not None else all_gpus
     gpus = [gpu_facts(gpu, l2_probes or {}) for gpu in chosen]
+    # GPUs NVML lists but that could not be opened: shown with the reason (not with --gpu).
+    unavailable = list(getattr(session, "unavailable", None) or ()) if selected is None else []
+    gpus = sorted(gpus + [unavailable_facts(g) for g in unavailable], key=lambda g: g["index"])
     return {
         "schema": SCHEMA_VERSION,
         "host": {
             "hostname": hostname or socket.gethostname(),
             "simulated": bool(session.simulated),
             "simulate_spec": session.spec if session.simulated else None,
-            "gpu_count": len(all_gpus),
+            "gpu_count": len(all_gpus) + len(getattr(session, "unavailable", None) or ()),
         },
         "driver": driver_facts(session),
         "gpus": gpus,
@@ -129,14 +132,8 @@ def plugin_facts(host: Any) -> list[dict[str, Any]]:
 
 
 def _read(gpu: Gpu, fn: Callable[..., Any], *args: Any) -> Any:
-    """``gpu.query`` for a one-off view: any NVML error other than a lost GPU is "n/a", not a crash."""
-    try:
-        return gpu.query(fn, *args)
-    except GpuLost:
-        raise
-    except pynvml.NVMLError as exc:
-        log.warning("GPU %d: %s failed: %s; shown as n/a", gpu.index, getattr(fn, "__name__", fn), exc)
-        return None
+    """``gpu.query``: a refused reading is "n/a" (None); the policy is gpuagent.gpu's."""
+    return gpu.query(fn, *args)
 
 
 def identity(gpu: Gpu) -> dict[str, Any]:
@@ -148,6 +145,22 @@ def identity(gpu: Gpu) -> dict[str, Any]:
         "pci_bus_id": gpu.pci_bus_id,
         "lost": gpu.lost,
         "lost_reason": gpu.lost_reason or None,
+        "available": True,
+    }
+
+
+def unavailable_facts(gpu: Any) -> dict[str, Any]:
+    """A GPU NVML lists but that could not be opened (gpuagent.gpu.UnavailableGpu): what is known, and why."""
+    return {
+        "index": gpu.index,
+        "name": gpu.name,
+        "arch": "unknown",
+        "uuid": gpu.uuid,
+        "pci_bus_id": gpu.pci_bus_id,
+        "lost": False,
+        "lost_reason": None,
+        "available": False,
+        "unavailable_reason": gpu.reason,
     }
 
 
@@ -176,14 +189,8 @@ def gpu_facts(gpu: Gpu, l2_probes: dict[str, dict[str, Any]] | None = None) -> d
 
 def memory_facts(gpu: Gpu) -> dict[str, Any]:
     info = _read(gpu, pynvml.nvmlDeviceGetMemoryInfo)
-    try:
-        # Bus width, peak DRAM bandwidth and L2 size exactly as the memory collector reports them.
-        static = memory_static_fields(gpu, use_cuda=True)
-    except GpuLost:
-        raise
-    except pynvml.NVMLError as exc:
-        log.warning("GPU %d: memory facts failed: %s; shown as n/a", gpu.index, exc)
-        static = {}
+    # Bus width, peak DRAM bandwidth and L2 size exactly as the memory collector reports them.
+    static = memory_static_fields(gpu, use_cuda=True)
     return {
         "total_bytes": int(info.total) if info is not None else None,
         "used_bytes": int(info.used) if info is not None else None,
@@ -202,10 +209,7 @@ def clock_facts(gpu: Gpu) -> dict[str, Any]:
         return valid(_read(gpu, pynvml.nvmlDeviceGetClockInfo, clock_type), zero=False)
 
     def maximum(clock_type: int) -> int | None:
-        try:
-            return max_clock_mhz(gpu, clock_type)
-        except pynvml.NVMLError:
-            return None
+        return max_clock_mhz(gpu, clock_type)
 
     return {
         "sm_clock_mhz": current(pynvml.NVML_CLOCK_SM),
@@ -240,13 +244,8 @@ def pstate(gpu: Gpu) -> int | None:
 
 def throttle_reasons(gpu: Gpu) -> list[str] | None:
     """Active clock-event reasons as the clocks collector names them; None when the card reports none."""
-    try:
-        supported = supported_reasons(gpu)
-        current = current_reasons(gpu) if supported is not None else None
-    except GpuLost:
-        raise
-    except pynvml.NVMLError:
-        return None
+    supported = supported_reasons(gpu)
+    current = current_reasons(gpu) if supported is not None else None
     if current is None:
         return None
     return [name for bit, name in REASONS.items() if supported & bit and current & bit]

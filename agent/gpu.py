@@ -1,9 +1,34 @@
-"""One GPU as collectors see it: identity tags, cached static facts, guarded NVML calls."""
+"""One GPU as collectors see it: identity tags, cached static facts, and the NVML error policy.
+
+Every NVML read of the agent, built-in or third-party, goes through ``Gpu.query``
+(``static``, ``nvml_read.poll``/``poll_first``/``FieldReader``, the facts of
+`inspect` and the MIG/vGPU adapters all call it). One policy, by return code:
+
+- GPU_IS_LOST: the GPU is marked lost and ``GpuLost`` is raised (the lost-GPU path).
+- A permanent refusal (NOT_SUPPORTED, DEPRECATED, FUNCTION_NOT_FOUND,
+  NO_PERMISSION, ARGUMENT_VERSION_MISMATCH): None, and that call (with those
+  arguments) is not asked again on this GPU by the collector that met it:
+  support, permissions and the driver's symbols do not change while the
+  driver is loaded.
+- NOT_FOUND: None (an answer: "no such thing now", e.g. an empty MIG slot); asked
+  again next time, not counted.
+- Anything else (TIMEOUT, UNKNOWN, NO_DATA, INSUFFICIENT_RESOURCES,
+  INVALID_ARGUMENT, a code nobody planned for): None this time, asked again
+  next time.
+
+Every refusal is counted in ``NvmlErrors`` (by collector, call and code; the
+scheduler writes them into the agent's ``gpuagent`` measurement) and logged
+once per (GPU, call, code). No NVML error ever propagates out of ``query``.
+"""
 
 from __future__ import annotations
 
+import contextvars
+import ctypes
 import logging
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
@@ -22,20 +47,97 @@ ARCH_NAMES = {
     pynvml.NVML_DEVICE_ARCH_BLACKWELL: "Blackwell",
 }
 
-# Return codes that mean "this card or driver does not offer the reading":
-# the reading becomes a missing field, never an error.
-MISSING_CODES = frozenset(
+# The card, the driver or the caller's privileges do not offer the call: it is not asked again.
+PERMANENT_CODES = frozenset(
     {
         pynvml.NVML_ERROR_NOT_SUPPORTED,
+        pynvml.NVML_ERROR_DEPRECATED,
         pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
         pynvml.NVML_ERROR_NO_PERMISSION,
-        pynvml.NVML_ERROR_NOT_FOUND,
         pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
     }
 )
+# An answer, not a refusal: the object asked for does not exist now (an empty MIG slot).
+ABSENT_CODES = frozenset({pynvml.NVML_ERROR_NOT_FOUND})
+# Codes that make a reading a missing field without anything being wrong (kept for older callers).
+MISSING_CODES = PERMANENT_CODES | ABSENT_CODES
+# Answers that end a probe (a link or profile index past the card's last): not refusals.
+PROBE_END_CODES = frozenset({pynvml.NVML_ERROR_INVALID_ARGUMENT, pynvml.NVML_ERROR_NOT_FOUND})
 
+# Refusals a GPU remembers at most: a call whose arguments change every cycle cannot grow it for ever.
+MAX_REFUSED = 4096
+
+# The collector whose run is calling NVML (set by the scheduler in each collector's thread).
+current_collector: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "gpuagent_collector", default=None
+)
+OUTSIDE_COLLECTORS = "agent"  # the collector tag of calls made outside any collector's run
 
 _UNSET = object()
+
+
+def error_name(code: int) -> str:
+    """NVML_ERROR_NO_PERMISSION -> "NO_PERMISSION"; an unknown code -> its number."""
+    return _ERROR_NAMES.get(code, str(code))
+
+
+_ERROR_NAMES = {
+    value: name.removeprefix("NVML_ERROR_")
+    for name, value in vars(pynvml).items()
+    if name.startswith("NVML_ERROR_") and isinstance(value, int)
+}
+
+
+def permanent(code: int) -> bool:
+    return code in PERMANENT_CODES
+
+
+def call_name(fn: Any) -> str:
+    return getattr(fn, "__name__", None) or repr(fn)
+
+
+@dataclass
+class ErrorCount:
+    count: int = 0
+    gpus: set[int] = field(default_factory=set)
+
+
+class NvmlErrors:
+    """Refusals counted by (collector, call, code); one per NVML session, shared by its GPUs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str, int], ErrorCount] = {}
+
+    def add(self, call: str, code: int, gpu_index: int | None) -> None:
+        key = (current_collector.get() or OUTSIDE_COLLECTORS, call, code)
+        with self._lock:
+            entry = self._counts.get(key)
+            if entry is None:
+                entry = self._counts[key] = ErrorCount()
+            entry.count += 1
+            if gpu_index is not None:
+                entry.gpus.add(gpu_index)
+
+    def snapshot(self) -> list[tuple[str, str, int, int, int]]:
+        """(collector, call, code, times answered, GPUs that answered it), sorted."""
+        with self._lock:
+            return sorted((*k, e.count, len(e.gpus)) for k, e in self._counts.items())
+
+    def points_fields(self) -> list[tuple[dict[str, str], dict[str, Any]]]:
+        """(tags, fields) of each count, as the scheduler writes them into `gpuagent`."""
+        return [
+            (
+                {"collector": collector, "nvml_call": call, "nvml_error": error_name(code)},
+                {
+                    "nvml_errors_total": count,
+                    "nvml_error_code": code,
+                    "nvml_error_gpus": gpus,
+                    "nvml_error_permanent": permanent(code),
+                },
+            )
+            for collector, call, code, count, gpus in self.snapshot()
+        ]
 
 
 class GpuLost(Exception):
@@ -50,18 +152,42 @@ def as_str(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _args_key(args: tuple) -> tuple:
+    """The arguments of a call as part of a refusal's key (plain ints, the common case, as they are)."""
+    for value in args:
+        if type(value) is not int:
+            return tuple(_arg_key(v) for v in args)
+    return args
+
+
+def _arg_key(value: Any) -> Any:
+    """An argument as part of a refusal's key: by value, a handle by its address."""
+    if value is None or isinstance(value, int | float | str | bytes | bool):
+        return value
+    if isinstance(value, list | tuple):
+        return tuple(_arg_key(v) for v in value)
+    if isinstance(value, ctypes._Pointer | ctypes.c_void_p):
+        return ("ptr", ctypes.cast(value, ctypes.c_void_p).value)
+    if isinstance(value, ctypes._SimpleCData):
+        return _arg_key(value.value)
+    return ("type", type(value).__name__)
+
+
 class Gpu:
     """A GPU on this machine (real or simulated; nothing here knows which)."""
 
-    def __init__(self, index: int, handle: Any):
+    def __init__(self, index: int, handle: Any, errors: NvmlErrors | None = None):
         self.index = index
         self.handle = handle
         self.lost = False
         self.lost_reason = ""
+        self.errors = errors if errors is not None else NvmlErrors()
         self._static: dict[str, Any] = {}
-        self._missing_logged: set[str] = set()
-        # (function, args) the card refused: see gpuagent.nvml_read.poll.
-        self.refused_calls: set[tuple[Any, tuple]] = set()
+        # (collector, call, args) -> code of the calls this GPU refused for good; (call, code) logged.
+        self._refused: dict[tuple[str | None, str, tuple], int] = {}
+        self._logged: set[tuple[str, int]] = set()
+        self.transient_errors = 0  # transient refusals so far: ``remember`` does not cache across one
+        # Identity: these raise (the caller reports the GPU as unavailable), unlike every later read.
         self.uuid = as_str(pynvml.nvmlDeviceGetUUID(handle))
         self.name = as_str(pynvml.nvmlDeviceGetName(handle))
         self.pci_bus_id = as_str(pynvml.nvmlDeviceGetPciInfo_v3(handle).busId)
@@ -76,13 +202,14 @@ class Gpu:
         }
 
     @classmethod
-    def _lost_at_start(cls, index: int, reason: str) -> Gpu:
+    def _lost_at_start(cls, index: int, reason: str, errors: NvmlErrors | None = None) -> Gpu:
         """A GPU that NVML lists but that is already lost: kept so it is reported, never read."""
         gpu = cls.__new__(cls)
         gpu.index, gpu.handle = index, None
         gpu.lost, gpu.lost_reason = True, reason
-        gpu._static, gpu._missing_logged = {}, set()
-        gpu.refused_calls = set()
+        gpu.errors = errors if errors is not None else NvmlErrors()
+        gpu._static, gpu._refused, gpu._logged = {}, {}, set()
+        gpu.transient_errors = 0
         gpu.uuid = gpu.name = gpu.pci_bus_id = gpu.arch = "unknown"
         gpu.tags = {"gpu": str(index), "uuid": "unknown", "model": "unknown", "pci_bus_id": "unknown", "arch": "unknown"}
         log.error("GPU %d is lost: %s; skipping it", index, reason)
@@ -91,46 +218,98 @@ class Gpu:
     def __repr__(self) -> str:
         return f"<Gpu {self.index} {self.name} {self.pci_bus_id}{' LOST' if self.lost else ''}>"
 
-    def query(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call ``fn(handle, *args)``; None where the card does not support it.
+    # -- the one way to call NVML ------------------------------------------------------------
 
-        A lost GPU raises GpuLost (and stays lost); any other NVML error
-        propagates and is counted as the collector's error.
+    def query(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(handle, *args)``, or None when NVML refuses it (see the module's policy).
+
+        Raises GpuLost (and marks the GPU lost) on GPU_IS_LOST; never raises an NVML error.
         """
+        return self._call(fn, args, quiet=frozenset())
+
+    def probe(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``query`` for loops that look for the end of a range (NVLink links, MIG profiles):
+        INVALID_ARGUMENT and NOT_FOUND are the answer "no such index", not refusals."""
+        return self._call(fn, args, quiet=PROBE_END_CODES)
+
+    def refused(self, fn: Callable[..., Any] | str, *args: Any) -> bool:
+        """Whether this GPU refused ``fn`` with these arguments for good (it is not asked again)."""
+        name = fn if isinstance(fn, str) else call_name(fn)
+        return (current_collector.get(), name, _args_key(args)) in self._refused
+
+    def _call(self, fn: Callable[..., Any], args: tuple, quiet: frozenset[int]) -> Any:
         if self.lost:
             raise GpuLost(self)
+        name = call_name(fn)
+        refused = self._refused
+        # Per collector: each one that asks meets the refusal once (so it is counted under every
+        # collector that reads it, whichever thread asks first), then never asks again.
+        if refused and (current_collector.get(), name, _args_key(args)) in refused:
+            return None
         try:
             return fn(self.handle, *args)
         except pynvml.NVMLError as exc:
             code = exc.value
-            if code in MISSING_CODES:
-                key = getattr(fn, "__name__", repr(fn))
-                if key not in self._missing_logged:
-                    self._missing_logged.add(key)
-                    log.debug("GPU %d: %s unavailable (%s); leaving it out", self.index, key, exc)
-                return None
             if code == pynvml.NVML_ERROR_GPU_IS_LOST:
-                self.mark_lost(str(exc))
-                raise GpuLost(self) from exc
-            raise
+                self.mark_lost(f"{name}: {exc}")
+                raise GpuLost(self) from None
+            if code in quiet:
+                return None
+            if code in PERMANENT_CODES and len(refused) < MAX_REFUSED:
+                refused[(current_collector.get(), name, _args_key(args))] = code
+            self.note_error(name, code)
+            return None
+
+    def note_error(self, call: str, code: int) -> None:
+        """Count and (once per call and code) log an NVML refusal; for readers that see codes
+        without an exception (an entry of a field-values batch)."""
+        if code in ABSENT_CODES:
+            return
+        self.errors.add(call, code, self.index)
+        if code not in PERMANENT_CODES:
+            self.transient_errors += 1
+        if (call, code) in self._logged:
+            return
+        self._logged.add((call, code))
+        text = f"{error_name(code)} ({code})"
+        if code == pynvml.NVML_ERROR_NOT_SUPPORTED:
+            log.debug("GPU %d: %s: %s; the reading is left out", self.index, call, text)
+        elif code in PERMANENT_CODES:
+            log.info("GPU %d: %s answered %s; the reading is left out and not asked again", self.index, call, text)
+        else:
+            log.warning(
+                "GPU %d: %s answered %s; the reading is left out this time and asked again "
+                "(logged once per GPU, call and code)", self.index, call, text,
+            )
+
+    # -- caches --------------------------------------------------------------------------------
 
     def static(self, key: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """``query`` once and cache: for facts that never change (limits, bus width, L2 size)."""
+        """``query`` once and cache: for facts that never change (limits, bus width, L2 size).
+
+        A transient refusal is not cached: the fact is asked again next time.
+        """
         value = self._static.get(key, _UNSET)
         if value is _UNSET:
-            value = self._static[key] = self.query(fn, *args)
+            value = self.query(fn, *args)
+            if value is not None or self.refused(fn, *args):
+                self._static[key] = value
         return value
 
     def remember(self, key: str, compute: Callable[[], Any]) -> Any:
         """Cache any derived static value under ``key``.
 
-        No lock: dict reads and writes are atomic, and two collectors racing on
-        a first read both compute the same fact; this runs several times per GPU
-        per cycle.
+        Not cached when a transient refusal happened while computing it: the fact is
+        computed again next time rather than kept incomplete for good. No lock: dict
+        reads and writes are atomic, and two collectors racing on a first read both
+        compute the same fact; this runs several times per GPU per cycle.
         """
         value = self._static.get(key, _UNSET)
         if value is _UNSET:
-            value = self._static[key] = compute()
+            transients = self.transient_errors
+            value = compute()
+            if self.transient_errors == transients:
+                self._static[key] = value
         return value
 
     def mark_lost(self, reason: str) -> None:
@@ -138,3 +317,18 @@ class Gpu:
             self.lost = True
             self.lost_reason = reason
             log.error("GPU %d (%s, %s) is lost: %s; skipping it from now on", self.index, self.name, self.uuid, reason)
+
+
+@dataclass
+class UnavailableGpu:
+    """A GPU NVML lists but that cannot be opened (its handle or identity refused): reported, never read."""
+
+    index: int
+    reason: str
+    uuid: str = "unknown"
+    name: str = "unknown"
+    pci_bus_id: str = "unknown"
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return {"gpu": str(self.index), "uuid": self.uuid, "model": self.name, "pci_bus_id": self.pci_bus_id}

@@ -90,7 +90,7 @@ def read_facts(
         # E.g. a GPU that fell off the bus before it could be enumerated.
         raise AgentError(f"NVML failed while listing the GPUs: {exc}") from None
     try:
-        chosen = select_gpus(session.gpus, gpu_args)
+        chosen = select_gpus(session.gpus, gpu_args) if gpu_args else None
         return gather(
             session,
             selected=chosen,
@@ -226,6 +226,11 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
     title.append(f"GPU {gpu['index']}", style="bold cyan")
     title.append(f"  {gpu['name']}", style="bold")
     title.append(f"  {gpu['arch']}")
+    if gpu.get("available") is False:
+        # NVML lists it but its handle or identity was refused: the others are read, this says why.
+        title.append("  UNAVAILABLE", style="bold red")
+        lines = Text(f"  UUID {gpu['uuid']}   PCI {gpu['pci_bus_id']}\n  {gpu.get('unavailable_reason') or NA}")
+        return Group(title, lines)
     if gpu["lost"]:
         title.append("  LOST", style="bold red")
         reason = gpu.get("lost_reason") or "the GPU stopped answering (GPU_IS_LOST)"

@@ -3,18 +3,17 @@
 - ``valid``: NVML's "not available" values (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF,
   and 0 where 0 cannot be a real reading) become None, so no sentinel number
   ever reaches a field.
-- ``poll``: like ``gpu.query``, but a call the card answered NOT_SUPPORTED
-  (or another "missing" code) is not asked again: support does not change
-  while the driver is loaded, and the call would cost a round trip per cycle.
+- ``poll``: ``gpu.query`` under its older name (the error policy lives in
+  ``Gpu.query``: a call refused for good is not asked again, see gpuagent.gpu).
+- ``poll_first``: the first of several spellings of one call that answers.
 - ``FieldReader``: several readings in one nvmlDeviceGetFieldValues call. The
-  first read asks for every field; fields the card refuses are dropped from
-  later reads, and a reading whose field is refused may fall back to its own
-  call (also asked only while supported).
+  first read asks for every field; each entry follows ``Gpu.query``'s policy
+  (refused for good: dropped from later reads; transient: missing this cycle),
+  and a reading whose field is refused may fall back to its own call.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,9 +21,7 @@ from typing import Any
 
 import pynvml
 
-from gpuagent.gpu import MISSING_CODES, Gpu, GpuLost
-
-log = logging.getLogger("gpuagent.nvml_read")
+from gpuagent.gpu import PERMANENT_CODES, Gpu, GpuLost
 
 NA_UINT = 0xFFFFFFFF
 NA_ULONGLONG = 0xFFFFFFFFFFFFFFFF
@@ -51,14 +48,11 @@ def valid(value: Any, *, zero: bool = True) -> Any:
 
 
 def poll(gpu: Gpu, fn: Callable[..., Any], *args: Any) -> Any:
-    """``gpu.query(fn, *args)``; once the card has refused the call, None without asking."""
-    key = (fn, args)
-    if key in gpu.refused_calls:
-        return None
-    value = gpu.query(fn, *args)
-    if value is None:
-        gpu.refused_calls.add(key)
-    return value
+    """``gpu.query(fn, *args)``: the same policy (a permanently refused call is not asked again).
+
+    Kept as a name of its own because collectors use it; it is ``query`` since the policy moved there.
+    """
+    return gpu.query(fn, *args)
 
 
 def poll_first(gpu: Gpu, names: tuple[str, ...], *args: Any) -> Any:
@@ -67,7 +61,7 @@ def poll_first(gpu: Gpu, names: tuple[str, ...], *args: Any) -> Any:
     for name in names:
         fn = getattr(pynvml, name, None)
         if fn is not None:
-            value = poll(gpu, fn, *args)
+            value = gpu.query(fn, *args)
             if value is not None:
                 return value
     return None
@@ -109,8 +103,26 @@ class Field:
     fallback_args: tuple = ()
 
 
+FIELD_NAMES = {
+    value: name
+    for name, value in vars(pynvml).items()
+    if name.startswith("NVML_FI_") and isinstance(value, int) and name != "NVML_FI_MAX"
+}
+
+
+def field_call(field_id: int) -> str:
+    """The call name an entry of a field-values batch is counted under."""
+    return f"nvmlDeviceGetFieldValues/{FIELD_NAMES.get(field_id, field_id)}"
+
+
 class FieldReader:
-    """Readings by name through one nvmlDeviceGetFieldValues call per GPU per cycle."""
+    """Readings by name through one nvmlDeviceGetFieldValues call per GPU per cycle.
+
+    Each entry of the batch follows the policy of ``Gpu.query``: an entry the card refuses for
+    good is dropped from later batches, a transient one is missing this cycle only; both are
+    counted under ``nvmlDeviceGetFieldValues/<field>``. A refused entry (or a refused batch)
+    falls back to the reading's own call where it has one.
+    """
 
     def __init__(self, fields: Mapping[str, Field]):
         self.fields = dict(fields)
@@ -120,17 +132,21 @@ class FieldReader:
 
     def read(self, gpu: Gpu) -> dict[str, int | float]:
         """Name -> raw value (sentinels dropped) for every reading the card gave this cycle."""
-        # Per GPU: the names still asked through the batch (all of them until the first answer).
+        # Per GPU: the names still asked through the batch (all of them until refused for good).
         asking: dict[str, int] = gpu.remember(
             self._key, lambda: {n: f.field_id for n, f in self.fields.items()}
         )
         out: dict[str, int | float] = {}
-        refused: list[str] = []
+        not_read: set[str] = set()  # asked in the batch, not answered this cycle: try the fallback
         if asking:
             names = list(asking)
-            values = gpu.query(pynvml.nvmlDeviceGetFieldValues, [asking[n] for n in names])
+            ids = [asking[n] for n in names]
+            values = gpu.query(pynvml.nvmlDeviceGetFieldValues, ids)
             if values is None:
-                refused = names
+                if gpu.refused(pynvml.nvmlDeviceGetFieldValues, ids):
+                    for name in names:
+                        asking.pop(name, None)
+                not_read.update(names)
             else:
                 for name, fv in zip(names, values, strict=False):
                     code = fv.nvmlReturn
@@ -138,23 +154,18 @@ class FieldReader:
                         value = field_value(fv)
                         if value is not None:
                             out[name] = value
-                    elif code == pynvml.NVML_ERROR_GPU_IS_LOST:
-                        gpu.mark_lost(str(pynvml.NVMLError(code)))
+                        continue
+                    if code == pynvml.NVML_ERROR_GPU_IS_LOST:
+                        gpu.mark_lost(f"nvmlDeviceGetFieldValues: {pynvml.NVMLError(code)}")
                         raise GpuLost(gpu)
-                    elif code in MISSING_CODES:
-                        refused.append(name)
-            for name in refused:
-                asking.pop(name, None)
-                log.debug(
-                    "GPU %d: field %s (%d) unavailable; leaving it out",
-                    gpu.index,
-                    name,
-                    self.fields[name].field_id,
-                )
+                    if code in PERMANENT_CODES:
+                        asking.pop(name, None)
+                    gpu.note_error(field_call(self.fields[name].field_id), code)
+                    not_read.add(name)
         for name, spec in self.fields.items():
-            if name in out or name in asking or spec.fallback is None:
+            if name in out or spec.fallback is None or (name in asking and name not in not_read):
                 continue
-            value = valid(poll(gpu, spec.fallback, *spec.fallback_args))
+            value = valid(gpu.query(spec.fallback, *spec.fallback_args))
             if value is not None:
                 out[name] = value
         return out

@@ -22,6 +22,7 @@ import psutil
 from gpuagent.accumulator import Accumulator
 from gpuagent.collector import Collector
 from gpuagent.context import AgentContext
+from gpuagent.gpu import current_collector
 from gpuagent.metric import Point
 from gpuagent.sink import Sink
 
@@ -90,6 +91,8 @@ class CollectorRunner:
         self._go.set()
 
     def _work(self) -> None:
+        # NVML refusals in this thread are counted under this collector (gpuagent.gpu.NvmlErrors).
+        current_collector.set(self.collector.name)
         while True:
             self._go.wait()
             self._go.clear()
@@ -316,6 +319,18 @@ class Scheduler:
                 log.error("sink %s: stats failed: %s", sink.name, exc)
             stats["sink_errors_total"] = self.sink_errors.get(sink.name, 0)
             acc.add_fields("gpuagent", stats, tags={"sink": sink.name})
+        nvml = self.context.nvml
+        unavailable = list(getattr(nvml, "unavailable", None) or ())
+        errors = getattr(nvml, "errors", None)
+        if errors is not None:
+            # NVML refusals by collector, call and code (see gpuagent.gpu: the error policy).
+            for tags, fields in errors.points_fields():
+                acc.add_fields("gpuagent", fields, tags=tags)
+        for gpu in unavailable:
+            # A GPU NVML lists but that could not be opened: the others run; this says why.
+            acc.add_fields(
+                "gpuagent", {"gpu_available": False, "gpu_unavailable_reason": gpu.reason}, tags=gpu.tags
+            )
         gpus = self.context.gpus
         with self._process.oneshot():
             cpu = self._process.cpu_times()
@@ -326,6 +341,7 @@ class Scheduler:
                 "uptime_s": round(time.monotonic() - self.started, 3),
                 "gpus": len(gpus),
                 "gpus_lost": sum(1 for g in gpus if g.lost),
+                "gpus_unavailable": len(unavailable),
                 "collectors": len(self.runners),
                 "cpu_seconds_total": round(cpu.user + cpu.system, 3),
                 "rss_bytes": rss,

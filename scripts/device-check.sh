@@ -179,10 +179,19 @@ except (pynvml.NVMLError, OSError) as exc:
     print(f"none\tno NVIDIA driver (NVML: {exc})")
     raise SystemExit
 as_str = lambda v: v.decode() if isinstance(v, bytes) else str(v)
+def name(i):  # a GPU that refuses its handle or name is listed with the code, not fatal
+    try:
+        return as_str(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)))
+    except pynvml.NVMLError as exc:
+        return f"GPU {i} unavailable ({exc})"
+def driver():
+    try:
+        return as_str(pynvml.nvmlSystemGetDriverVersion())
+    except pynvml.NVMLError as exc:
+        return f"unknown ({exc})"
 count = pynvml.nvmlDeviceGetCount()
-names = [as_str(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)]
-driver = as_str(pynvml.nvmlSystemGetDriverVersion())
-print(f"{count}\t{count} GPU(s): {', '.join(names) or '-'}; driver {driver}; gpuagent {gpuagent.__version__}")
+names = [name(i) for i in range(count)]
+print(f"{count}\t{count} GPU(s): {', '.join(names) or '-'}; driver {driver()}; gpuagent {gpuagent.__version__}")
 EOF
 }
 

@@ -48,8 +48,8 @@ DEFINITIONS = {
     "throttle_share_pct": "per clock-event reason: samples with the reason set / samples that report "
     "the reason × 100",
     "gpu_util_mean_pct": "mean gpu_util_pct (gpu_memory)",
-    "dram_bw_util_mean_pct": "mean dram_bw_util_pct (GPM DRAM bandwidth on Hopper, memory-controller "
-    "busy time on Ada and Ampere)",
+    "dram_bw_util_mean_pct": "mean dram_bw_util_pct: GPM DRAM bandwidth (Hopper and newer) only; "
+    "none for cards without GPM (their memory busy time, memory_util_pct, is not bandwidth)",
     "dram_bw_mean_gbps": "mean dram_bw_gbps; dram_peak_gbps is the largest peak reported in the group",
     "fb_used_mean_bytes": "mean fb_used_bytes per GPU sample; fb_total_bytes is the largest total",
     "l2_cache_bytes": "largest l2_cache_bytes in the group",
@@ -278,16 +278,23 @@ class Report:
 
     def _memory(self, groups) -> None:
         select = (
-            'MEAN("gpu_util_pct") AS util, MEAN("dram_bw_util_pct") AS dram_util, MEAN("dram_bw_gbps") AS dram_gbps, '
+            'MEAN("gpu_util_pct") AS util, '
             'MAX("dram_peak_gbps") AS dram_peak, MEAN("fb_used_bytes") AS fb_used, MAX("fb_used_bytes") AS fb_used_max, '
             'MAX("fb_total_bytes") AS fb_total, MAX("l2_cache_bytes") AS l2'
         )
         rows = self._per_group(select, "gpu_memory")
+        # DRAM bandwidth only as GPM measured it: older agents wrote NVML's memory busy time under
+        # the same name (dram_bw_source = "utilization"); it is not bandwidth and is never mixed in.
+        dram = self._per_group(
+            'MEAN("dram_bw_util_pct") AS dram_util, MEAN("dram_bw_gbps") AS dram_gbps',
+            "gpu_memory",
+            "\"dram_bw_source\" = 'gpm'",
+        )
         for gkey, g in groups.items():
             r = rows.get(gkey, {})
             g["gpu_util_mean_pct"] = r.get("util")
-            g["dram_bw_util_mean_pct"] = r.get("dram_util")
-            g["dram_bw_mean_gbps"] = r.get("dram_gbps")
+            g["dram_bw_util_mean_pct"] = dram.get(gkey, {}).get("dram_util")
+            g["dram_bw_mean_gbps"] = dram.get(gkey, {}).get("dram_gbps")
             g["dram_peak_gbps"] = r.get("dram_peak")
             g["fb_used_mean_bytes"] = r.get("fb_used")
             g["fb_used_max_bytes"] = r.get("fb_used_max")

@@ -19,13 +19,17 @@ from gpuagent.errors import AgentError
 from gpuagent.gpu import ARCH_NAMES, as_str
 from gpuagent.sim.profile import validate
 
-_MISSING = (
-    pynvml.NVML_ERROR_NOT_SUPPORTED,
-    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-    pynvml.NVML_ERROR_NOT_FOUND,
-    pynvml.NVML_ERROR_INVALID_ARGUMENT,
-    pynvml.NVML_ERROR_NO_PERMISSION,
-)
+# A refused optional reading is recorded as unknown, whatever the code: drivers from 590
+# answer DEPRECATED for the applications clocks, an unprivileged user gets NO_PERMISSION, an
+# older driver FUNCTION_NOT_FOUND. A lost GPU still stops the recording.
+_FATAL = (pynvml.NVML_ERROR_GPU_IS_LOST,)
+# Fixed answers a replay should give again (the profile's ``errors``); NOT_SUPPORTED goes
+# under ``unsupported``.
+_RECORDED_ERRORS = {
+    pynvml.NVML_ERROR_DEPRECATED: "DEPRECATED",
+    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND: "FUNCTION_NOT_FOUND",
+    pynvml.NVML_ERROR_NO_PERMISSION: "NO_PERMISSION",
+}
 
 # Per-device readers probed for NOT_SUPPORTED: (C symbol, call).
 PROBES: tuple[tuple[str, Callable[[Any], Any]], ...] = (
@@ -69,9 +73,9 @@ def _try(fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return fn(*args)
     except pynvml.NVMLError as exc:
-        if exc.value in _MISSING:
-            return None
-        raise
+        if exc.value in _FATAL:
+            raise
+        return None
 
 
 def _code(fn: Callable[..., Any], *args: Any) -> int:
@@ -96,11 +100,13 @@ def record_device(index: int = 0) -> dict[str, Any]:
     name = as_str(pynvml.nvmlDeviceGetName(h))
     pci = pynvml.nvmlDeviceGetPciInfo_v3(h)
     arch = _try(pynvml.nvmlDeviceGetArchitecture, h)
-    mem = pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+    mem = _try(lambda: pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2))
+    if mem is None:
+        raise AgentError(f"GPU {index}: NVML refuses its memory info (nvmlDeviceGetMemoryInfo_v2)")
     bar1 = _try(pynvml.nvmlDeviceGetBAR1MemoryInfo, h)
-    unsupported = sorted(
-        sym for sym, fn in PROBES if _code(fn, h) == pynvml.NVML_ERROR_NOT_SUPPORTED
-    )
+    answers = {sym: _code(fn, h) for sym, fn in PROBES}
+    unsupported = sorted(sym for sym, code in answers.items() if code == pynvml.NVML_ERROR_NOT_SUPPORTED)
+    errors = {sym: _RECORDED_ERRORS[code] for sym, code in sorted(answers.items()) if code in _RECORDED_ERRORS}
 
     def clk(fn, kind):
         return _try(fn, h, kind)
@@ -196,7 +202,7 @@ def record_device(index: int = 0) -> dict[str, Any]:
         "clocks_event_reasons_supported": _try(pynvml.nvmlDeviceGetSupportedClocksEventReasons, h)
         or 0,
         "unsupported": unsupported,
-        "errors": {},
+        "errors": errors,
         "load": {},
         "faults": [],
     }
@@ -253,21 +259,23 @@ def _record_mig(h) -> dict[str, Any] | None:
         )
     instances = []
     if mode[0]:
-        for i in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+        for i in range(_try(pynvml.nvmlDeviceGetMaxMigDeviceCount, h) or 0):
             mh = _try(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, h, i)
             if mh is None:
                 continue
-            gi_id = pynvml.nvmlDeviceGetGpuInstanceId(mh)
+            gi_id = _try(pynvml.nvmlDeviceGetGpuInstanceId, mh)
+            mem = _try(pynvml.nvmlDeviceGetMemoryInfo, mh)
+            if gi_id is None or mem is None:
+                continue  # a MIG device NVML will not describe (e.g. without privileges): left out
             attrs = _try(pynvml.nvmlDeviceGetAttributes_v2, mh)
             gi = _try(pynvml.nvmlDeviceGetGpuInstanceById, h, gi_id)
             gi_info = _try(pynvml.nvmlGpuInstanceGetInfo, gi) if gi is not None else None
-            mem = pynvml.nvmlDeviceGetMemoryInfo(mh)
             bar1 = _try(pynvml.nvmlDeviceGetBAR1MemoryInfo, mh)
-            name = as_str(pynvml.nvmlDeviceGetName(mh))
+            name = as_str(_try(pynvml.nvmlDeviceGetName, mh) or "")
             instances.append(
                 {
                     "gi_id": gi_id,
-                    "ci_id": pynvml.nvmlDeviceGetComputeInstanceId(mh),
+                    "ci_id": _try(pynvml.nvmlDeviceGetComputeInstanceId, mh) or 0,
                     "profile_id": gi_info.profileId if gi_info else 0,
                     "profile": name.rsplit(" MIG ", 1)[-1] if " MIG " in name else "",
                     "slices": gi_info.placement.size
@@ -306,23 +314,26 @@ def _record_virtualization(h) -> dict[str, Any]:
     out["vgpu_types"] = [
         {
             "type_id": int(t),
-            "name": as_str(pynvml.nvmlVgpuTypeGetName(t)),
+            "name": as_str(_try(pynvml.nvmlVgpuTypeGetName, t) or f"vGPU type {int(t)}"),
             "class": as_str(_try(pynvml.nvmlVgpuTypeGetClass, t) or "Quadro"),
-            "fb_mib": pynvml.nvmlVgpuTypeGetFramebufferSize(t) >> 20,
+            "fb_mib": (_try(pynvml.nvmlVgpuTypeGetFramebufferSize, t) or 0) >> 20,
             "max_instances": _try(pynvml.nvmlVgpuTypeGetMaxInstances, h, t) or 1,
         }
         for t in (_try(pynvml.nvmlDeviceGetSupportedVgpus, h) or [])
     ]
     instances = []
     for v in _try(pynvml.nvmlDeviceGetActiveVgpus, h) or []:
-        vm_id, _kind = pynvml.nvmlVgpuInstanceGetVmID(v)
+        vm = _try(pynvml.nvmlVgpuInstanceGetVmID, v)
+        type_id = _try(pynvml.nvmlVgpuInstanceGetType, v)
+        if type_id is None:
+            continue  # an instance NVML will not describe: left out
         lic = _try(pynvml.nvmlVgpuInstanceGetLicenseInfo_v2, v)
         instances.append(
             {
                 "instance_id": int(v),
-                "type_id": pynvml.nvmlVgpuInstanceGetType(v),
-                "vm_id": as_str(vm_id),
-                "fb_used_mib": _vgpu_fb_usage(v) >> 20,
+                "type_id": type_id,
+                "vm_id": as_str(vm[0]) if vm is not None else "",
+                "fb_used_mib": (_try(_vgpu_fb_usage, v) or 0) >> 20,
                 "licensed": bool(lic.isLicensed) if lic is not None else True,
             }
         )

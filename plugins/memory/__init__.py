@@ -1,10 +1,12 @@
-"""memory collector -> gpu_memory: framebuffer, BAR1, utilisation, DRAM bandwidth, L2, GPM activity.
+"""memory collector -> gpu_memory: framebuffer, BAR1, utilisation, GPM DRAM bandwidth, L2, GPM activity.
 
 Static facts, read once per GPU: bus width, max memory clock, the peak DRAM
 bandwidth derived from them, the L2 size (CUDA driver, else the published
 figures in gpuagent.specs) and GPM support. Per cycle: memory info (v2),
 BAR1, utilisation rates, and on GPM cards (Hopper and newer) one GPM sample
-plus one metrics call over the interval since the previous sample.
+plus one metrics call over the interval since the previous sample. DRAM
+bandwidth (``dram_bw_*``) comes only from GPM; NVML's memory utilisation is
+busy time and keeps its own name, ``memory_util_pct``.
 """
 
 from __future__ import annotations
@@ -147,23 +149,21 @@ class MemoryCollector(gpuagent.Collector):
             fields["bar1_used_bytes"] = valid(bar1.bar1Used)
             fields["bar1_free_bytes"] = valid(bar1.bar1Free)
         util = poll(gpu, pynvml.nvmlDeviceGetUtilizationRates)
-        mem_util = None
         if util is not None:
             fields["gpu_util_pct"] = valid(util.gpu)
-            mem_util = fields["memory_util_pct"] = valid(util.memory)
+            # The share of time memory was read or written (busy time), not bandwidth.
+            fields["memory_util_pct"] = valid(util.memory)
 
         static = static_fields(gpu, self._use_cuda)
         fields.update(static)
 
+        # DRAM bandwidth only where NVML measures it: GPM (Hopper and newer). Cards without GPM
+        # carry no dram_bw_* field: their memory busy time is not bandwidth.
         if self._uses_gpm(gpu):
             for metric_id, value in self._gpm_read(gpu, GPM_METRICS).items():
                 fields[GPM_METRICS[metric_id]] = valid(float(value))
             if fields.get("dram_bw_util_pct") is not None:
                 fields["dram_bw_source"] = "gpm"
-        elif mem_util is not None:
-            # No GPM (Ada, Ampere): the memory controller's busy time is the best figure NVML has.
-            fields["dram_bw_util_pct"] = float(mem_util)
-            fields["dram_bw_source"] = "utilization"
         util_pct = fields.get("dram_bw_util_pct")
         peak = static.get("dram_peak_gbps")
         if util_pct is not None and peak is not None:

@@ -189,10 +189,8 @@ class MigCollector(gpuagent.Collector):
         # GetInfo gives the profile's id; the profile table is indexed by
         # NVML_GPU_INSTANCE_PROFILE_* and each entry carries its id.
         for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            try:
-                info = gpu.query(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, index)
-            except pynvml.NVMLError_InvalidArgument:
-                continue
+            # probe: INVALID_ARGUMENT for a profile index the card lacks is an answer, not a refusal.
+            info = gpu.probe(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, index)
             if info is not None and int(info.id) == int(profile_id):
                 name = as_str(info.name).strip()
                 return name.removeprefix("MIG ").strip() or None

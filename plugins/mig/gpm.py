@@ -26,7 +26,23 @@ def gpm_supported(gpu: Gpu) -> bool:
     def query_gpm_support(handle: Any) -> bool:
         return bool(pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
 
+    query_gpm_support.__name__ = "nvmlGpmQueryDeviceSupport"  # what its refusals are counted under
     return bool(gpu.static("gpm_supported", query_gpm_support))
+
+
+def without_handle(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Adapt an NVML call that takes no device handle (sample allocation, metrics) to
+    ``gpu.query``, so its errors follow the GPU's policy (counted, logged once, never raised)."""
+
+    def call(_handle: Any, *args: Any) -> Any:
+        return fn(*args)
+
+    call.__name__ = getattr(fn, "__name__", "nvml_call")
+    return call
+
+
+_SAMPLE_ALLOC = without_handle(pynvml.nvmlGpmSampleAlloc)
+_METRICS_GET = without_handle(pynvml.nvmlGpmMetricsGet)
 
 
 class GpmSampler:
@@ -57,14 +73,10 @@ class GpmSampler:
         ``metric_ids`` may be empty: that only takes the earlier sample (priming).
         """
         metric_ids = list(metric_ids)
-        try:
-            if self._current is None:
-                self._previous = pynvml.nvmlGpmSampleAlloc()
-                self._current = pynvml.nvmlGpmSampleAlloc()
-            taken = self._take(self._current)
-        except pynvml.NVMLError as exc:  # allocation or sampling refused: no GPM this time
-            log.debug("GPU %d: GPM sample unavailable: %s", self.gpu.index, exc)
-            taken = None
+        if self._current is None:  # allocation refused: no GPM this time (asked again next time)
+            self._previous = self._previous or self.gpu.query(_SAMPLE_ALLOC)
+            self._current = self.gpu.query(_SAMPLE_ALLOC) if self._previous is not None else None
+        taken = self._take(self._current) if self._current is not None else None
         if taken is None:
             self._have_previous = False
             return {}
@@ -89,19 +101,19 @@ class GpmSampler:
             self._requests[key] = request
         request.sample1 = self._previous
         request.sample2 = self._current
-        try:
-            pynvml.nvmlGpmMetricsGet(request)
-        except pynvml.NVMLError as exc:
-            log.debug("GPU %d: nvmlGpmMetricsGet failed: %s", self.gpu.index, exc)
+        if self.gpu.query(_METRICS_GET, request) is None:
             return {}
         # Plain ctypes attribute access: pynvml's printable-structure hook costs ~1 µs a read.
         get = ctypes.Structure.__getattribute__
         ok = pynvml.NVML_SUCCESS
-        return {
-            get(m, "metricId"): float(get(m, "value"))
-            for m in request.metrics[: len(metric_ids)]
-            if get(m, "nvmlReturn") == ok
-        }
+        values = {}
+        for m in request.metrics[: len(metric_ids)]:
+            code = get(m, "nvmlReturn")
+            if code == ok:
+                values[get(m, "metricId")] = float(get(m, "value"))
+            else:  # one metric refused: counted (logged once), the others kept
+                self.gpu.note_error(f"nvmlGpmMetricsGet/{get(m, 'metricId')}", code)
+        return values
 
     def close(self) -> None:
         for sample in (self._previous, self._current):

@@ -50,10 +50,8 @@ def card_links(gpu: Gpu) -> list[int]:
     def probe() -> list[int]:
         links = []
         for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
-            try:
-                state = gpu.query(pynvml.nvmlDeviceGetNvLinkState, link)
-            except pynvml.NVMLError_InvalidArgument:
-                break
+            # probe: INVALID_ARGUMENT past the card's last link is an answer, not a refusal.
+            state = gpu.probe(pynvml.nvmlDeviceGetNvLinkState, link)
             if state is None:
                 if link == 0:
                     break  # no NVLink, or NVLink queries refused (as under MIG)

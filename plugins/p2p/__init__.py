@@ -90,10 +90,8 @@ def map_nvlinks(gpus: Iterable[Gpu]) -> NvlinkMap:
             peers: dict[str, int] = {}
             switch = 0
             for link in range(NVLINK_MAX_LINKS):
-                try:
-                    active = gpu.query(pynvml.nvmlDeviceGetNvLinkState, link)
-                except pynvml.NVMLError_InvalidArgument:
-                    break  # past the card's last link
+                # probe: INVALID_ARGUMENT past the card's last link is an answer, not a refusal.
+                active = gpu.probe(pynvml.nvmlDeviceGetNvLinkState, link)
                 if active is None:
                     if link == 0:
                         break  # no NVLink on this card

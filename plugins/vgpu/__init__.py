@@ -51,6 +51,9 @@ def vgpu_fb_usage(instance: Any) -> int:
     return int(used.value)
 
 
+vgpu_fb_usage.__name__ = "nvmlVgpuInstanceGetFbUsage"  # the name gpu.query counts its refusals under
+
+
 def on_instance(fn):
     """Adapt a per-vGPU-instance NVML call to ``gpu.query`` (which passes the GPU's handle first)."""
 

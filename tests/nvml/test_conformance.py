@@ -1,0 +1,142 @@
+"""NVML conformance: every NVML function a run calls, forced to each code nvml.h documents for it.
+
+agent/nvml_conformance.json lists the functions and their documented codes (built from
+nvml.h by scripts/nvml-conformance-table.py; it names the header version). Here:
+
+- the table covers exactly the C symbols a `run --once` over every built-in profile calls
+  (traced by the simulator at the libnvidia-ml boundary);
+- for each function x each code, one in-process `run --once` over the same fleet with that
+  single fault forced (SPEC `force=SYMBOL:CODE`) must finish without an exception or a
+  traceback, keep every measurement of every GPU that the fault-free run had (a measurement
+  may vanish only where the call is what says the feature exists: MIG, vGPU, NVLink, GPM,
+  P2P, the process list), and count the refusal in the `gpuagent` measurement.
+
+GPU identity calls are forced on one GPU (that GPU is reported unavailable, the others run);
+the calls without which the agent cannot start (nvmlInit, the device count) must give the
+one-line error.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from nvml.runs import FLEET, Run, base_symbol, run_once
+
+from gpuagent.sim.profile import BUILTIN_NAMES
+
+REPO = Path(__file__).resolve().parents[2]
+TABLE = json.loads((REPO / "agent" / "nvml_conformance.json").read_text())
+FUNCTIONS: dict[str, dict] = TABLE["functions"]
+
+NOT_FORCED = {"NVML_SUCCESS", "NVML_ERROR_GPU_IS_LOST", "any"}  # GPU_IS_LOST: the lost-GPU tests
+UNSPECIFIED = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_NO_PERMISSION", "NVML_ERROR_UNKNOWN")
+# Called by the health collector's XID watcher directly, outside the access layer (it owns the
+# event set and handles their codes itself): a refusal is logged there, not counted.
+NOT_COUNTED = {"nvmlDeviceRegisterEvents", "nvmlEventSetCreate", "nvmlEventSetWait_v2"}
+# NOT_FOUND is an answer ("no such object now": an empty MIG slot), not a refusal.
+ANSWERS = {"NVML_ERROR_NOT_FOUND"}
+# Calls the agent probes along a range (Gpu.probe): INVALID_ARGUMENT is NVML's "past the card's
+# last link / profile", the end of the probe, so it is an answer there too.
+PROBED = {"nvmlDeviceGetNvLinkState", "nvmlDeviceGetGpuInstanceProfileInfoV"}
+# Tags that name a point across two runs (identity tags such as arch or uuid are readings).
+STABLE_TAGS = ("gpu", "peer_gpu", "link", "gi_id", "ci_id", "vgpu_instance", "pid")
+
+
+def forced_codes(entry: dict) -> list[str]:
+    codes = [c for c in entry["codes"] if c not in NOT_FORCED]
+    if "any" in entry["codes"]:
+        codes += UNSPECIFIED
+    codes.append("NVML_ERROR_FUNCTION_NOT_FOUND")
+    if "deprecated_since" in entry:
+        codes.append("NVML_ERROR_DEPRECATED")
+    return list(dict.fromkeys(codes))
+
+
+CASES = [(symbol, code) for symbol, entry in FUNCTIONS.items() for code in forced_codes(entry)]
+
+
+def short(code: str) -> str:
+    return code.removeprefix("NVML_ERROR_")
+
+
+def spec_with(symbol: str, code: str, gpu: int | None = None) -> str:
+    """The full fleet with one fault; on GPU 0 only when ``gpu`` is 0, else machine-wide."""
+    items = [f"{name}:1" for name in BUILTIN_NAMES]
+    items[0] += f"@force={symbol}:{short(code)}" + (f":{gpu}" if gpu is not None else "")
+    return ",".join(items)
+
+
+def keyed(run: Run) -> dict[tuple, set[str]]:
+    """(measurement, stable tags) -> field names, for every GPU point of a run."""
+    out: dict[tuple, set[str]] = {}
+    for p in run.points:
+        if p.measurement == "gpuagent":
+            continue
+        key = (p.measurement, tuple((t, p.tags.get(t)) for t in STABLE_TAGS if t in p.tags))
+        out.setdefault(key, set()).update(p.fields)
+    return out
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory) -> Run:
+    run = run_once(FLEET, tmp_path_factory.mktemp("baseline"))
+    assert run.error is None, run.error
+    assert not run.collector_errors(), run.collector_errors()
+    return run
+
+
+def test_table_names_its_header_and_every_function_has_codes():
+    assert TABLE["nvml_version"] and "nvml.h" in TABLE["header"]
+    for symbol, entry in FUNCTIONS.items():
+        assert entry["role"] in ("init", "identity", "feature", "reading", "teardown"), symbol
+        assert entry["codes"], f"{symbol}: no documented return code"
+        if entry["role"] == "feature":
+            assert "may_vanish" in entry, symbol
+
+
+def test_table_covers_exactly_the_functions_a_run_calls(baseline):
+    called = {symbol for symbol, n in baseline.calls.items() if n}
+    assert called - set(FUNCTIONS) == set(), "called but not in agent/nvml_conformance.json (rebuild it)"
+    assert set(FUNCTIONS) - called == set(), "in the table but no run calls it (rebuild the table)"
+
+
+def test_every_gpu_of_the_fleet_reports_in_the_baseline(baseline):
+    gpus = {p.tags["gpu"] for p in baseline.points if p.measurement == "gpu_power"}
+    assert gpus == {str(i) for i in range(len(BUILTIN_NAMES))}
+
+
+@pytest.mark.parametrize(("symbol", "code"), CASES, ids=[f"{s}:{short(c)}" for s, c in CASES])
+def test_one_forced_fault(symbol, code, baseline, tmp_path):
+    entry = FUNCTIONS[symbol]
+    role = entry["role"]
+    run = run_once(spec_with(symbol, code, 0 if role == "identity" else None), tmp_path)
+    assert not run.tracebacks(), run.tracebacks()
+    if role == "init":
+        # The agent cannot start: the one-line error, never a traceback.
+        assert run.error and "\n" not in run.error, run.error
+        return
+    assert run.error is None, run.error
+    assert not run.collector_errors(), f"a collector failed: {run.collector_errors()}"
+
+    before, after = keyed(baseline), keyed(run)
+    may_vanish = set(entry.get("may_vanish", ()))
+    if role == "identity":
+        # GPU 0 cannot be opened: reported unavailable, and every other GPU reports as before.
+        unavailable = [p for p in run.own(gpu="0") if p.fields.get("gpu_available") is False]
+        assert unavailable and base_symbol(symbol) in unavailable[0].fields["gpu_unavailable_reason"]
+        before = {k: v for k, v in before.items() if ("gpu", "0") not in k[1] and ("peer_gpu", "0") not in k[1]}
+    missing = sorted(k for k in before if k not in after and k[0] not in may_vanish)
+    assert not missing, f"measurements lost: {missing[:5]}"
+
+    if code in ANSWERS or role == "teardown" or symbol in NOT_COUNTED:
+        return
+    if symbol in PROBED and code == "NVML_ERROR_INVALID_ARGUMENT":
+        return
+    counted = [
+        p for p in run.nvml_errors()
+        if base_symbol(p.tags["nvml_call"]) == base_symbol(symbol) and p.tags["nvml_error"] == short(code)
+    ]
+    assert counted, f"no gpuagent point counts {symbol} answering {short(code)}"
+    assert all(p.fields["nvml_errors_total"] >= 1 for p in counted)
