@@ -340,6 +340,9 @@ def _num(value: Any) -> float | int | None:
 
 
 DEPRECATED_TEXT = "requested functionality has been deprecated"
+# What a call the capture shows as deprecated answers. NOT_SUPPORTED until the agent's NVML
+# layer treats DEPRECATED as a permanent refusal (issue 16); then "DEPRECATED", as the driver.
+DEPRECATED_ANSWER = "NOT_SUPPORTED"
 
 
 def _deprecated(value: Any) -> bool:
@@ -518,10 +521,13 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     if apps is None:
         unsupported += ["nvmlDeviceGetApplicationsClock", "nvmlDeviceGetDefaultApplicationsClock"]
     # "Requested functionality has been deprecated" is NVML_ERROR_DEPRECATED, not N/A.
+    deprecated = []
     if _deprecated(f.get("app_graphics")):
-        errors["nvmlDeviceGetApplicationsClock"] = "DEPRECATED"
+        deprecated.append("nvmlDeviceGetApplicationsClock")
     if _deprecated(f.get("default_app_graphics")) or _deprecated(f.get("app_graphics")):
-        errors["nvmlDeviceGetDefaultApplicationsClock"] = "DEPRECATED"
+        deprecated.append("nvmlDeviceGetDefaultApplicationsClock")
+    for symbol in deprecated:
+        errors[symbol] = DEPRECATED_ANSWER
     if _na(f.get("retired_pages")):
         unsupported += [
             "nvmlDeviceGetRetiredPages",
