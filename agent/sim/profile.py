@@ -6,6 +6,8 @@ NOT_SUPPORTED, as the real card does when nvidia-smi shows "N/A".
 
     schema                 1
     name                   short id ("l40s")
+    driver_version?        the driver the facts were read from ("590.48.01"); the machine's
+                           nvmlSystemGetDriverVersion answers the first profile's
     product_name           nvmlDeviceGetName ("NVIDIA L40S")
     brand?                 "NVIDIA" | "GeForce" | ...
     architecture           "Ampere" | "Ada Lovelace" | "Hopper" | ...
@@ -37,6 +39,9 @@ NOT_SUPPORTED, as the real card does when nvidia-smi shows "N/A".
     clocks_event_reason_counters?    bool: per-reason time field values (default: datacenter
                                      Ampere and newer; NOT_SUPPORTED on GeForce)
     unsupported            [C symbol, ...]: answered NOT_SUPPORTED on this card
+    nvml_symbols?          [C symbol, ...]: what the driver's libnvidia-ml exports (a capture's
+                           `nvml-symbols` section); any other symbol answers FUNCTION_NOT_FOUND
+    not_in_capture?        [fact, ...]: what an imported capture did not show (informational)
     errors?                {C symbol: NVML error name}: any other fixed answer
     load                   {ambient_c?, thermal_tau_s?, demand_w?: {idle, training, inference},
                             memory_used_frac?: {idle, training, inference},
