@@ -28,9 +28,14 @@ NOT_SUPPORTED, as the real card does when nvidia-smi shows "N/A".
     retired_pages          bool   (page retirement; pre-Ampere)
     gpm                    bool   (GPM metrics; Hopper and newer)
     nvlink?                {links, version, speed_mbps?, topology: "switch" | "bridge"} or null
-    mig?                   {enabled, max_devices, gpu_instance_profiles: [...],
+    mig?                   {enabled, max_devices,
+                            gpu_instance_profiles: [{index (NVML_GPU_INSTANCE_PROFILE_*),
+                                profile_id (the id NVML reports: H100 1g.10gb 19 ... 7g 0),
+                                name, slices, instance_count, sm_count, memory_mib}],
                             instances: [{gi_id, ci_id, profile_id, profile, sm_count,
-                                         memory_mib, bar1_mib?}]} or null
+                                         memory_mib, bar1_mib?, ci_slices?}]} or null
+                           (entries sharing a gi_id are compute instances of one GPU instance;
+                            ci_slices below the GI's slices names the device "1c.3g.71gb")
     virtualization         {mode: "none" | "passthrough" | "vgpu" | "host_vgpu",
                             host_vgpu_mode?: "sriov" | "non_sriov",
                             vgpu_types?: [{type_id, name, class?, fb_mib, max_instances}],
@@ -179,6 +184,9 @@ def validate(data: Any, source: str = "profile") -> dict[str, Any]:
     data.setdefault("errors", {})
     data.setdefault("load", {})
     data.setdefault("faults", [])
+    for entry in (data.get("mig") or {}).get("gpu_instance_profiles") or []:
+        # Older profile files gave only the NVML_GPU_INSTANCE_PROFILE_* index, as profile_id.
+        entry.setdefault("index", entry.get("profile_id"))
     if not isinstance(data["unsupported"], list):
         raise AgentError(f"{source}: 'unsupported' must be a list of NVML C symbol names")
     return data

@@ -77,6 +77,10 @@ class EventCalls(NvmlCalls):
                     continue
                 if at < reg[1]:
                     continue  # happened before the registration
+                if gi_id != 0xFFFFFFFF and self.m.devices[gpu].unprivileged:
+                    # nvml.h (nvmlEventSetWait_v2): "In absence of required privileges, only the
+                    # events which affect all the instances (i.e. whole device) are reported."
+                    continue
                 if at <= now:
                     es.delivered.add(seq)
                     dev = self.m.devices[gpu]
