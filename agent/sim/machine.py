@@ -48,7 +48,10 @@ COMPUTE_CAPABILITY = {
     "Hopper": (9, 0),
     "Blackwell": (10, 0),
 }
-REASON_COUNTER_ARCHS = ("Ampere", "Ada Lovelace", "Ada", "Hopper", "Blackwell")
+# Architectures whose captures show the five "Clocks Event Reasons Counters" with values, GeForce
+# included: RTX 2080 SUPER (Turing, 595/610), RTX 3080 (Ampere, XML v13), RTX 4080 SUPER (Ada, 595),
+# L40S, H100. Older XML schemas (v12) do not print the section, so Pascal and older stay without.
+REASON_COUNTER_ARCHS = ("Turing", "Ampere", "Ada Lovelace", "Ada", "Hopper", "Blackwell")
 VIRT_MODES = {
     "none": pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE,
     "passthrough": pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH,
@@ -301,13 +304,11 @@ class SimDevice:
             inst["uuid"] = _uuid(machine.seed, index, "vgpu", n, prefix="").lstrip("-").encode()
             self.vgpu_instances[inst["instance_id"]] = inst
         self.gpm = bool(p.get("gpm"))
-        # Per-reason clock-event time counters (field values): datacenter Ampere and newer;
-        # a profile may say otherwise with "clocks_event_reason_counters".
+        # Per-reason clock-event time counters (field values): Turing and newer, GeForce too
+        # (REASON_COUNTER_ARCHS); a profile may say otherwise with "clocks_event_reason_counters".
         counters = p.get("clocks_event_reason_counters")
         self.reason_counters = (
-            bool(counters)
-            if counters is not None
-            else p.get("brand") != "GeForce" and p["architecture"] in REASON_COUNTER_ARCHS
+            bool(counters) if counters is not None else p["architecture"] in REASON_COUNTER_ARCHS
         )
         self.handle = _Handle()
         # Calls received with a handle of this GPU (its own, MIG, GPU/compute instance, vGPU),
@@ -448,6 +449,9 @@ class SimMachine:
         first = self.items[0].profile
         self.driver_version = (driver_version or first.get("driver_version") or "595.80").encode()
         self.cuda_version = int(first.get("cuda_driver_version") or 13020)
+        # The symbols the driver's libnvidia-ml exports (a capture's `nvml-symbols`), else all.
+        symbols = first.get("nvml_symbols")
+        self.exported_symbols = frozenset(symbols) if symbols else None
         self.process_pids = [os.getpid(), os.getppid() or os.getpid()]
         self.process_names = {os.getpid(): b"python3", os.getppid(): b"python3"}
         self.init_count = 0

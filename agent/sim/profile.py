@@ -41,8 +41,8 @@ NOT_SUPPORTED, as the real card does when nvidia-smi shows "N/A".
                             vgpu_types?: [{type_id, name, class?, fb_mib, max_instances}],
                             vgpu_instances?: [{instance_id, type_id, vm_id, fb_used_mib, licensed}]}
     clocks_event_reasons_supported   int mask
-    clocks_event_reason_counters?    bool: per-reason time field values (default: datacenter
-                                     Ampere and newer; NOT_SUPPORTED on GeForce)
+    clocks_event_reason_counters?    bool: per-reason time field values (default: Turing and
+                                     newer, GeForce too, as the captures show; else NOT_SUPPORTED)
     unsupported            [C symbol, ...]: answered NOT_SUPPORTED on this card
     nvml_symbols?          [C symbol, ...]: what the driver's libnvidia-ml exports (a capture's
                            `nvml-symbols` section); any other symbol answers FUNCTION_NOT_FOUND
