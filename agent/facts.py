@@ -26,7 +26,8 @@ from gpuagent.gpu import Gpu, GpuLost, as_str
 from gpuagent.nvml_read import valid
 from gpuagent.plugins.clocks import REASONS, current_reasons, max_clock_mhz, supported_reasons
 from gpuagent.plugins.memory import static_fields as memory_static_fields
-from gpuagent.plugins.mig import on_handle, profile_name_from_attributes
+from gpuagent.plugins.mig import on_handle
+from gpuagent.plugins.mig.names import mig_profile_name
 from gpuagent.plugins.p2p import P2P_CAPS, TOPOLOGY_NAMES, map_nvlinks, status_name
 from gpuagent.plugins.pcie import link_value
 from gpuagent.plugins.vgpu import (
@@ -283,7 +284,7 @@ def mig_instance(gpu: Gpu, slot: int, handle: Any) -> dict[str, Any]:
         "gi_id": q(pynvml.nvmlDeviceGetGpuInstanceId),
         "ci_id": q(pynvml.nvmlDeviceGetComputeInstanceId),
         "uuid": as_str(uuid) if uuid is not None else None,
-        "profile": profile_name_from_attributes(attrs) if attrs is not None else None,
+        "profile": mig_profile_name(gpu, handle, attrs),
         "sm_count": int(attrs.multiprocessorCount) if attrs is not None else None,
         "memory_total_bytes": int(memory.total) if memory is not None else None,
         "memory_used_bytes": int(memory.used) if memory is not None else None,

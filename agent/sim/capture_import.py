@@ -105,6 +105,50 @@ def _g(d: Any, *path: str) -> Any:
     return d
 
 
+def capture_section(text: str, name: str) -> list[str] | None:
+    """Body lines of a capture file's ``# <phase> :: NAME`` section (None when it has none)."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^#\s*[\w-]+\s*::\s*" + re.escape(name) + r"\s*$", line.strip()):
+            body: list[str] = []
+            j = i + 1
+            while j < len(lines) and lines[j].startswith("#"):
+                j += 1  # the command line, the sha256 note and the closing rule
+            for line in lines[j:]:
+                if line.startswith("####"):
+                    break
+                body.append(line)
+            return body
+    return None
+
+
+def nvml_symbols(text: str) -> list[str] | None:
+    """The ``capabilities :: nvml-symbols`` list (functions the driver's libnvidia-ml exports)."""
+    body = capture_section(text, "nvml-symbols")
+    if body is None:
+        return None
+    names = sorted({line.strip() for line in body if line.strip().startswith("nvml")})
+    return names or None
+
+
+def query_gpu_row(text: str) -> dict[str, str]:
+    """The first ``--query-gpu`` CSV row as {column: value} ({} when the capture has none)."""
+    body = capture_section(text, "query-gpu (csv, what the exporter parses)")
+    rows = [line for line in body or [] if line.strip()]
+    if len(rows) < 2:
+        return {}
+    head = [c.strip() for c in rows[0].split(",")]
+    values = [c.strip() for c in rows[1].split(",")]
+    return dict(zip(head, values, strict=False))
+
+
+def _version(value: Any) -> str | None:
+    """'610.62 [Deprecated; ... Use KMD Version instead]' -> '610.62' (driver 610's text)."""
+    if not isinstance(value, str):
+        return None
+    return value.split("[")[0].strip() or None
+
+
 def facts_from_text(text: str) -> dict[str, Any]:
     tree = parse_text_tree(first_q_section(text))
     gpus = [k for k in tree if k.startswith("GPU ") and isinstance(tree[k], dict | list)]
@@ -134,9 +178,20 @@ def facts_from_text(text: str) -> dict[str, Any]:
         )
     retired = _g(gpu, "Retired Pages")
     remapped = _g(gpu, "Remapped Rows")
+    # Driver 610 nests the limits: "GPU Ceiling Power Limit" / "Current Power Limit".
+    ceiling = power.get("GPU Ceiling Power Limit")
+    ceiling = ceiling if isinstance(ceiling, dict) else {}
+    counters = _g(gpu, "Clocks Event Reasons Counters")
+    row = query_gpu_row(text)
     return {
-        "driver_version": tree.get("Driver Version"),
-        "cuda_version": tree.get("CUDA Version"),
+        # 610 marks "Driver Version" deprecated in favour of "KMD Version".
+        "driver_version": _version(tree.get("KMD Version")) or _version(tree.get("Driver Version")),
+        "cuda_version": _version(tree.get("CUDA UMD Version"))
+        or _version(tree.get("CUDA Version")),
+        "nvml_symbols": nvml_symbols(text),
+        "reasons_supported": row.get("clocks_event_reasons.supported")
+        or row.get("clocks_throttle_reasons.supported"),
+        "reason_counters": list(counters.values()) if isinstance(counters, dict) else None,
         "product_name": gpu.get("Product Name"),
         "brand": gpu.get("Product Brand"),
         "architecture": gpu.get("Product Architecture"),
@@ -164,10 +219,11 @@ def facts_from_text(text: str) -> dict[str, Any]:
         "temp_slowdown": _g(gpu, "Temperature", "GPU Slowdown Temp"),
         "temp_shutdown": _g(gpu, "Temperature", "GPU Shutdown Temp"),
         "power_draw": power.get("Average Power Draw") or power.get("Power Draw"),
-        "power_limit": power.get("Current Power Limit")
+        "power_limit": ceiling.get("Current Power Limit")
+        or power.get("Current Power Limit")
         or power.get("Enforced Power Limit")
         or power.get("Power Limit"),
-        "power_default": power.get("Default Power Limit"),
+        "power_default": ceiling.get("Default Power Limit") or power.get("Default Power Limit"),
         "power_min": power.get("Min Power Limit"),
         "power_max": power.get("Max Power Limit"),
         "max_graphics": _g(gpu, "Max Clocks", "Graphics"),
@@ -176,6 +232,7 @@ def facts_from_text(text: str) -> dict[str, Any]:
         "max_video": _g(gpu, "Max Clocks", "Video"),
         "app_graphics": _g(gpu, "Applications Clocks", "Graphics"),
         "app_memory": _g(gpu, "Applications Clocks", "Memory"),
+        "default_app_graphics": _g(gpu, "Default Applications Clocks", "Graphics"),
     }
 
 
@@ -256,6 +313,15 @@ def facts_from_xml(text: str) -> dict[str, Any]:
         "max_video": t("max_clocks/video_clock"),
         "app_graphics": t("applications_clocks/graphics_clock"),
         "app_memory": t("applications_clocks/mem_clock"),
+        "default_app_graphics": t("default_applications_clocks/graphics_clock"),
+        "nvml_symbols": None,  # XML captures carry no symbol list
+        "reasons_supported": None,
+        "reason_counters": [
+            el.text.strip()
+            for el in gpu.findall("clocks_event_reasons_counters/*")
+            if el.text and el.text.strip()
+        ]
+        or None,
     }
 
 
@@ -271,6 +337,17 @@ def _num(value: Any) -> float | int | None:
         return None
     text = match.group(1)
     return float(text) if "." in text else int(text)
+
+
+DEPRECATED_TEXT = "requested functionality has been deprecated"
+# What a call the capture shows as deprecated answers. NOT_SUPPORTED until the agent's NVML
+# layer treats DEPRECATED as a permanent refusal (issue 16); then "DEPRECATED", as the driver.
+DEPRECATED_ANSWER = "NOT_SUPPORTED"
+
+
+def _deprecated(value: Any) -> bool:
+    """nvidia-smi prints NVML_ERROR_DEPRECATED (26) as this sentence (captures' README)."""
+    return isinstance(value, str) and DEPRECATED_TEXT in value.lower()
 
 
 def _na(value: Any) -> bool:
@@ -299,21 +376,44 @@ def _slug(product: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", s).strip("-") or "gpu"
 
 
+# Facts a capture may lack, and the NVML calls that then answer NOT_SUPPORTED.
+MISSING_FACT_CALLS = {
+    "product name": ("nvmlDeviceGetName",),
+    "PCI device id": (),
+    "power limit": (
+        "nvmlDeviceGetPowerManagementLimit",
+        "nvmlDeviceGetEnforcedPowerLimit",
+        "nvmlDeviceGetPowerManagementDefaultLimit",
+        "nvmlDeviceGetPowerManagementLimitConstraints",
+    ),
+    "max clocks": ("nvmlDeviceGetMaxClockInfo",),
+    "framebuffer size": ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2"),
+}
+
+
 def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
-    if not f.get("product_name"):
-        raise AgentError(f"{source}: no product name in the capture")
+    """A validated profile; facts the capture lacks are NOT_SUPPORTED and listed in ``not_in_capture``."""
+    not_found: list[str] = []
+    unsupported: list[str] = []
+    errors: dict[str, str] = {}
+
+    def lacks(fact: str) -> None:
+        not_found.append(fact)
+        unsupported.extend(MISSING_FACT_CALLS.get(fact, ()))
+
+    if not f.get("product_name") or _na(f.get("product_name")):
+        lacks("product name")
     try:
         pci_full = int(str(f["pci_device_id"]), 16)
-    except (TypeError, ValueError):
-        raise AgentError(f"{source}: no PCI device id in the capture") from None
+    except (KeyError, TypeError, ValueError):
+        lacks("PCI device id")
+        pci_full = 0x10DE  # NVIDIA's vendor id, device unknown
     device_id = pci_full >> 16
-    ref = _builtin_for(device_id)
+    ref = _builtin_for(device_id) if device_id else None
     arch = ARCH_ALIASES.get(
         f.get("architecture") or "",
         f.get("architecture") or (ref or {}).get("architecture") or "unknown",
     )
-    unsupported: list[str] = []
-    errors: dict[str, str] = {}
 
     def text_or_none(key: str, symbol: str) -> str | None:
         value = f.get(key)
@@ -327,7 +427,14 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     vbios = text_or_none("vbios_version", "nvmlDeviceGetVbiosVersion")
     limit = _num(f.get("power_limit"))
     if limit is None:
-        raise AgentError(f"{source}: no power limit in the capture")
+        # The load model still needs a ceiling; the calls that would show it answer NOT_SUPPORTED.
+        lacks("power limit")
+        limit = (
+            _num(f.get("power_default"))
+            or _num(f.get("power_max"))
+            or (ref or {}).get("power_w", {}).get("limit")
+            or 100
+        )
     power = {
         "limit": limit,
         "default": _num(f.get("power_default")) or limit,
@@ -337,7 +444,10 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     }
     maxc = {k: _num(f.get(f"max_{k}")) for k in ("graphics", "sm", "memory", "video")}
     if maxc["graphics"] is None or maxc["memory"] is None:
-        raise AgentError(f"{source}: no max clocks in the capture")
+        lacks("max clocks")
+        ref_max = (ref or {}).get("clocks_mhz", {}).get("max") or {}
+        for key, guess in (("graphics", 1500), ("memory", 5000)):
+            maxc[key] = maxc[key] or ref_max.get(key) or guess
     maxc["sm"] = maxc["sm"] or maxc["graphics"]
     maxc["video"] = maxc["video"] or maxc["graphics"]
     apps = None
@@ -351,7 +461,8 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     bus_width = (ref or {}).get("memory", {}).get("bus_width_bits") or (known[0] if known else None)
     mem_total = _num(f.get("memory_total"))
     if mem_total is None:
-        raise AgentError(f"{source}: no framebuffer size in the capture")
+        lacks("framebuffer size")
+        mem_total = (ref or {}).get("memory", {}).get("total_mib") or 1024
     memory = {
         "type": (ref or {}).get("memory", {}).get("type"),
         "total_mib": mem_total,
@@ -409,6 +520,14 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
             temps[key] = value
     if apps is None:
         unsupported += ["nvmlDeviceGetApplicationsClock", "nvmlDeviceGetDefaultApplicationsClock"]
+    # "Requested functionality has been deprecated" is NVML_ERROR_DEPRECATED, not N/A.
+    deprecated = []
+    if _deprecated(f.get("app_graphics")):
+        deprecated.append("nvmlDeviceGetApplicationsClock")
+    if _deprecated(f.get("default_app_graphics")) or _deprecated(f.get("app_graphics")):
+        deprecated.append("nvmlDeviceGetDefaultApplicationsClock")
+    for symbol in deprecated:
+        errors[symbol] = DEPRECATED_ANSWER
     if _na(f.get("retired_pages")):
         unsupported += [
             "nvmlDeviceGetRetiredPages",
@@ -417,16 +536,17 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         ]
     remapped = not _na(f.get("remapped_rows"))
     hopper_plus = arch in ("Hopper", "Blackwell")
-    name = _slug(f["product_name"]) + ("-mig" if mig and mig["enabled"] else "")
+    product = f.get("product_name") if "product name" not in not_found else "NVIDIA GPU"
+    name = _slug(product) + ("-mig" if mig and mig["enabled"] else "")
+    reasons_mask = _num_hex(f.get("reasons_supported"))
+    counters = f.get("reason_counters")
     profile = {
         "schema": 1,
         "name": name,
         "source": f"imported from {source}",
         "driver_version": f.get("driver_version"),
-        "product_name": f["product_name"],
-        "brand": "GeForce"
-        if "geforce" in f["product_name"].lower()
-        else (f.get("brand") or "NVIDIA"),
+        "product_name": product,
+        "brand": "GeForce" if "geforce" in product.lower() else (f.get("brand") or "NVIDIA"),
         "architecture": arch,
         "pci_device_id": f"0x{pci_full:08X}",
         "pci_subsystem_id": f.get("pci_subsystem_id")
@@ -449,13 +569,30 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         "nvlink": copy.deepcopy((ref or {}).get("nvlink")),
         "mig": mig,
         "virtualization": virtualization,
-        "clocks_event_reasons_supported": (ref or {}).get("clocks_event_reasons_supported", 0x1EF),
-        "unsupported": sorted(set(unsupported)),
+        # The capture's --query-gpu clocks_event_reasons.supported where it has one (0x1FF on GeForce).
+        "clocks_event_reasons_supported": reasons_mask
+        if reasons_mask is not None
+        else (ref or {}).get("clocks_event_reasons_supported", 0x1EF),
+        "unsupported": sorted(set(unsupported) - set(errors)),
         "errors": errors,
         "load": copy.deepcopy((ref or {}).get("load")) or {},
         "faults": [],
+        "not_in_capture": not_found,
     }
+    if counters is not None:
+        # "Clocks Event Reasons Counters" with values (e.g. "0 us") means the time fields answer.
+        profile["clocks_event_reason_counters"] = any(not _na(v) for v in counters)
+    if f.get("nvml_symbols"):
+        profile["nvml_symbols"] = f["nvml_symbols"]
     return validate(profile, source)
+
+
+def _num_hex(value: Any) -> int | None:
+    """'0x00000000000001FF' -> 511; None for N/A or absent."""
+    try:
+        return int(str(value), 16) if value and str(value).lower().startswith("0x") else None
+    except ValueError:
+        return None
 
 
 def _mig_instance(d: dict, table: list[dict]) -> dict[str, Any]:

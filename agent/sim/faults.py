@@ -12,6 +12,9 @@ or durations such as ``500ms``, ``20s``, ``2m``, ``1h``):
     force=SYMBOL:ERROR[:GPU]  SYMBOL answers ERROR (on every GPU of the machine and
                             for system calls, or on one GPU)
                             force=nvmlDeviceGetPowerUsage:NOT_SUPPORTED:1
+    unprivileged            the item's GPUs answer as to a user without root/admin:
+                            every call nvml.h marks privileged answers NO_PERMISSION
+                            (agent/sim/nvml_privileged.json)   h100-sxm-mig:1@unprivileged
 
 ERROR is an NVML error name with or without the ``NVML_ERROR_`` prefix
 (``NOT_SUPPORTED``, ``GPU_IS_LOST``, ``UNKNOWN`` ...) or its number.
@@ -50,7 +53,14 @@ class ForceFault:
     gpu: int | None = None
 
 
-Fault = XidFault | LostFault | ForceFault
+@dataclass(frozen=True)
+class UnprivilegedFault:
+    """The agent runs without root/admin on these GPUs (SPEC modifier ``@unprivileged``)."""
+
+    gpus: tuple[int, ...]
+
+
+Fault = XidFault | LostFault | ForceFault | UnprivilegedFault
 
 
 def parse_seconds(text: str | float | int, what: str = "time") -> float:
@@ -98,6 +108,8 @@ def parse_fault(text: str, offset: int = 0, count: int | None = None) -> Fault:
             raise AgentError(f"bad fault {text!r}: GPU {n} is not in this item (it has {count})")
         return n + offset
 
+    if kind == "unprivileged" and not sep:
+        return UnprivilegedFault(tuple(range(offset, offset + (count or 1))))
     try:
         if kind == "xid" and len(parts) == 3:
             return XidFault(gpu_no(parts[0]), int(parts[1]), parse_seconds(parts[2], "fault time"))
@@ -109,7 +121,7 @@ def parse_fault(text: str, offset: int = 0, count: int | None = None) -> Fault:
     except ValueError:
         pass
     raise AgentError(
-        f"bad fault {text!r}: use xid=GPU:CODE:TIME, lost=GPU:TIME or force=SYMBOL:ERROR[:GPU]"
+        f"bad fault {text!r}: use xid=GPU:CODE:TIME, lost=GPU:TIME, force=SYMBOL:ERROR[:GPU] or unprivileged"
     )
 
 

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
+import json
 import os
 import threading
 from collections import Counter
+from importlib import resources
 from typing import Any
 
 import pynvml
 
 from gpuagent.errors import AgentError
 from gpuagent.sim.clock import ManualClock, MonotonicClock
-from gpuagent.sim.faults import Fault, ForceFault, LostFault, XidFault, error_code
+from gpuagent.sim.faults import (
+    Fault,
+    ForceFault,
+    LostFault,
+    UnprivilegedFault,
+    XidFault,
+    error_code,
+)
 from gpuagent.sim.fleet import FleetItem, Topology, parse_spec
 from gpuagent.sim.load import LoadModel, LoadState, check_scenario
 
@@ -38,7 +48,10 @@ COMPUTE_CAPABILITY = {
     "Hopper": (9, 0),
     "Blackwell": (10, 0),
 }
-REASON_COUNTER_ARCHS = ("Ampere", "Ada Lovelace", "Ada", "Hopper", "Blackwell")
+# Architectures whose captures show the five "Clocks Event Reasons Counters" with values, GeForce
+# included: RTX 2080 SUPER (Turing, 595/610), RTX 3080 (Ampere, XML v13), RTX 4080 SUPER (Ada, 595),
+# L40S, H100. Older XML schemas (v12) do not print the section, so Pascal and older stay without.
+REASON_COUNTER_ARCHS = ("Turing", "Ampere", "Ada Lovelace", "Ada", "Hopper", "Blackwell")
 VIRT_MODES = {
     "none": pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE,
     "passthrough": pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH,
@@ -164,23 +177,47 @@ class _Handle:
         self.addr = ctypes.addressof(self.buffer)
 
 
+@functools.cache
+def privileged_calls() -> dict[str, Any]:
+    """nvml.h's calls that need root/admin (nvml_privileged.json names the header version)."""
+    text = resources.files("gpuagent.sim").joinpath("nvml_privileged.json").read_text()
+    return json.loads(text)
+
+
+# NVML_COMPUTE_INSTANCE_PROFILE_* by slice count (nvml.h; a compute instance profile's id is its index).
+CI_PROFILE_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+
+
 class SimGpuInstance:
     def __init__(self, gpu: SimDevice, spec: dict, start: int):
         self.gpu = gpu
         self.id = int(spec["gi_id"])
+        # The profile's id as NVML reports it (nvmlGpuInstanceInfo_t.profileId), not its index.
         self.profile_id = int(spec["profile_id"])
-        self.profile_name = spec.get("profile", "")
-        self.slices = int(spec.get("slices") or int(self.profile_name[:1] or 1))
+        table = (gpu.mig or {}).get("gpu_instance_profiles") or []
+        self.table_entry = next((p for p in table if int(p["profile_id"]) == self.profile_id), None)
+        self.profile_name = spec.get("profile") or (self.table_entry or {}).get("name", "")
+        self.slices = int(
+            spec.get("slices")
+            or (self.table_entry or {}).get("slices")
+            or int(self.profile_name[:1] or 1)
+        )
+        self.sm_count = int(
+            spec.get("gi_sm_count") or (self.table_entry or {}).get("sm_count") or 0
+        )
         self.start = start
         self.handle = _Handle()
         self.compute_instances: list[SimComputeInstance] = []
 
 
 class SimComputeInstance:
-    def __init__(self, gi: SimGpuInstance, ci_id: int):
+    def __init__(self, gi: SimGpuInstance, ci_id: int, slices: int | None = None):
         self.gi = gi
         self.id = ci_id
-        self.profile_id = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}.get(gi.slices, 0)
+        # A compute instance may use fewer slices than its GPU instance ("1c.3g.71gb").
+        self.slices = int(slices or gi.slices)
+        self.profile_id = CI_PROFILE_BY_SLICES.get(self.slices, 0)
+        self.start = sum(c.slices for c in gi.compute_instances)
         self.handle = _Handle()
 
 
@@ -198,13 +235,17 @@ class SimMigDevice:
         self.ci = ci
         self.gi_id = gi.id
         self.ci_id = ci.id
-        self.profile = spec.get("profile", "")
+        # As `nvidia-smi -L` names it: the GPU instance profile, prefixed "Nc." for a compute
+        # instance smaller than its GPU instance (nvidia-smi mig -lcip: "MIG 1c.3g.40gb").
+        gi_name = gi.profile_name
+        self.profile = gi_name if ci.slices == gi.slices else f"{ci.slices}c.{gi_name}"
         self.name = f"{gpu.name} MIG {self.profile}".encode()
         self.uuid = _uuid(gpu.machine.seed, gpu.index, "mig", gi.id, ci.id, prefix="MIG").encode()
         self.sm_count = int(spec.get("sm_count", 0))
         self.memory_bytes = int(spec.get("memory_mib", 0)) << 20
         self.bar1_bytes = int(spec.get("bar1_mib", spec.get("memory_mib", 0))) << 20
         self.slices = gi.slices
+        self.ci_slices = ci.slices
         self.share = 1.0 if n == 0 else 0.55 + 0.3 * ((n * 37) % 10) / 10  # busier first instance
         self.handle = _Handle()
         self.fixed: dict[str, int] = {}
@@ -263,13 +304,11 @@ class SimDevice:
             inst["uuid"] = _uuid(machine.seed, index, "vgpu", n, prefix="").lstrip("-").encode()
             self.vgpu_instances[inst["instance_id"]] = inst
         self.gpm = bool(p.get("gpm"))
-        # Per-reason clock-event time counters (field values): datacenter Ampere and newer;
-        # a profile may say otherwise with "clocks_event_reason_counters".
+        # Per-reason clock-event time counters (field values): Turing and newer, GeForce too
+        # (REASON_COUNTER_ARCHS); a profile may say otherwise with "clocks_event_reason_counters".
         counters = p.get("clocks_event_reason_counters")
         self.reason_counters = (
-            bool(counters)
-            if counters is not None
-            else p.get("brand") != "GeForce" and p["architecture"] in REASON_COUNTER_ARCHS
+            bool(counters) if counters is not None else p["architecture"] in REASON_COUNTER_ARCHS
         )
         self.handle = _Handle()
         # Calls received with a handle of this GPU (its own, MIG, GPU/compute instance, vGPU),
@@ -277,6 +316,7 @@ class SimDevice:
         self.call_counts: list[int] = [0] * len(CALL_SYMBOLS)
         self.model = LoadModel(p, machine.seed, index, scenario)
         self.lost_at: float | None = None
+        self.unprivileged = False  # set by the @unprivileged SPEC modifier
         self.ecc_counts = {"corrected": 0, "uncorrected": 0}
         self.pcie_replays = 0
         self._state_t: float | None = None
@@ -288,12 +328,16 @@ class SimDevice:
         self.mig_devices: list[SimMigDevice] = []
         if self.mig_enabled:
             start = 0
+            by_id: dict[int, SimGpuInstance] = {}
             for n, spec in enumerate(self.mig.get("instances") or []):
-                gi = SimGpuInstance(self, spec, start)
-                start += gi.slices
-                ci = SimComputeInstance(gi, int(spec.get("ci_id", 0)))
+                # Entries with the same gi_id are compute instances of one GPU instance.
+                gi = by_id.get(int(spec["gi_id"]))
+                if gi is None:
+                    gi = by_id[int(spec["gi_id"])] = SimGpuInstance(self, spec, start)
+                    start += gi.slices
+                    self.gpu_instances.append(gi)
+                ci = SimComputeInstance(gi, int(spec.get("ci_id", 0)), spec.get("ci_slices"))
                 gi.compute_instances.append(ci)
-                self.gpu_instances.append(gi)
                 self.mig_devices.append(SimMigDevice(self, n, spec, gi, ci))
 
     def _fixed_answers(self) -> dict[str, int]:
@@ -405,6 +449,9 @@ class SimMachine:
         first = self.items[0].profile
         self.driver_version = (driver_version or first.get("driver_version") or "595.80").encode()
         self.cuda_version = int(first.get("cuda_driver_version") or 13020)
+        # The symbols the driver's libnvidia-ml exports (a capture's `nvml-symbols`), else all.
+        symbols = first.get("nvml_symbols")
+        self.exported_symbols = frozenset(symbols) if symbols else None
         self.process_pids = [os.getpid(), os.getppid() or os.getpid()]
         self.process_names = {os.getpid(): b"python3", os.getppid(): b"python3"}
         self.init_count = 0
@@ -463,6 +510,24 @@ class SimMachine:
             self.lose_gpu(fault.gpu, fault.at)
         elif isinstance(fault, ForceFault):
             self.force(fault.symbol, fault.code, fault.gpu)
+        elif isinstance(fault, UnprivilegedFault):
+            for gpu in fault.gpus:
+                self.unprivilege(gpu)
+
+    def unprivilege(self, gpu: int) -> None:
+        """GPU ``gpu`` answers as to a user without root/admin (nvml.h's privileged calls).
+
+        A call the card does not support keeps its NOT_SUPPORTED (the feature is absent
+        whoever asks); the MIG-parent list applies only while MIG is on (nvml.h: "In MIG
+        mode, if device handle is provided ... only if the caller has appropriate
+        privileges"), and MIG device handles still answer for their own instance.
+        """
+        dev = self._gpu(gpu)
+        dev.unprivileged = True
+        table = privileged_calls()
+        names = list(table["always"]) + (list(table["mig_parent"]) if dev.mig_enabled else [])
+        for name in names:
+            dev.fixed.setdefault(name, pynvml.NVML_ERROR_NO_PERMISSION)
 
     def _gpu(self, gpu: int) -> SimDevice:
         if not isinstance(gpu, int) or not 0 <= gpu < len(self.devices):

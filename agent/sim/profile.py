@@ -6,6 +6,8 @@ NOT_SUPPORTED, as the real card does when nvidia-smi shows "N/A".
 
     schema                 1
     name                   short id ("l40s")
+    driver_version?        the driver the facts were read from ("590.48.01"); the machine's
+                           nvmlSystemGetDriverVersion answers the first profile's
     product_name           nvmlDeviceGetName ("NVIDIA L40S")
     brand?                 "NVIDIA" | "GeForce" | ...
     architecture           "Ampere" | "Ada Lovelace" | "Hopper" | ...
@@ -26,17 +28,25 @@ NOT_SUPPORTED, as the real card does when nvidia-smi shows "N/A".
     retired_pages          bool   (page retirement; pre-Ampere)
     gpm                    bool   (GPM metrics; Hopper and newer)
     nvlink?                {links, version, speed_mbps?, topology: "switch" | "bridge"} or null
-    mig?                   {enabled, max_devices, gpu_instance_profiles: [...],
+    mig?                   {enabled, max_devices,
+                            gpu_instance_profiles: [{index (NVML_GPU_INSTANCE_PROFILE_*),
+                                profile_id (the id NVML reports: H100 1g.10gb 19 ... 7g 0),
+                                name, slices, instance_count, sm_count, memory_mib}],
                             instances: [{gi_id, ci_id, profile_id, profile, sm_count,
-                                         memory_mib, bar1_mib?}]} or null
+                                         memory_mib, bar1_mib?, ci_slices?}]} or null
+                           (entries sharing a gi_id are compute instances of one GPU instance;
+                            ci_slices below the GI's slices names the device "1c.3g.71gb")
     virtualization         {mode: "none" | "passthrough" | "vgpu" | "host_vgpu",
                             host_vgpu_mode?: "sriov" | "non_sriov",
                             vgpu_types?: [{type_id, name, class?, fb_mib, max_instances}],
                             vgpu_instances?: [{instance_id, type_id, vm_id, fb_used_mib, licensed}]}
     clocks_event_reasons_supported   int mask
-    clocks_event_reason_counters?    bool: per-reason time field values (default: datacenter
-                                     Ampere and newer; NOT_SUPPORTED on GeForce)
+    clocks_event_reason_counters?    bool: per-reason time field values (default: Turing and
+                                     newer, GeForce too, as the captures show; else NOT_SUPPORTED)
     unsupported            [C symbol, ...]: answered NOT_SUPPORTED on this card
+    nvml_symbols?          [C symbol, ...]: what the driver's libnvidia-ml exports (a capture's
+                           `nvml-symbols` section); any other symbol answers FUNCTION_NOT_FOUND
+    not_in_capture?        [fact, ...]: what an imported capture did not show (informational)
     errors?                {C symbol: NVML error name}: any other fixed answer
     load                   {ambient_c?, thermal_tau_s?, demand_w?: {idle, training, inference},
                             memory_used_frac?: {idle, training, inference},
@@ -174,6 +184,9 @@ def validate(data: Any, source: str = "profile") -> dict[str, Any]:
     data.setdefault("errors", {})
     data.setdefault("load", {})
     data.setdefault("faults", [])
+    for entry in (data.get("mig") or {}).get("gpu_instance_profiles") or []:
+        # Older profile files gave only the NVML_GPU_INSTANCE_PROFILE_* index, as profile_id.
+        entry.setdefault("index", entry.get("profile_id"))
     if not isinstance(data["unsupported"], list):
         raise AgentError(f"{source}: 'unsupported' must be a list of NVML C symbol names")
     return data

@@ -249,6 +249,7 @@ def _record_mig(h) -> dict[str, Any] | None:
             continue
         profiles.append(
             {
+                "index": index,  # NVML_GPU_INSTANCE_PROFILE_*; info.id is the profile's own id
                 "profile_id": info.id,
                 "name": as_str(info.name).replace("MIG ", ""),
                 "slices": info.sliceCount,

@@ -11,6 +11,7 @@ import pynvml
 import gpuagent
 from gpuagent.gpu import Gpu, GpuLost, as_str
 from gpuagent.plugins.mig.gpm import GpmSamplers, gpm_supported
+from gpuagent.plugins.mig.names import mig_profile_name
 
 # GPM metrics read per GPU instance: field name -> metric id (all percentages).
 GPM_FIELDS = {
@@ -150,7 +151,7 @@ class MigCollector(gpuagent.Collector):
             "gi_id": gi_id,
             "ci_id": ci_id,
             "mig_uuid": as_str(uuid) if uuid is not None else None,
-            "mig_profile": self._profile_name(gpu, gi_id, attrs),
+            "mig_profile": mig_profile_name(gpu, handle, attrs, gi_id, ci_id),
         }
         fields: dict[str, Any] = {"mig_index": index}
         if memory is not None:

@@ -7,7 +7,15 @@ import pynvml
 import pytest
 
 from gpuagent.errors import AgentError
-from gpuagent.sim.capture_import import first_q_section, import_capture, parse_text_tree
+from gpuagent.sim.capture_import import (
+    DEPRECATED_ANSWER,
+    first_q_section,
+    import_capture,
+    parse_text_tree,
+)
+from gpuagent.sim.faults import error_code
+from tests.captures import CAPTURES as ALL_CAPTURES
+from tests.captures import capture_names
 
 CAPTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "captures"
 NA = None  # the call answers NOT_SUPPORTED
@@ -207,3 +215,76 @@ def test_garbage_capture_is_one_line_error(tmp_path):
     bad_xml.write_text("<?xml version='1.0'?><nvidia_smi_log><gpu>")
     with pytest.raises(AgentError, match="not valid nvidia-smi XML"):
         import_capture(bad_xml)
+
+
+# Every capture beside the repository imports, whatever its layout (text 590-610, XML v12/v13).
+
+
+@pytest.mark.parametrize("capture", capture_names())
+def test_every_capture_imports(capture, tmp_path, simulated_fleet):
+    if capture is None:
+        pytest.skip(f"no nvidia-smi captures at {ALL_CAPTURES} (they live in ../shared/captures)")
+    profile = import_capture(ALL_CAPTURES / capture)
+    assert isinstance(profile["not_in_capture"], list)
+    out = tmp_path / "p.json"
+    out.write_text(json.dumps(profile))
+    simulated_fleet(str(out), scenario="idle")
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    assert pynvml.nvmlDeviceGetName(h) == profile["product_name"]
+    if "power limit" not in profile["not_in_capture"]:
+        assert pynvml.nvmlDeviceGetPowerManagementLimit(h) == profile["power_w"]["limit"] * 1000
+
+
+def test_driver_610_power_limits_under_ceiling():
+    path = CAPTURES / "windows-x86_64__nvidia-geforce-rtx-2080-super__610.62.txt"
+    if not path.exists():
+        pytest.skip("driver 610 capture not available")
+    profile = import_capture(path)
+    # "GPU Ceiling Power Limit" / "Current Power Limit : 250.00 W", Min 105 W, Max 350 W.
+    assert profile["power_w"]["limit"] == 250 and profile["power_w"]["default"] == 250
+    assert (profile["power_w"]["min"], profile["power_w"]["max"]) == (105, 350)
+    # "Driver Version : 610.62 [Deprecated; ...]": the version is the KMD version.
+    assert profile["driver_version"] == "610.62" and profile["not_in_capture"] == []
+
+
+def test_missing_facts_are_listed_not_fatal(tmp_path, simulated_fleet):
+    text = """
+==============NVSMI LOG==============
+Driver Version                            : 595.1
+GPU 00000000:01:00.0
+    Product Name                          : NVIDIA Test Card
+    PCI
+        Device Id                         : 0x270210DE
+    FB Memory Usage
+        Total                             : 8192 MiB
+"""
+    cap = tmp_path / "bare.txt"
+    cap.write_text(text)
+    profile = import_capture(cap)
+    assert profile["not_in_capture"] == ["power limit", "max clocks"]
+    out = tmp_path / "p.json"
+    out.write_text(json.dumps(profile))
+    simulated_fleet(str(out), scenario="idle")
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetPowerManagementLimit(h)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_GRAPHICS)
+    assert pynvml.nvmlDeviceGetMemoryInfo(h).total == 8192 << 20
+
+
+def test_deprecated_applications_clocks_answer_deprecated(tmp_path, simulated_fleet):
+    path = CAPTURES / "linux-x86_64__nvidia-l40s__595.80.txt"
+    if not path.exists():
+        pytest.skip("L40S capture not available")
+    profile = import_capture(path)
+    out = tmp_path / "p.json"
+    out.write_text(json.dumps(profile))
+    simulated_fleet(str(out), scenario="idle")
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    # The capture: "Applications Clocks / Graphics : Requested functionality has been deprecated".
+    want = pynvml.NVMLError.__new__(pynvml.NVMLError, error_code(DEPRECATED_ANSWER)).__class__
+    with pytest.raises(want):
+        pynvml.nvmlDeviceGetApplicationsClock(h, pynvml.NVML_CLOCK_GRAPHICS)
+    with pytest.raises(want):
+        pynvml.nvmlDeviceGetDefaultApplicationsClock(h, pynvml.NVML_CLOCK_GRAPHICS)

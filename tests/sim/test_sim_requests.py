@@ -38,8 +38,16 @@ def fields(handle, ids):
     """field id -> (return code, value, value type)."""
     out = {}
     for fid, fv in zip(ids, pynvml.nvmlDeviceGetFieldValues(handle, ids), strict=True):
-        value = fv.value.ullVal if fv.valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG else fv.value.uiVal
-        out[fid] = (fv.nvmlReturn, value if fv.nvmlReturn == pynvml.NVML_SUCCESS else None, fv.valueType)
+        value = (
+            fv.value.ullVal
+            if fv.valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            else fv.value.uiVal
+        )
+        out[fid] = (
+            fv.nvmlReturn,
+            value if fv.nvmlReturn == pynvml.NVML_SUCCESS else None,
+            fv.valueType,
+        )
     return out
 
 
@@ -61,9 +69,21 @@ def test_nvml_field_ids_are_the_ones_in_pynvml():
 
 
 @pytest.mark.parametrize(
-    "profile", ["l40s", "l40s-vgpu", "a100-sxm4", "a100-sxm4-mig", "h100-pcie", "h100-sxm", "h100-sxm-mig", "h200"]
+    "profile",
+    [
+        "l40s",
+        "l40s-vgpu",
+        "a100-sxm4",
+        "a100-sxm4-mig",
+        "h100-pcie",
+        "h100-sxm",
+        "h100-sxm-mig",
+        "h200",
+    ],
 )
-def test_reason_counters_answered_as_ull_ns_on_datacenter_cards(profile, simulated_fleet, sim_clock):
+def test_reason_counters_answered_as_ull_ns_on_datacenter_cards(
+    profile, simulated_fleet, sim_clock
+):
     simulated_fleet(profile, scenario="training")
     sim_clock.advance(30)
     (h,) = handles()
@@ -77,18 +97,30 @@ def test_reason_counters_answered_as_ull_ns_on_datacenter_cards(profile, simulat
         assert got[fid][1] == 0
 
 
-def test_reason_counters_not_supported_on_geforce(simulated_fleet, sim_clock):
+def test_reason_counters_on_geforce_as_the_captures_show(simulated_fleet, sim_clock, tmp_path):
+    # RTX 2080 SUPER / 4080 SUPER (595, 610) and RTX 3080 (XML v13) captures: the five
+    # "Clocks Event Reasons Counters" have values (0 us or more), not N/A; supported 0x1FF.
     simulated_fleet("rtx4090:1", scenario="training")
     sim_clock.advance(30)
     (h,) = handles()
+    for fid, (code, value, _) in fields(h, list(REASON_FIELDS)).items():
+        assert code == pynvml.NVML_SUCCESS and value >= 0, fid
+    assert pynvml.nvmlDeviceGetSupportedClocksEventReasons(h) == 0x1FF
+    # a profile can still say the card refuses them; the rest of the batch still answers
+    profile = load_profile("rtx4090")
+    profile["clocks_event_reason_counters"] = False
+    path = tmp_path / "no-counters.json"
+    path.write_text(json.dumps(profile))
+    simulated_fleet(str(path), scenario="training")
+    (h,) = handles()
     for fid, (code, _, _) in fields(h, list(REASON_FIELDS)).items():
         assert code == pynvml.NVML_ERROR_NOT_SUPPORTED, fid
-    # the rest of the batch still answers
     assert fields(h, [pynvml.NVML_FI_DEV_POWER_INSTANT])[pynvml.NVML_FI_DEV_POWER_INSTANT][0] == 0
 
 
 def test_profile_key_overrides_the_default(simulated_fleet, tmp_path):
     profile = load_profile("rtx4090")
+    profile["architecture"] = "Pascal"  # no counters by default
     profile["clocks_event_reason_counters"] = True
     path = tmp_path / "4090-counters.json"
     path.write_text(json.dumps(profile))
@@ -104,13 +136,16 @@ def test_power_cap_time_grows_exactly_while_the_bit_is_set(simulated_fleet, sim_
     (h,) = handles()
     step = 0.25
     last = fields(h, [CAP])[CAP][1]
-    last_set = bool(pynvml.nvmlDeviceGetCurrentClocksEventReasons(h) & pynvml.nvmlClocksEventReasonSwPowerCap)
+    last_set = bool(
+        pynvml.nvmlDeviceGetCurrentClocksEventReasons(h) & pynvml.nvmlClocksEventReasonSwPowerCap
+    )
     set_steps = clear_steps = 0
     for _ in range(int(600 / step)):
         sim_clock.advance(step)
         now = fields(h, [CAP])[CAP][1]
         is_set = bool(
-            pynvml.nvmlDeviceGetCurrentClocksEventReasons(h) & pynvml.nvmlClocksEventReasonSwPowerCap
+            pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)
+            & pynvml.nvmlClocksEventReasonSwPowerCap
         )
         grew = now - last
         assert 0 <= grew <= step * 1e9 + 1  # monotonic, never faster than time
@@ -158,9 +193,10 @@ def test_sw_thermal_time_counts_above_the_slowdown_threshold():
     prev = model.state(0.0)
     for k in range(1, 1201):
         st = model.state(k * 0.5)
-        grew = st.reason_s[pynvml.nvmlClocksEventReasonSwThermalSlowdown] - prev.reason_s[
-            pynvml.nvmlClocksEventReasonSwThermalSlowdown
-        ]
+        grew = (
+            st.reason_s[pynvml.nvmlClocksEventReasonSwThermalSlowdown]
+            - prev.reason_s[pynvml.nvmlClocksEventReasonSwThermalSlowdown]
+        )
         assert 0 <= grew <= 0.5 + 1e-9
         if prev.reasons & st.reasons & pynvml.nvmlClocksEventReasonSwThermalSlowdown:
             assert grew > 0.25
@@ -177,7 +213,10 @@ def test_replay_rollover_counter_answered_zero_with_the_replay_counter(profile, 
     machine = simulated_fleet(profile)
     machine.add_pcie_replays(0, 7)
     (h,) = handles()
-    replay, rollover = pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, pynvml.NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER
+    replay, rollover = (
+        pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER,
+        pynvml.NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER,
+    )
     got = fields(h, [replay, rollover])
     assert got[replay][:2] == (pynvml.NVML_SUCCESS, 7)
     assert got[rollover] == (pynvml.NVML_SUCCESS, 0, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT)
@@ -255,14 +294,20 @@ def test_nvlink_queries_not_supported_in_mig_mode(profile, simulated_fleet):
         for call in (
             lambda h=h: pynvml.nvmlDeviceGetNvLinkState(h, 0),
             lambda h=h: pynvml.nvmlDeviceGetNvLinkVersion(h, 0),
-            lambda h=h: pynvml.nvmlDeviceGetNvLinkCapability(h, 0, pynvml.NVML_NVLINK_CAP_P2P_SUPPORTED),
+            lambda h=h: pynvml.nvmlDeviceGetNvLinkCapability(
+                h, 0, pynvml.NVML_NVLINK_CAP_P2P_SUPPORTED
+            ),
             lambda h=h: pynvml.nvmlDeviceGetNvLinkRemotePciInfo(h, 0),
             lambda h=h: pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(h, 0),
-            lambda h=h: pynvml.nvmlDeviceGetNvLinkErrorCounter(h, 0, pynvml.NVML_NVLINK_ERROR_DL_REPLAY),
+            lambda h=h: pynvml.nvmlDeviceGetNvLinkErrorCounter(
+                h, 0, pynvml.NVML_NVLINK_ERROR_DL_REPLAY
+            ),
         ):
             with pytest.raises(pynvml.NVMLError_NotSupported):
                 call()
-        got = fields(h, [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX])
+        got = fields(
+            h, [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX]
+        )
         assert all(code == pynvml.NVML_ERROR_NOT_SUPPORTED for code, _, _ in got.values())
         # P2P over NVLink: none in MIG mode either
         other = handles()[1] if h is handles()[0] else handles()[0]

@@ -20,6 +20,8 @@ the decorators every call enters through.
 
 from __future__ import annotations
 
+import functools
+
 # The area modules are imported in this order on purpose: each C symbol gets its
 # call-count slot when its module is loaded, and machine.calls lists symbols in
 # slot order, so this keeps the order the single-module library had. Constants
@@ -81,6 +83,12 @@ class FakeNvmlLib(
 ):
     """The stand-in for ``pynvml.nvmlLib``; one per SimMachine."""
 
+    def __new__(cls, machine: SimMachine):
+        exported = getattr(machine, "exported_symbols", None)
+        if exported is not None and cls is FakeNvmlLib:
+            cls = _library_exporting(frozenset(exported))
+        return super().__new__(cls)
+
     def __init__(self, machine: SimMachine):
         self.m = machine
         machine.size_call_counts()  # every symbol has its slot once this package is loaded
@@ -88,6 +96,28 @@ class FakeNvmlLib(
 
     def __repr__(self) -> str:
         return f"<FakeNvmlLib {self.m!r}>"
+
+
+class _NotExported:
+    """A symbol the driver's libnvidia-ml does not export: looking it up fails as dlsym does,
+    and pynvml answers FUNCTION_NOT_FOUND (captures' README, `nvml-symbols`)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        raise AttributeError(self.name)
+
+
+@functools.cache
+def _library_exporting(exported: frozenset[str]) -> type[FakeNvmlLib]:
+    """FakeNvmlLib with every nvml* symbol outside ``exported`` hidden."""
+    hidden = {
+        name: _NotExported(name)
+        for name in dir(FakeNvmlLib)
+        if name.startswith("nvml") and name not in exported and name != "nvmlErrorString"
+    }
+    return type("FakeNvmlLibOfDriver", (FakeNvmlLib,), hidden)
 
 
 __all__ = ["FakeNvmlLib", "SimDevice", "SimMigDevice", "check_args"]

@@ -1,7 +1,7 @@
 """Events: event sets, registering a device for event types, waiting, and freeing.
 
 Only XID critical errors are ever delivered, from the machine's XID schedule (faults and
-inject_xid add to it). An event is delivered once per set and only if it happened after the
+inject_xid add to it); a registered GPU that is lost answers GPU_IS_LOST once per set. An event is delivered once per set and only if it happened after the
 device was registered. A wait sleeps on the machine's clock, at most 0.25 s at a time, until
 the next XID or the timeout; with a manual clock it never blocks and answers TIMEOUT at once.
 """
@@ -15,6 +15,7 @@ import pynvml
 
 from gpuagent.sim.fakelib.args import (
     E_INVALID,
+    E_LOST,
     E_NS,
     E_TIMEOUT,
     OK,
@@ -35,6 +36,7 @@ class _EventSet:
         self.addr = addressof(self.handle_buf)
         self.registered: dict[int, tuple[int, float]] = {}  # gpu -> (mask, since)
         self.delivered: set[int] = set()
+        self.lost_told: set[int] = set()  # lost GPUs this set has answered GPU_IS_LOST for
 
 
 class EventCalls(NvmlCalls):
@@ -77,6 +79,10 @@ class EventCalls(NvmlCalls):
                     continue
                 if at < reg[1]:
                     continue  # happened before the registration
+                if gi_id != 0xFFFFFFFF and self.m.devices[gpu].unprivileged:
+                    # nvml.h (nvmlEventSetWait_v2): "In absence of required privileges, only the
+                    # events which affect all the instances (i.e. whole device) are reported."
+                    continue
                 if at <= now:
                     es.delivered.add(seq)
                     dev = self.m.devices[gpu]
@@ -88,6 +94,14 @@ class EventCalls(NvmlCalls):
                     return OK
                 nxt = at
                 break
+            for gpu in es.registered:
+                dev = self.m.devices[gpu]
+                if dev.lost_at is not None and dev.lost_at <= now and gpu not in es.lost_told:
+                    # nvml.h lists GPU_IS_LOST for nvmlEventSetWait_v2 ("if a GPU has fallen off
+                    # the bus"). Told once per set, after the events already due (XID 79 first),
+                    # so a waiter still hears from the set's other GPUs.
+                    es.lost_told.add(gpu)
+                    return E_LOST
             if self.m.clock.manual or timeout <= 0:
                 return E_TIMEOUT
             if deadline is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pynvml
 
-from gpuagent.sim.fakelib.args import E_INVALID, E_VERSION, OK, NvmlCalls, _out
+from gpuagent.sim.fakelib.args import E_INVALID, E_NS, E_VERSION, OK, NvmlCalls, _out
 from gpuagent.sim.fakelib.calls import device_call
 
 
@@ -68,15 +68,14 @@ class MemoryCalls(NvmlCalls):
         o = _out(out)
         if o is None:
             return E_INVALID
-        if dev.is_mig:
-            o.multiprocessorCount = dev.sm_count
-            o.gpuInstanceSliceCount = dev.slices
-            o.computeInstanceSliceCount = dev.slices
-            o.memorySizeMB = dev.memory_bytes >> 20
-            o.sharedCopyEngineCount = dev.slices
-            o.sharedDecoderCount = max(1, dev.slices - 1)
-            o.sharedJpegCount = max(1, dev.slices - 1)
-        else:
-            o.multiprocessorCount = int(dev.profile.get("sm_count", 132))
-            o.memorySizeMB = dev.total_bytes >> 20
+        if not dev.is_mig:
+            # nvml.h: "This API currently only supports MIG device handles"; NOT_SUPPORTED otherwise.
+            return E_NS
+        o.multiprocessorCount = dev.sm_count
+        o.gpuInstanceSliceCount = dev.slices
+        o.computeInstanceSliceCount = dev.ci_slices
+        o.memorySizeMB = dev.memory_bytes >> 20
+        o.sharedCopyEngineCount = dev.slices
+        o.sharedDecoderCount = max(1, dev.slices - 1)
+        o.sharedJpegCount = max(1, dev.slices - 1)
         return OK

@@ -24,6 +24,7 @@ from gpuagent.sim.fakelib.args import (
     _set_ptrs,
 )
 from gpuagent.sim.fakelib.calls import device_call, owned_call
+from gpuagent.sim.machine import CI_PROFILE_BY_SLICES
 
 
 class MigCalls(NvmlCalls):
@@ -80,8 +81,15 @@ class MigCalls(NvmlCalls):
         return self._put_handle(out, dev.gpu.handle.addr)
 
     def _gi_profile(self, dev, profile_index):
+        """The table entry at NVML_GPU_INSTANCE_PROFILE_* ``profile_index`` (not the profile's id)."""
         for p in (dev.mig or {}).get("gpu_instance_profiles") or []:
-            if int(p["profile_id"]) == profile_index:
+            if int(p.get("index", p["profile_id"])) == profile_index:
+                return p
+        return None
+
+    def _gi_profile_by_id(self, dev, profile_id):
+        for p in (dev.mig or {}).get("gpu_instance_profiles") or []:
+            if int(p["profile_id"]) == profile_id:
                 return p
         return None
 
@@ -117,7 +125,7 @@ class MigCalls(NvmlCalls):
 
     @device_call
     def nvmlDeviceGetGpuInstanceRemainingCapacity(self, dev, profile_id=None, out=None):
-        p = self._gi_profile(dev, _int(profile_id))
+        p = self._gi_profile_by_id(dev, _int(profile_id))
         if p is None:
             return E_NS
         used = sum(gi.slices for gi in dev.gpu_instances)
@@ -181,6 +189,47 @@ class MigCalls(NvmlCalls):
         _set_field_ptr(o, "gpuInstance", ci.gi.handle.addr)
         o.id = ci.id
         o.profileId = ci.profile_id
-        o.placement.start = 0
-        o.placement.size = ci.gi.slices
+        o.placement.start = ci.start
+        o.placement.size = ci.slices
         return OK
+
+    def _fill_ci_profile(self, gi, profile, eng_profile, out, v2: bool):
+        """Compute instance profile ``profile`` (NVML_COMPUTE_INSTANCE_PROFILE_*) of a GPU instance.
+
+        Names as `nvidia-smi mig -lcip` lists them: "MIG 3g.40gb" for the whole GPU instance,
+        "MIG 1c.3g.40gb" for one slice of it. Only the shared engine profile exists (nvml.h:
+        NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED).
+        """
+        o = _out(out)
+        index = _int(profile)
+        if o is None or index is None:
+            return E_INVALID
+        if v2 and o.version != pynvml.nvmlComputeInstanceProfileInfo_v2:
+            return E_VERSION
+        slices = next((s for s, i in CI_PROFILE_BY_SLICES.items() if i == index), None)
+        if slices is None or slices > gi.slices or _int(eng_profile) != 0:
+            return E_NS
+        gi_name = gi.profile_name
+        o.id = index
+        o.sliceCount = slices
+        o.instanceCount = gi.slices // slices
+        o.multiprocessorCount = gi.sm_count * slices // gi.slices if gi.sm_count else 0
+        o.sharedCopyEngineCount = gi.slices
+        o.sharedDecoderCount = max(0, gi.slices - 1)
+        o.sharedJpegCount = max(0, gi.slices - 1)
+        if v2:
+            name = gi_name if slices == gi.slices else f"{slices}c.{gi_name}"
+            o.name = f"MIG {name}".encode()
+        return OK
+
+    @owned_call("_gi")
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, gi, profile=None, eng_profile=None, out=None
+    ):
+        return self._fill_ci_profile(gi, profile, eng_profile, out, v2=False)
+
+    @owned_call("_gi")
+    def nvmlGpuInstanceGetComputeInstanceProfileInfoV(
+        self, gi, profile=None, eng_profile=None, out=None
+    ):
+        return self._fill_ci_profile(gi, profile, eng_profile, out, v2=True)

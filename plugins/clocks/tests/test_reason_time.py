@@ -68,9 +68,14 @@ def test_reason_time_counters_grow_under_a_power_cap(
 
 
 def test_counters_absent_on_geforce_and_not_asked_again(
-    simulated_fleet, sim_clock, recording_accumulator
+    simulated_fleet, sim_clock, recording_accumulator, tmp_path
 ):
-    machine = simulated_fleet("rtx4090:1,l40s:1", scenario="training")
+    # GeForce captures from Turing on show the counters; a card that refuses them (older
+    # GeForce, say) is a 4090 profile told so.
+    refusing = load_profile("rtx4090")
+    refusing["clocks_event_reason_counters"] = False
+    (tmp_path / "refusing.json").write_text(json.dumps(refusing))
+    machine = simulated_fleet(f"{tmp_path / 'refusing.json'}:1,l40s:1", scenario="training")
     clocks = make(machine)
     clocks.collect(recording_accumulator)
     machine.reset_calls()
