@@ -38,7 +38,6 @@ JOB_KEYS = (
     ("slurm_job_id", ("slurm_job_id", "slurm_user", "slurm_account", "slurm_partition")),
     ("k8s_pod_uid", ("k8s_pod_uid",)),
 )
-KUBE_TAGS = ("k8s_namespace", "k8s_pod", "k8s_container")
 
 
 class ProcessesConfig(gpuagent.CollectorConfig):
@@ -242,7 +241,7 @@ class ProcessesCollector(gpuagent.Collector):
                 tags["ci_id"] = str(ci)
             tags.update((k, owner.tags[k]) for k in OWNER_TAGS if k in owner.tags)
             if holder is not None:
-                tags.update(zip(KUBE_TAGS, (holder.namespace, holder.pod, holder.container)))
+                tags.update(holder.tags())
             fields: dict[str, Any] = {
                 "used_memory_bytes": entry["used"],
                 "name": (info or {}).get("name"),
@@ -299,7 +298,7 @@ class ProcessesCollector(gpuagent.Collector):
             # The kubelet names the one container holding this GPU: on the pod's point (when
             # exactly one pod's processes run here) or on a point of its own.
             if holder is not None and (key == ("k8s",) or (len(pods) == 1 and key == pods[0])):
-                tags.update(zip(KUBE_TAGS, (holder.namespace, holder.pod, holder.container)))
+                tags.update(holder.tags())
             acc.add_fields(
                 "gpu_job",
                 {

@@ -34,6 +34,13 @@ class PodDevice:
     container: str
     resource: str
 
+    def tags(self) -> dict[str, str]:
+        return {
+            "k8s_namespace": self.namespace,
+            "k8s_pod": self.pod,
+            "k8s_container": self.container,
+        }
+
 
 # (message, [(field name, number, type, label, message type)]) of podresources v1.
 _STRING, _MESSAGE = 9, 11

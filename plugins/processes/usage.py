@@ -77,9 +77,7 @@ class ProcessUsage:
                 if stamp >= newest.get(s.pid, (-1, None))[0]:
                     newest[s.pid] = (
                         stamp,
-                        Sample(
-                            _pct(s.smUtil), _pct(s.memUtil), _pct(s.encUtil), _pct(s.decUtil)
-                        ),
+                        Sample(_pct(s.smUtil), _pct(s.memUtil), _pct(s.encUtil), _pct(s.decUtil)),
                     )
                 last = max(last, stamp)
             self._last_seen[gpu.index] = last
