@@ -67,7 +67,7 @@ def parse_listpids(text: str) -> dict[int, dict[str, str]]:
 class ListPids:
     """`scontrol listpids`, run at most once per collection and only when asked for."""
 
-    def __init__(self, scontrol: str | None = None, timeout: float = 5.0):
+    def __init__(self, scontrol: str | None = None, timeout: float = 2.0):
         self.scontrol = scontrol or shutil.which("scontrol")
         self.timeout = timeout
         self._cache: dict[int, dict[str, str]] | None = None
