@@ -55,7 +55,9 @@ def _wait(check, what: str, timeout: float, logs: list[Path]) -> None:
         if check():
             return
         time.sleep(0.1)
-    tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in logs if p.exists())
+    tails = "\n".join(
+        f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in logs if p.exists()
+    )
     raise RuntimeError(f"{what} within {timeout:g}s\n{tails}")
 
 
@@ -281,9 +283,7 @@ def sleeper():
     procs: list[subprocess.Popen] = []
 
     def start(env: dict | None = None) -> subprocess.Popen:
-        p = subprocess.Popen(
-            [sys.executable, "-c", "import time; time.sleep(120)"], env=env
-        )
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env)
         procs.append(p)
         return p
 
@@ -306,7 +306,9 @@ def _compiled_proto(out: Path):
     assert rc == 0, "protoc failed on podresources_v1.proto"
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("podresources_v1_pb2", out / "podresources_v1_pb2.py")
+    spec = importlib.util.spec_from_file_location(
+        "podresources_v1_pb2", out / "podresources_v1_pb2.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
