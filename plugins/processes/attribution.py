@@ -81,13 +81,17 @@ class Attributor:
         except (FileNotFoundError, ProcessLookupError):
             return Owner(reasons=[PID_VANISHED])
         except OSError:  # PermissionError: another user's process and no root
-            job = self.listpids.lookup(pid) if self.listpids is not None else None
+            if "slurm_job_id" in owner.tags:
+                return owner  # Slurm's cgroup path named the job already
+            if self.listpids is None or self.listpids.scontrol is None:
+                return owner  # no Slurm on this host: the environment would name no job
+            job = self.listpids.lookup(pid)
             if job is not None:
                 for key, value in job.items():
                     owner.tags.setdefault(key, value)
             else:
                 owner.reasons.append(slurm.ENVIRON_UNREADABLE)
-                if self.listpids is not None and self.listpids.error:
+                if self.listpids.error:
                     owner.reasons.append(slurm.LISTPIDS_FAILED)
         return owner
 

@@ -99,3 +99,39 @@ def test_table_csv_and_pod_grouping(jobs_db, influxdb_v1, cli):
     assert pods.exit_code == 1
     assert "no gpu_job points with k8s_pod_uid" in pods.output
     assert len(pods.output.strip().splitlines()) == 1
+
+
+def test_pods_grouped_by_uid_and_labelled_by_name(influxdb_v1, cli):
+    """gpu_job points as the processes collector writes them on a Kubernetes node: one pod on
+    two GPUs named by the kubelet, one known only by its cgroup's uid."""
+    db = f"pods_{uuid.uuid4().hex[:8]}"
+    influxdb_v1.create_database(db)
+    t0 = (int(time.time()) - 600) * 10**9
+    lines = []
+    for k in range(4):
+        t = t0 + k * 60 * 10**9
+        for gpu, energy0, pod in ((0, 1000.0, "a"), (1, 5000.0, "a"), (2, 9000.0, "b")):
+            tags = f"gpu_job,host=n1,gpu={gpu},uuid=GPU-{gpu},model=NVIDIA\\ L40S,k8s_pod_uid=uid-{pod}"
+            if pod == "a":
+                tags += ",k8s_namespace=ml,k8s_pod=trainer,k8s_container=main"
+            fields = (
+                f"processes=1i,used_memory_bytes={(k + 1) * 2**30}i,sm_util_pct={50 + gpu}i,"
+                f"energy_j={energy0 + k * 6000.0 * (gpu + 1)}"
+            )
+            lines.append(f"{tags} {fields} {t}")
+    influxdb_v1.write(lines, db=db)
+    try:
+        result = compare(
+            cli, influxdb_v1, db, t0 - 10**9, t0 + 600 * 10**9, "--by", "pod", "--format", "json"
+        )
+    finally:
+        influxdb_v1.drop_database(db)
+    assert result.exit_code == 0, result.output
+    got = {g["label"]: g for g in json.loads(result.stdout)["groups"]}
+    assert set(got) == {"ml/trainer", "uid-b"}
+    trainer = got["ml/trainer"]
+    assert trainer["gpus"] == 2 and trainer["gpu_hours"] == pytest.approx(2 * 180 / 3600)
+    assert trainer["energy_wh"] == pytest.approx((3 * 6000.0 + 3 * 12000.0) / 3600)
+    assert trainer["peak_memory_bytes"] == 4 * 2**30
+    assert trainer["sm_util_mean_pct"] == pytest.approx(50.5)
+    assert got["uid-b"]["energy_wh"] == pytest.approx(3 * 18000.0 / 3600)
