@@ -146,7 +146,7 @@ class ProcessesCollector(gpuagent.Collector):
             else None
         )
         self.reasons: Counter[str] = Counter()  # since start, written as gpu_attribution
-        self._pods: dict[str, kubelet_api.PodDevice] = {}
+        self._pods: dict[str, list[kubelet_api.PodDevice]] = {}
         self._seen: set[int] = set()
 
     def collect(self, acc: gpuagent.Accumulator) -> None:
@@ -156,8 +156,12 @@ class ProcessesCollector(gpuagent.Collector):
         if self.kubelet is not None:
             pods = self.kubelet.devices()
             if pods is not None:
-                # Time-sliced GPUs are offered as UUID::N replicas; the GPU is the UUID.
-                self._pods = {dev.split("::")[0]: p for dev, p in pods.items()}
+                # Time-sliced GPUs are offered as UUID::N replicas, maybe to several pods;
+                # the GPU is the UUID.
+                for dev, holder in pods.items():
+                    held = self._pods.setdefault(dev.split("::")[0], [])
+                    if holder not in held:
+                        held.append(holder)
             elif self.kubelet.error:
                 self.reasons[self.kubelet.error] += 1
         super().collect(acc)
@@ -216,11 +220,40 @@ class ProcessesCollector(gpuagent.Collector):
                 out.append(proc)
         return out
 
+    def _mig_holders(self, gpu: gpuagent.Gpu) -> dict[int, kubelet_api.PodDevice]:
+        """GPU instance id -> the one container the kubelet gave that MIG device (by MIG UUID,
+        as NVIDIA's device plugin names them with MIG on); asked only when it names any."""
+        if not any(uuid.startswith("MIG-") for uuid in self._pods):
+            return {}
+        modes = poll(gpu, pynvml.nvmlDeviceGetMigMode)
+        if not modes or int(modes[0]) != pynvml.NVML_DEVICE_MIG_ENABLE:
+            return {}
+        count = gpu.static("max_mig_device_count", pynvml.nvmlDeviceGetMaxMigDeviceCount) or 0
+        out: dict[int, kubelet_api.PodDevice] = {}
+        for index in range(count):
+            handle = gpu.query(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, index)
+            if handle is None:
+                continue
+            try:
+                uuid = pynvml.nvmlDeviceGetUUID(handle)
+                held = self._pods.get(uuid.decode() if isinstance(uuid, bytes) else uuid)
+                if held and len(held) == 1:
+                    gi = valid(pynvml.nvmlDeviceGetGpuInstanceId(handle))
+                    if gi is not None:
+                        out[gi] = held[0]
+            except pynvml.NVMLError:
+                continue
+        return out
+
     # -- points ---------------------------------------------------------------------------------
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
         found = self._lists(gpu)
-        holder = self._pods.get(gpu.uuid)
-        if not found and holder is None:
+        holders = self._pods.get(gpu.uuid, [])
+        # One container holds the GPU: its names go on every process here. Several (a
+        # time-sliced GPU): which process is whose is unknown, so each only gets a gpu_job.
+        holder = holders[0] if len(holders) == 1 else None
+        mig_holders = self._mig_holders(gpu)
+        if not found and not holders and not mig_holders:
             self.usage.forget(gpu.index)
             return
         utils = self.usage.utilisation(gpu) if self.config.utilization and found else {}
@@ -240,8 +273,9 @@ class ProcessesCollector(gpuagent.Collector):
             if ci is not None:
                 tags["ci_id"] = str(ci)
             tags.update((k, owner.tags[k]) for k in OWNER_TAGS if k in owner.tags)
-            if holder is not None:
-                tags.update(holder.tags())
+            proc_holder = mig_holders.get(gi, holder) if gi is not None else holder
+            if proc_holder is not None:
+                tags.update(proc_holder.tags())
             fields: dict[str, Any] = {
                 "used_memory_bytes": entry["used"],
                 "name": (info or {}).get("name"),
@@ -262,10 +296,17 @@ class ProcessesCollector(gpuagent.Collector):
                 fields.update(self.usage.accounting(gpu, pid))
             acc.add_fields("gpu_process", fields, tags=tags)
             if self.config.jobs:
-                self._add_to_job(jobs, owner, holder, entry, sample)
+                self._add_to_job(jobs, owner, proc_holder, entry, sample)
         if self.config.jobs:
-            if holder is not None and not jobs:
-                jobs[("k8s",)] = {"tags": {}, "processes": 0, "used": 0, "sm": None}
+            # Containers the kubelet gave this GPU (or one of its MIG devices) that run nothing
+            # here yet, or whose processes could not be told apart: a point each.
+            idle = list(mig_holders.values())
+            if holder is None or not jobs:
+                idle += holders
+            for h in idle:
+                jobs.setdefault(
+                    ("k8s", h), {"tags": h.tags(), "processes": 0, "used": 0, "sm": None}
+                )
             self._job_points(acc, gpu, jobs, holder)
 
     @staticmethod
@@ -278,7 +319,7 @@ class ProcessesCollector(gpuagent.Collector):
         else:
             if holder is None:
                 return  # a process of no job or pod (a desktop, a service): no gpu_job
-            key, tags = ("k8s",), {}
+            key, tags = ("k8s", holder), holder.tags()
         job = jobs.setdefault(key, {"tags": tags, "processes": 0, "used": 0, "sm": None})
         job["processes"] += 1
         job["used"] += entry["used"] or 0
@@ -295,9 +336,9 @@ class ProcessesCollector(gpuagent.Collector):
         pods = [k for k in jobs if k[0] == "k8s_pod_uid"]
         for key, job in jobs.items():
             tags = dict(gpu.tags, **job["tags"])
-            # The kubelet names the one container holding this GPU: on the pod's point (when
-            # exactly one pod's processes run here) or on a point of its own.
-            if holder is not None and (key == ("k8s",) or (len(pods) == 1 and key == pods[0])):
+            # The kubelet names the one container holding this GPU: on the pod's point when
+            # exactly one pod's processes run here (else on a point of its own).
+            if holder is not None and len(pods) == 1 and key == pods[0]:
                 tags.update(holder.tags())
             acc.add_fields(
                 "gpu_job",

@@ -101,3 +101,39 @@ def test_without_grpcio_the_lookup_is_skipped_with_one_log_line(
     assert len(lines) == 1 and "gpuagent[k8s]" in lines[0]
     assert len(recording_accumulator.by_measurement("gpu_process")) == 3
     assert recording_accumulator.by_measurement("gpu_attribution") == []
+
+
+def test_time_sliced_gpu_held_by_two_pods_names_neither_on_processes(
+    pod_resources_server, simulated_fleet, sim_clock, recording_accumulator
+):
+    machine = simulated_fleet("l40s", scenario="training")
+    uuid = machine.devices[0].uuid.decode()
+    pod_resources_server.pods = [
+        ("ml", "a", [("c", "nvidia.com/gpu", [f"{uuid}::0"])]),
+        ("ml", "b", [("c", "nvidia.com/gpu", [f"{uuid}::1"])]),
+    ]
+    sim_clock.advance(10)
+    collect(machine, recording_accumulator, kubelet_socket=str(pod_resources_server.socket))
+    (proc,) = recording_accumulator.by_measurement("gpu_process")
+    assert "k8s_pod" not in proc.tags
+    jobs = recording_accumulator.by_measurement("gpu_job")
+    assert sorted(j.tags["k8s_pod"] for j in jobs) == ["a", "b"]
+
+
+def test_mig_devices_are_matched_by_their_mig_uuid(
+    pod_resources_server, simulated_fleet, sim_clock, recording_accumulator
+):
+    machine = simulated_fleet("h100-sxm-mig", scenario="training")  # a process per instance
+    migs = machine.devices[0].mig_devices
+    pod_resources_server.pods = [
+        ("ml", f"pod-{m.gi_id}", [("c", "nvidia.com/mig-3g.40gb", [m.uuid.decode()])]) for m in migs
+    ]
+    sim_clock.advance(10)
+    collect(machine, recording_accumulator, kubelet_socket=str(pod_resources_server.socket))
+    procs = recording_accumulator.by_measurement("gpu_process")
+    assert len(procs) == len(migs)
+    for p in procs:
+        assert p.tags["k8s_pod"] == f"pod-{p.tags['gi_id']}"
+    jobs = recording_accumulator.by_measurement("gpu_job")
+    assert sorted(j.tags["k8s_pod"] for j in jobs) == sorted(f"pod-{m.gi_id}" for m in migs)
+    assert all(j.fields["processes"] == 1 for j in jobs)
