@@ -15,6 +15,10 @@ or durations such as ``500ms``, ``20s``, ``2m``, ``1h``):
     unprivileged            the item's GPUs answer as to a user without root/admin:
                             every call nvml.h marks privileged answers NO_PERMISSION
                             (agent/sim/nvml_privileged.json)   h100-sxm-mig:1@unprivileged
+    proc=GPU:PID[:MIB]      the host process PID runs on GPU as a compute process
+                            (MIB of GPU memory; default: a share of what the GPU uses);
+                            repeatable, for attribution tests on real processes
+                            proc=0:4242:2048
 
 ERROR is an NVML error name with or without the ``NVML_ERROR_`` prefix
 (``NOT_SUPPORTED``, ``GPU_IS_LOST``, ``UNKNOWN`` ...) or its number.
@@ -60,7 +64,16 @@ class UnprivilegedFault:
     gpus: tuple[int, ...]
 
 
-Fault = XidFault | LostFault | ForceFault | UnprivilegedFault
+@dataclass(frozen=True)
+class ProcFault:
+    """A real host process shown as a compute process on one GPU (``@proc=GPU:PID[:MIB]``)."""
+
+    gpu: int
+    pid: int
+    mib: int | None = None
+
+
+Fault = XidFault | LostFault | ForceFault | UnprivilegedFault | ProcFault
 
 
 def parse_seconds(text: str | float | int, what: str = "time") -> float:
@@ -118,11 +131,22 @@ def parse_fault(text: str, offset: int = 0, count: int | None = None) -> Fault:
         if kind == "force" and len(parts) in (2, 3):
             gpu = gpu_no(parts[2]) if len(parts) == 3 else None
             return ForceFault(parts[0].strip(), error_code(parts[1]), gpu)
+        if kind == "proc" and len(parts) in (2, 3):
+            return _proc_fault(text, gpu_no(parts[0]), parts[1:])
     except ValueError:
         pass
     raise AgentError(
-        f"bad fault {text!r}: use xid=GPU:CODE:TIME, lost=GPU:TIME, force=SYMBOL:ERROR[:GPU] or unprivileged"
+        f"bad fault {text!r}: use xid=GPU:CODE:TIME, lost=GPU:TIME, force=SYMBOL:ERROR[:GPU], "
+        "proc=GPU:PID[:MIB] or unprivileged"
     )
+
+
+def _proc_fault(text: str, gpu: int, parts: list[str]) -> ProcFault:
+    """``proc=GPU:PID[:MIB]``: PID and MIB positive whole numbers (the PID need not exist yet)."""
+    for value, what in zip(parts, ("PID", "MIB"), strict=False):
+        if not value.strip().isdigit() or int(value) <= 0:
+            raise AgentError(f"bad fault {text!r}: {what} must be a positive number")
+    return ProcFault(gpu, int(parts[0]), int(parts[1]) if len(parts) == 2 else None)
 
 
 def faults_from_profile(entries: list, offset: int, count: int, source: str) -> list[Fault]:
