@@ -73,6 +73,16 @@ current_collector: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 OUTSIDE_COLLECTORS = "agent"  # the collector tag of calls made outside any collector's run
 
+
+class _CallCount(threading.local):
+    """NVML calls made through ``Gpu.query`` in this thread (a field-values batch is one call);
+    the scheduler reads it around each collector run for the agent's own cost."""
+
+    n = 0
+
+
+calls_made = _CallCount()
+
 _UNSET = object()
 
 
@@ -246,6 +256,7 @@ class Gpu:
         # collector that reads it, whichever thread asks first), then never asks again.
         if refused and (current_collector.get(), name, _args_key(args)) in refused:
             return None
+        calls_made.n += 1
         try:
             return fn(self.handle, *args)
         except pynvml.NVMLError as exc:

@@ -67,6 +67,9 @@ def inspect(simulate, seed, as_json, line_protocol, gpu_args, config_path, plugi
         print_line_protocol(simulate, seed, gpu_args, config_path, plugins_dir)
         return
     facts = read_facts(simulate, seed, gpu_args, plugins_dir, config_path)
+    cost = agent_cost(config_path)
+    if cost is not None:
+        facts["agent_cost"] = cost
     if as_json:
         click.echo(json.dumps(facts, indent=2))
     else:
@@ -192,6 +195,10 @@ def _render(facts: dict[str, Any], console: Console) -> None:
     if failed is not None:
         console.print()
         console.print(failed)
+    cost = cost_table(facts.get("agent_cost"))
+    if cost is not None:
+        console.print()
+        console.print(cost)
 
 
 def render_text(facts: dict[str, Any], width: int = WIDTH) -> str:
@@ -465,3 +472,41 @@ def failed_plugins(facts: dict[str, Any]) -> Text | None:
         text.append(f"  {plugin['name']} ({plugin['module']}): {plugin['error']}\n")
     text.rstrip()
     return text
+
+
+# -- the running agent's own cost ---------------------------------------------
+
+
+def agent_cost(config_path: str | None = None) -> dict[str, Any] | None:
+    """The running agent's cost per collector over the last minute (NVML calls, CPU ms), from the
+    ``cost.json`` its scheduler keeps in the state directory; None when no agent wrote one lately."""
+    import time
+
+    from gpuagent.config import read_config
+    from gpuagent.scheduler import COST_FILE
+
+    try:
+        path = read_config(config_path).state_dir / COST_FILE
+        doc = json.loads(path.read_text())
+        age = time.time() - float(doc["written"])
+        if age > 2 * float(doc["window_s"]):  # no agent running: an old figure is not "the last minute"
+            return None
+        return {"window_s": doc["window_s"], "age_s": round(max(age, 0.0), 1), "collectors": doc["collectors"]}
+    except (OSError, ValueError, KeyError, TypeError, AgentError):
+        return None
+
+
+def cost_table(cost: dict[str, Any] | None) -> Table | None:
+    if not cost or not cost.get("collectors"):
+        return None
+    table = Table(title=f"Agent cost, last {cost['window_s']:g} s", title_justify="left", box=None, pad_edge=False)
+    for name in ("collector", "runs", "NVML calls", "CPU ms"):
+        table.add_column(name, justify="left" if name == "collector" else "right")
+    rows = cost["collectors"]
+    for name, c in sorted(rows.items()):
+        table.add_row(name, str(c["runs"]), str(c["nvml_calls"]), f"{c['cpu_ms']:.1f}")
+    table.add_row(
+        "total", str(sum(c["runs"] for c in rows.values())), str(sum(c["nvml_calls"] for c in rows.values())),
+        f"{sum(c['cpu_ms'] for c in rows.values()):.1f}",
+    )
+    return table

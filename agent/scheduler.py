@@ -10,25 +10,31 @@ watchdog): if this loop is stuck, the pings stop.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
 from gpuagent.accumulator import Accumulator
 from gpuagent.collector import Collector
 from gpuagent.context import AgentContext
-from gpuagent.gpu import current_collector
+from gpuagent.gpu import calls_made, current_collector
 from gpuagent.metric import Point
 from gpuagent.sink import Sink
 
 log = logging.getLogger("gpuagent.scheduler")
 
 TICK = 0.5  # longest sleep of the loop: bounds the watchdog and stop latency
+COST_WINDOW_S = 60.0  # `gpuagent inspect` shows each collector's cost over the last minute
+COST_FILE = "cost.json"  # in the state directory: the last minute's cost, for `inspect`
 
 
 @dataclass
@@ -42,6 +48,29 @@ class CollectorStats:
     nonfinite_dropped_total: int = 0
     gather_time_s: float = 0.0
     last_error: str = ""
+    # The agent's own cost: NVML calls (through Gpu.query; a field-values batch is one) and the
+    # CPU time of the collector's thread, of the last run and in total.
+    nvml_calls: int = 0
+    cpu_time_s: float = 0.0
+    nvml_calls_total: int = 0
+    cpu_seconds_total: float = 0.0
+    recent: deque = field(default_factory=deque)  # (monotonic end, calls, cpu s) of the last minute's runs
+
+    def add_cost(self, now: float, calls: int, cpu_s: float) -> None:
+        self.nvml_calls, self.cpu_time_s = calls, cpu_s
+        self.nvml_calls_total += calls
+        self.cpu_seconds_total += cpu_s
+        self.recent.append((now, calls, cpu_s))
+        while self.recent and self.recent[0][0] < now - COST_WINDOW_S:
+            self.recent.popleft()
+
+    def last_minute(self) -> dict[str, float | int]:
+        runs = list(self.recent)
+        return {
+            "runs": len(runs),
+            "nvml_calls": sum(r[1] for r in runs),
+            "cpu_ms": round(sum(r[2] for r in runs) * 1000, 3),
+        }
 
 
 @dataclass
@@ -52,6 +81,8 @@ class RunResult:
     duration: float
     error: BaseException | None = None
     nonfinite: int = 0
+    nvml_calls: int = 0
+    cpu_s: float = 0.0
 
 
 @dataclass
@@ -101,13 +132,19 @@ class CollectorRunner:
             seq = self.seq
             acc = Accumulator(self.default_tags, time_ns=time.time_ns())
             t0 = time.perf_counter()
+            cpu0, calls0 = time.thread_time(), calls_made.n
             error = None
             try:
                 self.collector.collect(acc)
             except BaseException as exc:  # isolation: any failure (SystemExit too) is this collector's alone
                 error = exc
             duration = time.perf_counter() - t0
-            self.results.put(RunResult(self, seq, acc.points, duration, error, acc.nonfinite_dropped))
+            self.results.put(
+                RunResult(
+                    self, seq, acc.points, duration, error, acc.nonfinite_dropped,
+                    calls_made.n - calls0, time.thread_time() - cpu0,
+                )
+            )
 
 
 class Scheduler:
@@ -264,6 +301,7 @@ class Scheduler:
             return []
         stats.runs_total += 1
         stats.gather_time_s = result.duration
+        stats.add_cost(time.monotonic(), result.nvml_calls, result.cpu_s)
         stats.nonfinite_dropped_total += result.nonfinite
         if result.error is not None:
             stats.errors_total += 1
@@ -308,6 +346,10 @@ class Scheduler:
                     "late_points_discarded_total": s.late_points_discarded_total,
                     "nonfinite_dropped_total": s.nonfinite_dropped_total,
                     "last_error": s.last_error or None,
+                    "nvml_calls": s.nvml_calls,
+                    "cpu_time_ms": round(s.cpu_time_s * 1000, 3),
+                    "nvml_calls_total": s.nvml_calls_total,
+                    "collector_cpu_seconds_total": round(s.cpu_seconds_total, 3),
                 },
                 tags={"collector": r.name},
             )
@@ -347,4 +389,24 @@ class Scheduler:
                 "rss_bytes": rss,
             },
         )
+        self.write_cost()
         return acc.points
+
+    def cost(self) -> dict[str, dict[str, float | int]]:
+        """Collector -> its runs, NVML calls and CPU ms over the last minute."""
+        return {r.name: r.stats.last_minute() for r in self.runners}
+
+    def write_cost(self) -> None:
+        """The last minute's cost per collector into the state directory, for `gpuagent inspect`."""
+        path = Path(self.context.state_dir) / COST_FILE
+        if not path.parent.is_dir():  # the agent made no state dir (a one-off run): nothing to keep
+            return
+        doc = {"written": time.time(), "window_s": COST_WINDOW_S, "collectors": self.cost()}
+        try:
+            tmp = path.with_name(f".{COST_FILE}.{os.getpid()}")
+            tmp.write_text(json.dumps(doc))
+            os.replace(tmp, path)
+        except OSError as exc:  # a read-only or missing state dir: the measurement still has it
+            if not getattr(self, "_cost_warned", False):
+                self._cost_warned = True
+                log.warning("cannot write %s: %s (inspect will not show the agent's cost)", path, exc)
