@@ -10,11 +10,20 @@
   first read asks for every field; each entry follows ``Gpu.query``'s policy
   (refused for good: dropped from later reads; transient: missing this cycle),
   and a reading whose field is refused may fall back to its own call.
+- ``FieldGroup``: readers of collectors that run on the same scheduler tick
+  (the same interval) share one nvmlDeviceGetFieldValues call per GPU: the
+  first of them to read asks for the fields of all, the others take their
+  entries from that answer (each entry's errors counted under the collector
+  that takes it). Outside a scheduler tick (tests, `inspect`) each reader
+  asks for its own fields only.
 """
 
 from __future__ import annotations
 
+import contextvars
 import math
+import threading
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -96,11 +105,18 @@ def field_value(fv: Any) -> int | float | None:
 
 @dataclass(frozen=True)
 class Field:
-    """One reading: its NVML field id, and optionally a direct call for cards that refuse the field."""
+    """One reading: its NVML field id (and scope: the NVLink link, for per-link fields), and
+    optionally a direct call for cards that refuse the field."""
 
     field_id: int
     fallback: Callable[..., Any] | None = None
     fallback_args: tuple = ()
+    scope: int | None = None
+
+    @property
+    def key(self) -> int | tuple[int, int]:
+        """How nvmlDeviceGetFieldValues is asked for it: the id, or (id, scope)."""
+        return self.field_id if self.scope is None else (self.field_id, self.scope)
 
 
 FIELD_NAMES = {
@@ -115,40 +131,110 @@ def field_call(field_id: int) -> str:
     return f"nvmlDeviceGetFieldValues/{FIELD_NAMES.get(field_id, field_id)}"
 
 
+# The scheduler tick the current collector run started on (set by the scheduler in the
+# collector's thread): runs started on the same tick share a FieldGroup's batch.
+current_tick: contextvars.ContextVar[Any] = contextvars.ContextVar("gpuagent_tick", default=None)
+
+_FAILED = object()  # a group batch NVML refused as a whole
+
+
+class _Batch:
+    """One GPU's latest group answer: the tick it was read on, key -> entry, who took it, and
+    the readers that read this GPU (only their fields are asked: a disabled collector's are not)."""
+
+    __slots__ = ("lock", "tick", "entries", "taken", "readers")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.tick: Any = None
+        self.entries: Any = None
+        self.taken: set[int] = set()
+        self.readers: list[FieldReader] = []
+
+
+class FieldGroup:
+    """FieldReaders whose fields are read in one nvmlDeviceGetFieldValues call per GPU per tick."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._batches: weakref.WeakKeyDictionary[Gpu, _Batch] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def _batch(self, gpu: Gpu) -> _Batch:
+        batch = self._batches.get(gpu)
+        if batch is None:
+            with self._lock:
+                batch = self._batches.setdefault(gpu, _Batch())
+        return batch
+
+    def entries(self, gpu: Gpu, reader: FieldReader, tick: Any) -> Any:
+        """key -> c_nvmlFieldValue_t of this tick's batch (read now if ``reader`` already took the
+        last one, or it is from another tick), or _FAILED when NVML refused the batch."""
+        batch = self._batch(gpu)
+        me = id(reader)
+        with batch.lock:
+            new_reader = reader not in batch.readers
+            if new_reader:  # its fields join from now on (its first tick reads once more)
+                batch.readers.append(reader)
+            if new_reader or batch.tick != tick or me in batch.taken or batch.entries is None:
+                keys: list = []
+                for r in batch.readers:
+                    for key in list(r.asking(gpu).values()):  # a copy: another thread may drop one
+                        if key not in keys:
+                            keys.append(key)
+                values = gpu.query(pynvml.nvmlDeviceGetFieldValues, keys) if keys else None
+                batch.tick, batch.taken = tick, set()
+                batch.entries = _FAILED if values is None else dict(zip(keys, values, strict=False))
+            batch.taken.add(me)
+            return batch.entries
+
+
 class FieldReader:
     """Readings by name through one nvmlDeviceGetFieldValues call per GPU per cycle.
 
     Each entry of the batch follows the policy of ``Gpu.query``: an entry the card refuses for
     good is dropped from later batches, a transient one is missing this cycle only; both are
     counted under ``nvmlDeviceGetFieldValues/<field>``. A refused entry (or a refused batch)
-    falls back to the reading's own call where it has one.
+    falls back to the reading's own call where it has one. With a ``group``, the batch is
+    shared with the group's other readers run on the same scheduler tick (see FieldGroup).
     """
 
-    def __init__(self, fields: Mapping[str, Field]):
+    def __init__(self, fields: Mapping[str, Field], group: FieldGroup | None = None):
         self.fields = dict(fields)
+        self.group = group
         self._key = "nvml_read.fields:" + ",".join(
-            f"{n}={f.field_id}" for n, f in sorted(self.fields.items())
+            f"{n}={f.field_id}/{f.scope}" for n, f in sorted(self.fields.items())
         )
+
+    def asking(self, gpu: Gpu) -> dict[str, Any]:
+        """Per GPU: name -> batch key of the fields still asked (all of them until refused for good)."""
+        return gpu.remember(self._key, lambda: {n: f.key for n, f in self.fields.items()})
 
     def read(self, gpu: Gpu) -> dict[str, int | float]:
         """Name -> raw value (sentinels dropped) for every reading the card gave this cycle."""
-        # Per GPU: the names still asked through the batch (all of them until refused for good).
-        asking: dict[str, int] = gpu.remember(
-            self._key, lambda: {n: f.field_id for n, f in self.fields.items()}
-        )
+        asking = self.asking(gpu)
         out: dict[str, int | float] = {}
         not_read: set[str] = set()  # asked in the batch, not answered this cycle: try the fallback
         if asking:
             names = list(asking)
-            ids = [asking[n] for n in names]
-            values = gpu.query(pynvml.nvmlDeviceGetFieldValues, ids)
+            tick = current_tick.get() if self.group is not None else None
+            if tick is not None:
+                entries = self.group.entries(gpu, self, tick)  # type: ignore[union-attr]
+                values = None if entries is _FAILED else [entries.get(asking[n]) for n in names]
+                batch_keys = None
+            else:
+                batch_keys = [asking[n] for n in names]
+                values = gpu.query(pynvml.nvmlDeviceGetFieldValues, batch_keys)
             if values is None:
-                if gpu.refused(pynvml.nvmlDeviceGetFieldValues, ids):
+                if batch_keys is not None and gpu.refused(pynvml.nvmlDeviceGetFieldValues, batch_keys):
                     for name in names:
                         asking.pop(name, None)
                 not_read.update(names)
             else:
                 for name, fv in zip(names, values, strict=False):
+                    if fv is None:  # not in the group's batch (asked for since): next tick
+                        not_read.add(name)
+                        continue
                     code = fv.nvmlReturn
                     if code == pynvml.NVML_SUCCESS:
                         value = field_value(fv)
@@ -169,3 +255,7 @@ class FieldReader:
             if value is not None:
                 out[name] = value
         return out
+
+
+# Collectors on the default [agent] interval (clocks, power, ...) read their fields in one batch.
+CYCLE = FieldGroup("cycle")

@@ -28,6 +28,7 @@ from gpuagent.collector import Collector
 from gpuagent.context import AgentContext
 from gpuagent.gpu import calls_made, current_collector
 from gpuagent.metric import Point
+from gpuagent.nvml_read import current_tick
 from gpuagent.sink import Sink
 
 log = logging.getLogger("gpuagent.scheduler")
@@ -130,6 +131,8 @@ class CollectorRunner:
             if self._stop:
                 return
             seq = self.seq
+            # Runs started on the same tick share their field-values batches (nvml_read.FieldGroup).
+            current_tick.set(self.started_at)
             acc = Accumulator(self.default_tags, time_ns=time.time_ns())
             t0 = time.perf_counter()
             cpu0, calls0 = time.thread_time(), calls_made.n

@@ -1,8 +1,12 @@
 """CPU per collection cycle on h100-sxm:8, against the same NVML calls made bare.
 
 The floor is the NVML call sequence itself: each collector's pynvml calls in
-one run are recorded, then replayed straight through pynvml with no agent
-around them. agent / bare is what the agent adds on top of the calls it
+one run are recorded (the outermost ones: pynvml functions that call other
+pynvml functions are replayed once), then replayed straight through pynvml
+with no agent around them. NVML calls are counted where pynvml enters the
+library (its function-pointer lookup), so pynvml's own helpers
+(nvmlStructToFriendlyObject, nvmlPciInfo_t, a V function calling its V1) are
+not counted and calls made through a saved reference (GPM metrics) are. agent / bare is what the agent adds on top of the calls it
 cannot avoid. A cycle is one [agent] interval in steady state: a collector
 on a slower default interval (pcie 30 s, p2p 300 s) counts in proportion
 (interval / its interval), as it does on a running node. The host collector
@@ -12,19 +16,47 @@ on a slower default interval (pcie 30 s, p2p 300 s) counts in proportion
 from __future__ import annotations
 
 import functools
+import os
+import statistics
 import threading
+import time
 
 import pynvml
 
 from bench.common import bench_spec, build_agent, median_cpu
 from gpuagent.accumulator import Accumulator
 from gpuagent.metric import to_lines
+from gpuagent.nvml_read import current_tick
 
 SPEC = "h100-sxm:8"
 
 
-def _recording(calls: list):
+class _Counted:
+    """A library function pointer that counts its calls (attributes such as restype pass through)."""
+
+    def __init__(self, fn, counter: list[int], main: threading.Thread):
+        object.__setattr__(self, "_fn", fn)
+        object.__setattr__(self, "_counter", counter)
+        object.__setattr__(self, "_main", main)
+
+    def __call__(self, *args):
+        # Only the collecting thread: the health collector's XID waiter is not part of a cycle.
+        if threading.current_thread() is self._main:
+            self._counter[0] += 1
+        return self._fn(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._fn, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._fn, name, value)
+
+
+def _recording(calls: list, library_calls: list[int] | None = None):
+    """Record the outermost pynvml calls of this thread into ``calls``; count the library calls
+    into ``library_calls[0]``. Returns what ``_restore`` needs."""
     main = threading.current_thread()
+    depth = threading.local()
     originals = {}
     for name in dir(pynvml):
         fn = getattr(pynvml, name)
@@ -33,14 +65,32 @@ def _recording(calls: list):
 
         @functools.wraps(fn)
         def wrapper(*args, __fn=fn, **kwargs):
-            # Only the collecting thread: the health collector's XID waiter is not part of a cycle.
-            if threading.current_thread() is main:
+            level = getattr(depth, "n", 0)
+            if level == 0 and threading.current_thread() is main:
                 calls.append((__fn, args, kwargs))
-            return __fn(*args, **kwargs)
+            depth.n = level + 1
+            try:
+                return __fn(*args, **kwargs)
+            finally:
+                depth.n = level
 
         originals[name] = fn
         setattr(pynvml, name, wrapper)
-    return originals
+    counter = library_calls if library_calls is not None else [0]
+    lookup = pynvml._nvmlGetFunctionPointer
+    originals["_nvmlGetFunctionPointer"] = lookup
+    cache = dict(pynvml._nvmlGetFunctionPointer_cache)
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    pynvml._nvmlGetFunctionPointer = lambda name: _Counted(lookup(name), counter, main)
+    return originals, cache
+
+
+def _restore(saved) -> None:
+    originals, cache = saved
+    for name, fn in originals.items():
+        setattr(pynvml, name, fn)
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    pynvml._nvmlGetFunctionPointer_cache.update(cache)
 
 
 def _replayer(calls):
@@ -62,38 +112,56 @@ def run(quick: bool = False) -> dict:
     cycle_s = agent.config.agent.interval
     per_collector = {}
     agent_total = bare_total = calls_total = points_total = 0.0
+    runners = [r for r in agent.scheduler.runners if r.collector.name != "host"]
+
+    def collect(c, tick):
+        # As the scheduler runs it: collectors started on one tick share field-values batches.
+        token = current_tick.set(tick)
+        try:
+            acc = Accumulator(tags)
+            c.collect(acc)
+            to_lines(acc.points)
+            return acc
+        finally:
+            current_tick.reset(token)
+
     try:
-        for runner in agent.scheduler.runners:
-            c = runner.collector
-            if c.name == "host":
-                continue
-
-            def collect(c=c):
-                acc = Accumulator(tags)
-                c.collect(acc)
-                to_lines(acc.points)
-                return acc
-
-            # Warm the static caches: they are read once per device, not per cycle.
-            collect()
-            collect()
+        # Warm the static caches: they are read once per device, not per cycle.
+        for warm in range(2):
+            for r in runners:
+                collect(r.collector, ("warm", warm))
+        # One cycle recorded, collector by collector, in the scheduler's order on one tick.
+        recorded = {}
+        for r in runners:
             calls: list = []
-            originals = _recording(calls)
+            library_calls = [0]
+            saved = _recording(calls, library_calls)
             try:
-                points = len(collect().points)
+                points = len(collect(r.collector, "recorded").points)
             finally:
-                for name, fn in originals.items():
-                    setattr(pynvml, name, fn)
-            weight = min(1.0, cycle_s / runner.interval)
-            a = median_cpu(collect, n)
+                _restore(saved)
+            recorded[r.collector.name] = (calls, library_calls[0], points)
+        # CPU per collector run, cycles interleaved as on a node (so a shared batch is paid once).
+        samples: dict[str, list[float]] = {r.collector.name: [] for r in runners}
+        for i in range(n + 3):
+            for r in runners:
+                t0 = time.thread_time()
+                collect(r.collector, ("timed", i))
+                if i >= 3:
+                    samples[r.collector.name].append(time.thread_time() - t0)
+        for r in runners:
+            name = r.collector.name
+            calls, library_calls, points = recorded[name]
+            weight = min(1.0, cycle_s / r.interval)
+            a = statistics.median(samples[name])
             b = median_cpu(_replayer(calls), n)
-            per_collector[c.name] = {
+            per_collector[name] = {
                 "agent_ms": round(a * 1000, 3), "bare_ms": round(b * 1000, 3),
-                "calls": len(calls), "points": points, "weight": round(weight, 3),
+                "calls": library_calls, "points": points, "weight": round(weight, 3),
             }
             agent_total += weight * a
             bare_total += weight * b
-            calls_total += weight * len(calls)
+            calls_total += weight * library_calls
             points_total += weight * points
     finally:
         agent.close(flush_timeout=1)
@@ -109,6 +177,7 @@ def run(quick: bool = False) -> dict:
             "agent_ms_per_cycle": round(agent_total * 1000, 3),
             "bare_ms_per_cycle": round(bare_total * 1000, 3),
             "nvml_calls_per_cycle": round(calls_total),
+            "load_avg_1m": round(os.getloadavg()[0], 2),
             "points_per_cycle": round(points_total),
             "collectors": per_collector,
         },

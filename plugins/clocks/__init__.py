@@ -11,7 +11,7 @@ from __future__ import annotations
 import pynvml
 
 import gpuagent
-from gpuagent.nvml_read import Field, FieldReader, poll, poll_first, valid
+from gpuagent.nvml_read import CYCLE, Field, FieldReader, poll, poll_first, valid
 
 # (clock type, field stem) for nvmlDeviceGetClockInfo / nvmlDeviceGetMaxClockInfo.
 CLOCKS = (
@@ -49,7 +49,8 @@ REASON_TIME_FIELDS = FieldReader(
         "hw_power_brake_slowdown_time_ns": Field(
             pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN
         ),
-    }
+    },
+    group=CYCLE,  # one field-values call per GPU per cycle with power's readings
 )
 
 MEASUREMENT = "gpu_clocks"

@@ -12,19 +12,56 @@ from __future__ import annotations
 import pynvml
 
 import gpuagent
-from gpuagent.nvml_read import Field, FieldReader, poll, poll_first, valid
+from gpuagent.nvml_read import CYCLE, Field, FieldReader, poll, poll_first, valid
 
 MEASUREMENT = "gpu_power"
 
-FIELDS = FieldReader(
-    {
-        # mJ since the driver loaded; the same counter nvmlDeviceGetTotalEnergyConsumption reads.
-        "energy_mj": Field(
-            pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, pynvml.nvmlDeviceGetTotalEnergyConsumption
-        ),
-        "memory_temperature_c": Field(pynvml.NVML_FI_DEV_MEMORY_TEMP),
-    }
-)
+
+
+def _fields(power_field: int) -> FieldReader:
+    """The per-cycle readings that have field ids, in the cycle's one field-values call (shared
+    with clocks); each falls back to its own call on a driver without the field."""
+    return FieldReader(
+        {
+            # nvmlDeviceGetPowerUsage's number: averaged over 1 s on Ampere (but GA100) and newer,
+            # instantaneous before (nvml.h); the matching field is chosen per GPU (power_reader).
+            "power_mw": Field(power_field, pynvml.nvmlDeviceGetPowerUsage),
+            # nvml.h: REQUESTED is the limit set through NVML (nvmlDeviceGetPowerManagementLimit),
+            # CURRENT the one enforced, other limits included (nvmlDeviceGetEnforcedPowerLimit).
+            "power_limit_mw": Field(
+                pynvml.NVML_FI_DEV_POWER_REQUESTED_LIMIT, pynvml.nvmlDeviceGetPowerManagementLimit
+            ),
+            "enforced_power_limit_mw": Field(
+                pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT, pynvml.nvmlDeviceGetEnforcedPowerLimit
+            ),
+            # mJ since the driver loaded; the same counter nvmlDeviceGetTotalEnergyConsumption reads.
+            "energy_mj": Field(
+                pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, pynvml.nvmlDeviceGetTotalEnergyConsumption
+            ),
+            "memory_temperature_c": Field(pynvml.NVML_FI_DEV_MEMORY_TEMP),
+        },
+        group=CYCLE,
+    )
+
+
+AVERAGED_FIELDS = _fields(pynvml.NVML_FI_DEV_POWER_AVERAGE)
+INSTANT_FIELDS = _fields(pynvml.NVML_FI_DEV_POWER_INSTANT)
+FIELDS = AVERAGED_FIELDS  # the older name
+INSTANT_POWER_ARCHS = frozenset({"Kepler", "Maxwell", "Pascal", "Volta", "Turing", "unknown"})
+
+
+def is_ga100(gpu: gpuagent.Gpu) -> bool:
+    """GA100 (A100, A30, A800): PCI device ids 0x2080-0x20FF."""
+    pci = gpu.static("pci_info", pynvml.nvmlDeviceGetPciInfo_v3)
+    return pci is not None and 0x2080 <= (pci.pciDeviceId >> 16) <= 0x20FF
+
+
+def power_reader(gpu: gpuagent.Gpu) -> FieldReader:
+    """The field set whose power field is the number nvmlDeviceGetPowerUsage gives on this GPU."""
+    return gpu.remember(
+        "power.fields",
+        lambda: INSTANT_FIELDS if gpu.arch in INSTANT_POWER_ARCHS or is_ga100(gpu) else AVERAGED_FIELDS,
+    )
 
 THRESHOLDS = (
     (pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, "temperature_shutdown_c"),
@@ -68,15 +105,15 @@ def static_fields(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
 
 def read_gpu(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
     """One GPU's gpu_power fields (what the collector emits and `inspect` shows)."""
+    readings = power_reader(gpu).read(gpu)
     fields: dict[str, float | int | None] = {
-        "power_w": watts(poll(gpu, pynvml.nvmlDeviceGetPowerUsage)),
-        "power_limit_w": watts(poll(gpu, pynvml.nvmlDeviceGetPowerManagementLimit)),
-        "enforced_power_limit_w": watts(poll(gpu, pynvml.nvmlDeviceGetEnforcedPowerLimit)),
+        "power_w": watts(readings.get("power_mw")),
+        "power_limit_w": watts(readings.get("power_limit_mw")),
+        "enforced_power_limit_w": watts(readings.get("enforced_power_limit_mw")),
         "temperature_c": valid(poll_first(gpu, TEMPERATURE_CALLS, pynvml.NVML_TEMPERATURE_GPU)),
         "fan_speed_pct": valid(poll(gpu, pynvml.nvmlDeviceGetFanSpeed)),
     }
     fields.update(static_fields(gpu))
-    readings = FIELDS.read(gpu)
     if "energy_mj" in readings:
         fields["energy_j"] = readings["energy_mj"] / 1000.0
     # A memory sensor reading 0 degC is "no sensor" (GDDR cards), not a temperature.

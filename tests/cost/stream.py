@@ -52,16 +52,23 @@ def stream(profile: str) -> list[list]:
         pynvml.nvmlInit()
         machine.gpus = [Gpu(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
         collectors = [make_collector(machine, cls) for cls in _classes().values()]
+        try:  # runs on one scheduler tick share field-values batches (absent before batching)
+            from gpuagent.nvml_read import current_tick
+        except ImportError:
+            current_tick = None
         out: list[list] = []
-        for step in STEPS:
+        for n, step in enumerate(STEPS):
             clock.advance(step)
             for c in collectors:
                 token = current_collector.set(c.name)
+                tick = current_tick.set(("stream", n)) if current_tick is not None else None
                 try:
                     acc = Accumulator({"host": "h"}, time_ns=int(clock.now() * 1e9))
                     c.collect(acc)
                 finally:
                     current_collector.reset(token)
+                    if tick is not None:
+                        current_tick.reset(tick)
                 out.extend([p.measurement, p.tags, p.fields] for p in acc.points)
         for c in collectors:
             c.close()

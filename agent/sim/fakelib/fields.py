@@ -12,8 +12,8 @@ from __future__ import annotations
 import pynvml
 
 from gpuagent.sim.fakelib.args import E_INVALID, E_NS, OK, NvmlCalls, _int, _out
-from gpuagent.sim.fakelib.calls import device_call
-from gpuagent.sim.fakelib.nvlink import _nvlink_bytes
+from gpuagent.sim.fakelib.calls import _gpu_guard, device_call
+from gpuagent.sim.fakelib.nvlink import _link_active, _nvlink_bytes
 
 # Field id -> the clock-event reason bit whose set-time (ns since t=0) it counts.
 REASON_TIME_FIELDS = {
@@ -30,6 +30,19 @@ REASON_TIME_FIELDS = {
     ),
 }
 
+# Field id -> the call that answers the same number: a card (or a forced fault) that refuses the
+# call refuses the field's entry with the same code, so a collector reading either sees the same.
+MIRRORED_CALLS = {
+    pynvml.NVML_FI_DEV_POWER_INSTANT: "nvmlDeviceGetPowerUsage",
+    pynvml.NVML_FI_DEV_POWER_AVERAGE: "nvmlDeviceGetPowerUsage",
+    pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: "nvmlDeviceGetEnforcedPowerLimit",
+    pynvml.NVML_FI_DEV_POWER_REQUESTED_LIMIT: "nvmlDeviceGetPowerManagementLimit",
+    pynvml.NVML_FI_DEV_POWER_MIN_LIMIT: "nvmlDeviceGetPowerManagementLimitConstraints",
+    pynvml.NVML_FI_DEV_POWER_MAX_LIMIT: "nvmlDeviceGetPowerManagementLimitConstraints",
+    pynvml.NVML_FI_DEV_POWER_DEFAULT_LIMIT: "nvmlDeviceGetPowerManagementDefaultLimit",
+    pynvml.NVML_FI_DEV_NVLINK_GET_STATE: "nvmlDeviceGetNvLinkState",
+}
+
 
 class FieldValueCalls(NvmlCalls):
     @device_call
@@ -42,7 +55,12 @@ class FieldValueCalls(NvmlCalls):
         now_us = int(self.m.clock.now() * 1e6)
         for i in range(n):
             fv = arr[i]
-            kind, value = self._field(dev, st, fv.fieldId, fv.scopeId)
+            mirrored = MIRRORED_CALLS.get(fv.fieldId)
+            code = _gpu_guard(self.m, dev.gpu if dev.is_mig else dev, mirrored) if mirrored else None
+            if code is not None:
+                kind, value = None, code
+            else:
+                kind, value = self._field(dev, st, fv.fieldId, fv.scopeId)
             fv.timestamp = now_us
             fv.latencyUsec = 0
             if kind is None:
@@ -64,6 +82,9 @@ class FieldValueCalls(NvmlCalls):
             return ull, st.energy_j * 1000
         if field_id in (pynvml.NVML_FI_DEV_POWER_INSTANT, pynvml.NVML_FI_DEV_POWER_AVERAGE):
             return ui, st.power_w * 1000
+        limit = self._power_limit_field(dev, field_id)
+        if limit is not None:
+            return limit
         if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:
             if str(dev.profile["memory"].get("type", "")).startswith("HBM"):
                 return ui, st.temp_c + 6
@@ -88,6 +109,15 @@ class FieldValueCalls(NvmlCalls):
         nv = dev.nvlink if not dev.mig_enabled else None  # no NVLink queries in MIG mode
         if field_id == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
             return (ui, nv["links"]) if nv else (None, E_NS)
+        if field_id == pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
+            # nvml.h: "NVLink State - Active,Inactive", scopeId = the link; the value
+            # nvmlDeviceGetNvLinkState answers for that link.
+            if not nv:
+                return None, E_NS
+            if not 0 <= scope < int(nv["links"]):
+                return None, E_INVALID
+            active = _link_active(self.m, dev)
+            return ui, pynvml.NVML_FEATURE_ENABLED if active else pynvml.NVML_FEATURE_DISABLED
         if field_id in (
             pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON,
             pynvml.NVML_FI_DEV_NVLINK_GET_SPEED,
@@ -110,3 +140,19 @@ class FieldValueCalls(NvmlCalls):
             links = int(nv["links"])
             return ull, total_kib / links if scope < links else total_kib
         return None, E_NS
+
+    @staticmethod
+    def _power_limit_field(dev, field_id):
+        """nvml.h's power-limit fields (mW), the same numbers as their calls: CURRENT_LIMIT is
+        the enforced limit (nvmlDeviceGetEnforcedPowerLimit), REQUESTED_LIMIT the management
+        limit (nvmlDeviceGetPowerManagementLimit), MIN/MAX the constraints, DEFAULT the default."""
+        key = {
+            pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: "limit",
+            pynvml.NVML_FI_DEV_POWER_REQUESTED_LIMIT: "limit",
+            pynvml.NVML_FI_DEV_POWER_MIN_LIMIT: "min",
+            pynvml.NVML_FI_DEV_POWER_MAX_LIMIT: "max",
+            pynvml.NVML_FI_DEV_POWER_DEFAULT_LIMIT: "default",
+        }.get(field_id)
+        if key is None:
+            return None
+        return pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, int(dev.power[key] * 1000)
