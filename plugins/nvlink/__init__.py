@@ -9,6 +9,7 @@ import pynvml
 
 import gpuagent
 from gpuagent.gpu import Gpu, GpuLost, as_str
+from gpuagent.nvlinks import card_links, link_states
 from gpuagent.plugins.mig.gpm import GpmSamplers, gpm_supported
 
 MEASUREMENT = "gpu_nvlink"
@@ -45,24 +46,6 @@ GPM_TOTAL = {
 def gpm_link_metrics(link: int) -> tuple[int, int]:
     rx = pynvml.NVML_GPM_METRIC_NVLINK_L0_RX_PER_SEC + 2 * link
     return rx, rx + 1
-
-
-def card_links(gpu: Gpu) -> list[int]:
-    """The link numbers this card has (probed once: past the last link NVML says INVALID_ARGUMENT)."""
-
-    def probe() -> list[int]:
-        links = []
-        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
-            # probe: INVALID_ARGUMENT past the card's last link is an answer, not a refusal.
-            state = gpu.probe(pynvml.nvmlDeviceGetNvLinkState, link)
-            if state is None:
-                if link == 0:
-                    break  # no NVLink, or NVLink queries refused (as under MIG)
-                continue
-            links.append(link)
-        return links
-
-    return gpu.remember("nvlink_links", probe)
 
 
 def link_facts(gpu: Gpu, link: int) -> dict[str, object]:
@@ -102,8 +85,9 @@ def read_gpu(
         throughput = gpm_read(gpu, ids)
     points: list[tuple[dict[str, str], dict[str, object]]] = []
     active = 0
+    states = link_states(gpu, links)  # one field-values call for every link
     for link in links:
-        state = gpu.query(pynvml.nvmlDeviceGetNvLinkState, link)
+        state = states.get(link)
         if state is None:
             continue
         is_active = state == pynvml.NVML_FEATURE_ENABLED

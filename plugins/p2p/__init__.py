@@ -8,6 +8,7 @@ import pynvml
 
 import gpuagent
 from gpuagent.gpu import Gpu, GpuLost, as_str
+from gpuagent.nvlinks import card_links, link_states
 
 MEASUREMENT = "gpu_p2p"
 
@@ -91,18 +92,13 @@ def map_nvlinks(gpus: Iterable[Gpu]) -> NvlinkMap:
         try:
             peers: dict[str, int] = {}
             switch = 0
-            for link in range(NVLINK_MAX_LINKS):
-                # probe: INVALID_ARGUMENT past the card's last link is an answer, not a refusal.
-                active = gpu.probe(pynvml.nvmlDeviceGetNvLinkState, link)
-                if active is None:
-                    if link == 0:
-                        break  # no NVLink on this card
+            links = card_links(gpu)
+            states = link_states(gpu, links)  # one field-values call for every link
+            for link in links:
+                if states.get(link) != pynvml.NVML_FEATURE_ENABLED:
                     continue
-                if active != pynvml.NVML_FEATURE_ENABLED:
-                    continue
-                remote = gpu.query(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, link)
-                remote_type = gpu.query(pynvml.nvmlDeviceGetNvLinkRemoteDeviceType, link)
-                bus_id = normalize_bus_id(as_str(remote.busId)) if remote is not None else ""
+                # The far end of a link holds while it stays up: read once.
+                bus_id, remote_type = gpu.remember(f"p2p.remote:{link}", lambda gpu=gpu, link=link: remote_end(gpu, link))
                 if remote_type == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH or (
                     remote_type is None and bus_id and bus_id not in gpu_bus_ids
                 ):
@@ -116,15 +112,33 @@ def map_nvlinks(gpus: Iterable[Gpu]) -> NvlinkMap:
     return result
 
 
+def remote_end(gpu: Gpu, link: int) -> tuple[str, int | None]:
+    """(normalised PCI bus id or "", NVML device type or None) at the far end of a link."""
+    remote = gpu.query(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, link)
+    remote_type = gpu.query(pynvml.nvmlDeviceGetNvLinkRemoteDeviceType, link)
+    return (normalize_bus_id(as_str(remote.busId)) if remote is not None else ""), remote_type
+
+
+def pair_facts(gpu: Gpu, peer: Gpu) -> tuple[dict[str, object], int | None]:
+    """P2P statuses and the PCIe common ancestor of a pair: they change only with hardware,
+    BIOS or driver (read once per pair; a transient refusal is asked again)."""
+
+    def read() -> tuple[dict[str, object], int | None]:
+        fields: dict[str, object] = {}
+        for cap, index in P2P_CAPS.items():
+            code = gpu.query(pynvml.nvmlDeviceGetP2PStatus, peer.handle, index)
+            name = status_name(code)
+            fields[f"{cap}_status"] = name
+            fields[f"{cap}_ok"] = name == "ok"
+        return fields, gpu.query(pynvml.nvmlDeviceGetTopologyCommonAncestor, peer.handle)
+
+    return gpu.remember(f"p2p.pair:{peer.uuid}", read)
+
+
 def read_pair(gpu: Gpu, peer: Gpu, nvlinks: NvlinkMap) -> dict[str, object]:
     """The gpu_p2p fields of one ordered pair (what the collector emits and `inspect` shows)."""
-    fields: dict[str, object] = {}
-    for cap, index in P2P_CAPS.items():
-        code = gpu.query(pynvml.nvmlDeviceGetP2PStatus, peer.handle, index)
-        name = status_name(code)
-        fields[f"{cap}_status"] = name
-        fields[f"{cap}_ok"] = name == "ok"
-    level = gpu.query(pynvml.nvmlDeviceGetTopologyCommonAncestor, peer.handle)
+    static, level = pair_facts(gpu, peer)
+    fields: dict[str, object] = dict(static)
     links = nvlinks.links_between(gpu, peer)
     pcie_topology = TOPOLOGY_NAMES.get(level) if level is not None else None
     fields["nvlink_count"] = links

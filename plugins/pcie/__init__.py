@@ -12,7 +12,7 @@ from __future__ import annotations
 import pynvml
 
 import gpuagent
-from gpuagent.nvml_read import Field, FieldReader, poll, valid
+from gpuagent.nvml_read import CYCLE, Field, FieldReader, poll, valid
 
 # NVML reports throughput in KB/s, KB being 1024 bytes as everywhere in nvidia-smi.
 KIB = 1024
@@ -28,7 +28,9 @@ FIELDS = FieldReader(
         # Byte counters (recent drivers): exact, and free of the 20 ms sampling.
         "tx_bytes_total": Field(pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
         "rx_bytes_total": Field(pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES),
-    }
+    },
+    # On the ticks it shares with the cycle's collectors (every 30 s), in the cycle's one call.
+    group=CYCLE,
 )
 
 

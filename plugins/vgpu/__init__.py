@@ -75,8 +75,9 @@ def read_gpu(
     ``utilisation(gpu)``: instance -> newest utilisation sample (the collector
     keeps where it left off); None: no utilisation fields.
     """
-    mode = gpu.query(pynvml.nvmlDeviceGetVirtualizationMode)
-    host_mode = gpu.query(pynvml.nvmlDeviceGetHostVgpuMode)
+    # Set when the driver loads (passthrough, vGPU host, ...): read once per GPU.
+    mode = gpu.static("vgpu.virtualization_mode", pynvml.nvmlDeviceGetVirtualizationMode)
+    host_mode = gpu.static("vgpu.host_mode", pynvml.nvmlDeviceGetHostVgpuMode)
     is_host = mode in HOST_MODES
     supported = gpu.static("vgpu_supported_types", pynvml.nvmlDeviceGetSupportedVgpus) if is_host else None
     creatable = gpu.query(pynvml.nvmlDeviceGetCreatableVgpus) if is_host else None
