@@ -12,7 +12,6 @@ busy time and keeps its own name, ``memory_util_pct``.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -20,8 +19,8 @@ import pynvml
 
 import gpuagent
 from gpuagent import cuda_attrs, specs
+from gpuagent.gpm import GpmSamplers, gpm_supported
 from gpuagent.nvml_read import poll, valid
-from gpuagent.plugins.mig.gpm import GpmSamplers, gpm_supported
 
 log = logging.getLogger("gpuagent.collector.memory")
 
@@ -171,17 +170,15 @@ class MemoryCollector(gpuagent.Collector):
         gpus = self.gpus
         # GPM reports over the interval between two samples: on the first run take the earlier
         # sample of every GPM GPU, wait once for all of them, then collect as usual.
-        primed = False
+        new = []
         for gpu in gpus:
             try:
                 if gpu.uuid not in self._gpm_primed and self._uses_gpm(gpu):
-                    self._gpm_read(gpu, ())
+                    new.append((gpu, None))
                     self._gpm_primed.add(gpu.uuid)
-                    primed = True
             except gpuagent.GpuLost:
                 continue
-        if primed:
-            time.sleep(self.config.gpm_warmup)
+        self._gpm.warm_up(new, self.config.gpm_warmup)
         super().collect(acc)
 
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:

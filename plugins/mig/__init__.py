@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import pynvml
 
 import gpuagent
+from gpuagent.gpm import GpmSamplers, gpm_supported
 from gpuagent.gpu import Gpu, GpuLost, as_str
-from gpuagent.plugins.mig.gpm import GpmSamplers, gpm_supported
 from gpuagent.plugins.mig.names import mig_profile_name
 
 MEASUREMENT = "gpu_mig"
@@ -174,17 +173,8 @@ class MigCollector(gpuagent.Collector):
 
     def _prime_gpm(self, states: list[tuple[Gpu, dict[str, Any]]]) -> None:
         """Take the earlier GPM sample of every new GPU instance, then wait once for all of them."""
-        primed = False
-        for gpu, state in states:
-            for gi_id in state["gpm_instances"]:
-                if not self._gpm.has(gpu, gi_id):
-                    try:
-                        self._gpm.read(gpu, (), gpu_instance_id=gi_id)
-                    except GpuLost:
-                        break
-                    primed = True
-        if primed:
-            time.sleep(self.config.gpm_warmup)
+        sources = [(gpu, gi_id) for gpu, state in states for gi_id in state["gpm_instances"]]
+        self._gpm.warm_up(sources, self.config.gpm_warmup)
 
     def _emit(self, acc: gpuagent.Accumulator, gpu: Gpu, state: dict[str, Any]) -> None:
         utilisation: dict[int, dict[str, float | None]] = {}

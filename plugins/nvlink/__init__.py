@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 
 import pynvml
 
 import gpuagent
+from gpuagent.gpm import GpmSamplers, gpm_supported
 from gpuagent.gpu import Gpu, GpuLost, as_str
 from gpuagent.nvlinks import card_links, link_states
-from gpuagent.plugins.mig.gpm import GpmSamplers, gpm_supported
 
 MEASUREMENT = "gpu_nvlink"
 
@@ -132,16 +131,7 @@ class NvlinkCollector(gpuagent.Collector):
 
     def collect(self, acc: gpuagent.Accumulator) -> None:
         # On the first run take the earlier GPM sample of every GPU, wait once for all, then collect.
-        primed = False
-        for gpu in self.gpus:
-            try:
-                if not self._gpm.has(gpu) and self._uses_gpm(gpu):
-                    self._gpm.read(gpu, ())
-                    primed = True
-            except GpuLost:
-                continue
-        if primed:
-            time.sleep(self.config.gpm_warmup)
+        self._gpm.warm_up(((gpu, None) for gpu in self.gpus if _uses(self._uses_gpm, gpu)), self.config.gpm_warmup)
         super().collect(acc)
         live = {gpu.uuid for gpu in self.gpus}
         self._gpm.forget(lambda uuid, _gi: uuid in live)  # free the samples of lost GPUs
@@ -153,6 +143,13 @@ class NvlinkCollector(gpuagent.Collector):
 
     def close(self) -> None:
         self._gpm.close()
+
+
+def _uses(check: Callable[[Gpu], bool], gpu: Gpu) -> bool:
+    try:
+        return check(gpu)
+    except GpuLost:
+        return False
 
 
 def _bytes(mib_per_sec: float | None) -> float | None:
