@@ -195,6 +195,7 @@ class Gpu:
         self._static: dict[str, Any] = {}
         # (collector, call, args) -> code of the calls this GPU refused for good; (call, code) logged.
         self._refused: dict[tuple[str | None, str, tuple], int] = {}
+        self._refused_calls: set[str] = set()  # the call names in _refused: most calls skip the key
         self._logged: set[tuple[str, int]] = set()
         self.transient_errors = 0  # transient refusals so far: ``remember`` does not cache across one
         # Identity: these raise (the caller reports the GPU as unavailable), unlike every later read.
@@ -219,6 +220,7 @@ class Gpu:
         gpu.lost, gpu.lost_reason = True, reason
         gpu.errors = errors if errors is not None else NvmlErrors()
         gpu._static, gpu._refused, gpu._logged = {}, {}, set()
+        gpu._refused_calls = set()
         gpu.transient_errors = 0
         gpu.uuid = gpu.name = gpu.pci_bus_id = gpu.arch = "unknown"
         gpu.tags = {"gpu": str(index), "uuid": "unknown", "model": "unknown", "pci_bus_id": "unknown", "arch": "unknown"}
@@ -254,7 +256,7 @@ class Gpu:
         refused = self._refused
         # Per collector: each one that asks meets the refusal once (so it is counted under every
         # collector that reads it, whichever thread asks first), then never asks again.
-        if refused and (current_collector.get(), name, _args_key(args)) in refused:
+        if name in self._refused_calls and (current_collector.get(), name, _args_key(args)) in refused:
             return None
         calls_made.n += 1
         try:
@@ -268,6 +270,7 @@ class Gpu:
                 return None
             if code in PERMANENT_CODES and len(refused) < MAX_REFUSED:
                 refused[(current_collector.get(), name, _args_key(args))] = code
+                self._refused_calls.add(name)
             self.note_error(name, code)
             return None
 

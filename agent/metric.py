@@ -94,11 +94,74 @@ def _field_key(key: str) -> str:
     return escaped
 
 
+# -- the hot path: one %-format per point shape --------------------------------------
+#
+# A collector emits the same shape (measurement, tags, field names and value types) every
+# cycle: its line is one "%"-format of the values, built once from the escaping below, so a
+# point costs one C-level format instead of a Python step per field (bench/RESULTS.md).
+
+_SHAPES: dict[tuple, tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None] = {}
+_MAX_SHAPES = 4096
+
+
+def _shape(measurement: str, tag_items: tuple, keys: tuple, types: tuple):
+    """(format, float positions, bool positions, str positions) of a point shape, or None
+    when a value's type has no fast form (the general path formats it)."""
+    parts, floats, bools, strs = [], [], [], []
+    for i, (k, t) in enumerate(zip(keys, types, strict=True)):
+        key = _field_key(k).replace("%", "%%")
+        if t is float:
+            floats.append(i)
+            parts.append(key + "%r")
+        elif t is int:
+            parts.append(key + "%di")
+        elif t is bool:
+            bools.append(i)
+            parts.append(key + "%s")
+        elif t is str:
+            strs.append(i)
+            parts.append(key + '"%s"')
+        else:
+            return None
+    head = _head(measurement, tag_items).replace("%", "%%")
+    return f"{head} {','.join(parts)} %d", tuple(floats), tuple(bools), tuple(strs)
+
+
 def serialize(
     measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int
 ) -> str:
-    # The same GPUs' tags and field names recur every cycle: their escaped forms are
-    # cached, and the common types are formatted inline (this runs for every point).
+    tag_items = tuple(tags.items())
+    values = tuple(fields.values())
+    key = (measurement, tag_items, tuple(fields), tuple(map(type, values)))
+    shape = _SHAPES.get(key, _UNSEEN)
+    if shape is _UNSEEN:
+        if len(_SHAPES) >= _MAX_SHAPES:  # bounded: shapes come from code, but be safe
+            _SHAPES.clear()
+        shape = _SHAPES[key] = _shape(*key) if values else None
+    if shape is not None:
+        fmt, floats, bools, strs = shape
+        if floats:
+            total = sum([values[i] for i in floats])
+            if total - total != 0.0:  # a NaN or an infinity (or an overflowing sum): the general path
+                return _serialize(measurement, tags, fields, time_ns)
+        if bools or strs:
+            out = list(values)
+            for i in bools:
+                out[i] = "true" if values[i] else "false"
+            for i in strs:
+                out[i] = values[i].translate(_STRING)
+            return fmt % (*out, time_ns)
+        return fmt % (*values, time_ns)
+    return _serialize(measurement, tags, fields, time_ns)
+
+
+_UNSEEN = object()
+
+
+def _serialize(
+    measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int
+) -> str:
+    # The general path (any value type; raises on what has no line-protocol form).
     head = _head(measurement, tuple(tags.items()))
     keys = _FIELD_KEYS
     parts = []

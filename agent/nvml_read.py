@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import contextvars
+import ctypes
 import math
 import threading
 import weakref
@@ -87,14 +88,19 @@ _DECODE = {
 }
 
 
+# Plain ctypes attribute access: pynvml's printable-structure hook costs ~1 µs a read.
+_get = ctypes.Structure.__getattribute__
+_get_union = ctypes.Union.__getattribute__
+
+
 def field_value(fv: Any) -> int | float | None:
     """The value of one c_nvmlFieldValue_t, or None when it failed or is a sentinel."""
-    if fv.nvmlReturn != pynvml.NVML_SUCCESS:
+    if _get(fv, "nvmlReturn") != pynvml.NVML_SUCCESS:
         return None
-    member = _DECODE.get(fv.valueType)
+    member = _DECODE.get(_get(fv, "valueType"))
     if member is None:
         return None
-    value = getattr(fv.value, member)
+    value = _get_union(_get(fv, "value"), member)
     if member == "dVal":
         return valid(float(value))
     value = int(value)
@@ -235,7 +241,7 @@ class FieldReader:
                     if fv is None:  # not in the group's batch (asked for since): next tick
                         not_read.add(name)
                         continue
-                    code = fv.nvmlReturn
+                    code = _get(fv, "nvmlReturn")
                     if code == pynvml.NVML_SUCCESS:
                         value = field_value(fv)
                         if value is not None:

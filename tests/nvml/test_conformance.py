@@ -99,7 +99,10 @@ def test_table_names_its_header_and_every_function_has_codes():
 def test_table_covers_exactly_the_functions_a_run_calls(baseline):
     called = {symbol for symbol, n in baseline.calls.items() if n}
     assert called - set(FUNCTIONS) == set(), "called but not in agent/nvml_conformance.json (rebuild it)"
-    assert set(FUNCTIONS) - called == set(), "in the table but no run calls it (rebuild the table)"
+    # Fallbacks of field-values entries (power): a fault-free run reads them in the batch; the
+    # forced cases below call them (the entry answers the call's code, then the call is asked).
+    fallback_only = {"nvmlDeviceGetPowerUsage", "nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetEnforcedPowerLimit"}
+    assert set(FUNCTIONS) - called - fallback_only == set(), "in the table but no run calls it (rebuild the table)"
 
 
 def test_every_gpu_of_the_fleet_reports_in_the_baseline(baseline):
