@@ -41,6 +41,22 @@ MIRRORED_CALLS = {
     pynvml.NVML_FI_DEV_POWER_MAX_LIMIT: "nvmlDeviceGetPowerManagementLimitConstraints",
     pynvml.NVML_FI_DEV_POWER_DEFAULT_LIMIT: "nvmlDeviceGetPowerManagementDefaultLimit",
     pynvml.NVML_FI_DEV_NVLINK_GET_STATE: "nvmlDeviceGetNvLinkState",
+    pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: "nvmlDeviceGetTotalEccErrors",
+    pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: "nvmlDeviceGetTotalEccErrors",
+    pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: "nvmlDeviceGetTotalEccErrors",
+    pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: "nvmlDeviceGetTotalEccErrors",
+    pynvml.NVML_FI_DEV_REMAPPED_COR: "nvmlDeviceGetRemappedRows",
+    pynvml.NVML_FI_DEV_REMAPPED_UNC: "nvmlDeviceGetRemappedRows",
+    pynvml.NVML_FI_DEV_REMAPPED_PENDING: "nvmlDeviceGetRemappedRows",
+    pynvml.NVML_FI_DEV_REMAPPED_FAILURE: "nvmlDeviceGetRemappedRows",
+}
+# nvml.h: SBE = corrected, DBE = uncorrected; VOL since the driver loaded, AGG over the card's
+# life (the simulator keeps one count per kind, as its nvmlDeviceGetTotalEccErrors does).
+ECC_TOTAL_FIELDS = {
+    pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: "corrected",
+    pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: "uncorrected",
+    pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: "corrected",
+    pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: "uncorrected",
 }
 
 
@@ -85,6 +101,15 @@ class FieldValueCalls(NvmlCalls):
         limit = self._power_limit_field(dev, field_id)
         if limit is not None:
             return limit
+        kind = ECC_TOTAL_FIELDS.get(field_id)
+        if kind is not None:  # the numbers nvmlDeviceGetTotalEccErrors answers
+            gpu = dev.gpu if dev.is_mig else dev
+            return ull, gpu.ecc_counts[kind]
+        if field_id in (pynvml.NVML_FI_DEV_REMAPPED_COR, pynvml.NVML_FI_DEV_REMAPPED_PENDING,
+                        pynvml.NVML_FI_DEV_REMAPPED_FAILURE):
+            return ui, 0  # as nvmlDeviceGetRemappedRows answers them
+        if field_id == pynvml.NVML_FI_DEV_REMAPPED_UNC:
+            return ui, dev.ecc_counts["uncorrected"]
         if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:
             if str(dev.profile["memory"].get("type", "")).startswith("HBM"):
                 return ui, st.temp_c + 6
