@@ -36,6 +36,7 @@ log = logging.getLogger("gpuagent.scheduler")
 TICK = 0.5  # longest sleep of the loop: bounds the watchdog and stop latency
 COST_WINDOW_S = 60.0  # `gpuagent inspect` shows each collector's cost over the last minute
 COST_FILE = "cost.json"  # in the state directory: the last minute's cost, for `inspect`
+COST_WRITE_EVERY_S = 10.0  # a last-minute figure needs no fresher file (at 1 s this is a tenth of the writes)
 
 
 @dataclass
@@ -196,6 +197,7 @@ class Scheduler:
             self._check_timeouts(now)
             if now >= next_self:
                 self.deliver(self.self_points())
+                self.write_cost()
                 next_self = now + self.agent_interval
             if self.on_tick:
                 self.on_tick()
@@ -241,6 +243,7 @@ class Scheduler:
             pending.discard(result.runner.name)
         own = self.self_points()
         self.deliver(own)
+        self.write_cost(force=True)
         return delivered + own
 
     def close(self, flush_timeout: float = 10.0) -> None:
@@ -392,15 +395,19 @@ class Scheduler:
                 "rss_bytes": rss,
             },
         )
-        self.write_cost()
         return acc.points
 
     def cost(self) -> dict[str, dict[str, float | int]]:
         """Collector -> its runs, NVML calls and CPU ms over the last minute."""
         return {r.name: r.stats.last_minute() for r in self.runners}
 
-    def write_cost(self) -> None:
-        """The last minute's cost per collector into the state directory, for `gpuagent inspect`."""
+    def write_cost(self, force: bool = False) -> None:
+        """The last minute's cost per collector into the state directory, for `gpuagent inspect`
+        (at most every COST_WRITE_EVERY_S unless ``force``)."""
+        now = time.monotonic()
+        if not force and now - getattr(self, "_cost_written", -COST_WRITE_EVERY_S) < COST_WRITE_EVERY_S:
+            return
+        self._cost_written = now
         path = Path(self.context.state_dir) / COST_FILE
         if not path.parent.is_dir():  # the agent made no state dir (a one-off run): nothing to keep
             return
