@@ -2,8 +2,8 @@
 
 Static facts (max clocks, the reasons the card supports) are read once per
 GPU. Per cycle: four current clocks, two applications clocks, the P-state,
-the current reasons mask and one field-values call for the per-reason time
-counters (only the ones the card supports; none asked when it supports none).
+the current reasons mask and the per-reason time counters the card supports,
+in the cycle's one field-values call per GPU (shared with power).
 """
 
 from __future__ import annotations

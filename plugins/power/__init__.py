@@ -1,10 +1,10 @@
 """power collector -> gpu_power: draw, limits, energy, temperatures, fan.
 
 Static facts (default limit, limit range, temperature thresholds) are read
-once per GPU. Per cycle: power draw, the management and enforced limits (an
-operator or a policy can change them at run time), GPU temperature, fan speed
-where the card has a fan, and one field-values call for total energy and
-memory temperature.
+once per GPU. Per cycle: GPU temperature, fan speed where the card has a fan,
+and, in the cycle's one field-values call per GPU (shared with clocks), power
+draw, the management and enforced limits (an operator or a policy can change
+them at run time), total energy and memory temperature.
 """
 
 from __future__ import annotations
