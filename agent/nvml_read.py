@@ -185,7 +185,7 @@ class FieldGroup:
             if new_reader or batch.tick != tick or me in batch.taken or batch.entries is None:
                 keys: list = []
                 for r in batch.readers:
-                    for key in list(r.asking(gpu).values()):  # a copy: another thread may drop one
+                    for key in list(r._asking(gpu).values()):  # a copy: another thread may drop one
                         if key not in keys:
                             keys.append(key)
                 values = gpu.query(pynvml.nvmlDeviceGetFieldValues, keys) if keys else None
@@ -212,13 +212,13 @@ class FieldReader:
             f"{n}={f.field_id}/{f.scope}" for n, f in sorted(self.fields.items())
         )
 
-    def asking(self, gpu: Gpu) -> dict[str, Any]:
+    def _asking(self, gpu: Gpu) -> dict[str, Any]:
         """Per GPU: name -> batch key of the fields still asked (all of them until refused for good)."""
         return gpu.remember(self._key, lambda: {n: f.key for n, f in self.fields.items()})
 
     def read(self, gpu: Gpu) -> dict[str, int | float]:
         """Name -> raw value (sentinels dropped) for every reading the card gave this cycle."""
-        asking = self.asking(gpu)
+        asking = self._asking(gpu)
         out: dict[str, int | float] = {}
         not_read: set[str] = set()  # asked in the batch, not answered this cycle: try the fallback
         if asking:
