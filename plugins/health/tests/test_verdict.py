@@ -287,3 +287,25 @@ def test_the_readme_has_the_rule_table_naming_every_verdict():
         assert f"`{verdict}`" in table
     for action in ACTION_VERDICTS:
         assert action in table
+
+
+def test_inspect_shows_the_verdict_and_reason_per_gpu(simulated_fleet, sim_clock):
+    import jsonschema
+
+    from gpuagent import facts
+    from gpuagent.inspect import render_text
+    from gpuagent.nvml import NvmlSession
+
+    machine = simulated_fleet("h100-sxm:3@recovery=1:reboot:1s@lost=2:1s")
+    sim_clock.set(2)
+    session = NvmlSession(gpus=machine.gpus, simulated=True, machine=machine, spec=machine.spec)
+    session.driver_version = session.nvml_version = "595.80"
+    session.cuda_driver_version = 13020
+    doc = facts.gather(session, hostname="testhost")
+    got = [(g["index"], g["health"]["verdict"]) for g in doc["gpus"]]
+    assert got == [(0, "ok"), (1, "reboot_required"), (2, "lost")]
+    assert doc["gpus"][1]["health"]["reason"] == "NVML recovery action: node reboot."
+    jsonschema.validate(doc, facts.schema())
+    text = render_text(doc)
+    assert "Health: reboot_required: NVML recovery action: node reboot." in text
+    assert "Health: ok: No fault evidence." in text
