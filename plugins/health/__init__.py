@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import sys
 import threading
 import time
 from collections import deque
@@ -49,9 +50,8 @@ def xid_description(xid: int) -> str:
 def monotonic_clock() -> Callable[[], float]:
     """Seconds for XID and error windows: the simulator's clock when one is installed (so tests
     move time without sleeping), else time.monotonic."""
-    from gpuagent import sim
-
-    machine = sim.installed()
+    sim = sys.modules.get("gpuagent.sim")  # never imported: not simulated (and not worth importing)
+    machine = sim.installed() if sim is not None else None
     return machine.now if machine is not None else time.monotonic
 
 

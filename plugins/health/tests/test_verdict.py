@@ -309,3 +309,29 @@ def test_inspect_shows_the_verdict_and_reason_per_gpu(simulated_fleet, sim_clock
     text = render_text(doc)
     assert "Health: reboot_required: NVML recovery action: node reboot." in text
     assert "Health: ok: No fault evidence." in text
+
+
+def test_a_gpu_back_after_a_reset_is_read_by_every_collector_without_a_restart(simulated_fleet, sim_clock):
+    from gpuagent.plugins.power import PowerCollector
+    from gpuagent.scheduler import Scheduler
+
+    machine = simulated_fleet("h100-sxm:2@lost=1:15s@reset=1:35s")
+    context = AgentContext(hostname="testhost", gpus=machine.gpus)
+    health = HealthCollector(HealthCollector.Config(event_wait="100ms"), context)
+    power = PowerCollector(PowerCollector.Config(), context)
+    scheduler = Scheduler(context, [(health, 10.0, 5.0), (power, 10.0, 5.0)], [], agent_interval=10.0)
+    seen = {}
+    try:
+        for t in (0, 10, 20, 30, 40, 50):
+            sim_clock.set(t)
+            points = scheduler.run_once()
+            seen[t] = (
+                next(p.fields["verdict"] for p in points if p.measurement == "gpu_health"
+                     and p.tags["gpu"] == "1" and "verdict" in p.fields),
+                any(p.measurement == "gpu_power" and p.tags["gpu"] == "1" for p in points),
+            )
+    finally:
+        scheduler.close()
+    assert seen[10] == ("ok", True)
+    assert seen[20] == ("lost", False) and seen[30] == ("lost", False)
+    assert seen[40][0] == "ok" and seen[50] == ("ok", True)  # back, in health and in power
