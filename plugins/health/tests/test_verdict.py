@@ -207,7 +207,7 @@ def test_pcie_error_counters_where_the_driver_has_them(run):
 
 
 def test_nvlink_errors_are_judged_per_link(run):
-    r = run("h100-sxm:2@nvlink_crc=0:5:2@nvlink_recovery=1:3:1/m")
+    r = run("h100-sxm:2@nvlink_crc=0:5:2@nvlink_recovery=1:3:1/m@nvlink_replay=1:4:2")
     r.at(10)
     got = r.at(70)
     assert got[0]["verdict"] == "degraded"
@@ -215,6 +215,8 @@ def test_nvlink_errors_are_judged_per_link(run):
     assert got[0]["nvlink_crc_errors_total"] == 140
     assert got[1]["verdict"] == "degraded"
     assert "NVLink recovery errors on link 3" in got[1]["verdict_reason"]
+    assert "NVLink replay errors on link 4" in got[1]["verdict_reason"]
+    assert "link 5" not in got[1]["verdict_reason"]
 
 
 @pytest.mark.parametrize(
