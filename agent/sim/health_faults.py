@@ -167,8 +167,15 @@ def reset_gpu(machine: Any, gpu: int, at: float | None = None) -> None:
     dev = machine._gpu(gpu)
     when = machine.now() if at is None else float(at)
     health_of(machine, gpu).resets.append(when)
-    if dev.lost_at is not None and dev.lost_at <= when:
-        dev.lost_until = when
+    if dev.lost_at is not None:
+        dev.lost_until = reset_after(machine, gpu, dev.lost_at)
+
+
+def reset_after(machine: Any, gpu: int, when: float) -> float | None:
+    """The first reset of GPU ``gpu`` at or after ``when`` (what ends a loss), if any is scheduled."""
+    state = peek(machine, gpu)
+    later = [r for r in state.resets if r >= when] if state else []
+    return min(later) if later else None
 
 
 GRAMMAR = (

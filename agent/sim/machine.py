@@ -515,10 +515,13 @@ class SimMachine:
 
     @staticmethod
     def _mark_lost(dev: SimDevice, when: float) -> None:
+        from gpuagent.sim.health_faults import reset_after
+
         if dev.lost_until is not None and when >= dev.lost_until:  # lost again after a reset
             dev.lost_at, dev.lost_until = when, None
         else:
             dev.lost_at = when if dev.lost_at is None else min(dev.lost_at, when)
+        dev.lost_until = reset_after(dev.machine, dev.index, dev.lost_at)  # a reset already scheduled
 
     def reset_gpu(self, gpu: int, at: float | None = None) -> None:
         """GPU ``gpu`` is reset at ``at`` (default now): a lost GPU answers again, a pending row

@@ -98,3 +98,14 @@ def test_health_faults_parse_and_apply_from_code(simulated_fleet, sim_clock):
         machine.apply(HealthFault("reset", 5))
     with pytest.raises(AgentError, match="GPU 2 is not in this item"):
         parse_fault("reset=2:1s", count=2)
+
+
+@pytest.mark.parametrize("spec", ["h100-sxm:1@lost=0:10s@reset=0:20s", "h100-sxm:1@reset=0:20s@lost=0:10s"])
+def test_a_scheduled_reset_ends_a_loss_whatever_the_order(simulated_fleet, sim_clock, spec):
+    simulated_fleet(spec)
+    (h,) = handles()
+    sim_clock.set(15)
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        pynvml.nvmlDeviceGetUUID(h)
+    sim_clock.set(20)
+    assert pynvml.nvmlDeviceGetUUID(h)
