@@ -21,7 +21,7 @@ import pynvml
 import gpuagent
 from gpuagent.gpu import MISSING_CODES, Gpu, GpuLost
 from gpuagent.nvml_read import Field, FieldReader, field_value, poll
-from gpuagent.plugins.health.catalog import load_catalog
+from gpuagent.plugins.health.catalog import LOST_XID, load_catalog
 from gpuagent.plugins.health.verdict import (
     CounterWindow,
     Finding,
@@ -281,7 +281,9 @@ def fabric_info(handle: Any) -> Any:
 class GpuHealth:
     """What the verdict remembers about one GPU between runs."""
 
-    xids: deque = field(default_factory=deque)  # (at, wall ns, code) inside the XID window
+    # (at, wall ns, code) inside the XID window; bounded so an XID storm cannot grow it without end
+    # (a storm then counts at most this many repeats)
+    xids: deque = field(default_factory=lambda: deque(maxlen=10_000))
     expired: list = field(default_factory=list)  # (at, wall ns, code) decayed, said in the reason for a while
     counters: dict = field(default_factory=dict)  # name -> CounterWindow
     lost_since_ns: int | None = None
@@ -381,11 +383,13 @@ class HealthCollector(gpuagent.Collector):
         st = self.state(gpu)
         if st.lost_since_ns is None:
             st.lost_since_ns = time.time_ns()
-        fields: dict[str, Any] = {
-            "lost": True,
-            "verdict": "lost",
-            "verdict_reason": f"GPU answers GPU_IS_LOST since {clock_text(st.lost_since_ns)} UTC.",
-        }
+        fell = [wall for _at, wall, code in st.xids if code == LOST_XID]
+        reason = f"answers GPU_IS_LOST since {clock_text(st.lost_since_ns)} UTC."
+        if fell:
+            reason = f"XID 79 (GPU has fallen off the bus) at {clock_text(fell[-1])} UTC; it {reason}"
+        else:
+            reason = f"The GPU {reason}"
+        fields: dict[str, Any] = {"lost": True, "verdict": "lost", "verdict_reason": reason}
         if first:
             fields["lost_reason"] = gpu.lost_reason or None
         acc.add_fields("gpu_health", fields, tags=gpu.tags)

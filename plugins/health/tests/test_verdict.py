@@ -76,7 +76,8 @@ def test_xid_79_makes_that_gpu_lost_and_the_others_stay_ok(run):
     assert verdicts(r.at(2)) == {0: "ok", 1: "lost", 2: "ok"}
     again = r.at(12)  # every run, not once
     assert again[1]["verdict"] == "lost" and again[1]["lost"] is True
-    assert "GPU_IS_LOST" in again[1]["verdict_reason"]
+    assert again[1]["verdict_reason"].startswith("XID 79 (GPU has fallen off the bus) at ")
+    assert "; it answers GPU_IS_LOST since" in again[1]["verdict_reason"]
 
 
 def test_xid_48_is_not_ok(run):
