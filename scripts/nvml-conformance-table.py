@@ -107,18 +107,36 @@ def base(symbol: str) -> str:
     return re.sub(r"(_v\d+|V)$", "", symbol)
 
 
-def traced_symbols() -> list[str]:
-    """The C symbols a `run --once` over every built-in profile calls (in this process)."""
+def _runs():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from nvml import runs
+
+    return runs
+
+
+def traced_run():
+    """A `run --once` over every built-in profile (in this process), its calls traced."""
     import tempfile
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from nvml.runs import FLEET, run_once
-
+    runs = _runs()
     with tempfile.TemporaryDirectory() as tmp:
-        run = run_once(FLEET, Path(tmp))
+        run = runs.run_once(runs.FLEET, Path(tmp))
     if run.error:
         sys.exit(f"the traced run failed: {run.error}")
-    return sorted(s for s, n in run.calls.items() if n)
+    return run
+
+
+def feeds(symbol: str, baseline, may_vanish: set[str]) -> list[str]:
+    """The fields (``measurement.field``) a run loses when ``symbol`` does not exist at all
+    (FUNCTION_NOT_FOUND everywhere): what the call feeds, for a reviewer to read and for the
+    test to hold every other code of the function to."""
+    import tempfile
+
+    runs = _runs()
+    with tempfile.TemporaryDirectory() as tmp:
+        run = runs.run_once(runs.spec_with(symbol, "FUNCTION_NOT_FOUND"), Path(tmp))
+    lost = runs.lost_fields(runs.keyed(baseline), runs.keyed(run))
+    return sorted(f for f in lost if f.split(".", 1)[0] not in may_vanish)
 
 
 def main() -> None:
@@ -141,10 +159,11 @@ def main() -> None:
         by_base.setdefault(base(name), name)
         if base(name) != name:
             by_base[base(name)] = name  # the versioned declaration is the current one
+    baseline = traced_run()
     symbols = (
         [s.strip() for s in args.symbols.read_text().splitlines() if s.strip()]
         if args.symbols
-        else traced_symbols()
+        else sorted(s for s, n in baseline.calls.items() if n)
     )
     functions = {}
     for symbol in symbols:
@@ -165,6 +184,8 @@ def main() -> None:
             entry["documented_as"] = source
         if symbol in deprecated or source in deprecated:
             entry["deprecated_since"] = deprecated.get(symbol) or deprecated[source]
+        if kind in ("reading", "feature"):
+            entry["feeds"] = feeds(symbol, baseline, set(entry.get("may_vanish", ())))
         functions[symbol] = entry
     json.dump(
         {

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 
 import pytest
-from nvml.runs import FLEET, Run, base_symbol, run_once
+from nvml.runs import FLEET, Run, base_symbol, keyed, lost_fields, run_once, spec_with
 
 from gpuagent.sim.profile import BUILTIN_NAMES
 
@@ -40,10 +40,6 @@ ANSWERS = {"NVML_ERROR_NOT_FOUND"}
 # Calls the agent probes along a range (Gpu.probe): INVALID_ARGUMENT is NVML's "past the card's
 # last link / profile", the end of the probe, so it is an answer there too.
 PROBED = {"nvmlDeviceGetNvLinkState", "nvmlDeviceGetGpuInstanceProfileInfoV"}
-# Tags that name a point across two runs (identity tags such as arch or uuid are readings).
-STABLE_TAGS = ("gpu", "peer_gpu", "link", "gi_id", "ci_id", "vgpu_instance", "pid")
-
-
 def forced_codes(entry: dict) -> list[str]:
     codes = [c for c in entry["codes"] if c not in NOT_FORCED]
     if "any" in entry["codes"]:
@@ -59,24 +55,6 @@ CASES = [(symbol, code) for symbol, entry in FUNCTIONS.items() for code in force
 
 def short(code: str) -> str:
     return code.removeprefix("NVML_ERROR_")
-
-
-def spec_with(symbol: str, code: str, gpu: int | None = None) -> str:
-    """The full fleet with one fault; on GPU 0 only when ``gpu`` is 0, else machine-wide."""
-    items = [f"{name}:1" for name in BUILTIN_NAMES]
-    items[0] += f"@force={symbol}:{short(code)}" + (f":{gpu}" if gpu is not None else "")
-    return ",".join(items)
-
-
-def keyed(run: Run) -> dict[tuple, set[str]]:
-    """(measurement, stable tags) -> field names, for every GPU point of a run."""
-    out: dict[tuple, set[str]] = {}
-    for p in run.points:
-        if p.measurement == "gpuagent":
-            continue
-        key = (p.measurement, tuple((t, p.tags.get(t)) for t in STABLE_TAGS if t in p.tags))
-        out.setdefault(key, set()).update(p.fields)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +107,10 @@ def test_one_forced_fault(symbol, code, baseline, tmp_path):
         before = {k: v for k, v in before.items() if ("gpu", "0") not in k[1] and ("peer_gpu", "0") not in k[1]}
     missing = sorted(k for k in before if k not in after and k[0] not in may_vanish)
     assert not missing, f"measurements lost: {missing[:5]}"
+    # Only the fields the call feeds (the table's `feeds`, read from the run where the function
+    # does not exist at all): a transient answer costs no more than an absent function.
+    lost = {f for f in lost_fields(before, after) if f.split(".", 1)[0] not in may_vanish}
+    assert lost <= set(entry.get("feeds", ())), f"fields lost beyond what {symbol} feeds: {sorted(lost - set(entry.get('feeds', ())))}"
 
     if code in ANSWERS or role == "teardown" or symbol in NOT_COUNTED:
         return
