@@ -50,7 +50,23 @@ def forced_codes(entry: dict) -> list[str]:
     return list(dict.fromkeys(codes))
 
 
-CASES = [(symbol, code) for symbol, entry in FUNCTIONS.items() for code in forced_codes(entry)]
+def traced() -> set[str]:
+    """The C symbols one fault-free `run --once` over every built-in profile calls (~0.3 s)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = run_once(FLEET, Path(tmp))
+    return {symbol for symbol, n in run.calls.items() if n}
+
+
+CALLED = traced()
+# Every function a run calls, forced to each of its codes (one not in the table fails below).
+CASES = [
+    (symbol, code)
+    for symbol, entry in FUNCTIONS.items()
+    if symbol in CALLED
+    for code in forced_codes(entry)
+]
 
 
 def short(code: str) -> str:
@@ -74,10 +90,13 @@ def test_table_names_its_header_and_every_function_has_codes():
             assert "may_vanish" in entry, symbol
 
 
-def test_table_covers_exactly_the_functions_a_run_calls(baseline):
+def test_table_covers_every_function_a_run_calls(baseline):
     called = {symbol for symbol, n in baseline.calls.items() if n}
-    assert called - set(FUNCTIONS) == set(), "called but not in agent/nvml_conformance.json (rebuild it)"
-    assert set(FUNCTIONS) - called == set(), "in the table but no run calls it (rebuild the table)"
+    assert called == CALLED
+    missing = sorted(called - set(FUNCTIONS))
+    assert not missing, f"called but not in agent/nvml_conformance.json (scripts/nvml-conformance-table.py): {missing}"
+    # Rows no run calls are only the fallbacks (older spellings tried where the newer is refused).
+    assert {s for s in FUNCTIONS if s not in called} == {s for s, e in FUNCTIONS.items() if e.get("traced") is False}
 
 
 def test_every_gpu_of_the_fleet_reports_in_the_baseline(baseline):
