@@ -203,7 +203,8 @@ class Delivery:
         self.replayed_total = 0
         self.rejected_total = 0
         self._memory_dropped_total = 0
-        self._note_spool_state()
+        # The state at start is the opener's to report (the sink says it once); changes are ours.
+        self._spool_problem = spool.problem if not spool.writable else None
 
     # -- API used by the sink ---------------------------------------------------
 
@@ -526,7 +527,7 @@ class Delivery:
                 delay = max(delay, min(result.retry_after, max(self.max_backoff, 300.0)))
             if not self._outage:
                 self.log.warning(
-                    "%s: write failed (%s); keeping the points and retrying in %.1fs", self.name, reason, delay
+                    "%s: write failed (%s); spooling and retrying in %.1fs", self.name, reason, delay
                 )
             else:
                 self.log.debug("%s: retry failed (%s); next in %.1fs", self.name, reason, delay)

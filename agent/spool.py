@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 import sqlite3
 import threading
 import time
@@ -432,7 +433,51 @@ def _describe(exc: BaseException) -> str:
 
 
 def _salvage(path: Path, max_probes: int) -> list[tuple[int, bytes]]:
-    """Every (points, data) that can still be read from a damaged spool file, oldest first."""
+    """Every (points, data) that can still be read from a damaged spool file, oldest first.
+
+    A file cut short or with a garbled header makes SQLite refuse even its schema:
+    then a copy with a rebuilt header (page size 4096 as we create them, page count
+    from the file's size) is read instead."""
+    rows = _salvage_file(path, max_probes)
+    if rows:
+        return rows
+    repaired = path.with_name(path.name + ".repair")
+    try:
+        shutil.copyfile(path, repaired)
+        _rebuild_header(repaired)
+        return _salvage_file(repaired, max_probes)
+    except OSError:
+        return []
+    finally:
+        repaired.unlink(missing_ok=True)
+
+
+def _rebuild_header(path: Path) -> None:
+    page_size = 4096
+    with open(path, "r+b") as fh:
+        header = bytearray(fh.read(100))
+        if header[:16] == b"SQLite format 3\x00":
+            page_size = int.from_bytes(header[16:18], "big") or 4096
+            page_size = 65536 if page_size == 1 else page_size
+        else:
+            fresh = sqlite3.connect(":memory:")
+            fresh.execute("PRAGMA page_size=4096")
+            fresh.execute("CREATE TABLE t (x)")
+            header = bytearray(fresh.serialize()[:100])
+            fresh.close()
+            header[24:28] = (1).to_bytes(4, "big")  # file change counter
+            header[32:40] = bytes(8)  # no freelist
+            header[92:96] = header[24:28]  # version-valid-for: the page count below is trusted
+        fh.seek(0, 2)
+        pages = max(1, fh.tell() // page_size)
+        header[18:20] = b"\x01\x01"  # legacy journal: the WAL (kept aside) is not needed to read it
+        header[28:32] = pages.to_bytes(4, "big")
+        header[92:96] = header[24:28]
+        fh.seek(0)
+        fh.write(header)
+
+
+def _salvage_file(path: Path, max_probes: int) -> list[tuple[int, bytes]]:
     try:
         db = sqlite3.connect(path, isolation_level=None, timeout=5)
     except sqlite3.Error:

@@ -359,7 +359,13 @@ class InfluxDBSink(gpuagent.Sink):
         # Never refuses to start: a damaged file heals itself, and a spool that cannot be
         # opened at all leaves delivery in memory (said once here, retried now and then).
         spool = Spool(spool_dir, c.max_spool_bytes, sync=c.spool_sync, log=self.log)
-        if not spool.available:
+        if spool.available and not spool.writable:
+            self.log.error(
+                "%s: the spool in %s cannot be written (%s): its %d points are replayed, new points wait in "
+                "memory (at most %d; a restart loses them) until it can",
+                self.name, spool_dir, spool.problem, spool.points, c.max_buffer_points,
+            )
+        elif not spool.available:
             self.log.error(
                 "%s: no spool (%s): delivering from memory only (at most %d points wait for the server; "
                 "a restart loses them) until %s can be written",
