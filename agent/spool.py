@@ -130,8 +130,15 @@ class Spool:
 
     def _connect(self, path: Path, readonly: bool = False) -> sqlite3.Connection:
         if readonly:
-            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
-                                 isolation_level=None, timeout=5)
+            try:
+                db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
+                                     isolation_level=None, timeout=5)
+                db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            except sqlite3.OperationalError:
+                # A WAL-mode file on a read-only file system without its -shm: readable only
+                # as immutable (batches still in an un-checkpointed -wal are not seen then).
+                db = sqlite3.connect(f"file:{path}?immutable=1", uri=True, check_same_thread=False,
+                                     isolation_level=None, timeout=5)
         else:
             db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
         return db
