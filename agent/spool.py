@@ -214,6 +214,7 @@ class Spool:
 
     def _heal(self, reason: str) -> None:
         """Move the damaged file aside, copy out what can be read, start a fresh spool with it."""
+        reason = " ".join(reason.replace("***", "").split())[:200]  # quick_check's answer spans lines
         self._close_db()
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         aside = self.directory / f"spool.damaged-{stamp}.sqlite"
