@@ -70,7 +70,7 @@ AGENT_TABLE = """\
 # ${VAR} in any string is replaced from the environment (${VAR:-default} too).
 
 [agent]
-interval = "10s"            # default interval of every collector
+interval = "10s"            # default interval of every collector (at least 100ms)
 # hostname = ""             # default: the machine's hostname
 # simulate = ""             # a simulated fleet instead of NVML, e.g. "l40s:2,h100-sxm:1"
 # log_level = "info"        # debug | info | warning | error
