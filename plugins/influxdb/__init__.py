@@ -206,6 +206,8 @@ class _V1Transport:
             conn.close()
             if fired.is_set():
                 return Result(Outcome.RETRY, None, f"no complete answer within {self._timeout:g}s"), False
+            if self._closed:
+                return Result(Outcome.RETRY, None, "cut short: the agent is stopping"), False
             # A kept-alive connection the server closed meanwhile: one more try on a new one.
             return Result(Outcome.RETRY, None, _describe(exc)), reused and not got_answer
         finally:
@@ -227,6 +229,7 @@ class _V1Transport:
     def abort(self) -> None:
         """Cut requests in flight short (stop must not wait on a slow server)."""
         with self._lock:
+            self._closed = True
             active = list(self._active)
         for conn in active:
             _shutdown(conn)

@@ -109,10 +109,12 @@ def drip(conn, server):
         time.sleep(0.5)
 
 
-def test_a_dripping_server_is_cut_off_at_timeout_and_counted_as_a_failure(tmp_path):
+@pytest.mark.parametrize("api", ["v1", "v2"])
+def test_a_dripping_server_is_cut_off_at_timeout_and_counted_as_a_failure(tmp_path, api):
+    target = {"database": "d"} if api == "v1" else {"bucket": "b", "token": "t"}
     with bad_server(drip) as server:
-        sink = make_sink(tmp_path, api="v1", url=server.url, database="d", timeout="1s",
-                         retry_initial_backoff="5s", retry_max_backoff="5s")
+        sink = make_sink(tmp_path, api=api, url=server.url, timeout="1s",
+                         retry_initial_backoff="5s", retry_max_backoff="5s", **target)
         try:
             sink.write(fleet_points(intervals=1, gpus=1))
             wait_for(lambda: sink.stats()["write_errors_total"] >= 1, timeout=6, what="the deadline")
