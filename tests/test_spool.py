@@ -205,3 +205,19 @@ def test_a_read_only_spool_is_replayed_once_and_refuses_new_batches(tmp_path):
             seen += got[1]
         assert seen == total and spool.points == 0
         spool.close()
+
+
+def test_damage_found_while_running_heals_without_stopping_delivery(tmp_path, caplog):
+    total = filled(tmp_path)
+    spool = Spool(tmp_path, max_bytes=10**8)
+    spool._db.execute("PRAGMA cache_size=1")  # read pages from the file again, as after cache pressure
+    damage(tmp_path / Spool.FILENAME, "middle")
+    with caplog.at_level(logging.ERROR, logger="gpuagent.spool"):
+        delivered = 0
+        while (got := spool.peek(40)) is not None:
+            spool.remove_through(got[0])
+            delivered += got[1]
+    assert spool.damaged_total == 1 and 0 < delivered < total
+    assert sum("was damaged" in r.getMessage() for r in caplog.records) == 1
+    spool.push(batch(1), 10)  # the fresh spool takes over
+    assert spool.points == 10
