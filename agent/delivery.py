@@ -135,15 +135,16 @@ class _EveryMinute:
                 self._pending[key] = (pending + count, message)
                 return
             self._last[key] = now
-        total = pending + count
-        self.log.log(level, "%s [%d in the last %s]", message, total,
-                     "minute" if last is not None else "report; repeats are summed once a minute")
+        if last is None:
+            self.log.log(level, "%s (%d; more of these are counted and logged once a minute)", message, count)
+        else:
+            self.log.log(level, "%s (%d in the last minute)", message, pending + count)
 
     def flush(self, level: int = logging.WARNING) -> None:
         with self._lock:
             pending, self._pending = self._pending, {}
         for count, message in pending.values():
-            self.log.log(level, "%s [%d more since the last report]", message, count)
+            self.log.log(level, "%s (%d more since the last line like this)", message, count)
 
 
 class Delivery:

@@ -196,7 +196,7 @@ def test_refusals_are_logged_once_per_kind_with_a_count(tmp_path, influxdb_v1, c
     assert stats["rejected_total"] == 20 and stats["points_written_total"] == 20, stats
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert 1 <= len(refused) <= 2, refused  # the first, and the count of the rest at stop
-    assert "[1 in the last report" in refused[0] and "19 more" in refused[-1]
+    assert "(1; more of these are counted" in refused[0] and "(19 more since" in refused[-1]
 
 
 # -- a spool that cannot be written ---------------------------------------------------------------
