@@ -8,6 +8,7 @@ influxd and the two are compared row for row.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -364,3 +365,31 @@ def test_credentials_inside_the_url_are_in_no_log_line(tmp_path):
     assert "spool" in run.stderr and "URL-S3CRET" not in run.stdout + run.stderr
     shown = gpuagent("config", "show", str(config))
     assert "URL-S3CRET" not in shown.stdout and "admin:***@" in shown.stdout
+
+
+def test_a_full_state_disk_at_start_does_not_stop_the_agent(tmp_path, influxdb_v1):
+    import shutil
+    import subprocess as sp
+
+    state = tmp_path / "state"
+    state.mkdir()
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a small file system needs root")
+    mounted = sp.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(state)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount here: {mounted.stderr.strip()}")
+    try:
+        fd = os.open(state / "filler", os.O_WRONLY | os.O_CREAT)  # the disk is full before the agent starts
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, b"x" * 4096)
+        os.close(fd)
+        db = f"full_disk_{os.getpid()}"
+        influxdb_v1.create_database(db)
+        config = agent_config(tmp_path, v1_table(influxdb_v1, db))
+        run = gpuagent("run", "--config", str(config), "--simulate", "h100-sxm:2", "--once")
+    finally:
+        sp.run(["umount", "-l", str(state)], capture_output=True)
+    assert run.returncode == 0, run.stderr
+    assert "memory" in run.stderr and "Traceback" not in run.stderr
+    assert missing_from_influx(influxdb_v1, file_lines(tmp_path / "record.lp"), db) == []
