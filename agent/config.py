@@ -17,6 +17,7 @@ from gpuagent import names
 from gpuagent.collector import CollectorConfig
 from gpuagent.durations import MIN_INTERVAL, Duration, Interval, format_duration
 from gpuagent.errors import AgentError, ConfigError
+from gpuagent.logsetup import mask_url  # noqa: F401 - re-exported: config show and the sinks use it
 from gpuagent.sink import SinkConfig
 
 log = logging.getLogger("gpuagent.config")
@@ -256,21 +257,6 @@ _SECRET_KEY = re.compile(r"pass(word|wd|phrase)?$|token|secret|credential|api_?k
 
 def is_secret_key(key: object) -> bool:
     return isinstance(key, str) and bool(_SECRET_KEY.search(key))
-
-
-_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]*)@")
-
-
-def mask_url(text: str) -> str:
-    """Credentials inside URLs hidden: http://admin:SECRET@host -> http://admin:***@host."""
-    if "@" not in text:
-        return text
-
-    def sub(m: re.Match) -> str:
-        user, sep, _ = m.group("userinfo").partition(":")
-        return f"{m.group('scheme')}{user}:***@" if sep else f"{m.group('scheme')}***@"
-
-    return _URL_USERINFO.sub(sub, text)
 
 
 def format_validation_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:

@@ -232,3 +232,15 @@ def test_run_once_test_into_a_closed_pipe_exits_quietly(tmp_path):
     assert proc.wait(60) == 0
     assert first.startswith(b"gpu_") or first.startswith(b"host")
     assert err == "", err
+
+
+def test_log_lines_never_carry_credentials_inside_a_url():
+    import logging
+
+    from gpuagent.logsetup import make_formatter
+
+    record = logging.LogRecord("gpuagent.x", logging.ERROR, __file__, 1,
+                               "cannot reach %s", ("https://admin:S3CRET@db:8086/write",), None)
+    for fmt, journal in (("text", False), ("text", True), ("json", False)):
+        line = make_formatter(fmt, journal=journal).format(record)
+        assert "S3CRET" not in line and "admin:***@db:8086" in line, line
