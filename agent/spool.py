@@ -41,6 +41,7 @@ import shutil
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -234,33 +235,36 @@ class Spool:
                            self.path, reason, exc.strerror or exc)
             return
         self.damaged_total += 1
-        rows = _salvage(aside, self.MAX_SALVAGE_PROBES)
         self._delivered_through = 0
+        found = found_points = kept = 0
         try:
-            self._open_rw()
-            kept = 0
-            with self._db:
-                self._db.execute("BEGIN IMMEDIATE")
-                for points, data in rows:
-                    if self._bytes + len(data) > self.max_bytes:
-                        self.dropped_total += points
-                        continue
-                    self._db.execute("INSERT INTO batches (points, bytes, data) VALUES (?, ?, ?)",
-                                     (points, len(data), data))
-                    self._bytes += len(data)
-                    self._points += points
-                    kept += 1
+            self._open_rw()  # a fresh, empty file: the damaged one is aside
+            self._db.execute("BEGIN IMMEDIATE")
+            size = 0
+            # Batch by batch, committed every 1000: a large damaged spool is never held in memory.
+            for points, data in _salvage(aside, self.MAX_SALVAGE_PROBES):
+                found += 1
+                found_points += points
+                if size + len(data) > self.max_bytes:
+                    self.dropped_total += points
+                    continue
+                self._db.execute("INSERT INTO batches (points, bytes, data) VALUES (?, ?, ?)",
+                                 (points, len(data), data))
+                size += len(data)
+                kept += 1
+                if kept % 1000 == 0:
+                    self._db.execute("COMMIT")
+                    self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("COMMIT")
             self._load_totals()
             self.problem = None
         except sqlite3.DatabaseError as exc:
             self._close_db()
             self._unavailable(f"cannot create a fresh spool in {self.directory}: {_describe(exc)}")
-            kept = 0
         self.salvaged_batches_total += kept
-        points = sum(p for p, _ in rows)
         self.log.error(
             "spool %s was damaged (%s): moved aside to %s; %d batches (%d points) could be read out of it%s",
-            self.path, reason, aside.name, len(rows), points,
+            self.path, reason, aside.name, found, found_points,
             " and are replayed from a fresh spool" if self.problem is None
             else f", but no fresh spool could be made ({self.problem})",
         )
@@ -440,22 +444,25 @@ def _describe(exc: BaseException) -> str:
     return text
 
 
-def _salvage(path: Path, max_probes: int) -> list[tuple[int, bytes]]:
+def _salvage(path: Path, max_probes: int) -> Iterator[tuple[int, bytes]]:
     """Every (points, data) that can still be read from a damaged spool file, oldest first.
 
     A file cut short or with a garbled header makes SQLite refuse even its schema:
     then a copy with a rebuilt header (page size 4096 as we create them, page count
     from the file's size) is read instead."""
-    rows = _salvage_file(path, max_probes)
-    if rows:
-        return rows
+    found = 0
+    for row in _salvage_file(path, max_probes):
+        found += 1
+        yield row
+    if found:
+        return
     repaired = path.with_name(path.name + ".repair")
     try:
         shutil.copyfile(path, repaired)
         _rebuild_header(repaired)
-        return _salvage_file(repaired, max_probes)
+        yield from _salvage_file(repaired, max_probes)
     except OSError:
-        return []
+        return
     finally:
         repaired.unlink(missing_ok=True)
 
@@ -475,39 +482,43 @@ def _rebuild_header(path: Path) -> None:
             fresh.close()
             header[24:28] = (1).to_bytes(4, "big")  # file change counter
             header[32:40] = bytes(8)  # no freelist
-            header[92:96] = header[24:28]  # version-valid-for: the page count below is trusted
         fh.seek(0, 2)
         pages = max(1, fh.tell() // page_size)
         header[18:20] = b"\x01\x01"  # legacy journal: the WAL (kept aside) is not needed to read it
         header[28:32] = pages.to_bytes(4, "big")
-        header[92:96] = header[24:28]
+        header[92:96] = header[24:28]  # version-valid-for: the page count is trusted
         fh.seek(0)
         fh.write(header)
 
 
-def _salvage_file(path: Path, max_probes: int) -> list[tuple[int, bytes]]:
+def _salvage_file(path: Path, max_probes: int) -> Iterator[tuple[int, bytes]]:
     try:
         db = sqlite3.connect(path, isolation_level=None, timeout=5)
     except sqlite3.Error:
-        return []
-    rows: list[tuple[int, bytes]] = []
+        return
     try:
-        try:  # the quick way: one scan, when the damage spares the table
-            for points, data in db.execute("SELECT points, data FROM batches ORDER BY id"):
-                rows.append((points, bytes(data)))
-            return [r for r in (_clean(p, d) for p, d in rows) if r]
+        last = None
+        try:  # the quick way: one scan, as far as the damage lets it go
+            for batch_id, points, data in db.execute("SELECT id, points, data FROM batches ORDER BY id"):
+                last = batch_id
+                cleaned = _clean(points, bytes(data))
+                if cleaned:
+                    yield cleaned
+            return
         except sqlite3.Error:
-            rows = []
+            pass
         try:
             low, high = db.execute("SELECT MIN(id), MAX(id) FROM batches").fetchone()
         except sqlite3.Error:
             low = high = None
-        if low is None or high is None:
+        if high is None:
             try:  # sqlite_sequence (AUTOINCREMENT) knows the newest id even when the table's root is hurt
                 high = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'batches'").fetchone()[0]
-                low = 1
             except (sqlite3.Error, TypeError):
-                return []
+                return
+        low = 1 if low is None else low
+        if last is not None:
+            low = max(low, last + 1)
         low = max(low, high - max_probes)
         for batch_id in range(low, high + 1):  # one lookup per id: a bad page costs only its batches
             try:
@@ -517,8 +528,7 @@ def _salvage_file(path: Path, max_probes: int) -> list[tuple[int, bytes]]:
             if row is not None:
                 cleaned = _clean(row[0], bytes(row[1]))
                 if cleaned:
-                    rows.append(cleaned)
-        return rows
+                    yield cleaned
     finally:
         db.close()
 
