@@ -42,7 +42,25 @@ def _full_match(text: str) -> bool:
 def format_duration(seconds: float) -> str:
     if seconds >= 1 and float(seconds).is_integer():
         return f"{int(seconds)}s"
+    if seconds < 1e-6:
+        return f"{seconds * 1e9:g}ns"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:g}us"
     return f"{seconds * 1000:g}ms"
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+# The shortest interval a config may ask for (collection, flush, retry): shorter ones
+# only burn CPU and flood the log (1ms: 110% CPU and thousands of lines a second).
+MIN_INTERVAL = 0.1
+
+
+def parse_interval(value: object) -> float:
+    seconds = parse_duration(value)
+    if seconds < MIN_INTERVAL:
+        raise ValueError(f"expected at least {format_duration(MIN_INTERVAL)} (the floor for intervals), got {value!r}")
+    return seconds
+
+
+Interval = Annotated[float, BeforeValidator(parse_interval)]
