@@ -36,46 +36,15 @@ oldest first, and their points counted in ``dropped_total``.
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
 
-from pydantic import BeforeValidator
-
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(b|kb|kib|mb|mib|gb|gib|tb|tib)?", re.IGNORECASE)
-_SIZE_UNITS = {
-    None: 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}
-
-
-def parse_bytes(value: object) -> int:
-    """Bytes as an int, or a string with a unit: "512MiB", "1GB", "100kB"."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a size in bytes, got {value!r}")
-    if isinstance(value, int):
-        size = value
-    elif isinstance(value, float) and value.is_integer():
-        size = int(value)
-    elif isinstance(value, str):
-        m = _SIZE.fullmatch(value.strip())
-        if not m:
-            raise ValueError(f'expected a size such as "512MiB" or "1GB", got "{value}"')
-        size = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower() if m.group(2) else None])
-    else:
-        raise ValueError(f"expected a size in bytes, got {type(value).__name__}")
-    if size <= 0:
-        raise ValueError(f"expected a positive size, got {value!r}")
-    return size
-
-
-ByteSize = Annotated[int, BeforeValidator(parse_bytes)]
-
+# Sizes in config (max_spool_bytes ...) use the agent's one byte-size grammar.
+from gpuagent.units import ByteSize, parse_bytes  # noqa: F401  (re-exported for sinks)
 
 _RAISE = object()
 
