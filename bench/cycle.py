@@ -26,7 +26,13 @@ import pynvml
 from bench.common import bench_spec, build_agent
 from gpuagent.accumulator import Accumulator
 from gpuagent.metric import to_lines
-from gpuagent.nvml_read import current_tick
+
+try:
+    from gpuagent.nvml_read import current_tick
+except ImportError:  # an agent from before field-value batches (to bench it the same way)
+    import contextvars
+
+    current_tick = contextvars.ContextVar("tick", default=None)
 
 SPEC = "h100-sxm:8"
 

@@ -8,6 +8,8 @@ import io
 import json
 from typing import Any
 
+from gpuagent.compare.health import VERDICTS as HEALTH_VERDICTS
+from gpuagent.compare.health import health_text
 from gpuagent.compare.report import THROTTLE_REASONS
 
 GIB = 2**30
@@ -82,6 +84,7 @@ COLUMNS: list[tuple[str, Any]] = [
     ("MIG", lambda g: _mig_text(g["mig"])),
     ("vGPU", lambda g: _vgpu_text(g["vgpu"])),
     ("L2 probe", lambda g: _l2_text(g["l2_probe"])),
+    ("health GPU-h", lambda g: health_text(g.get("health_gpu_hours"))),
 ]
 
 EFFICIENCY_NOTE = (
@@ -182,6 +185,7 @@ def render_csv(doc: dict) -> str:
         "l2_probe_l2_bw_gbps",
         "l2_probe_dram_bw_gbps",
         "l2_dram_ratio",
+        *(f"health_{v}_gpu_hours" for v in HEALTH_VERDICTS),
     ]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -205,6 +209,7 @@ def render_csv(doc: dict) -> str:
             p.get("dram_bw_gbps"),
             p.get("l2_dram_ratio"),
         ]
+        row += [(g.get("health_gpu_hours") or {}).get(v) for v in HEALTH_VERDICTS]
         w.writerow(["" if v is None else v for v in row])
     return buf.getvalue()
 

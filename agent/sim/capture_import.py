@@ -142,6 +142,18 @@ def query_gpu_row(text: str) -> dict[str, str]:
     return dict(zip(head, values, strict=False))
 
 
+def smi_list_mig_names(text: str) -> list[str]:
+    """The MIG profile names of the first GPU in the ``nvidia-smi -L`` section, by device index."""
+    names: list[str] = []
+    for line in capture_section(text, "list (-L)") or []:
+        if line.startswith("GPU ") and names:
+            break
+        match = re.match(r"^\s+MIG (\S+)\s+Device\s+(\d+):", line)
+        if match and int(match.group(2)) == len(names):
+            names.append(match.group(1))
+    return names
+
+
 def _version(value: Any) -> str | None:
     """'610.62 [Deprecated; ... Use KMD Version instead]' -> '610.62' (driver 610's text)."""
     if not isinstance(value, str):
@@ -200,6 +212,7 @@ def facts_from_text(text: str) -> dict[str, Any]:
         "board_part_number": gpu.get("Board Part Number"),
         "mig_mode": _g(gpu, "MIG Mode", "Current"),
         "mig_devices": mig_devices,
+        "mig_list_names": smi_list_mig_names(text),
         "virtualization_mode": _g(gpu, "GPU Virtualization Mode", "Virtualization Mode"),
         "host_vgpu_mode": _g(gpu, "GPU Virtualization Mode", "Host VGPU Mode"),
         "pci_device_id": _g(gpu, "PCI", "Device Id"),
@@ -496,8 +509,12 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
             "instances": [],
         }
         if mig["enabled"]:
+            listed = f.get("mig_list_names") or []
             mig["instances"] = [
-                _mig_instance(d, mig["gpu_instance_profiles"]) for d in f.get("mig_devices") or []
+                _mig_instance(
+                    d, mig["gpu_instance_profiles"], listed[n] if n < len(listed) else None
+                )
+                for n, d in enumerate(f.get("mig_devices") or [])
             ]
     virt_text = (f.get("virtualization_mode") or "None").lower().replace("-", "").replace(" ", "")
     virt_mode = {
@@ -595,8 +612,19 @@ def _num_hex(value: Any) -> int | None:
         return None
 
 
-def _mig_instance(d: dict, table: list[dict]) -> dict[str, Any]:
-    """A capture's MIG device, named after the best-matching GPU instance profile."""
+def _mig_instance(d: dict, table: list[dict], listed: str | None = None) -> dict[str, Any]:
+    """A capture's MIG device: the profile `nvidia-smi -L` names (where the capture lists it),
+    else the GPU instance profile that best matches its memory and SM count."""
+    ci_slices = None
+    by_name = None
+    if listed:
+        # "1c.3g.71gb": a one-slice compute instance of a 3g.71gb GPU instance.
+        prefix, _, gi_name = (
+            listed.partition(".") if re.match(r"^\d+c\.", listed) else ("", "", listed)
+        )
+        by_name = next((p for p in table if p["name"] == gi_name), None)
+        if prefix:
+            ci_slices = int(prefix[:-1])
     best = None
     for p in table:
         score = abs(int(p["memory_mib"]) - (d.get("memory_mib") or 0)) + 1000 * abs(
@@ -604,8 +632,8 @@ def _mig_instance(d: dict, table: list[dict]) -> dict[str, Any]:
         )
         if best is None or score < best[0]:
             best = (score, p)
-    p = best[1] if best else {"profile_id": 0, "name": "unknown", "slices": 1}
-    return {
+    p = by_name or (best[1] if best else {"profile_id": 0, "name": "unknown", "slices": 1})
+    out = {
         "gi_id": d.get("gi_id") or 0,
         "ci_id": d.get("ci_id") or 0,
         "profile_id": int(p["profile_id"]),
@@ -615,6 +643,9 @@ def _mig_instance(d: dict, table: list[dict]) -> dict[str, Any]:
         "memory_mib": d.get("memory_mib") or p.get("memory_mib", 0),
         "bar1_mib": d.get("bar1_mib") or 0,
     }
+    if ci_slices:
+        out["ci_slices"] = ci_slices
+    return out
 
 
 def import_capture(path: str | Path) -> dict[str, Any]:

@@ -22,19 +22,21 @@ or durations such as ``500ms``, ``20s``, ``2m``, ``1h``):
 
 ERROR is an NVML error name with or without the ``NVML_ERROR_`` prefix
 (``NOT_SUPPORTED``, ``GPU_IS_LOST``, ``UNKNOWN`` ...) or its number.
+
+Health faults (row remapping, recovery action, error counters, fabric state, GPU reset) are
+parsed and scheduled by gpuagent.sim.health_faults.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import pynvml
 
 from gpuagent.errors import AgentError
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
-_UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0, "h": 3600.0}
+from gpuagent.sim.health_faults import GRAMMAR as HEALTH_GRAMMAR
+from gpuagent.sim.health_faults import HealthFault, parse_health_fault
+from gpuagent.units import parse_duration
 
 
 @dataclass(frozen=True)
@@ -73,18 +75,23 @@ class ProcFault:
     mib: int | None = None
 
 
-Fault = XidFault | LostFault | ForceFault | UnprivilegedFault | ProcFault
+Fault = XidFault | LostFault | ForceFault | UnprivilegedFault | ProcFault | HealthFault
 
 
 def parse_seconds(text: str | float | int, what: str = "time") -> float:
+    """A SPEC time: the agent's duration grammar (gpuagent.units), a bare number being seconds."""
     if isinstance(text, int | float) and not isinstance(text, bool):
+        if text < 0:
+            raise AgentError(f"bad {what} {text!r}: a time cannot be negative")
         return float(text)
-    match = _DURATION.match(str(text))
-    if not match:
+    if str(text).strip() in ("0", "0s", "0.0"):
+        return 0.0  # "at the start": the one time a duration may be zero
+    try:
+        return parse_duration(str(text), unitless=True)
+    except ValueError:
         raise AgentError(
             f"bad {what} {text!r}: use seconds or a duration such as 500ms, 20s, 2m, 1h"
-        )
-    return float(match.group(1)) * _UNITS[match.group(2)]
+        ) from None
 
 
 def error_code(value: str | int) -> int:
@@ -133,11 +140,14 @@ def parse_fault(text: str, offset: int = 0, count: int | None = None) -> Fault:
             return ForceFault(parts[0].strip(), error_code(parts[1]), gpu)
         if kind == "proc" and len(parts) in (2, 3):
             return _proc_fault(text, gpu_no(parts[0]), parts[1:])
+        health = parse_health_fault(kind, parts, gpu_no, lambda t: parse_seconds(t, "fault time"))
+        if health is not None:
+            return health
     except ValueError:
         pass
     raise AgentError(
         f"bad fault {text!r}: use xid=GPU:CODE:TIME, lost=GPU:TIME, force=SYMBOL:ERROR[:GPU], "
-        "proc=GPU:PID[:MIB] or unprivileged"
+        f"proc=GPU:PID[:MIB], unprivileged, {HEALTH_GRAMMAR}"
     )
 
 

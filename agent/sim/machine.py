@@ -320,6 +320,7 @@ class SimDevice:
         self.model = LoadModel(p, machine.seed, index, scenario)
         self.lost_at: float | None = None
         self.unprivileged = False  # set by the @unprivileged SPEC modifier
+        self.lost_until: float | None = None  # set by a reset (gpuagent.sim.health_faults.reset_gpu)
         self.ecc_counts = {"corrected": 0, "uncorrected": 0}
         self.pcie_replays = 0
         self._state_t: float | None = None
@@ -547,6 +548,8 @@ class SimMachine:
                 self.unprivilege(gpu)
         elif isinstance(fault, ProcFault):
             self.show_process(fault.gpu, fault.pid, fault.mib)
+        else:  # health faults (gpuagent.sim.health_faults) schedule themselves
+            fault.apply_to(self)
 
     def unprivilege(self, gpu: int) -> None:
         """GPU ``gpu`` answers as to a user without root/admin (nvml.h's privileged calls).
@@ -604,6 +607,8 @@ class SimMachine:
                 )
         gi = 0xFFFFFFFF if gi_id is None else int(gi_id)
         ci = 0xFFFFFFFF if ci_id is None else int(ci_id)
+        if int(code) == 79:  # fallen off the bus: GPU_IS_LOST from then on, as on hardware
+            self._mark_lost(dev, self._when(at))
         with self.lock:
             self._seq += 1
             # a new sorted list, swapped in whole: waiters iterate the old one safely
@@ -611,10 +616,24 @@ class SimMachine:
 
     def lose_gpu(self, gpu: int, at: float | None = None) -> None:
         """GPU ``gpu`` falls off the bus at ``at``: XID 79, then GPU_IS_LOST on every call."""
-        dev = self._gpu(gpu)
-        when = self._when(at)
-        dev.lost_at = when if dev.lost_at is None else min(dev.lost_at, when)
-        self.inject_xid(gpu, 79, when)
+        self.inject_xid(gpu, 79, self._when(at))
+
+    @staticmethod
+    def _mark_lost(dev: SimDevice, when: float) -> None:
+        from gpuagent.sim.health_faults import reset_after
+
+        if dev.lost_until is not None and when >= dev.lost_until:  # lost again after a reset
+            dev.lost_at, dev.lost_until = when, None
+        else:
+            dev.lost_at = when if dev.lost_at is None else min(dev.lost_at, when)
+        dev.lost_until = reset_after(dev.machine, dev.index, dev.lost_at)  # a reset already scheduled
+
+    def reset_gpu(self, gpu: int, at: float | None = None) -> None:
+        """GPU ``gpu`` is reset at ``at`` (default now): a lost GPU answers again, a pending row
+        remapping is applied, the recovery action returns to none (gpuagent.sim.health_faults)."""
+        from gpuagent.sim.health_faults import reset_gpu
+
+        reset_gpu(self, gpu, at)
 
     def force(self, symbol: str, code: int | str, gpu: int | None = None) -> None:
         """Make ``symbol`` answer ``code`` (on one GPU, or everywhere); SUCCESS/0 clears it."""

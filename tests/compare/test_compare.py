@@ -397,6 +397,9 @@ def test_every_json_figure_matches_the_raw_points(fleet_db, influxdb_v1, cli, by
         )
         assert all(0 < g["sm_clock_pct_of_max"] <= 100 for g in doc["groups"])
         assert "busy GPU-hours" in doc["definitions"]["energy_wh_per_busy_gpu_hour"]
+        # the backfill runs the health collector: a healthy simulated fleet is ok all the time
+        hours = h100["health_gpu_hours"]
+        assert hours["ok"] > 0 and sum(v for k, v in hours.items() if k != "ok") == 0
 
 
 def test_table_and_csv(fleet_db, influxdb_v1, cli):
@@ -416,6 +419,8 @@ def test_table_and_csv(fleet_db, influxdb_v1, cli):
     assert csv_out.exit_code == 0, csv_out.output
     lines = csv_out.stdout.strip().splitlines()
     assert lines[0].startswith("label,gpus,hosts,models,power_mean_w") and len(lines) == 1 + 8
+    assert lines[0].endswith(",health_drain_gpu_hours,health_lost_gpu_hours")  # GPU-hours per verdict
+    assert "health GPU-h" in table.stdout
 
 
 def test_where_filters_by_tag(fleet_db, influxdb_v1, cli):

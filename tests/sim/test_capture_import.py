@@ -288,3 +288,64 @@ def test_deprecated_applications_clocks_answer_deprecated(tmp_path, simulated_fl
         pynvml.nvmlDeviceGetApplicationsClock(h, pynvml.NVML_CLOCK_GRAPHICS)
     with pytest.raises(want):
         pynvml.nvmlDeviceGetDefaultApplicationsClock(h, pynvml.NVML_CLOCK_GRAPHICS)
+
+
+SMALL_MIG_CAPTURE = """\
+################################################################################
+# capabilities :: list (-L)
+# $ nvidia-smi -L
+################################################################################
+GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000000)
+  MIG 1c.3g.40gb  Device  0: (UUID: MIG-00000000-0000-0000-0000-000000000000)
+  MIG 2c.3g.40gb  Device  1: (UUID: MIG-00000001-0000-0000-0000-000000000001)
+
+################################################################################
+# idle :: query (-q)
+# $ nvidia-smi -q
+################################################################################
+Driver Version                            : 590.48.01
+GPU 00000000:01:00.0
+    Product Name                          : NVIDIA H100 80GB HBM3
+    MIG Mode
+        Current                           : Enabled
+    MIG Device
+        GPU Instance ID                   : 1
+        Compute Instance ID               : 0
+        Shared FB Memory Usage
+            Total                         : 40448 MiB
+    MIG Device
+        GPU Instance ID                   : 1
+        Compute Instance ID               : 1
+        Shared FB Memory Usage
+            Total                         : 40448 MiB
+    PCI
+        Device Id                         : 0x233010DE
+    FB Memory Usage
+        Total                             : 81559 MiB
+    GPU Power Readings
+        Current Power Limit               : 700.00 W
+    Max Clocks
+        Graphics                          : 1980 MHz
+        Memory                            : 2619 MHz
+"""
+
+
+def test_mig_names_from_the_capture_list_section(tmp_path, invoke):
+    # `nvidia-smi -L` names each MIG device; compute instances smaller than their GPU
+    # instance ("1c.3g.40gb") become one GPU instance with two compute instances.
+    cap = tmp_path / "small-mig.txt"
+    cap.write_text(SMALL_MIG_CAPTURE)
+    profile = import_capture(cap)
+    got = [
+        (i["gi_id"], i["ci_id"], i["profile"], i.get("ci_slices"))
+        for i in profile["mig"]["instances"]
+    ]
+    assert got == [(1, 0, "3g.40gb", 1), (1, 1, "3g.40gb", 2)]
+    out = tmp_path / "p.json"
+    out.write_text(json.dumps(profile))
+    for modifier in ("", "@unprivileged"):
+        result = invoke("inspect", "--json", "--simulate", str(out) + modifier)
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.stdout)
+        names = [i["profile"] for g in doc["gpus"] for i in g["mig"]["instances"]]
+        assert names == ["1c.3g.40gb", "2c.3g.40gb"], modifier
