@@ -134,10 +134,16 @@ _MAX_SHAPES = 4096
 
 def _shape(measurement: str, tag_items: tuple, keys: tuple, types: tuple):
     """(format, float positions, bool positions, str positions) of a point shape, or None
-    when a value's type has no fast form (the general path formats it)."""
+    when a value's type has no fast form or a name is left out (the general path does those)."""
+    head = _head(measurement, tag_items)
+    if not head:
+        return None
     parts, floats, bools, strs = [], [], [], []
     for i, (k, t) in enumerate(zip(keys, types, strict=True)):
-        key = _field_key(k).replace("%", "%%")
+        key = _field_key(k)
+        if not key:
+            return None
+        key = key.replace("%", "%%")
         if t is float:
             floats.append(i)
             parts.append(key + "%r")
@@ -151,7 +157,7 @@ def _shape(measurement: str, tag_items: tuple, keys: tuple, types: tuple):
             parts.append(key + '"%s"')
         else:
             return None
-    head = _head(measurement, tag_items).replace("%", "%%")
+    head = head.replace("%", "%%")
     return f"{head} {','.join(parts)} %d", tuple(floats), tuple(bools), tuple(strs)
 
 
