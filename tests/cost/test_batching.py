@@ -128,6 +128,9 @@ def _call_value(handle, field_id, scope):
             pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL)
             else pynvml.NVML_AGGREGATE_ECC)
         return pynvml.nvmlDeviceGetTotalEccErrors(handle, kind, counter)
+    if call == "nvmlDeviceGetEccMode":
+        current, pending = pynvml.nvmlDeviceGetEccMode(handle)
+        return current if field_id == pynvml.NVML_FI_DEV_ECC_CURRENT else pending
     if call == "nvmlDeviceGetRemappedRows":
         cor, unc, pending, failure = pynvml.nvmlDeviceGetRemappedRows(handle)
         return {pynvml.NVML_FI_DEV_REMAPPED_COR: cor, pynvml.NVML_FI_DEV_REMAPPED_UNC: unc,

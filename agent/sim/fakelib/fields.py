@@ -41,6 +41,8 @@ MIRRORED_CALLS = {
     pynvml.NVML_FI_DEV_POWER_MAX_LIMIT: "nvmlDeviceGetPowerManagementLimitConstraints",
     pynvml.NVML_FI_DEV_POWER_DEFAULT_LIMIT: "nvmlDeviceGetPowerManagementDefaultLimit",
     pynvml.NVML_FI_DEV_NVLINK_GET_STATE: "nvmlDeviceGetNvLinkState",
+    pynvml.NVML_FI_DEV_ECC_CURRENT: "nvmlDeviceGetEccMode",
+    pynvml.NVML_FI_DEV_ECC_PENDING: "nvmlDeviceGetEccMode",
     pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: "nvmlDeviceGetTotalEccErrors",
     pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: "nvmlDeviceGetTotalEccErrors",
     pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: "nvmlDeviceGetTotalEccErrors",
@@ -114,8 +116,10 @@ class FieldValueCalls(NvmlCalls):
             if str(dev.profile["memory"].get("type", "")).startswith("HBM"):
                 return ui, st.temp_c + 6
             return None, E_NS
-        if field_id == pynvml.NVML_FI_DEV_ECC_CURRENT:
-            return (ui, 1 if dev.ecc.get("enabled") else 0) if dev.ecc else (None, E_NS)
+        if field_id in (pynvml.NVML_FI_DEV_ECC_CURRENT, pynvml.NVML_FI_DEV_ECC_PENDING):
+            # nvmlDeviceGetEccMode's current and pending modes (the simulator keeps one).
+            gpu = dev.gpu if dev.is_mig else dev
+            return (ui, 1 if gpu.ecc.get("enabled") else 0) if gpu.ecc else (None, E_NS)
         if field_id == pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
             return ui, dev.pcie_replays
         if field_id == pynvml.NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER:
