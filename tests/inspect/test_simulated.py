@@ -10,6 +10,7 @@ from pathlib import Path
 import jsonschema
 import pynvml
 import pytest
+from captures import CAPTURES
 
 from gpuagent import facts as facts_mod
 from gpuagent.gpu import as_str
@@ -18,7 +19,6 @@ from gpuagent.nvml import NvmlSession
 from gpuagent.sim.profile import BUILTIN_NAMES
 
 HERE = Path(__file__).parent
-CAPTURES = HERE.parents[1].parent / "shared" / "captures"
 MIXED = "l40s:2,rtx4090:2,h100-sxm:4"
 UPDATE = bool(os.environ.get("GPUAGENT_UPDATE_SNAPSHOTS"))
 

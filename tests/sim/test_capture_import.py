@@ -1,10 +1,10 @@
 """Importing each real capture gives a profile whose simulated device reports what the capture shows."""
 
 import json
-from pathlib import Path
 
 import pynvml
 import pytest
+from captures import CAPTURES, capture_names
 
 from gpuagent.errors import AgentError
 from gpuagent.sim.capture_import import (
@@ -14,10 +14,8 @@ from gpuagent.sim.capture_import import (
     parse_text_tree,
 )
 from gpuagent.sim.faults import error_code
-from tests.captures import CAPTURES as ALL_CAPTURES
-from tests.captures import capture_names
 
-CAPTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "captures"
+ALL_CAPTURES = CAPTURES
 NA = None  # the call answers NOT_SUPPORTED
 
 # Values read off the captures by hand (first `nvidia-smi -q` section / the XML).
