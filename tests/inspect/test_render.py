@@ -178,3 +178,11 @@ def test_terminal_output_has_no_trailing_blanks(monkeypatch):
     output = tty.getvalue()
     assert "\x1b[" in output
     assert not [line for line in output.splitlines() if re.search(r" +(\x1b\[[0-9;]*m)*$", line)]
+
+
+def test_power_shows_the_management_limit_and_an_enforced_limit_that_differs():
+    doc = handmade()
+    assert "36.2 / 350 W (limit)" in render_text(doc)  # enforced = management: said once
+    doc["gpus"][0]["gpu_power"]["enforced_power_limit_w"] = 300.0  # a policy holds it lower
+    jsonschema.validate(doc, facts_mod.schema())
+    assert "36.2 / 350 W (limit, 300 enforced)" in render_text(doc)
