@@ -35,6 +35,8 @@ def agent(tmp_path_factory):
     config.write_text(
         f'[agent]\ninterval = "10m"\nhostname = "prom-node"\nstate_dir = "{tmp}"\n'
         f'[sinks.prometheus]\nlisten = "127.0.0.1:{port}"\n'
+        # Collectors with their own default interval run on the agent's 10 min here too.
+        '[collectors.pcie]\ninterval = "10m"\n[collectors.nvlink]\ninterval = "10m"\n'
     )
     proc = subprocess.Popen([sys.executable, "-m", "gpuagent", "run", "--config", str(config), "--simulate", SPEC],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -44,7 +46,7 @@ def agent(tmp_path_factory):
     while time.monotonic() < deadline:
         try:
             text = _get(url)
-            if "gpuagent_gpu_power_power_watts" in text and "gpuagent_runs_total" in text:
+            if "gpuagent_gpu_power_power_watts" in text and "gpuagent_gpu_health_" in text:
                 break
         except OSError:
             pass
