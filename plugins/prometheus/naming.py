@@ -102,3 +102,13 @@ def metric_for(namespace: str, measurement: str, field: str, is_string: bool = F
 def influx_to_prometheus(namespace: str = "gpuagent") -> dict[tuple[str, str], MetricSpec]:
     """The whole documented mapping, for docs and tests."""
     return {key: metric_for(namespace, *key) for key in documented()}
+
+
+def markdown_table(namespace: str = "gpuagent") -> str:
+    """The documented mapping as the Markdown table of docs/prometheus.md."""
+    rows = ["| InfluxDB measurement.field | Prometheus metric | type | scale |", "| --- | --- | --- | --- |"]
+    for (measurement, field), doc in sorted(documented().items()):
+        spec = metric_for(namespace, measurement, field, doc.type == "string")
+        name = f"{spec.name}{{{spec.label}=…}}" if spec.kind == "info" else spec.name
+        rows.append(f"| `{measurement}.{field}` | `{name}` | {spec.kind} | {spec.scale:g} |")
+    return "\n".join(rows) + "\n"
