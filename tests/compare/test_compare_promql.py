@@ -71,8 +71,9 @@ def prometheus_fleet(fleet, influxdb_v1, tmp_path_factory):
     server.stop()
 
 
-def openmetrics_from_influx(server, db, end_s) -> str:
-    """Every point of the fleet as OpenMetrics, named as the prometheus sink names it."""
+def openmetrics_from_influx(server, db, end_s, ms: bool = False) -> str:
+    """Every point of the fleet as OpenMetrics (ms: Prometheus text with ms timestamps, no # EOF),
+    named as the prometheus sink names it."""
     from gpuagent.plugins.prometheus.exposition import label_name
     from gpuagent.plugins.prometheus.naming import metric_for
 
@@ -93,13 +94,14 @@ def openmetrics_from_influx(server, db, end_s) -> str:
                     family = spec.name.removesuffix("_total") if spec.kind == "counter" else spec.name
                     kind = "gauge" if spec.kind == "info" else spec.kind
                     text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+                    stamp = f"{round(t * 1000)}" if ms else f"{t:.3f}"
                     families.setdefault(family, (kind, []))[1].append(
-                        f"{spec.name}{{{text}}} {float(value) * spec.scale!r} {t:.3f}")
+                        f"{spec.name}{{{text}}} {float(value) * spec.scale!r} {stamp}")
     out = []
     for family, (kind, lines) in families.items():
         out.append(f"# TYPE {family} {kind}")
         out.extend(lines)
-    return "\n".join(out) + "\n# EOF\n"
+    return "\n".join(out) + ("\n" if ms else "\n# EOF\n")
 
 
 def _report(cli, *args):
@@ -154,6 +156,25 @@ def test_prometheus_with_metrics_names_agrees_with_influxql_by_model(fleet, infl
     influx = _report(cli, "--url", influxdb_v1.url, "--database", db, *_range(end_s))
     promql = _report(cli, "--promql-url", prometheus_fleet.url, *_range(end_s))
     assert promql["source"]["database"] == "PromQL (prometheus, prometheus names)"
+    _agree(promql, influx, vgpu_modes=True)
+
+
+def test_victoria_metrics_with_metrics_names_is_found_and_agrees(fleet, influxdb_v1, victoria_metrics, cli):
+    """The /metrics names in VictoriaMetrics (as vmagent would scrape them), found by scheme = auto."""
+    import urllib.request
+
+    db, end_s = fleet
+    label = f"{db}_scraped"
+    text = openmetrics_from_influx(influxdb_v1, db, end_s, ms=True)
+    req = urllib.request.Request(f"{victoria_metrics.url}/api/v1/import/prometheus?extra_label=db={label}",
+                                 data=text.encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.status == 204
+    victoria_metrics.export(f'{{__name__="gpuagent_gpu_power_power_watts",db="{label}"}}',
+                            min_samples=8 * (DURATION_S // STEP_S))
+    influx = _report(cli, "--url", influxdb_v1.url, "--database", db, *_range(end_s))
+    promql = _report(cli, "--promql-url", victoria_metrics.url, "--where", f'db="{label}"', *_range(end_s))
+    assert promql["source"]["database"] == "PromQL (victoriametrics, prometheus names)"
     _agree(promql, influx, vgpu_modes=True)
 
 
