@@ -233,10 +233,10 @@ class PromReport:
                 f"share of time under {reason}",
             )
         best = f"max by ({GPU}) (max_over_time({{r}}))"
-        nv = best.format(r=self._r("gpu_p2p", "nvlink_ok"))
-        rd = best.format(r=self._r("gpu_p2p", "read_ok"))
-        q["p2p:nvlink"] = (f"count by ({G}) ({nv} == 1)", "GPUs with P2P over NVLink")
-        q["p2p:pcie"] = (f"count by ({G}) (({rd} == 1) unless on ({GPU}) ({nv} == 1))", "GPUs with P2P over PCIe")
+        # Per GPU its best link, 2 (NVLink) or 1 (PCIe read), counted per class in one query.
+        nv, rd = self._r("gpu_p2p", "nvlink_ok"), self._r("gpu_p2p", "read_ok")
+        link = f"max by ({GPU}) ((2 * max_over_time({nv}) > 0) or (max_over_time({rd}) > 0))"
+        q["p2p"] = (f'count_values by ({G}) ("p2p_class", {link})', "GPUs by P2P link")
         q["mig:capable"] = (f"count by ({G}) (group by ({GPU}) (count_over_time({self._r('gpu_mig', 'max_mig_devices')})))",
                             "MIG-capable GPUs")
         q["mig:devices"] = (f"sum by ({G}) ({best.format(r=self._r('gpu_mig', 'mig_devices'))})", "MIG devices")
@@ -281,8 +281,10 @@ class PromReport:
         values = {k: self._by_group(a[k]) for k in plain}
         samples = self._by_group(a["power_samples"])
         throttle = {r: self._by_group(a[f"throttle:{r}"]) for r in REASONS}
-        counts = {k: self._by_group(a[k]) for k in ("p2p:nvlink", "p2p:pcie", "mig:capable", "mig:devices",
-                                                   "mig:enabled", "vgpu:instances", "l2:runs")}
+        counts = {k: self._by_group(a[k]) for k in ("mig:capable", "mig:devices", "mig:enabled", "vgpu:instances",
+                                                   "l2:runs")}
+        for cls, name in (("2", "p2p:nvlink"), ("1", "p2p:pcie")):
+            counts[name] = self._by_group([r for r in a["p2p"] if r["metric"].get("p2p_class") == cls])
         l2 = {f: self._by_group(a[f"l2:{f}"]) for f in ("l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio")}
         profiles, types, modes = defaultdict(set), defaultdict(set), defaultdict(dict)
         for r in a["mig:profiles"]:
