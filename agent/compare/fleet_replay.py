@@ -46,10 +46,10 @@ def substitute(batches: list[str], proto: str, host: str, uuids: list[str]) -> l
     return out
 
 
-def _simulate(plan: HostPlan) -> list[str]:
+def _simulate_in_worker(plan: HostPlan) -> list[str]:
     import logging
 
-    logging.getLogger("gpuagent").setLevel(logging.ERROR)
+    logging.getLogger("gpuagent").setLevel(logging.ERROR)  # a spawned worker's own logger only
     return simulate_host(plan, None, keep=True)
 
 
@@ -63,9 +63,9 @@ def backfill_replayed(plans: list[HostPlan], conn: Connection, jobs: int, distin
         import multiprocessing
 
         with ProcessPoolExecutor(max_workers=min(jobs, period), mp_context=multiprocessing.get_context("spawn")) as pool:
-            batches = list(pool.map(_simulate, protos))
+            batches = list(pool.map(_simulate_in_worker, protos))
     else:
-        batches = [_simulate(p) for p in protos]
+        batches = [simulate_host(p, None, keep=True) for p in protos]
     uuids = [uuids_of(b) for b in batches]
     local = threading.local()
     clients: list[InfluxQL] = []
