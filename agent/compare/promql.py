@@ -38,6 +38,8 @@ class PromConnection:
 def promql_url_from(config_path: str | None, url: str | None, influx_url: str | None) -> str | None:
     """The PromQL URL to use, or None for the InfluxQL path: --promql-url, else `[compare] promql_url`
     of the config unless an InfluxDB --url was given."""
+    if url and influx_url:
+        raise AgentError("give --url (InfluxQL) or --promql-url (PromQL), not both")
     if url or influx_url:
         return url
     from gpuagent.config import read_config, resolve_path

@@ -231,6 +231,8 @@ def test_bad_where_and_config_are_one_line(cli, tmp_path):
     config.write_text('[compare]\npromql_url = "http://127.0.0.1:9"\nscheme = "graphite"\n')
     _one_line(cli("compare", "--config", str(config), "--since", "1h"), "[compare] scheme")
     _one_line(cli("compare", "--promql-url", "ftp://x", "--since", "1h"), "--promql-url")
+    _one_line(cli("compare", "--promql-url", "http://127.0.0.1:9", "--url", "http://127.0.0.1:9", "--since", "1h"),
+              "not both")
 
 
 def test_compare_table_in_the_config_reaches_victoria_metrics(fleet, victoria_metrics, cli, tmp_path):
