@@ -39,6 +39,9 @@ GPU = "host, uuid, model, gpu"
 
 PROMQL_DEFINITIONS = {
     **DEFINITIONS,
+    "health_gpu_hours": "per GPU, the range in buckets (as the InfluxQL report), each counting its length for "
+    "every verdict the GPU's verdict _info series shows in it (/metrics names only: line protocol in "
+    "VictoriaMetrics keeps no string fields, so there it is {})",
     "power_p95_w": "the highest of the group's per-GPU 95th percentiles of power_w (quantile_over_time, "
     "interpolated): an upper bound of the 95th percentile over all the group's samples, which PromQL "
     "cannot compute across series",
@@ -164,6 +167,7 @@ class PromReport:
         answers = self._ask(self._queries())
         self._energy(groups, answers)
         self._fill(groups, answers)
+        self._health(groups)
         series = self._series(groups)
         ordered = [groups[k] for k in sorted(groups, key=lambda k: groups[k]["label"])]
         return {
@@ -180,6 +184,34 @@ class PromReport:
             "groups": ordered,
             "series": series,
         }
+
+    def _health(self, groups) -> None:
+        """health_gpu_hours per group from the verdict's _info series, in the InfluxQL report's buckets."""
+        from gpuagent.compare.health import VERDICTS, bucket_for
+
+        for g in groups.values():
+            g["health_gpu_hours"] = {}
+        if self.scheme != "prometheus":  # strings are not kept by VictoriaMetrics' line protocol
+            return
+        from gpuagent.plugins.prometheus.naming import metric_for
+
+        spec = metric_for(self.namespace, "gpu_health", "verdict", True)
+        for g in groups.values():
+            g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
+        bucket = bucket_for((self.range.end_ns - self.range.start_ns) / 1e9)
+        sel = f"{spec.name}{{{self.where}}}" if self.where else spec.name
+        query = f"count by ({self.group}, {spec.label}) (count_over_time({sel}[{bucket}s]))"
+        start = self.range.start_ns / 1e9 + bucket
+        rows = self.client.query_range(query, start, self.at, bucket, "GPU-hours per health verdict")
+        tags = GROUP_TAGS[self.by]
+        for r in rows:
+            group = groups.get(tuple(r["metric"].get(t, "") for t in tags))
+            verdict = r["metric"].get(spec.label)
+            if group is None or not verdict:
+                continue
+            gpu_buckets = sum(float(v[1]) for v in r["values"])
+            hours = group["health_gpu_hours"]
+            hours[verdict] = hours.get(verdict, 0.0) + gpu_buckets * bucket / 3600
 
     def _span_per_gpu(self) -> str:
         e = self._r("gpu_power", "energy_j")

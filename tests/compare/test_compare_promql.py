@@ -23,7 +23,7 @@ pytestmark = pytest.mark.servers
 SPECS = ("l40s-vgpu:2", "h100-sxm:2", "rtx4090:2", "h100-sxm-mig:2")
 STEP_S = 10
 DURATION_S = 20 * 60
-MEASUREMENTS = ("gpu_power", "gpu_clocks", "gpu_memory", "gpu_p2p", "gpu_mig", "gpu_vgpu")
+MEASUREMENTS = ("gpu_power", "gpu_clocks", "gpu_memory", "gpu_p2p", "gpu_mig", "gpu_vgpu", "gpu_health")
 # Figures PromQL computes with another definition (docs/compare.md): still within 5% here.
 APPROX = 0.05
 
@@ -137,6 +137,8 @@ def _agree(promql_doc, influx_doc, vgpu_modes: bool):
         want.pop("l2_probe"), got.pop("l2_probe")
         if not vgpu_modes:  # line protocol in VictoriaMetrics keeps no string fields
             assert got["vgpu"]["modes"] == {}
+            assert got["health_gpu_hours"] == {} and sum(want["health_gpu_hours"].values()) > 0
+            got["health_gpu_hours"] = want["health_gpu_hours"]
             got["vgpu"] = {**got["vgpu"], "modes": want["vgpu"]["modes"]}
         _close(got, want, g["label"])
     assert set(promql_doc["series"]["power_mean_w"]) == set(influx_doc["series"]["power_mean_w"])
