@@ -3,6 +3,7 @@
 the agent calls.
 
     scripts/nvml-conformance-table.py NVML_H [--older OLDER_NVML_H] [--symbols FILE] > agent/nvml_conformance.json
+    scripts/nvml-conformance-table.py --reuse agent/nvml_conformance.json > new.json   # no header at hand
 
 NVML_H is NVIDIA's header (e.g. gen/nvml/nvml.h of github.com/NVIDIA/go-nvml). The symbols
 are the C functions a `gpuagent run --once` over every built-in simulator profile really
@@ -59,6 +60,19 @@ FEATURE_OF = [
     (re.compile(r"RunningProcesses"), "processes"),
 ]
 
+# Older spellings and fallbacks the agent calls only where the newer call is refused (e.g. by
+# an older driver, or by a simulator profile that answers as one): listed so that the table
+# stays complete when such a run traces them.
+FALLBACKS = (
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetSupportedClocksThrottleReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
+    "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlDeviceGetPcieReplayCounter",
+    "nvmlVgpuInstanceGetLicenseStatus",
+    "nvmlDeviceGetGpuInstanceProfileInfo",
+)
+
 DECL = re.compile(r"(?:DEPRECATED\(([\d.]+)\)\s+)?nvmlReturn_t\s+DECLDIR\s+(nvml\w+)\s*\(")
 CODE = re.compile(r"\\ref\s+(NVML_(?:SUCCESS|ERROR_\w+))")
 
@@ -82,6 +96,9 @@ def documented(header: str) -> tuple[dict[str, list[str]], dict[str, str]]:
         comment = before[start:]
         at = comment.find("@return")
         if at < 0:
+            alias = re.search(r"@deprecated\s+Use\s+\\ref\s+(nvml\w+)", comment)
+            if alias:
+                out.setdefault(name, ["alias:" + alias.group(1)])  # resolved in main()
             continue
         codes = []
         for code in CODE.findall(comment[at:]):
@@ -107,27 +124,51 @@ def base(symbol: str) -> str:
     return re.sub(r"(_v\d+|V)$", "", symbol)
 
 
-def traced_symbols() -> list[str]:
-    """The C symbols a `run --once` over every built-in profile calls (in this process)."""
+def _runs():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from nvml import runs
+
+    return runs
+
+
+def traced_run():
+    """A `run --once` over every built-in profile (in this process), its calls traced."""
     import tempfile
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from nvml.runs import FLEET, run_once
-
+    runs = _runs()
     with tempfile.TemporaryDirectory() as tmp:
-        run = run_once(FLEET, Path(tmp))
+        run = runs.run_once(runs.FLEET, Path(tmp))
     if run.error:
         sys.exit(f"the traced run failed: {run.error}")
-    return sorted(s for s, n in run.calls.items() if n)
+    return run
+
+
+def feeds(symbol: str, baseline, may_vanish: set[str]) -> list[str]:
+    """The fields (``measurement.field``) a run loses when ``symbol`` does not exist at all
+    (FUNCTION_NOT_FOUND everywhere): what the call feeds, for a reviewer to read and for the
+    test to hold every other code of the function to."""
+    import tempfile
+
+    runs = _runs()
+    with tempfile.TemporaryDirectory() as tmp:
+        run = runs.run_once(runs.spec_with(symbol, "FUNCTION_NOT_FOUND"), Path(tmp))
+    lost = runs.lost_fields(runs.keyed(baseline), runs.keyed(run))
+    return sorted(f for f in lost if f.split(".", 1)[0] not in may_vanish)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("header", type=Path)
+    parser.add_argument("header", type=Path, nargs="?", help="nvml.h (none: --reuse's codes only)")
     parser.add_argument("--older", type=Path, help="an older nvml.h for functions the newer one no longer documents")
     parser.add_argument("--symbols", type=Path, help="C symbols one a line (default: trace a run)")
+    parser.add_argument(
+        "--reuse", type=Path, help="an earlier table: its codes stand for functions it lists (no header needed for them)"
+    )
     args = parser.parse_args()
-    header = args.header.read_text(errors="replace")
+    reused = json.loads(args.reuse.read_text()) if args.reuse else {"functions": {}}
+    if args.header is None and not args.reuse:
+        parser.error("give nvml.h, or --reuse an earlier table")
+    header = args.header.read_text(errors="replace") if args.header else ""
     version = re.search(r"NVML VERSION:\s*([\d.]+)", header)
     docs, deprecated = documented(header)
     older_docs, older_version = {}, None
@@ -141,19 +182,30 @@ def main() -> None:
         by_base.setdefault(base(name), name)
         if base(name) != name:
             by_base[base(name)] = name  # the versioned declaration is the current one
+    baseline = traced_run()
+    traced = {s for s, n in baseline.calls.items() if n}
     symbols = (
         [s.strip() for s in args.symbols.read_text().splitlines() if s.strip()]
         if args.symbols
-        else traced_symbols()
+        else sorted(traced | set(FALLBACKS))
     )
     functions = {}
     for symbol in symbols:
         source = symbol if symbol in docs else by_base.get(base(symbol))
+        if source and docs[source][0].startswith("alias:"):  # "@deprecated Use \ref X instead"
+            source = docs[source][0].removeprefix("alias:")
         codes, documented_in = (docs[source], None) if source else (None, None)
         if codes is None and symbol in older_docs:
             source, codes, documented_in = symbol, older_docs[symbol], older_version
+        earlier = reused["functions"].get(symbol)
+        if earlier is not None and (codes is None or args.header is None):
+            codes = earlier["codes"]
+            for key in ("documented_as", "documented_in", "deprecated_since"):
+                if key in earlier:
+                    (deprecated if key == "deprecated_since" else {})[symbol] = earlier[key]
+            source, documented_in = earlier.get("documented_as", symbol), earlier.get("documented_in")
         if codes is None:
-            sys.exit(f"{symbol}: no documented declaration in {args.header}")
+            sys.exit(f"{symbol}: no documented declaration in {args.header or 'the reused table'}")
         kind, feature = role(symbol)
         entry = {"codes": codes, "role": kind}
         if documented_in:
@@ -165,13 +217,17 @@ def main() -> None:
             entry["documented_as"] = source
         if symbol in deprecated or source in deprecated:
             entry["deprecated_since"] = deprecated.get(symbol) or deprecated[source]
+        if symbol not in traced:
+            entry["traced"] = False  # a fallback: called only where the newer call is refused
+        if kind in ("reading", "feature"):
+            entry["feeds"] = feeds(symbol, baseline, set(entry.get("may_vanish", ()))) if symbol in traced else []
         functions[symbol] = entry
     json.dump(
         {
             "about": "Return codes nvml.h documents for every NVML function gpuagent calls; "
             "built by scripts/nvml-conformance-table.py, checked by tests/nvml/test_conformance.py.",
             "header": "nvml.h from github.com/NVIDIA/go-nvml gen/nvml/nvml.h",
-            "nvml_version": version.group(1) if version else None,
+            "nvml_version": version.group(1) if version else reused.get("nvml_version"),
             "forced": "every documented code but NVML_SUCCESS and NVML_ERROR_GPU_IS_LOST (the lost-GPU "
             "path has tests of its own), plus NVML_ERROR_FUNCTION_NOT_FOUND for every function (what "
             "pynvml answers when the driver lacks the symbol), NVML_ERROR_DEPRECATED for functions "

@@ -109,11 +109,9 @@ class MemoryCollector(gpuagent.Collector):
         return gpu.remember("memory.gpm", lambda: gpm_supported(gpu))
 
     def _gpm_read(self, gpu: gpuagent.Gpu, metric_ids) -> dict[int, float]:
-        try:
-            return self._gpm.read(gpu, metric_ids)
-        except pynvml.NVMLError as exc:  # sample allocation refused: no GPM this cycle
-            log.debug("GPU %d: GPM unavailable: %s", gpu.index, exc)
-            return {}
+        # A refused allocation, sample or metric is {} (or a missing metric) under the error
+        # policy of gpu.query: counted and logged there, never raised.
+        return self._gpm.read(gpu, metric_ids)
 
     def collect(self, acc: gpuagent.Accumulator) -> None:
         gpus = self.gpus

@@ -42,6 +42,8 @@ path = "{out}"
 
 # Measurements whose points are only the agent's own account of itself.
 OWN = "gpuagent"
+# Tags that name a point across two runs (identity tags such as arch or uuid are readings).
+STABLE_TAGS = ("gpu", "peer_gpu", "link", "gi_id", "ci_id", "vgpu_instance", "pid")
 
 
 def point_key(point: Any) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -117,3 +119,33 @@ def base_symbol(name: str) -> str:
     """nvmlDeviceGetMemoryInfo_v2 -> nvmlDeviceGetMemoryInfo, ...ProfileInfoV -> ...ProfileInfo: a C symbol as
     pynvml's wrapper (and so the agent's count) names it, and the count's name the same way."""
     return re.sub(r"(_v\d+|(?<=[a-z])V)$", "", name.split("/", 1)[0])
+
+
+def spec_with(symbol: str, code: str, gpu: int | None = None) -> str:
+    """The full fleet with one fault (``code`` with or without NVML_ERROR_): on GPU ``gpu``
+    only, else machine-wide."""
+    items = [f"{name}:1" for name in BUILTIN_NAMES]
+    items[0] += f"@force={symbol}:{code.removeprefix('NVML_ERROR_')}" + (f":{gpu}" if gpu is not None else "")
+    return ",".join(items)
+
+
+def keyed(run: Run) -> dict[tuple, set[str]]:
+    """(measurement, stable tags) -> field names, for every GPU point of a run."""
+    out: dict[tuple, set[str]] = {}
+    for p in run.points:
+        if p.measurement == OWN:
+            continue
+        key = (p.measurement, tuple((t, p.tags.get(t)) for t in STABLE_TAGS if t in p.tags))
+        out.setdefault(key, set()).update(p.fields)
+    return out
+
+
+def lost_fields(before: dict[tuple, set[str]], after: dict[tuple, set[str]]) -> set[str]:
+    """``measurement.field`` of every field a point of ``before`` has and its point in ``after``
+    lacks (points missing from ``after`` altogether are not counted here)."""
+    return {
+        f"{key[0]}.{name}"
+        for key, fields in before.items()
+        if key in after
+        for name in fields - after[key]
+    }
