@@ -166,37 +166,6 @@ class MigCollector(gpuagent.Collector):
             fields["ci_slices"] = int(attrs.computeInstanceSliceCount)
         return {"gi_id": gi_id, "tags": tags, "fields": fields}
 
-    def _profile_name(self, gpu: Gpu, gi_id: int | None, attrs: Any) -> str | None:
-        """The GPU instance's profile name as NVML gives it, else built from the device's attributes."""
-        derived = profile_name_from_attributes(attrs) if attrs is not None else None
-        name = self._gi_profile_name(gpu, gi_id) if gi_id is not None else None
-        if not name:
-            return derived
-        if derived and derived.count(".") == 2:
-            # A compute instance smaller than its GPU instance: nvidia-smi prefixes its slices.
-            return f"{derived.split('.', 1)[0]}.{name}"
-        return name
-
-    def _gi_profile_name(self, gpu: Gpu, gi_id: int) -> str | None:
-        instance = gpu.query(pynvml.nvmlDeviceGetGpuInstanceById, gi_id)
-        if instance is None:
-            return None
-        info = gpu.query(on_handle(pynvml.nvmlGpuInstanceGetInfo), instance)
-        if info is None:
-            return None
-        return gpu.remember(f"mig_profile_name:{info.profileId}", lambda: self._lookup_profile(gpu, info.profileId))
-
-    def _lookup_profile(self, gpu: Gpu, profile_id: int) -> str | None:
-        # GetInfo gives the profile's id; the profile table is indexed by
-        # NVML_GPU_INSTANCE_PROFILE_* and each entry carries its id.
-        for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            # probe: INVALID_ARGUMENT for a profile index the card lacks is an answer, not a refusal.
-            info = gpu.probe(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, index)
-            if info is not None and int(info.id) == int(profile_id):
-                name = as_str(info.name).strip()
-                return name.removeprefix("MIG ").strip() or None
-        return None
-
     def close(self) -> None:
         self._gpm.close()
 
