@@ -48,8 +48,8 @@ def test_clocks_on_each_profile(profile, simulated_fleet, sim_clock, recording_a
             assert f[name] is bool(f["clock_event_reasons"] & bit)
         else:
             assert name not in f
-    # The mask is the profile's, taken from the captures: 0x1FF on the L40S (595.80), H100
-    # (590.48.01) and 4090 (595.71.05), so all three carry sync_boost.
+    # The mask is the profile's, from the captures: 0x1FF ("clocks_event_reasons.supported") in
+    # the L40S 595.80, H100 590.48.01 and GeForce 595.71.05 captures, so all three carry sync_boost.
     profile_mask = load_profile(profile)["clocks_event_reasons_supported"]
     assert supported == profile_mask
     sync_boost = pynvml.nvmlClocksEventReasonSyncBoost
