@@ -13,9 +13,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from gpuagent import names
 from gpuagent.collector import CollectorConfig
-from gpuagent.durations import Duration
-from gpuagent.errors import ConfigError
+from gpuagent.durations import MIN_INTERVAL, Duration, Interval, format_duration
+from gpuagent.errors import AgentError, ConfigError
+from gpuagent.logsetup import mask_url  # noqa: F401 - re-exported: config show and the sinks use it
 from gpuagent.sink import SinkConfig
 
 log = logging.getLogger("gpuagent.config")
@@ -37,7 +39,7 @@ def default_state_dir() -> str:
 class AgentSection(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    interval: Duration = 10.0
+    interval: Interval = 10.0
     hostname: str = ""
     tags: dict[str, str] = {}
     simulate: str = ""
@@ -111,7 +113,36 @@ def read_config(path: str | Path | None) -> Config:
         top = TopLevel.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(f"{label}: {format_validation_error(exc)}") from None
+    _check_agent(top.agent, label)
     return Config(path=resolved, agent=top.agent, plugins=top.plugins, raw=raw)
+
+
+def _check_agent(agent: AgentSection, label: str) -> None:
+    """What the model cannot see: tags InfluxDB would refuse, a SPEC that would not start."""
+    for key, value in agent.tags.items():
+        problem = names.tag_key_problem(key)
+        if problem:
+            raise ConfigError(f"{label}: agent.tags: tag key {key[:100]!r} {problem}")
+        problem = names.tag_value_problem(value)
+        if problem:
+            raise ConfigError(f"{label}: agent.tags.{key}: value {value[:100]!r} {problem}")
+    if agent.hostname:
+        problem = names.tag_value_problem(agent.hostname)
+        if problem:
+            raise ConfigError(f"{label}: agent.hostname: {agent.hostname[:100]!r} {problem}")
+    size = sum(len(f",{k}={v}".encode()) for k, v in agent.tags.items()) + len(agent.hostname.encode())
+    if size > names.MAX_SERIES_KEY_BYTES // 2:
+        raise ConfigError(
+            f"{label}: agent.tags: {size} bytes of tags on every point; InfluxDB allows "
+            f"{names.MAX_SERIES_KEY_BYTES} for measurement and all tags together"
+        )
+    if agent.simulate:
+        from gpuagent.sim.fleet import parse_spec
+
+        try:
+            parse_spec(agent.simulate)
+        except AgentError as exc:
+            raise ConfigError(f"{label}: agent.simulate: {exc}") from None
 
 
 def bind(config: Config, collectors: dict[str, type], sinks: dict[str, type], failed_plugins=()) -> Config:
@@ -123,6 +154,12 @@ def bind(config: Config, collectors: dict[str, type], sinks: dict[str, type], fa
             _unknown(config, "collectors", name, collectors, failed_plugins)
     for name, cls in collectors.items():
         config.collectors[name] = _validate(cls.Config, tables.get(name, {}), label, ("collectors", name))
+        interval = getattr(config.collectors[name], "interval", None)
+        if interval is not None and interval < MIN_INTERVAL:
+            raise ConfigError(
+                f"{label}: collectors.{name}.interval: expected at least {format_duration(MIN_INTERVAL)} "
+                f"(the floor for intervals), got {format_duration(interval)}"
+            )
     sink_tables = config.raw.get("sinks", {})
     for name, table in sink_tables.items():
         if name not in sinks:
@@ -214,23 +251,41 @@ _EXPECTED = {
 }
 
 
+# A key that may hold a secret: its value is never shown, whatever its type.
+_SECRET_KEY = re.compile(r"pass(word|wd|phrase)?$|token|secret|credential|api_?key|private_?key", re.IGNORECASE)
+
+
+def is_secret_key(key: object) -> bool:
+    return isinstance(key, str) and bool(_SECRET_KEY.search(key))
+
+
 def format_validation_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:
     errors = exc.errors(include_url=False)
     first = errors[0]
     loc = ".".join(str(p) for p in (*prefix, *first["loc"]))
     kind = first["type"]
+    secret = any(is_secret_key(p) for p in first["loc"])
     if kind == "extra_forbidden":
         msg = "unknown key"
     elif kind == "missing":
         msg = "required key is missing"
     elif kind == "value_error":
         msg = first["msg"].removeprefix("Value error, ")
+        if secret:
+            msg = "invalid value (not shown: it may be a secret)"
     else:
         expected = _EXPECTED.get(kind) or first["msg"].replace("Input should be", "expected")
-        msg = f"{expected}, got {show_value(first.get('input'))}"
+        shown = f"a {_type_name(first.get('input'))} (value not shown)" if secret else show_value(first.get("input"))
+        msg = f"{expected}, got {shown}"
+    msg = mask_url(msg)
     more = len(errors) - 1
     suffix = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
     return f"{loc}: {msg}{suffix}" if loc else f"{msg}{suffix}"
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "boolean", int: "number", float: "number", str: "string", dict: "table", list: "array"}.get(
+        type(value), type(value).__name__)
 
 
 def show_value(value: Any) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import time
 from typing import TextIO
@@ -51,6 +52,33 @@ def stream_is_journal(stream: TextIO | None = None, environ=None) -> bool:
     return (st.st_dev, st.st_ino) == (int(dev), int(ino))
 
 
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]*)@")
+
+
+def mask_url(text: str) -> str:
+    """Credentials inside URLs hidden: http://admin:SECRET@host -> http://admin:***@host."""
+    if "@" not in text:
+        return text
+
+    def sub(m: re.Match) -> str:
+        user, sep, _ = m.group("userinfo").partition(":")
+        return f"{m.group('scheme')}{user}:***@" if sep else f"{m.group('scheme')}***@"
+
+    return _URL_USERINFO.sub(sub, text)
+
+
+class MaskUrlCredentials(logging.Formatter):
+    """Wraps a formatter: http://user:password@host in any log line (a plugin's, a library's
+    exception text) is written as http://user:***@host."""
+
+    def __init__(self, inner: logging.Formatter):
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        return mask_url(self.inner.format(record))
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         doc = {
@@ -87,6 +115,7 @@ def make_formatter(fmt: str = "text", journal: bool = False) -> logging.Formatte
         inner = logging.Formatter("%(name)s: %(message)s")  # journald adds time and level
     else:
         inner = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    inner = MaskUrlCredentials(inner)
     return PriorityPrefix(inner) if journal else inner
 
 

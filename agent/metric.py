@@ -1,28 +1,32 @@
 """The metric model (a Point) and its InfluxDB line-protocol form.
 
-Escaping follows the line-protocol reference and InfluxDB's own parser:
-measurement escapes comma and space; tag keys, tag values and field keys
-escape comma, equals and space; string field values escape backslash and
-double quote. A backslash in a name is kept as it is (InfluxDB stores it
-literally), except before a delimiter or at the end, where it is doubled so
-it cannot swallow the delimiter. CR/LF/TAB in names become \\r \\n \\t
-and CR/LF in string fields \\r \\n, as influxdb-client writes them, so no
-input can end a line early.
+Escaping follows what influxd itself reads back (checked against influxd 1.6
+in tests/test_line_protocol.py): one backslash before each delimiter
+(measurement: comma and space; tag keys, tag values and field keys: comma,
+equals and space); every other backslash is written as it is, since InfluxDB
+stores it literally (doubling it would store two). String field values
+escape backslash and double quote, and CR/LF as \\r \\n as influxdb-client
+writes them, so no input can end a line early.
+
+Names InfluxDB cannot store unchanged (gpuagent.names: a tag ending in a
+backslash, the key ``time``, an empty name, a line break ...) are left out,
+with one warning per name: a bad tag costs the tag, never the point; a bad
+field name costs that field; a bad measurement name costs the point (it is
+serialised as "", which every sink skips).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from gpuagent import names
+
 FieldValue = int | float | bool | str
 
-_MEASUREMENT = str.maketrans({",": r"\,", " ": r"\ ", "\n": r"\n", "\r": r"\r", "\t": r"\t"})
-_KEY = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ ", "\n": r"\n", "\r": r"\r", "\t": r"\t"})
-_MEASUREMENT_BACKSLASH = re.compile(r"\\(?=[, \n\r\t]|$)")
-_KEY_BACKSLASH = re.compile(r"\\(?=[,= \n\r\t]|$)")
+_MEASUREMENT = str.maketrans({",": r"\,", " ": r"\ "})
+_KEY = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ "})
 # Raw CR/LF in a string field is legal for InfluxDB's parser but breaks every
 # line-oriented consumer (VictoriaMetrics, the spool, tail -f): written as \n, \r.
 _STRING = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r"})
@@ -44,14 +48,10 @@ class Point:
 
 
 def escape_measurement(name: str) -> str:
-    if "\\" in name:
-        name = _MEASUREMENT_BACKSLASH.sub(r"\\\\", name)
     return name.translate(_MEASUREMENT)
 
 
 def escape_key(key: str) -> str:
-    if "\\" in key:
-        key = _KEY_BACKSLASH.sub(r"\\\\", key)
     return key.translate(_KEY)
 
 
@@ -76,19 +76,47 @@ def format_field(value: FieldValue) -> str:
 
 @lru_cache(maxsize=8192)
 def _head(measurement: str, tag_items: tuple[tuple[str, str], ...]) -> str:
-    # Sorted tags are what InfluxDB stores; sending them sorted saves it the work.
-    return escape_measurement(measurement) + "".join(
-        f",{escape_key(k)}={escape_key(v)}" for k, v in sorted(tag_items) if v != ""
-    )
+    """Measurement and tags as line protocol; "" when the measurement cannot be written.
+    Cached, so the names of the same GPUs are checked once, not every cycle."""
+    problem = names.measurement_problem(measurement)
+    if problem:
+        names.warn_once("measurement", str(measurement), problem, "its points are not written")
+        return ""
+    tags = []
+    for k, v in sorted(tag_items):  # sorted is what InfluxDB stores; sending it so saves it the work
+        if v == "":
+            continue
+        problem = names.tag_key_problem(k)
+        what = "tag key"
+        if problem is None:
+            problem, what = names.tag_value_problem(v), f"value of tag {k!r}"
+        if problem:
+            names.warn_once(what, str(v) if what != "tag key" else str(k), problem, "points are written without this tag")
+            continue
+        tags.append(f",{escape_key(k)}={escape_key(v)}")
+    head = escape_measurement(measurement) + "".join(tags)
+    while len(head.encode("utf-8")) > names.MAX_SERIES_KEY_BYTES and tags:
+        longest = max(tags, key=len)
+        tags.remove(longest)
+        names.warn_once("tag", longest[1:200], f"makes the series key longer than {names.MAX_SERIES_KEY_BYTES} bytes",
+                        "points are written without this tag")
+        head = escape_measurement(measurement) + "".join(tags)
+    return head
 
 
 _FIELD_KEYS: dict[str, str] = {}
 
 
 def _field_key(key: str) -> str:
+    """The escaped key and "=", or "" for a name InfluxDB cannot store (warned once)."""
     escaped = _FIELD_KEYS.get(key)
     if escaped is None:
-        escaped = escape_key(key) + "="
+        problem = names.field_key_problem(key)
+        if problem:
+            names.warn_once("field", str(key), problem, "the field is left out")
+            escaped = ""
+        else:
+            escaped = escape_key(key) + "="
         if len(_FIELD_KEYS) < 65536:  # bounded: field names come from code, but be safe
             _FIELD_KEYS[key] = escaped
     return escaped
@@ -100,10 +128,16 @@ def serialize(
     # The same GPUs' tags and field names recur every cycle: their escaped forms are
     # cached, and the common types are formatted inline (this runs for every point).
     head = _head(measurement, tuple(tags.items()))
+    if not head:
+        return ""
     keys = _FIELD_KEYS
     parts = []
     for k, v in fields.items():
-        key = keys.get(k) or _field_key(k)
+        key = keys.get(k)
+        if not key:
+            key = _field_key(k)
+            if not key:
+                continue
         t = type(v)
         if t is float:
             parts.append(key + (repr(v) if v - v == 0.0 else _float(v)))
@@ -115,9 +149,11 @@ def serialize(
             parts.append(key + '"' + v.translate(_STRING) + '"')
         else:
             parts.append(key + format_field(v))
+    if not parts:
+        return ""  # every field refused (warned): a line without fields is not line protocol
     return f"{head} {','.join(parts)} {time_ns}"
 
 
 def to_lines(points: Iterable[Point]) -> str:
-    """Points as a line-protocol document, one line each, newline-terminated."""
-    return "".join(p.to_line() + "\n" for p in points)
+    """Points as a line-protocol document, one line each, newline-terminated (unwritable points skipped)."""
+    return "".join(line + "\n" for line in (p.to_line() for p in points) if line)

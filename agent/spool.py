@@ -1,14 +1,32 @@
-"""A durable, bounded FIFO of line-protocol batches on disk: what a network sink could not deliver.
+"""A durable, bounded FIFO of line-protocol batches on disk: what a network sink has not delivered yet.
 
 Why SQLite and not append-only segment files: one committed transaction is
 the unit of durability, so a kill -9 in the middle of a write leaves either
 the whole batch or none of it (no torn tail to detect and repair on start);
 dropping the oldest batches when full and removing a replayed batch are one
 DELETE each, with no compaction of half-consumed segments; and the module
-ships with Python. WAL mode with synchronous=NORMAL makes a committed batch
-survive a crash of the agent (it is in the WAL, in the OS page cache) without
-an fsync per batch; a power cut may lose the last few batches but never
-corrupts the file.
+ships with Python.
+
+fsync policy (``sync``): "normal" (the default) is WAL mode with
+synchronous=NORMAL: a committed batch survives a crash or kill -9 of the agent
+(it is in the WAL, in the OS page cache) without an fsync per batch; a power
+cut may lose the last batches committed before it (up to the last WAL
+checkpoint's fsync) but never corrupts the file. "full" fsyncs the WAL at
+every commit: a committed batch survives a power cut too, at the cost of one
+fsync per collected batch (see bench/ and the influxdb sink's README).
+
+A spool that heals: a file SQLite calls damaged ("database disk image is
+malformed", "file is not a database": garbage written into it, cut short, a
+bad header), found when it is opened (``PRAGMA quick_check``) or at any later
+read or write, is moved aside as ``spool.damaged-<UTC time>.sqlite``; every
+batch that can still be read out of it is copied into a fresh spool, which
+takes over. One error names the file and how many batches were saved.
+
+A spool that cannot be written (disk full, read-only file system) raises
+SpoolError from ``push``; the caller keeps the batch in memory. Its counters
+move only after a commit. A batch delivered but not removable (the delete
+cannot be committed) is remembered in memory as delivered, so it is not sent
+again in a loop; a later successful remove deletes it for good.
 
 The bound counts line-protocol bytes (what would be sent), not the file's
 size on disk. When a new batch would pass it, whole batches are dropped,
@@ -17,60 +35,124 @@ oldest first, and their points counted in ``dropped_total``.
 
 from __future__ import annotations
 
-import re
+import logging
+import shutil
 import sqlite3
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
 
-from pydantic import BeforeValidator
+# Sizes in config (max_spool_bytes ...) use the agent's one byte-size grammar.
+from gpuagent.units import ByteSize, parse_bytes  # noqa: F401  (re-exported for sinks)
 
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(b|kb|kib|mb|mib|gb|gib|tb|tib)?", re.IGNORECASE)
-_SIZE_UNITS = {
-    None: 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}
+_RAISE = object()
 
 
-def parse_bytes(value: object) -> int:
-    """Bytes as an int, or a string with a unit: "512MiB", "1GB", "100kB"."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a size in bytes, got {value!r}")
-    if isinstance(value, int):
-        size = value
-    elif isinstance(value, float) and value.is_integer():
-        size = int(value)
-    elif isinstance(value, str):
-        m = _SIZE.fullmatch(value.strip())
-        if not m:
-            raise ValueError(f'expected a size such as "512MiB" or "1GB", got "{value}"')
-        size = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower() if m.group(2) else None])
-    else:
-        raise ValueError(f"expected a size in bytes, got {type(value).__name__}")
-    if size <= 0:
-        raise ValueError(f"expected a positive size, got {value!r}")
-    return size
+class SpoolError(Exception):
+    """The spool could not keep or read a batch (disk full, read-only, unavailable). Nothing was changed."""
 
 
-ByteSize = Annotated[int, BeforeValidator(parse_bytes)]
+_CORRUPT_MARKERS = ("malformed", "not a database", "file is encrypted", "corrupt")
+
+
+def _is_corruption(exc: BaseException) -> bool:
+    if getattr(exc, "sqlite_errorname", "") in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+        return True
+    text = str(exc).lower()
+    return any(m in text for m in _CORRUPT_MARKERS)
 
 
 class Spool:
-    """Batches of line protocol, oldest first, in ``<directory>/spool.sqlite``. Thread-safe."""
+    """Batches of line protocol, oldest first, in ``<directory>/spool.sqlite``. Thread-safe.
+
+    Never raises from the constructor: a spool that cannot be opened at all
+    (``available`` false, ``problem`` says why) makes every operation raise
+    SpoolError, and ``reopen_if_due`` tries again every REOPEN_EVERY seconds.
+    """
 
     FILENAME = "spool.sqlite"
+    REOPEN_EVERY = 10.0
+    MAX_SALVAGE_PROBES = 2_000_000  # ids probed one by one in a damaged file
 
-    def __init__(self, directory: Path | str, max_bytes: int):
+    def __init__(self, directory: Path | str, max_bytes: int, sync: str = "normal", log: logging.Logger | None = None):
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.path = self.directory / self.FILENAME
         self.max_bytes = int(max_bytes)
-        self.dropped_total = 0
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            self.directory / self.FILENAME, check_same_thread=False, isolation_level=None, timeout=30
-        )
+        self.sync = sync
+        self.log = log or logging.getLogger("gpuagent.spool")
+        self.dropped_total = 0  # points dropped, oldest first, to stay within max_bytes
+        self.damaged_total = 0  # damaged files moved aside
+        self.salvaged_batches_total = 0
+        self.problem: str | None = None  # why the spool cannot be written (None: it can)
+        self.available = False  # open at all (readable)
+        self._lock = threading.RLock()
+        self._db: sqlite3.Connection | None = None
+        self._bytes = 0
+        self._points = 0
+        self._delivered_through = 0  # ids <= this were delivered; their delete is pending
+        self._last_open = 0.0
+        self._readonly = False
+        with self._lock:
+            self._open()
+
+    # -- opening, healing ----------------------------------------------------
+
+    def _connect(self, path: Path, readonly: bool = False) -> sqlite3.Connection:
+        if readonly:
+            try:
+                db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
+                                     isolation_level=None, timeout=5)
+                db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            except sqlite3.OperationalError:
+                # A WAL-mode file on a read-only file system without its -shm: readable only
+                # as immutable (batches still in an un-checkpointed -wal are not seen then).
+                db = sqlite3.connect(f"file:{path}?immutable=1", uri=True, check_same_thread=False,
+                                     isolation_level=None, timeout=5)
+        else:
+            db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        return db
+
+    def _open(self) -> None:
+        """Open (healing a damaged file); on failure leave the spool unavailable with `problem` set."""
+        self._last_open = time.monotonic()
+        self._close_db()
+        self._readonly = False
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            self._unavailable(f"cannot create {self.directory}: {exc.strerror or exc}")
+            return
+        try:
+            self._open_rw()
+            self.problem = None
+        except sqlite3.DatabaseError as exc:
+            self._close_db()
+            if _is_corruption(exc):
+                self._heal(str(exc))
+                return
+            # Disk full, read-only file system: batches already there can still be replayed.
+            problem = _describe(exc)
+            try:
+                if not self.path.exists():
+                    raise
+                self._db = self._connect(self.path, readonly=True)
+                self._load_totals()
+                self.available = True
+                self._readonly = True
+                self.problem = problem
+            except sqlite3.DatabaseError:
+                self._close_db()
+                self._unavailable(f"cannot open {self.path}: {problem}")
+
+    def _open_rw(self) -> None:
+        self._db = self._connect(self.path)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA synchronous=" + ("FULL" if self.sync == "full" else "NORMAL"))
+        # Reads every page once: damage anywhere in the file is found now, not mid-replay.
+        check = self._db.execute("PRAGMA quick_check").fetchone()
+        if check is None or check[0] != "ok":
+            raise sqlite3.DatabaseError(f"database disk image is malformed ({check[0] if check else 'no answer'})")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS batches ("
             " id INTEGER PRIMARY KEY AUTOINCREMENT,"  # AUTOINCREMENT: ids never reused, so order is age
@@ -78,14 +160,95 @@ class Spool:
             " bytes INTEGER NOT NULL,"
             " data BLOB NOT NULL)"
         )
+        self._load_totals()
+        self.available = True
+
+    def _unavailable(self, problem: str) -> None:
+        self.available = False
+        self.problem = problem
+        self._bytes = self._points = 0
+
+    def _load_totals(self) -> None:
         self._bytes, self._points = self._db.execute(
-            "SELECT COALESCE(SUM(bytes), 0), COALESCE(SUM(points), 0) FROM batches"
+            "SELECT COALESCE(SUM(bytes), 0), COALESCE(SUM(points), 0) FROM batches WHERE id > ?",
+            (self._delivered_through,),
         ).fetchone()
+
+    def _close_db(self) -> None:
+        if self._db is not None:
+            try:
+                self._db.close()
+            except sqlite3.Error:
+                pass
+        self._db = None
+
+    def _heal(self, reason: str) -> None:
+        """Move the damaged file aside, copy out what can be read, start a fresh spool with it."""
+        reason = " ".join(reason.replace("***", "").split())[:200]  # quick_check's answer spans lines
+        self._close_db()
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        aside = self.directory / f"spool.damaged-{stamp}.sqlite"
+        n = 1
+        while aside.exists():
+            n += 1
+            aside = self.directory / f"spool.damaged-{stamp}-{n}.sqlite"
+        try:
+            self.path.rename(aside)
+            for suffix in ("-wal", "-shm"):  # the WAL belongs with its file: it may hold the newest batches
+                extra = Path(f"{self.path}{suffix}")
+                if extra.exists():
+                    extra.rename(f"{aside}{suffix}")
+        except OSError as exc:
+            self._unavailable(f"{self.path} is damaged ({reason}) and cannot be moved aside: {exc.strerror or exc}")
+            self.log.error("spool %s is damaged (%s) and cannot be moved aside (%s); delivery keeps points in memory",
+                           self.path, reason, exc.strerror or exc)
+            return
+        self.damaged_total += 1
+        self._delivered_through = 0
+        found = found_points = kept = 0
+        try:
+            self._open_rw()  # a fresh, empty file: the damaged one is aside
+            self._db.execute("BEGIN IMMEDIATE")
+            size = 0
+            # Batch by batch, committed every 1000: a large damaged spool is never held in memory.
+            for points, data in _salvage(aside, self.MAX_SALVAGE_PROBES):
+                found += 1
+                found_points += points
+                if size + len(data) > self.max_bytes:
+                    self.dropped_total += points
+                    continue
+                self._db.execute("INSERT INTO batches (points, bytes, data) VALUES (?, ?, ?)",
+                                 (points, len(data), data))
+                size += len(data)
+                kept += 1
+                if kept % 1000 == 0:
+                    self._db.execute("COMMIT")
+                    self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("COMMIT")
+            self._load_totals()
+            self.problem = None
+        except sqlite3.DatabaseError as exc:
+            self._close_db()
+            self._unavailable(f"cannot create a fresh spool in {self.directory}: {_describe(exc)}")
+        self.salvaged_batches_total += kept
+        self.log.error(
+            "spool %s was damaged (%s): moved aside to %s; %d batches (%d points) could be read out of it%s",
+            self.path, reason, aside.name, found, found_points,
+            " and are replayed from a fresh spool" if self.problem is None
+            else f", but no fresh spool could be made ({self.problem})",
+        )
+
+    def reopen_if_due(self) -> None:
+        """An unavailable or unwritable spool: try again now and then (the disk may have room again)."""
+        with self._lock:
+            if (not self.available or self._readonly) and time.monotonic() - self._last_open >= self.REOPEN_EVERY:
+                self._open()
 
     # -- state -------------------------------------------------------------
 
     # Kept in memory, so a status read never touches the file. They can lag behind
     # batches another instance wrote (refresh() re-reads them), never below zero.
+    # Batches delivered but not yet deleted (see remove_through) are not counted.
     @property
     def bytes(self) -> int:
         return max(0, self._bytes)
@@ -94,57 +257,95 @@ class Spool:
     def points(self) -> int:
         return max(0, self._points)
 
+    @property
+    def writable(self) -> bool:
+        return self.available and self.problem is None
+
     def __len__(self) -> int:
-        with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM batches").fetchone()[0]
+        return self._guard(lambda db: db.execute(
+            "SELECT COUNT(*) FROM batches WHERE id > ?", (self._delivered_through,)).fetchone()[0], default=0)
 
     def refresh(self) -> None:
         """Re-read the totals from the file: another instance (the sink before a reload) may have added batches."""
+        self._guard(lambda db: self._load_totals(), default=None)
+
+    def _guard(self, op, default=_RAISE):
+        """Run op(db) under the lock; heal a damaged file (then retry once); SpoolError for the rest."""
         with self._lock:
-            self._bytes, self._points = self._db.execute(
-                "SELECT COALESCE(SUM(bytes), 0), COALESCE(SUM(points), 0) FROM batches"
-            ).fetchone()
+            for attempt in (1, 2):
+                if self._db is None or not self.available:
+                    if default is not _RAISE:
+                        return default
+                    raise SpoolError(self.problem or "spool is not open")
+                try:
+                    return op(self._db)
+                except sqlite3.DatabaseError as exc:
+                    if self._db.in_transaction:
+                        try:
+                            self._db.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            pass
+                    if _is_corruption(exc) and attempt == 1:
+                        self._heal(str(exc))
+                        continue
+                    if default is not _RAISE:
+                        return default
+                    raise SpoolError(_describe(exc)) from None
+            raise SpoolError(self.problem or "spool is not open")
 
     # -- operations ----------------------------------------------------------
 
     def push(self, data: bytes, points: int) -> int:
-        """Append one batch; drop the oldest batches to stay within max_bytes. Returns points dropped."""
+        """Append one batch, committed before this returns; drop the oldest batches to stay
+        within max_bytes. Returns points dropped. Raises SpoolError when it cannot be kept."""
         if not data or points <= 0:
             return 0
         size = len(data)
-        with self._lock:
-            if size > self.max_bytes:  # a batch larger than the whole spool cannot be kept
+        if size > self.max_bytes:  # a batch larger than the whole spool cannot be kept
+            with self._lock:
                 self.dropped_total += points
-                return points
-            dropped = 0
-            with self._db:  # one transaction: the drops and the insert land together
-                self._db.execute("BEGIN IMMEDIATE")
-                while self._bytes + size > self.max_bytes:
-                    row = self._db.execute(
-                        "SELECT id, points, bytes FROM batches ORDER BY id LIMIT 1"
+            return points
+
+        def op(db):
+            dropped_points = dropped_bytes = 0
+            with db:  # one transaction: the drops and the insert land together
+                db.execute("BEGIN IMMEDIATE")
+                while self._bytes - dropped_bytes + size > self.max_bytes:
+                    row = db.execute(
+                        "SELECT id, points, bytes FROM batches WHERE id > ? ORDER BY id LIMIT 1",
+                        (self._delivered_through,),
                     ).fetchone()
                     if row is None:
                         break
-                    self._db.execute("DELETE FROM batches WHERE id = ?", (row[0],))
-                    self._points -= row[1]
-                    self._bytes -= row[2]
-                    dropped += row[1]
-                self._db.execute(
-                    "INSERT INTO batches (points, bytes, data) VALUES (?, ?, ?)", (points, size, data)
-                )
-                self._points += points
-                self._bytes += size
-            self.dropped_total += dropped
-            return dropped
+                    db.execute("DELETE FROM batches WHERE id = ?", (row[0],))
+                    dropped_points += row[1]
+                    dropped_bytes += row[2]
+                db.execute("INSERT INTO batches (points, bytes, data) VALUES (?, ?, ?)", (points, size, data))
+            # Committed: only now do the counters move.
+            self._points += points - dropped_points
+            self._bytes += size - dropped_bytes
+            self.dropped_total += dropped_points
+            if not self._readonly:
+                self.problem = None
+            return dropped_points
+
+        with self._lock:
+            try:
+                return self._guard(op)
+            except SpoolError as exc:
+                self.problem = str(exc)
+                raise
 
     def peek(self, max_points: int, after_id: int = 0) -> tuple[int, int, bytes] | None:
         """The oldest batches (after after_id), joined, up to max_points (at least one batch):
         (last_id, points, data)."""
-        with self._lock:
+
+        def op(db):
             rows = []
             total = 0
-            cursor = self._db.execute(
-                "SELECT id, points, data FROM batches WHERE id > ? ORDER BY id", (after_id,)
+            cursor = db.execute(
+                "SELECT id, points, data FROM batches WHERE id > ? ORDER BY id",
+                (max(after_id, self._delivered_through),),
             )
             for row in cursor:
                 if rows and total + row[1] > max_points:
@@ -160,23 +361,154 @@ class Spool:
             data = b"".join(p if p.endswith(b"\n") else p + b"\n" for p in parts)
             return rows[-1][0], total, data
 
+        return self._guard(op)
+
     def remove_through(self, last_id: int) -> int:
-        """Remove every batch with id <= last_id (what peek returned, once delivered). Returns points removed."""
+        """Remove every batch with id <= last_id (what peek returned, once delivered). Returns points removed.
+
+        When the delete cannot be committed (disk full, read-only) the batches are
+        remembered as delivered (not sent again, not counted) and deleted later."""
+        through = max(last_id, self._delivered_through)
+
+        def sums(db):
+            return db.execute(
+                "SELECT COALESCE(SUM(points), 0), COALESCE(SUM(bytes), 0) FROM batches WHERE id > ? AND id <= ?",
+                (self._delivered_through, through),
+            ).fetchone()
+
+        def op(db):
+            points, size = sums(db)
+            with db:
+                db.execute("BEGIN IMMEDIATE")
+                db.execute("DELETE FROM batches WHERE id <= ?", (through,))
+            self._delivered_through = 0
+            if not self._readonly:
+                self.problem = None
+            return points, size
+
         with self._lock:
-            with self._db:
-                self._db.execute("BEGIN IMMEDIATE")
-                points, size = self._db.execute(
-                    "SELECT COALESCE(SUM(points), 0), COALESCE(SUM(bytes), 0) FROM batches WHERE id <= ?",
-                    (last_id,),
-                ).fetchone()
-                self._db.execute("DELETE FROM batches WHERE id <= ?", (last_id,))
+            try:
+                points, size = self._guard(op)
+            except SpoolError as exc:
+                points, size = self._guard(sums, default=(0, 0))
+                self._delivered_through = through
+                self.problem = str(exc)
             self._points -= points
             self._bytes -= size
             return points
 
     def close(self) -> None:
         with self._lock:
+            self._close_db()
+            self.available = False
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    low = text.lower()
+    if "disk is full" in low or "disk full" in low:
+        return "disk full"
+    if "readonly" in low or "read-only" in low:
+        return "read-only"
+    return text
+
+
+def _salvage(path: Path, max_probes: int) -> Iterator[tuple[int, bytes]]:
+    """Every (points, data) that can still be read from a damaged spool file, oldest first.
+
+    A file cut short or with a garbled header makes SQLite refuse even its schema:
+    then a copy with a rebuilt header (page size 4096 as we create them, page count
+    from the file's size) is read instead."""
+    found = 0
+    for row in _salvage_file(path, max_probes):
+        found += 1
+        yield row
+    if found:
+        return
+    repaired = path.with_name(path.name + ".repair")
+    try:
+        shutil.copyfile(path, repaired)
+        _rebuild_header(repaired)
+        yield from _salvage_file(repaired, max_probes)
+    except OSError:
+        return
+    finally:
+        repaired.unlink(missing_ok=True)
+
+
+def _rebuild_header(path: Path) -> None:
+    page_size = 4096
+    with open(path, "r+b") as fh:
+        header = bytearray(fh.read(100))
+        if header[:16] == b"SQLite format 3\x00":
+            page_size = int.from_bytes(header[16:18], "big") or 4096
+            page_size = 65536 if page_size == 1 else page_size
+        else:
+            fresh = sqlite3.connect(":memory:")
+            fresh.execute("PRAGMA page_size=4096")
+            fresh.execute("CREATE TABLE t (x)")
+            header = bytearray(fresh.serialize()[:100])
+            fresh.close()
+            header[24:28] = (1).to_bytes(4, "big")  # file change counter
+            header[32:40] = bytes(8)  # no freelist
+        fh.seek(0, 2)
+        pages = max(1, fh.tell() // page_size)
+        header[18:20] = b"\x01\x01"  # legacy journal: the WAL (kept aside) is not needed to read it
+        header[28:32] = pages.to_bytes(4, "big")
+        header[92:96] = header[24:28]  # version-valid-for: the page count is trusted
+        fh.seek(0)
+        fh.write(header)
+
+
+def _salvage_file(path: Path, max_probes: int) -> Iterator[tuple[int, bytes]]:
+    try:
+        db = sqlite3.connect(path, isolation_level=None, timeout=5)
+    except sqlite3.Error:
+        return
+    try:
+        last = None
+        try:  # the quick way: one scan, as far as the damage lets it go
+            for batch_id, points, data in db.execute("SELECT id, points, data FROM batches ORDER BY id"):
+                last = batch_id
+                cleaned = _clean(points, bytes(data))
+                if cleaned:
+                    yield cleaned
+            return
+        except sqlite3.Error:
+            pass
+        try:
+            low, high = db.execute("SELECT MIN(id), MAX(id) FROM batches").fetchone()
+        except sqlite3.Error:
+            low = high = None
+        if high is None:
+            try:  # sqlite_sequence (AUTOINCREMENT) knows the newest id even when the table's root is hurt
+                high = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'batches'").fetchone()[0]
+            except (sqlite3.Error, TypeError):
+                return
+        low = 1 if low is None else low
+        if last is not None:
+            low = max(low, last + 1)
+        low = max(low, high - max_probes)
+        for batch_id in range(low, high + 1):  # one lookup per id: a bad page costs only its batches
             try:
-                self._db.close()
+                row = db.execute("SELECT points, data FROM batches WHERE id = ?", (batch_id,)).fetchone()
             except sqlite3.Error:
-                pass
+                continue
+            if row is not None:
+                cleaned = _clean(row[0], bytes(row[1]))
+                if cleaned:
+                    yield cleaned
+    finally:
+        db.close()
+
+
+def _clean(points: int, data: bytes) -> tuple[int, bytes] | None:
+    """A salvaged batch, only if it still reads as line protocol text; counted again from its lines."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    lines = [line for line in text.split("\n") if line]
+    if not lines:
+        return None
+    return len(lines), ("\n".join(lines) + "\n").encode()

@@ -56,9 +56,7 @@ def parse_duration(value: object, *, unitless: bool = False) -> float:
         elif _is_parts(text):
             seconds = sum(float(n) * DURATION_UNITS[u] for n, u in _PART.findall(text))
         else:
-            raise ValueError(
-                f'expected a duration such as "500ms", "10s", "1m30s", got "{value}"'
-            )
+            raise ValueError(f'expected a duration, got "{value}"')
     else:
         raise ValueError(f"expected a duration, got {type(value).__name__}")
     if not math.isfinite(seconds):
@@ -76,7 +74,14 @@ def format_duration(seconds: float) -> str:
     if seconds >= 1 and float(seconds).is_integer():
         return f"{int(seconds)}s"
     # Fixed-point, never an exponent: "1.2e+08ms" is not in the grammar.
-    return f"{seconds * 1000:.6f}".rstrip("0").rstrip(".") + "ms"
+    for unit, scale in (("ns", 1e-9), ("us", 1e-6)):
+        if seconds < scale * 1000:
+            return _fixed(seconds / scale) + unit
+    return _fixed(seconds * 1000) + "ms"
+
+
+def _fixed(number: float) -> str:
+    return f"{number:.6f}".rstrip("0").rstrip(".")
 
 
 def parse_bytes(value: object) -> int:

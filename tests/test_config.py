@@ -52,6 +52,20 @@ MALFORMED = [
     ("env-unset", '[agent]\nhostname = "${GPUAGENT_TEST_SURELY_UNSET}"', "agent.hostname: environment variable GPUAGENT_TEST_SURELY_UNSET is not set"),
     ("several-errors", '[agent]\ninterval = "x"\nseed = "y"', "(and 1 more error)"),
     ("not-utf8", b"[agent]\nhostname = \"\xff\"\n", "gpuagent.toml: not UTF-8 text"),
+    # Intervals below the documented floor (100ms) flood CPU and log.
+    ("interval-1ns", '[agent]\ninterval = "1ns"', "agent.interval: expected at least 100ms (the floor for intervals)"),
+    ("interval-1ms", '[agent]\ninterval = "1ms"', "agent.interval: expected at least 100ms"),
+    ("collector-interval-1ms", '[collectors.host]\ninterval = "1ms"', "collectors.host.interval: expected at least 100ms"),
+    ("flush-interval-1ms", '[sinks.influxdb]\napi = "v1"\ndatabase = "d"\nflush_interval = "1ms"',
+     "sinks.influxdb.flush_interval: expected at least 100ms"),
+    ("simulate-count-0", '[agent]\nsimulate = "h100-sxm:0"', "agent.simulate: bad simulator SPEC item 'h100-sxm:0': COUNT must be 1.."),
+    # Tags InfluxDB would refuse: refused here, not on every point.
+    ("tag-trailing-backslash", "[agent.tags]\nshare = '\\\\fileserver\\gpu\\'", "agent.tags.share: value '\\\\\\\\fileserver\\\\gpu\\\\' ends with a backslash"),
+    ("tag-empty-key", '[agent.tags]\n"" = "x"', "agent.tags: tag key '' empty"),
+    ("tag-key-time", '[agent.tags]\ntime = "x"', "agent.tags: tag key 'time' 'time' is reserved by InfluxDB"),
+    ("tag-value-70000", '[agent.tags]\nbig = "' + "x" * 70000 + '"', "agent.tags.big: value 'xxxx"),
+    ("tag-value-newline", '[agent.tags]\nnote = "a\\nb"', "agent.tags.note: value 'a\\nb' contains a line break"),
+    ("hostname-backslash", '[agent]\nhostname = "node\\\\"', "agent.hostname: 'node\\\\' ends with a backslash"),
 ]
 
 
@@ -178,3 +192,55 @@ def test_usage_error_exit_code_2():
     proc = run_cli("run", "--bogus")
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
+
+
+NUMBER_SECRET = "31415926535"
+
+
+@pytest.mark.parametrize("table", [
+    f'[sinks.influxdb]\napi = "v1"\ndatabase = "d"\nusername = "u"\npassword = {NUMBER_SECRET}\n',
+    f'[sinks.influxdb]\nbucket = "b"\ntoken = {NUMBER_SECRET}\n',
+    f'[sinks.influxdb]\nbucket = "b"\ntoken = [{NUMBER_SECRET}]\n',
+    f'[sinks.influxdb]\nbucket = "b"\ntoken = {{ value = {NUMBER_SECRET} }}\n',
+])
+def test_a_secret_of_the_wrong_type_is_never_echoed(invoke, tmp_path, table):
+    path = tmp_path / "gpuagent.toml"
+    path.write_text(table)
+    result = invoke("config", "check", str(path))
+    assert result.exit_code == 1
+    assert NUMBER_SECRET not in result.output
+    assert "sinks.influxdb." in result.stderr and "not shown" in result.stderr, result.stderr
+
+
+def test_credentials_in_a_url_are_masked_by_config_show(invoke, tmp_path):
+    path = tmp_path / "gpuagent.toml"
+    path.write_text('[sinks.influxdb]\nurl = "http://admin:S3CRET-PW@127.0.0.1:8086"\napi = "v1"\ndatabase = "d"\n')
+    shown = invoke("config", "show", str(path))
+    assert shown.exit_code == 0, shown.output
+    assert "S3CRET-PW" not in shown.output and 'url = "http://admin:***@127.0.0.1:8086"' in shown.stdout
+
+
+def test_run_once_test_into_a_closed_pipe_exits_quietly(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "gpuagent", "run", "--simulate", "h100-sxm:8", "--once", "--test"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "XDG_STATE_HOME": str(tmp_path)})
+    first = proc.stdout.readline()  # `| head -1`: one line read, then the reader leaves
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == 0
+    assert first.startswith(b"gpu_") or first.startswith(b"host")
+    assert err == "", err
+
+
+def test_log_lines_never_carry_credentials_inside_a_url():
+    import logging
+
+    from gpuagent.logsetup import make_formatter
+
+    record = logging.LogRecord("gpuagent.x", logging.ERROR, __file__, 1,
+                               "cannot reach %s", ("https://admin:S3CRET@db:8086/write",), None)
+    for fmt, journal in (("text", False), ("text", True), ("json", False)):
+        line = make_formatter(fmt, journal=journal).format(record)
+        assert "S3CRET" not in line and "admin:***@db:8086" in line, line

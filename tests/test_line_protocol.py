@@ -10,6 +10,7 @@ from lineprotocol_parser import parse_line
 
 from gpuagent import Accumulator
 from gpuagent.metric import Point, format_field, serialize, to_lines
+from gpuagent.names import RESERVED_KEYS
 
 # Names may hold any printable character, delimiters and backslashes included.
 # Left to the examples below: a backslash before a delimiter or at the end and
@@ -20,7 +21,7 @@ names = st.text(
     | st.sampled_from([",", "=", " ", "\\", '"']),
     min_size=1,
     max_size=20,
-).filter(lambda s: not s.startswith("#") and not _AWKWARD.search(s))
+).filter(lambda s: not s.startswith("#") and not _AWKWARD.search(s) and s not in RESERVED_KEYS)
 values = st.one_of(
     st.integers(min_value=-(2**63), max_value=2**63 - 1),
     st.floats(allow_nan=False, allow_infinity=False),
@@ -82,8 +83,12 @@ def test_same_bytes_as_influxdb_client(measurement, tags, fields, ts):
         ("cpu load", {"host": "a b"}, {"v": 1.5}, r"cpu\ load,host=a\ b v=1.5 5"),
         ("m,x", {"k=y": "v,z"}, {"f=1": True}, r"m\,x,k\=y=v\,z f\=1=true 5"),
         ("m", {"b": "2", "a": "1"}, {"s": 'say "hi" \\ bye'}, 'm,a=1,b=2 s="say \\"hi\\" \\\\ bye" 5'),
-        ("m", {"t": "line\nbreak"}, {"f": False}, r"m,t=line\nbreak f=false 5"),
-        ("a\\b", {"path": "C:\\dir\\"}, {"k\\": 1}, r"a\b,path=C:\dir\\ k\\=1i 5"),
+        # A line break or a trailing backslash cannot be stored in a tag: the tag is left out.
+        ("m", {"t": "line\nbreak", "u": "x"}, {"f": False}, r"m,u=x f=false 5"),
+        ("a\\b", {"path": "C:\\dir\\", "p": "C:\\dir"}, {"k\\": 1, "k": 2}, r"a\b,p=C:\dir k=2i 5"),
+        # A backslash before a delimiter stays one backslash: influxd stores a\,b as it was sent.
+        ("m", {"t": "a\\,b"}, {"v": 1}, r"m,t=a\\,b v=1i 5"),
+        ("m", {"time": "x", "t\tab": "a\x00"}, {"time": 1, "v": 1}, "m v=1i 5"),
         ("m", {}, {"s": "two\nlines"}, r'm s="two\nlines" 5'),
         ("m", {"empty": ""}, {"f": -3}, "m f=-3i 5"),
     ],
@@ -128,3 +133,80 @@ def test_accumulator_tags_and_time():
     assert p.time_ns == 10
     q = acc.add_fields("m", {"v": 1}, time_ns=99)
     assert q.time_ns == 99
+
+
+# -- against the real influxd 1.6: what is written is what is stored ------------------------------
+
+_AWKWARD_ALPHABET = "\\,= \"ab#\t\x00é_"
+
+
+def _awkward_names(count: int, seed: int) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    out = {"a\\,b", "a\\\\,b", "\\", "x\\", "a\\ b", "a\\=b", "C:\\dir\\", "\\,", ",", "=", " ", "a b",
+           "#x", "time", "_field", "tab\there", "q\"uote", "end\\\\"}
+    while len(out) < count:
+        out.add("".join(rng.choice(_AWKWARD_ALPHABET) for _ in range(rng.randint(1, 6))))
+    return sorted(out)
+
+
+@pytest.mark.servers
+def test_every_tag_value_and_key_is_stored_unchanged_or_refused_by_our_rules(influxdb_v1):
+    from gpuagent import names as rules
+
+    db = "lp_names"
+    influxdb_v1.create_database(db)
+    candidates = _awkward_names(300, seed=23)
+    lines = [serialize("m", {"t": v, "k": "x"}, {"v": i}, i + 1) for i, v in enumerate(candidates)]
+    lines += [serialize("keys", {k: "x"}, {"v": i}, i + 1) for i, k in enumerate(candidates)]
+    lines += [serialize("fields", {}, {k: i}, 1) for i, k in enumerate(candidates)]
+    influxdb_v1.write([line for line in lines if line], db)  # 204: nothing we wrote was refused
+    stored_values = {v for s in influxdb_v1.query('SHOW TAG VALUES FROM "m" WITH KEY = "t"', db) for _, v in s["values"]}
+    stored_keys = {k for s in influxdb_v1.query('SHOW TAG KEYS FROM "keys"', db) for (k,) in s["values"]}
+    stored_fields = {k for s in influxdb_v1.query('SHOW FIELD KEYS FROM "fields"', db) for k, _ in s["values"]}
+    ok_values = {v for v in candidates if rules.tag_value_problem(v) is None}
+    ok_keys = {k for k in candidates if rules.tag_key_problem(k) is None}
+    ok_fields = {k for k in candidates if rules.field_key_problem(k) is None}
+    assert stored_values == ok_values
+    assert stored_keys == ok_keys
+    assert stored_fields == ok_fields
+    assert "a\\,b" in stored_values and "a\\\\,b" in stored_values  # not doubled
+    assert len(ok_values) > 150 and len(candidates) - len(ok_values) >= 4
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("value", ["\\\\fileserver\\gpu\\", "x\\"])
+def test_a_trailing_backslash_is_refused_by_influxd_whatever_the_escaping(influxdb_v1, value):
+    """Why names.py refuses it: neither one nor two backslashes at the end survive influxd's parser."""
+    from gpuagent import names as rules
+
+    assert rules.tag_value_problem(value) and "backslash" in rules.tag_value_problem(value)
+    for wire in (value, value + "\\"):
+        with pytest.raises(RuntimeError, match="invalid tag format"):
+            influxdb_v1.write(f"m,t={wire} v=1i 1")
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("measurement", ["m,n", "m n", "m=n", "m\\x", "cpu"])
+def test_measurement_names_are_stored_unchanged(influxdb_v1, measurement):
+    db = "lp_measurements"
+    influxdb_v1.create_database(db)
+    influxdb_v1.write(serialize(measurement, {}, {"v": 1}, 1), db)
+    stored = {name for s in influxdb_v1.query("SHOW MEASUREMENTS", db) for (name,) in s["values"]}
+    assert measurement in stored
+
+
+def test_bad_names_cost_the_tag_or_field_not_the_point_and_warn_once(caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="gpuagent.names"):
+        for _ in range(3):
+            line = Point("m", {"ok": "1", "bad": "once-23\\", "time": "t"}, {"v": 1, "time": 2}, 7).to_line()
+            assert line == "m,ok=1 v=1i 7"
+        assert Point("#comment", {}, {"v": 1}, 1).to_line() == ""
+        assert Point("m", {}, {"time": 1}, 1).to_line() == ""  # no field left: not written
+        assert to_lines([Point("#c", {}, {"v": 1}, 1), Point("m", {}, {"v": 1}, 1)]) == "m v=1i 1\n"
+    warned = [r.getMessage() for r in caplog.records]
+    assert sum("once-23" in m for m in warned) == 1, warned  # three points, one warning
+    assert any("#comment" in m for m in warned)

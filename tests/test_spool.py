@@ -93,3 +93,131 @@ def test_retry_after_seconds_and_http_date():
     assert 25 <= parse_retry_after({"Retry-After": when}) <= 31
     assert parse_retry_after({"Retry-After": "soon"}) is None
     assert parse_retry_after({}) is None
+
+
+# -- a spool that heals, a spool that cannot be written ------------------------------------------
+
+import contextlib  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+
+from gpuagent.spool import SpoolError  # noqa: E402
+
+
+def filled(directory, batches: int = 60, points: int = 40) -> int:
+    spool = Spool(directory, max_bytes=10**8)
+    for seq in range(batches):
+        spool.push(batch(seq, points), points)
+    total = spool.points
+    spool.close()
+    return total
+
+
+def damage(path, how: str) -> None:
+    size = path.stat().st_size
+    with open(path, "r+b") as fh:
+        if how == "middle":
+            fh.seek(size // 2 - 10_000)
+            fh.write(os.urandom(20_000))
+        elif how == "half":
+            fh.truncate(size // 2)
+        elif how == "header":
+            fh.write(os.urandom(100))
+
+
+@pytest.mark.parametrize("how", ["middle", "half", "header"])
+def test_a_damaged_spool_is_moved_aside_salvaged_and_replaced(tmp_path, caplog, how):
+    total = filled(tmp_path)
+    damage(tmp_path / Spool.FILENAME, how)
+    with caplog.at_level(logging.ERROR, logger="gpuagent.spool"):
+        spool = Spool(tmp_path, max_bytes=10**8)
+    assert spool.available and spool.writable and spool.damaged_total == 1
+    aside = list(tmp_path.glob("spool.damaged-*.sqlite"))
+    assert len(aside) == 1
+    errors = [r.getMessage() for r in caplog.records]
+    assert len(errors) == 1 and aside[0].name in errors[0] and "batches" in errors[0], errors
+    # What could be read is there, each batch intact; the rest is gone, not garbled.
+    salvaged = spool.points
+    if how == "header":  # a rebuilt header reads every batch back
+        assert salvaged == total
+    else:
+        assert 0 < salvaged < total, "a file damaged in one place still has readable batches"
+    peeked = spool.peek(10**6)
+    if salvaged:
+        lines = peeked[2].decode().splitlines()
+        assert len(lines) == salvaged and all(line.startswith("m,b=") for line in lines)
+    # And the fresh spool takes new batches.
+    spool.push(batch(999), 10)
+    assert spool.points == salvaged + 10
+    spool.close()
+    assert Spool(tmp_path, max_bytes=10**8).points == salvaged + 10  # and keeps them
+
+
+@contextlib.contextmanager
+def mounted(path, options: str):
+    """A tmpfs (or a read-only bind mount) at path; skips where mounting is not allowed."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a small file system needs root")
+    done = subprocess.run(["mount", *options.split(), str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount here: {done.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_disk_full_refuses_the_batch_and_moves_no_counter(tmp_path):
+    with mounted(tmp_path / "small", "-t tmpfs -o size=1m tmpfs") as small:
+        spool = Spool(small, max_bytes=10**8)
+        kept = 0
+        with pytest.raises(SpoolError, match="disk full"):
+            for seq in range(10_000):
+                spool.push(batch(seq, 100), 100)
+                kept += 100
+        assert kept > 0 and spool.points == kept  # the failed batch counted nowhere
+        assert spool.problem == "disk full" and not spool.writable
+        # Delivered batches whose delete may not fit either: never handed out again.
+        last_id, points, _ = spool.peek(1000)
+        spool.remove_through(last_id)
+        assert spool.points == kept - points
+        nxt = spool.peek(1000)
+        assert nxt is None or nxt[0] > last_id
+        spool.close()
+
+
+def test_a_read_only_spool_is_replayed_once_and_refuses_new_batches(tmp_path):
+    state = tmp_path / "state"
+    total = filled(state, batches=5, points=10)
+    with mounted(tmp_path / "ro", f"--bind -o ro {state}") as ro:
+        # A plain ro bind needs a remount to take effect on some kernels.
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], capture_output=True)
+        spool = Spool(ro, max_bytes=10**8)
+        assert spool.available and not spool.writable and spool.points == total
+        with pytest.raises(SpoolError):
+            spool.push(batch(100), 10)
+        seen = 0
+        while (got := spool.peek(20)) is not None:
+            spool.remove_through(got[0])  # cannot be deleted: remembered as delivered
+            seen += got[1]
+        assert seen == total and spool.points == 0
+        spool.close()
+
+
+def test_damage_found_while_running_heals_without_stopping_delivery(tmp_path, caplog):
+    total = filled(tmp_path)
+    spool = Spool(tmp_path, max_bytes=10**8)
+    spool._db.execute("PRAGMA cache_size=1")  # read pages from the file again, as after cache pressure
+    damage(tmp_path / Spool.FILENAME, "middle")
+    with caplog.at_level(logging.ERROR, logger="gpuagent.spool"):
+        delivered = 0
+        while (got := spool.peek(40)) is not None:
+            spool.remove_through(got[0])
+            delivered += got[1]
+    assert spool.damaged_total == 1 and 0 < delivered < total
+    assert sum("was damaged" in r.getMessage() for r in caplog.records) == 1
+    spool.push(batch(1), 10)  # the fresh spool takes over
+    assert spool.points == 10

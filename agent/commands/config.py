@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from gpuagent.config import is_secret_key, mask_url
 from gpuagent.errors import AgentError
 from gpuagent.runtime import Options, load
 
@@ -69,7 +70,7 @@ AGENT_TABLE = """\
 # ${VAR} in any string is replaced from the environment (${VAR:-default} too).
 
 [agent]
-interval = "10s"            # default interval of every collector
+interval = "10s"            # default interval of every collector (at least 100ms)
 # hostname = ""             # default: the machine's hostname
 # simulate = ""             # a simulated fleet instead of NVML, e.g. "l40s:2,h100-sxm:1"
 # log_level = "info"        # debug | info | warning | error
@@ -109,6 +110,8 @@ def dump_toml(doc: dict, prefix: str = "") -> str:
     for key, value in scalars.items():
         if value is None:
             continue
+        if is_secret_key(key) and value not in ("", [], 0):
+            value = "**********"  # a plugin's secret typed as str or a number: masked like SecretStr
         lines.append(f"{_key(key)} = {_toml_value(value)}")
     if lines:
         lines.append("")
@@ -128,5 +131,5 @@ def _toml_value(value) -> str:
         return repr(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    text = mask_url(str(value)).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{text}"'

@@ -29,7 +29,6 @@ parsed and scheduled by gpuagent.sim.health_faults.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import pynvml
@@ -37,9 +36,7 @@ import pynvml
 from gpuagent.errors import AgentError
 from gpuagent.sim.health_faults import GRAMMAR as HEALTH_GRAMMAR
 from gpuagent.sim.health_faults import HealthFault, parse_health_fault
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
-_UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0, "h": 3600.0}
+from gpuagent.units import parse_duration
 
 
 @dataclass(frozen=True)
@@ -82,14 +79,19 @@ Fault = XidFault | LostFault | ForceFault | UnprivilegedFault | ProcFault | Heal
 
 
 def parse_seconds(text: str | float | int, what: str = "time") -> float:
+    """A SPEC time: the agent's duration grammar (gpuagent.units), a bare number being seconds."""
     if isinstance(text, int | float) and not isinstance(text, bool):
+        if text < 0:
+            raise AgentError(f"bad {what} {text!r}: a time cannot be negative")
         return float(text)
-    match = _DURATION.match(str(text))
-    if not match:
+    if str(text).strip() in ("0", "0s", "0.0"):
+        return 0.0  # "at the start": the one time a duration may be zero
+    try:
+        return parse_duration(str(text), unitless=True)
+    except ValueError:
         raise AgentError(
             f"bad {what} {text!r}: use seconds or a duration such as 500ms, 20s, 2m, 1h"
-        )
-    return float(match.group(1)) * _UNITS[match.group(2)]
+        ) from None
 
 
 def error_code(value: str | int) -> int:

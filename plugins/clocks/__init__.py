@@ -52,6 +52,8 @@ REASON_TIME_FIELDS = FieldReader(
     }
 )
 
+MEASUREMENT = "gpu_clocks"
+
 PSTATE_UNKNOWN = pynvml.NVML_PSTATE_UNKNOWN
 
 # Newest spelling first; the deprecated ones leave pynvml with CUDA 14.
@@ -87,37 +89,42 @@ def current_reasons(gpu: gpuagent.Gpu) -> int | None:
     return valid(poll_first(gpu, CURRENT_REASONS_CALLS))
 
 
+def read_gpu(gpu: gpuagent.Gpu) -> dict[str, int | float | bool | None]:
+    """One GPU's gpu_clocks fields (what the collector emits and `inspect` shows)."""
+    fields: dict[str, int | float | bool | None] = {}
+    for clock_type, stem in CLOCKS:
+        # 0 MHz is NVML's "not available" (e.g. on a MIG-enabled GPU), not a reading.
+        fields[f"{stem}_clock_mhz"] = valid(
+            poll(gpu, pynvml.nvmlDeviceGetClockInfo, clock_type), zero=False
+        )
+    for clock_type, stem in CLOCKS:
+        fields[f"max_{stem}_clock_mhz"] = max_clock_mhz(gpu, clock_type)
+    for clock_type, stem in APPLICATIONS_CLOCKS:
+        fields[f"applications_{stem}_clock_mhz"] = valid(
+            poll_first(gpu, APPLICATIONS_CLOCK_CALLS, clock_type), zero=False
+        )
+    pstate = poll(gpu, pynvml.nvmlDeviceGetPerformanceState)
+    fields["pstate"] = None if pstate is None or pstate == PSTATE_UNKNOWN else valid(pstate)
+
+    supported = supported_reasons(gpu)
+    if supported is not None:
+        fields["clock_event_reasons_supported"] = supported
+        current = current_reasons(gpu)
+        if current is not None:
+            fields["clock_event_reasons"] = current
+            for bit, name in REASONS.items():
+                if supported & bit:
+                    fields[name] = bool(current & bit)
+    fields.update(REASON_TIME_FIELDS.read(gpu))
+    return fields
+
+
 class ClocksCollector(gpuagent.Collector):
     name = "clocks"
     requires_gpus = True
 
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
-        fields: dict[str, int | float | bool | None] = {}
-        for clock_type, stem in CLOCKS:
-            # 0 MHz is NVML's "not available" (e.g. on a MIG-enabled GPU), not a reading.
-            fields[f"{stem}_clock_mhz"] = valid(
-                poll(gpu, pynvml.nvmlDeviceGetClockInfo, clock_type), zero=False
-            )
-        for clock_type, stem in CLOCKS:
-            fields[f"max_{stem}_clock_mhz"] = max_clock_mhz(gpu, clock_type)
-        for clock_type, stem in APPLICATIONS_CLOCKS:
-            fields[f"applications_{stem}_clock_mhz"] = valid(
-                poll_first(gpu, APPLICATIONS_CLOCK_CALLS, clock_type), zero=False
-            )
-        pstate = poll(gpu, pynvml.nvmlDeviceGetPerformanceState)
-        fields["pstate"] = None if pstate is None or pstate == PSTATE_UNKNOWN else valid(pstate)
-
-        supported = supported_reasons(gpu)
-        if supported is not None:
-            fields["clock_event_reasons_supported"] = supported
-            current = current_reasons(gpu)
-            if current is not None:
-                fields["clock_event_reasons"] = current
-                for bit, name in REASONS.items():
-                    if supported & bit:
-                        fields[name] = bool(current & bit)
-        fields.update(REASON_TIME_FIELDS.read(gpu))
-        acc.add_fields("gpu_clocks", fields, tags=gpu.tags)
+        acc.add_fields(MEASUREMENT, read_gpu(gpu), tags=gpu.tags)
 
 
 @gpuagent.hookimpl

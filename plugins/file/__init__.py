@@ -39,6 +39,7 @@ class FileSink(gpuagent.Sink):
         self.points_written = 0
         self.bytes_written = 0
         self.rotations = 0
+        self.reader_gone = False  # stdout's reader left (`gpuagent run --test | head -1`)
 
     @property
     def path(self) -> Path | None:
@@ -86,16 +87,41 @@ class FileSink(gpuagent.Sink):
             limit = self.config.max_bytes
             if limit and self.path is not None and self._size and self._size + size > limit:
                 self._rotate()
+            if self.reader_gone:
+                return
             self._size += size
-            self._fh.write(text)
-            self._fh.flush()
+            try:
+                self._fh.write(text)
+                self._fh.flush()
+            except BrokenPipeError:
+                if self._fh is not sys.stdout:
+                    raise
+                self._reader_left()
+                return
             self.points_written += len(points)
             self.bytes_written += size
 
+    def _reader_left(self) -> None:
+        """The pipe's reader is gone: not an error (`| head`). Stop writing, and point fd 1 at
+        /dev/null so neither we nor Python's exit-time flush report a broken pipe."""
+        self.reader_gone = True
+        self.log.debug("stdout's reader has gone; no more line protocol is written")
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
     def flush(self, timeout: float) -> None:
         with self._lock:
-            if self._fh is not None:
-                self._fh.flush()
+            if self._fh is not None and not self.reader_gone:
+                try:
+                    self._fh.flush()
+                except BrokenPipeError:
+                    if self._fh is not sys.stdout:
+                        raise
+                    self._reader_left()
 
     def close(self) -> None:
         with self._lock:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import base64
 import gzip
+import http.client
 import logging
 import os
-import sqlite3
+import socket
 import stat
+import threading
 import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,9 +22,10 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, SecretStr, model_validator
 
 import gpuagent
+from gpuagent.config import mask_url
 from gpuagent.delivery import Delivery, Outcome, Result, classify_http
-from gpuagent.durations import Duration, parse_duration
-from gpuagent.errors import AgentError, ConfigError
+from gpuagent.durations import Duration, Interval, parse_duration
+from gpuagent.errors import ConfigError
 from gpuagent.metric import Point
 from gpuagent.spool import ByteSize, Spool
 
@@ -51,21 +54,29 @@ class InfluxDBSinkConfig(gpuagent.SinkConfig):
     password: SecretStr | None = None
     # delivery
     batch_size: int = Field(5000, ge=1, le=1_000_000)
-    flush_interval: Duration = 10.0
+    flush_interval: Interval = 10.0
     flush_jitter: Annotated[float, BeforeValidator(_duration_or_zero)] = 1.0
     timeout: Duration = 10.0
     verify_tls: bool = True
     gzip: bool = True
     max_buffer_points: int = Field(100_000, ge=1)
     max_spool_bytes: ByteSize = 512 * 2**20
-    retry_initial_backoff: Duration = 1.0
+    retry_initial_backoff: Interval = 1.0
     retry_max_backoff: Duration = 60.0
+    # Write-ahead: every collected batch is committed to the spool before it counts as
+    # collected, so a kill -9 loses at most the collection in flight (README: the cost).
+    write_ahead: bool = True
+    spool_sync: Literal["normal", "full"] = "normal"  # "full": fsync per commit, survives power loss
 
     @model_validator(mode="after")
     def _check(self):
         # Messages name keys, never values: a value here may be a secret.
-        scheme = urllib.parse.urlsplit(self.url).scheme
-        if scheme not in ("http", "https") or not urllib.parse.urlsplit(self.url).netloc:
+        try:
+            parts = urllib.parse.urlsplit(self.url)
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError:
+            raise ValueError("url: expected http://HOST:PORT or https://HOST:PORT") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError('url: expected http://HOST:PORT or https://HOST:PORT')
         if self.api == "v2" and not self.bucket:
             raise ValueError('bucket: required with api = "v2" (or set api = "v1" and database)')
@@ -111,16 +122,22 @@ def check_secret_file_permissions(path: Path | str | None, secrets: Sequence[str
 
 
 class _V1Transport:
-    """POST /write?db=&rp=&precision=ns (InfluxDB 1.x), with urllib3 and no automatic retries."""
+    """POST /write?db=&rp=&precision=ns (InfluxDB 1.x) over http.client, with a whole-request deadline.
+
+    A per-read socket timeout never fires against a server that answers one
+    byte at a time; a timer shuts the socket down when the request as a whole
+    has taken `timeout`, so the send fails (and is retried) by then. Up to two
+    keep-alive connections (a replay keeps two requests in flight).
+    """
 
     def __init__(self, cfg: InfluxDBSinkConfig, token: str | None):
-        import urllib3
-
-        self._urllib3 = urllib3
         params = {"db": cfg.database, "precision": "ns"}
         if cfg.retention_policy:
             params["rp"] = cfg.retention_policy
-        self._url = cfg.url.rstrip("/") + "/write?" + urllib.parse.urlencode(params)
+        parts = urllib.parse.urlsplit(cfg.url)
+        self._https = parts.scheme == "https"
+        self._host, self._port = parts.hostname or "127.0.0.1", parts.port
+        self._path = (parts.path.rstrip("/") or "") + "/write?" + urllib.parse.urlencode(params)
         self._headers = {"Content-Type": "text/plain; charset=utf-8"}
         if cfg.gzip:
             self._headers["Content-Encoding"] = "gzip"
@@ -129,25 +146,109 @@ class _V1Transport:
         elif cfg.username:
             pair = f"{cfg.username}:{cfg.password.get_secret_value()}".encode()
             self._headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+        elif parts.username:  # http://user:password@host: http.client ignores credentials in a URL
+            pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+            self._headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
         self._gzip = cfg.gzip
-        self._pool = urllib3.PoolManager(
-            num_pools=1,
-            maxsize=2,  # a replay keeps two requests in flight
-            retries=False,
-            timeout=urllib3.Timeout(total=cfg.timeout),
-            cert_reqs="CERT_REQUIRED" if cfg.verify_tls else "CERT_NONE",
-        )
+        self._timeout = cfg.timeout
+        self._ssl = None
+        if self._https:
+            import ssl
+
+            self._ssl = ssl.create_default_context()
+            if not cfg.verify_tls:
+                self._ssl.check_hostname = False
+                self._ssl.verify_mode = ssl.CERT_NONE
+        self._lock = threading.Lock()
+        self._idle: list[http.client.HTTPConnection] = []
+        self._active: set[http.client.HTTPConnection] = set()
+        self._closed = False
+
+    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop(), True
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout, context=self._ssl), False
+        return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout), False
 
     def send(self, body: bytes, lines: int) -> Result:
         data = gzip.compress(body, compresslevel=1) if self._gzip else body
+        for _attempt in (1, 2):
+            conn, reused = self._connection()
+            result, retry = self._request(conn, data, reused)
+            if not retry:
+                return result
+        return result
+
+    def _request(self, conn: http.client.HTTPConnection, data: bytes, reused: bool) -> tuple[Result, bool]:
+        """One request on conn: (result, whether to try once more on a fresh connection)."""
+        fired = threading.Event()
+
+        def cut() -> None:
+            fired.set()
+            _shutdown(conn)
+
+        timer = threading.Timer(self._timeout, cut)
+        timer.daemon = True
+        timer.start()
+        with self._lock:
+            self._active.add(conn)
+        got_answer = False
         try:
-            resp = self._pool.request("POST", self._url, body=data, headers=self._headers, retries=False)
-        except self._urllib3.exceptions.HTTPError as exc:
-            return Result(Outcome.RETRY, None, _describe(exc))
-        return classify_http(resp.status, resp.data, resp.headers)
+            if conn.sock is None:
+                conn.connect()
+            conn.request("POST", self._path, body=data, headers=self._headers)
+            resp = conn.getresponse()
+            got_answer = True
+            payload = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            if fired.is_set():
+                return Result(Outcome.RETRY, None, f"no complete answer within {self._timeout:g}s"), False
+            if self._closed:
+                return Result(Outcome.RETRY, None, "cut short: the agent is stopping"), False
+            # A kept-alive connection the server closed meanwhile: one more try on a new one.
+            return Result(Outcome.RETRY, None, _describe(exc)), reused and not got_answer
+        finally:
+            timer.cancel()
+            with self._lock:
+                self._active.discard(conn)
+        if fired.is_set():  # the answer completed just as the deadline passed: the socket is gone
+            conn.close()
+        elif resp.will_close:
+            conn.close()
+        else:
+            with self._lock:
+                if self._closed or len(self._idle) >= 2:
+                    conn.close()
+                else:
+                    self._idle.append(conn)
+        return classify_http(resp.status, payload, resp.headers), False
+
+    def abort(self) -> None:
+        """Cut requests in flight short (stop must not wait on a slow server)."""
+        with self._lock:
+            self._closed = True
+            active = list(self._active)
+        for conn in active:
+            _shutdown(conn)
 
     def close(self) -> None:
-        self._pool.clear()
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+def _shutdown(conn: http.client.HTTPConnection) -> None:
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 class _V2Transport:
@@ -161,6 +262,7 @@ class _V2Transport:
         if not token and cfg.username:  # InfluxDB 1.8's v2 compatibility takes "user:password"
             token = f"{cfg.username}:{cfg.password.get_secret_value()}"
         self._ApiException = ApiException
+        self._timeout = cfg.timeout
         self._precision = WritePrecision.NS
         self._bucket, self._org = cfg.bucket, cfg.org or "-"
         self._client = InfluxDBClient(
@@ -175,6 +277,25 @@ class _V2Transport:
         self._write = self._client.write_api(write_options=SYNCHRONOUS)
 
     def send(self, body: bytes, lines: int) -> Result:
+        # influxdb-client's timeout is per socket read: the whole request is bounded here, in a
+        # helper thread (left to finish on its own when a server drips its answer).
+        box: list[Result] = []
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                box.append(self._send(body))
+            except BaseException as exc:  # noqa: BLE001 - reported as a failed send, never lost
+                box.append(Result(Outcome.RETRY, None, _describe(exc)))
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="gpuagent-influxdb-v2-send", daemon=True).start()
+        if not done.wait(self._timeout):
+            return Result(Outcome.RETRY, None, f"no complete answer within {self._timeout:g}s")
+        return box[0]
+
+    def _send(self, body: bytes) -> Result:
         try:
             self._write.write(self._bucket, self._org, record=body, write_precision=self._precision)
         except self._ApiException as exc:
@@ -212,7 +333,7 @@ class InfluxDBSink(gpuagent.Sink):
     def __repr__(self) -> str:
         c = self.config
         target = f"bucket={c.bucket!r}" if c.api == "v2" else f"database={c.database!r}"
-        return f"<InfluxDBSink {c.api} {c.url} {target}>"
+        return f"<InfluxDBSink {c.api} {mask_url(c.url)} {target}>"
 
     def _token(self) -> str | None:
         c = self.config
@@ -238,14 +359,21 @@ class InfluxDBSink(gpuagent.Sink):
             check_secret_file_permissions(self.context.config_path, secrets, self.log)
         transport = _V1Transport(c, token) if c.api == "v1" else _V2Transport(c, token)
         spool_dir = Path(self.context.state_dir) / "spool" / self.name
-        try:
-            spool = Spool(spool_dir, c.max_spool_bytes)
-        except (OSError, sqlite3.Error) as exc:
-            transport.close()
-            raise AgentError(
-                f"sinks.influxdb: cannot open the spool in {spool_dir}: {exc} "
-                "(set [agent] state_dir to a writable directory)"
-            ) from None
+        # Never refuses to start: a damaged file heals itself, and a spool that cannot be
+        # opened at all leaves delivery in memory (said once here, retried now and then).
+        spool = Spool(spool_dir, c.max_spool_bytes, sync=c.spool_sync, log=self.log)
+        if spool.available and not spool.writable:
+            self.log.error(
+                "%s: the spool in %s cannot be written (%s): its %d points are replayed, new points wait in "
+                "memory (at most %d; a restart loses them) until it can",
+                self.name, spool_dir, spool.problem, spool.points, c.max_buffer_points,
+            )
+        elif not spool.available:
+            self.log.error(
+                "%s: no spool (%s): delivering from memory only (at most %d points wait for the server; "
+                "a restart loses them) until %s can be written",
+                self.name, spool.problem, c.max_buffer_points, spool_dir,
+            )
         self.delivery = Delivery(
             self.name,
             transport,
@@ -256,6 +384,7 @@ class InfluxDBSink(gpuagent.Sink):
             max_buffer_points=c.max_buffer_points,
             initial_backoff=c.retry_initial_backoff,
             max_backoff=c.retry_max_backoff,
+            write_ahead=c.write_ahead,
             log=self.log,
         )
         if spool.points:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pynvml
@@ -23,6 +24,8 @@ from gpuagent.nvml_read import poll, valid
 from gpuagent.plugins.mig.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported
 
 log = logging.getLogger("gpuagent.collector.memory")
+
+MEASUREMENT = "gpu_memory"
 
 # GPM metric -> field (all percentages, 0-100, over the interval between two samples).
 GPM_METRICS = {
@@ -91,6 +94,55 @@ def static_fields(gpu: gpuagent.Gpu, use_cuda: bool) -> dict[str, Any]:
     return gpu.remember("memory.static", read)
 
 
+def read_gpu(
+    gpu: gpuagent.Gpu,
+    use_cuda: bool = True,
+    gpm_read: Callable[[gpuagent.Gpu, Iterable[int]], dict[int, float]] | None = None,
+) -> dict[str, Any]:
+    """One GPU's gpu_memory fields (what the collector emits and `inspect` shows).
+
+    ``gpm_read(gpu, metric_ids)`` gives GPM metrics over the interval since the
+    previous sample (the collector's samplers); None: no GPM fields (a one-off
+    read has no earlier sample).
+    """
+    fields: dict[str, Any] = {}
+    info = poll(gpu, pynvml.nvmlDeviceGetMemoryInfo, pynvml.nvmlMemory_v2)
+    if info is not None:
+        fields["fb_reserved_bytes"] = valid(info.reserved)
+    else:  # drivers before r510 have only the v1 struct (no reserved)
+        info = poll(gpu, pynvml.nvmlDeviceGetMemoryInfo)
+    if info is not None:
+        fields["fb_total_bytes"] = valid(info.total)
+        fields["fb_used_bytes"] = valid(info.used)
+        fields["fb_free_bytes"] = valid(info.free)
+    bar1 = poll(gpu, pynvml.nvmlDeviceGetBAR1MemoryInfo)
+    if bar1 is not None:
+        fields["bar1_total_bytes"] = valid(bar1.bar1Total)
+        fields["bar1_used_bytes"] = valid(bar1.bar1Used)
+        fields["bar1_free_bytes"] = valid(bar1.bar1Free)
+    util = poll(gpu, pynvml.nvmlDeviceGetUtilizationRates)
+    if util is not None:
+        fields["gpu_util_pct"] = valid(util.gpu)
+        # The share of time memory was read or written (busy time), not bandwidth.
+        fields["memory_util_pct"] = valid(util.memory)
+
+    static = static_fields(gpu, use_cuda)
+    fields.update(static)
+
+    # DRAM bandwidth only where NVML measures it: GPM (Hopper and newer). Cards without GPM
+    # carry no dram_bw_* field: their memory busy time is not bandwidth.
+    if gpm_read is not None:
+        for metric_id, value in gpm_read(gpu, GPM_METRICS).items():
+            fields[GPM_METRICS[metric_id]] = valid(float(value))
+        if fields.get("dram_bw_util_pct") is not None:
+            fields["dram_bw_source"] = "gpm"
+    util_pct = fields.get("dram_bw_util_pct")
+    peak = static.get("dram_peak_gbps")
+    if util_pct is not None and peak is not None:
+        fields["dram_bw_gbps"] = round(util_pct / 100.0 * peak, 3)
+    return fields
+
+
 class MemoryCollector(gpuagent.Collector):
     name = "memory"
     requires_gpus = True
@@ -131,42 +183,8 @@ class MemoryCollector(gpuagent.Collector):
         super().collect(acc)
 
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
-        fields: dict[str, Any] = {}
-        info = poll(gpu, pynvml.nvmlDeviceGetMemoryInfo, pynvml.nvmlMemory_v2)
-        if info is not None:
-            fields["fb_reserved_bytes"] = valid(info.reserved)
-        else:  # drivers before r510 have only the v1 struct (no reserved)
-            info = poll(gpu, pynvml.nvmlDeviceGetMemoryInfo)
-        if info is not None:
-            fields["fb_total_bytes"] = valid(info.total)
-            fields["fb_used_bytes"] = valid(info.used)
-            fields["fb_free_bytes"] = valid(info.free)
-        bar1 = poll(gpu, pynvml.nvmlDeviceGetBAR1MemoryInfo)
-        if bar1 is not None:
-            fields["bar1_total_bytes"] = valid(bar1.bar1Total)
-            fields["bar1_used_bytes"] = valid(bar1.bar1Used)
-            fields["bar1_free_bytes"] = valid(bar1.bar1Free)
-        util = poll(gpu, pynvml.nvmlDeviceGetUtilizationRates)
-        if util is not None:
-            fields["gpu_util_pct"] = valid(util.gpu)
-            # The share of time memory was read or written (busy time), not bandwidth.
-            fields["memory_util_pct"] = valid(util.memory)
-
-        static = static_fields(gpu, self._use_cuda)
-        fields.update(static)
-
-        # DRAM bandwidth only where NVML measures it: GPM (Hopper and newer). Cards without GPM
-        # carry no dram_bw_* field: their memory busy time is not bandwidth.
-        if self._uses_gpm(gpu):
-            for metric_id, value in self._gpm_read(gpu, GPM_METRICS).items():
-                fields[GPM_METRICS[metric_id]] = valid(float(value))
-            if fields.get("dram_bw_util_pct") is not None:
-                fields["dram_bw_source"] = "gpm"
-        util_pct = fields.get("dram_bw_util_pct")
-        peak = static.get("dram_peak_gbps")
-        if util_pct is not None and peak is not None:
-            fields["dram_bw_gbps"] = round(util_pct / 100.0 * peak, 3)
-        acc.add_fields("gpu_memory", fields, tags=gpu.tags)
+        gpm_read = self._gpm_read if self._uses_gpm(gpu) else None
+        acc.add_fields(MEASUREMENT, read_gpu(gpu, self._use_cuda, gpm_read), tags=gpu.tags)
 
     def close(self) -> None:
         self._gpm.close()

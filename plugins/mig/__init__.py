@@ -13,6 +13,8 @@ from gpuagent.gpu import Gpu, GpuLost, as_str
 from gpuagent.plugins.mig.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported
 from gpuagent.plugins.mig.names import mig_profile_name
 
+MEASUREMENT = "gpu_mig"
+
 # GPM metrics read per GPU instance: field name -> metric id (all percentages).
 GPM_FIELDS = {
     "graphics_util_pct": pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL,
@@ -50,6 +52,88 @@ def profile_name_from_attributes(attrs: Any) -> str | None:
     return name if ci_slices in (0, gi_slices) else f"{ci_slices}c.{name}"
 
 
+def read_state(gpu: Gpu, gpm: bool = False) -> dict[str, Any] | None:
+    """MIG mode and MIG devices of one GPU; None for a GPU that is not MIG-capable.
+
+    ``gpm``: list the GPU instances to read GPM utilisation for (Hopper and newer).
+    """
+    modes = gpu.query(pynvml.nvmlDeviceGetMigMode)
+    if modes is None:
+        return None  # not MIG-capable
+    current, pending = (int(m) == pynvml.NVML_DEVICE_MIG_ENABLE for m in modes)
+    max_devices = gpu.static("max_mig_device_count", pynvml.nvmlDeviceGetMaxMigDeviceCount)
+    devices = mig_devices(gpu, max_devices or 0) if current else []
+    gpm = bool(devices) and gpm and gpm_supported(gpu)
+    return {
+        "fields": {
+            "mig_mode_current": current,
+            "mig_mode_pending": pending,
+            "max_mig_devices": max_devices,
+            "mig_devices": len(devices),
+        },
+        "devices": devices,
+        "gpm_instances": sorted({d["gi_id"] for d in devices if d["gi_id"] is not None}) if gpm else [],
+    }
+
+
+def points(
+    gpu: Gpu, state: dict[str, Any], utilisation: dict[int, dict[str, float | None]] | None = None
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(tags, fields) of one GPU's gpu_mig points: the GPU's MIG mode, then one per MIG device.
+
+    ``utilisation``: GPU instance id -> GPM fields (the collector's samplers).
+    """
+    utilisation = utilisation or {}
+    out: list[tuple[dict[str, Any], dict[str, Any]]] = [(gpu.tags, state["fields"])]
+    for device in state["devices"]:
+        fields = {**device["fields"], **utilisation.get(device["gi_id"], {})}
+        out.append(({**gpu.tags, **device["tags"]}, fields))
+    return out
+
+
+def read_gpu(gpu: Gpu) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """One GPU's gpu_mig points without GPM (a one-off read has no earlier sample); [] if not MIG-capable."""
+    state = read_state(gpu)
+    return points(gpu, state) if state is not None else []
+
+
+def mig_devices(gpu: Gpu, max_devices: int) -> list[dict[str, Any]]:
+    devices = []
+    for index in range(max_devices):
+        handle = gpu.query(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, index)
+        if handle is None:
+            continue  # an empty slot (NOT_FOUND)
+        devices.append(mig_device(gpu, index, handle))
+    return devices
+
+
+def mig_device(gpu: Gpu, index: int, handle: Any) -> dict[str, Any]:
+    q = gpu.query
+    gi_id = q(on_handle(pynvml.nvmlDeviceGetGpuInstanceId), handle)
+    ci_id = q(on_handle(pynvml.nvmlDeviceGetComputeInstanceId), handle)
+    uuid = q(on_handle(pynvml.nvmlDeviceGetUUID), handle)
+    memory = q(on_handle(pynvml.nvmlDeviceGetMemoryInfo), handle)
+    attrs = q(on_handle(pynvml.nvmlDeviceGetAttributes_v2), handle)
+    tags = {
+        "gi_id": gi_id,
+        "ci_id": ci_id,
+        "mig_uuid": as_str(uuid) if uuid is not None else None,
+        "mig_profile": mig_profile_name(gpu, handle, attrs, gi_id, ci_id),
+    }
+    fields: dict[str, Any] = {"mig_index": index}
+    if memory is not None:
+        fields["fb_total_bytes"] = int(memory.total)
+        fields["fb_used_bytes"] = int(memory.used)
+        fields["fb_free_bytes"] = int(memory.free)
+        if memory.total:
+            fields["fb_used_pct"] = round(100.0 * memory.used / memory.total, 2)
+    if attrs is not None:
+        fields["sm_count"] = int(attrs.multiprocessorCount)
+        fields["gi_slices"] = int(attrs.gpuInstanceSliceCount)
+        fields["ci_slices"] = int(attrs.computeInstanceSliceCount)
+    return {"gi_id": gi_id, "tags": tags, "fields": fields}
+
+
 class MigCollector(gpuagent.Collector):
     """MIG mode of each MIG-capable GPU and one point per MIG device.
 
@@ -74,7 +158,7 @@ class MigCollector(gpuagent.Collector):
         states = []
         for gpu in self.gpus:
             try:
-                state = self._read_gpu(gpu)
+                state = read_state(gpu, self.config.gpm)
             except GpuLost:
                 continue
             if state is not None:
@@ -87,25 +171,6 @@ class MigCollector(gpuagent.Collector):
                 continue
         live = {(gpu.uuid, gi) for gpu, state in states for gi in state["gpm_instances"]}
         self._gpm.forget(lambda uuid, gi: (uuid, gi) in live)
-
-    def _read_gpu(self, gpu: Gpu) -> dict[str, Any] | None:
-        modes = gpu.query(pynvml.nvmlDeviceGetMigMode)
-        if modes is None:
-            return None  # not MIG-capable
-        current, pending = (int(m) == pynvml.NVML_DEVICE_MIG_ENABLE for m in modes)
-        max_devices = gpu.static("max_mig_device_count", pynvml.nvmlDeviceGetMaxMigDeviceCount)
-        devices = self._mig_devices(gpu, max_devices or 0) if current else []
-        gpm = bool(devices) and self.config.gpm and gpm_supported(gpu)
-        return {
-            "fields": {
-                "mig_mode_current": current,
-                "mig_mode_pending": pending,
-                "max_mig_devices": max_devices,
-                "mig_devices": len(devices),
-            },
-            "devices": devices,
-            "gpm_instances": sorted({d["gi_id"] for d in devices if d["gi_id"] is not None}) if gpm else [],
-        }
 
     def _prime_gpm(self, states: list[tuple[Gpu, dict[str, Any]]]) -> None:
         """Take the earlier GPM sample of every new GPU instance, then wait once for all of them."""
@@ -122,49 +187,12 @@ class MigCollector(gpuagent.Collector):
             time.sleep(self.config.gpm_warmup)
 
     def _emit(self, acc: gpuagent.Accumulator, gpu: Gpu, state: dict[str, Any]) -> None:
-        acc.add_fields("gpu_mig", state["fields"], tags=gpu.tags)
         utilisation: dict[int, dict[str, float | None]] = {}
         for gi_id in state["gpm_instances"]:
             values = self._gpm.read(gpu, GPM_FIELDS.values(), gpu_instance_id=gi_id)
             utilisation[gi_id] = {name: values.get(metric) for name, metric in GPM_FIELDS.items()}
-        for device in state["devices"]:
-            fields = {**device["fields"], **utilisation.get(device["gi_id"], {})}
-            acc.add_fields("gpu_mig", fields, tags={**gpu.tags, **device["tags"]})
-
-    def _mig_devices(self, gpu: Gpu, max_devices: int) -> list[dict[str, Any]]:
-        devices = []
-        for index in range(max_devices):
-            handle = gpu.query(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, index)
-            if handle is None:
-                continue  # an empty slot (NOT_FOUND)
-            devices.append(self._mig_device(gpu, index, handle))
-        return devices
-
-    def _mig_device(self, gpu: Gpu, index: int, handle: Any) -> dict[str, Any]:
-        q = gpu.query
-        gi_id = q(on_handle(pynvml.nvmlDeviceGetGpuInstanceId), handle)
-        ci_id = q(on_handle(pynvml.nvmlDeviceGetComputeInstanceId), handle)
-        uuid = q(on_handle(pynvml.nvmlDeviceGetUUID), handle)
-        memory = q(on_handle(pynvml.nvmlDeviceGetMemoryInfo), handle)
-        attrs = q(on_handle(pynvml.nvmlDeviceGetAttributes_v2), handle)
-        tags = {
-            "gi_id": gi_id,
-            "ci_id": ci_id,
-            "mig_uuid": as_str(uuid) if uuid is not None else None,
-            "mig_profile": mig_profile_name(gpu, handle, attrs, gi_id, ci_id),
-        }
-        fields: dict[str, Any] = {"mig_index": index}
-        if memory is not None:
-            fields["fb_total_bytes"] = int(memory.total)
-            fields["fb_used_bytes"] = int(memory.used)
-            fields["fb_free_bytes"] = int(memory.free)
-            if memory.total:
-                fields["fb_used_pct"] = round(100.0 * memory.used / memory.total, 2)
-        if attrs is not None:
-            fields["sm_count"] = int(attrs.multiprocessorCount)
-            fields["gi_slices"] = int(attrs.gpuInstanceSliceCount)
-            fields["ci_slices"] = int(attrs.computeInstanceSliceCount)
-        return {"gi_id": gi_id, "tags": tags, "fields": fields}
+        for tags, fields in points(gpu, state, utilisation):
+            acc.add_fields(MEASUREMENT, fields, tags=tags)
 
     def close(self) -> None:
         self._gpm.close()

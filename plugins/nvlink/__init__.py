@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 
 import pynvml
 
 import gpuagent
 from gpuagent.gpu import Gpu, GpuLost, as_str
 from gpuagent.plugins.mig.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported
+
+MEASUREMENT = "gpu_nvlink"
 
 MIB = 1024 * 1024
 
@@ -62,6 +65,65 @@ def card_links(gpu: Gpu) -> list[int]:
     return gpu.remember("nvlink_links", probe)
 
 
+def link_facts(gpu: Gpu, link: int) -> dict[str, object]:
+    """Version, far end and capabilities of an active link (they hold while the link stays up)."""
+    version = gpu.query(pynvml.nvmlDeviceGetNvLinkVersion, link)
+    facts: dict[str, object] = {"version": version, "version_name": VERSION_NAMES.get(version)}
+    remote = gpu.query(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, link)
+    if remote is not None:
+        facts["remote_pci_bus_id"] = as_str(remote.busId)
+    remote_type = gpu.query(pynvml.nvmlDeviceGetNvLinkRemoteDeviceType, link)
+    if remote_type is not None:
+        facts["remote_device_type"] = REMOTE_TYPES.get(remote_type, "unknown")
+    for field, cap in CAPABILITIES.items():
+        value = gpu.query(pynvml.nvmlDeviceGetNvLinkCapability, link, cap)
+        facts[field] = bool(value) if value is not None else None
+    return facts
+
+
+def read_gpu(
+    gpu: Gpu, gpm_read: Callable[[Gpu, Iterable[int]], dict[int, float]] | None = None
+) -> list[tuple[dict[str, str], dict[str, object]]]:
+    """(tags, fields) of one GPU's gpu_nvlink points: one per link, then the GPU's summary.
+
+    A card without NVLink gives none. ``gpm_read(gpu, metric_ids)`` gives GPM
+    throughput since the previous sample (the collector's samplers); None: no
+    throughput (a one-off read has no earlier sample), the fields are None.
+    """
+    links = card_links(gpu)
+    if not links:
+        return []
+    throughput: dict[int, float] = {}
+    if gpm_read is not None:
+        ids = list(GPM_TOTAL.values())
+        for link in links:
+            if link < GPM_LINKS:
+                ids.extend(gpm_link_metrics(link))
+        throughput = gpm_read(gpu, ids)
+    points: list[tuple[dict[str, str], dict[str, object]]] = []
+    active = 0
+    for link in links:
+        state = gpu.query(pynvml.nvmlDeviceGetNvLinkState, link)
+        if state is None:
+            continue
+        is_active = state == pynvml.NVML_FEATURE_ENABLED
+        active += is_active
+        fields: dict[str, object] = {"active": is_active, "state": "active" if is_active else "inactive"}
+        if is_active:
+            # Version, far end and capabilities hold while the link stays up: read once.
+            fields.update(gpu.remember(f"nvlink_link:{link}", lambda link=link: link_facts(gpu, link)))
+        if link < GPM_LINKS:
+            rx_id, tx_id = gpm_link_metrics(link)
+            fields["rx_bytes_per_sec"] = _bytes(throughput.get(rx_id))
+            fields["tx_bytes_per_sec"] = _bytes(throughput.get(tx_id))
+        points.append(({**gpu.tags, "link": str(link)}, fields))
+    summary: dict[str, object] = {"links": len(links), "links_active": active}
+    for field, metric in GPM_TOTAL.items():
+        summary[field] = _bytes(throughput.get(metric))
+    points.append((dict(gpu.tags), summary))
+    return points
+
+
 class NvlinkCollector(gpuagent.Collector):
     """One gpu_nvlink point per NVLink, plus a per-GPU summary; nothing for cards without NVLink."""
 
@@ -101,51 +163,9 @@ class NvlinkCollector(gpuagent.Collector):
         self._gpm.forget(lambda uuid, _gi: uuid in live)  # free the samples of lost GPUs
 
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: Gpu) -> None:
-        links = card_links(gpu)
-        if not links:
-            return
-        throughput: dict[int, float] = {}
-        if self._uses_gpm(gpu):
-            ids = list(GPM_TOTAL.values())
-            for link in links:
-                if link < GPM_LINKS:
-                    ids.extend(gpm_link_metrics(link))
-            throughput = self._gpm.read(gpu, ids)
-        active = 0
-        for link in links:
-            state = gpu.query(pynvml.nvmlDeviceGetNvLinkState, link)
-            if state is None:
-                continue
-            is_active = state == pynvml.NVML_FEATURE_ENABLED
-            active += is_active
-            fields: dict[str, object] = {"active": is_active, "state": "active" if is_active else "inactive"}
-            if is_active:
-                # Version, far end and capabilities hold while the link stays up: read once.
-                fields.update(gpu.remember(f"nvlink_link:{link}", lambda link=link: self._link_facts(gpu, link)))
-            if link < GPM_LINKS:
-                rx_id, tx_id = gpm_link_metrics(link)
-                fields["rx_bytes_per_sec"] = _bytes(throughput.get(rx_id))
-                fields["tx_bytes_per_sec"] = _bytes(throughput.get(tx_id))
-            acc.add_fields("gpu_nvlink", fields, tags={**gpu.tags, "link": str(link)})
-        summary: dict[str, object] = {"links": len(links), "links_active": active}
-        for field, metric in GPM_TOTAL.items():
-            summary[field] = _bytes(throughput.get(metric))
-        acc.add_fields("gpu_nvlink", summary, tags=gpu.tags)
-
-    @staticmethod
-    def _link_facts(gpu: Gpu, link: int) -> dict[str, object]:
-        version = gpu.query(pynvml.nvmlDeviceGetNvLinkVersion, link)
-        facts: dict[str, object] = {"version": version, "version_name": VERSION_NAMES.get(version)}
-        remote = gpu.query(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, link)
-        if remote is not None:
-            facts["remote_pci_bus_id"] = as_str(remote.busId)
-        remote_type = gpu.query(pynvml.nvmlDeviceGetNvLinkRemoteDeviceType, link)
-        if remote_type is not None:
-            facts["remote_device_type"] = REMOTE_TYPES.get(remote_type, "unknown")
-        for field, cap in CAPABILITIES.items():
-            value = gpu.query(pynvml.nvmlDeviceGetNvLinkCapability, link, cap)
-            facts[field] = bool(value) if value is not None else None
-        return facts
+        gpm_read = self._gpm.read if self._uses_gpm(gpu) else None
+        for tags, fields in read_gpu(gpu, gpm_read):
+            acc.add_fields(MEASUREMENT, fields, tags=tags)
 
     def close(self) -> None:
         self._gpm.close()

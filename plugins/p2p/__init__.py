@@ -9,6 +9,8 @@ import pynvml
 import gpuagent
 from gpuagent.gpu import Gpu, GpuLost, as_str
 
+MEASUREMENT = "gpu_p2p"
+
 # The P2P capability indices, as plain ints. In current nvidia-ml-py
 # NVML_P2P_CAPS_INDEX_READ is the tuple (0,) (a stray trailing comma), which
 # ctypes refuses as an enum argument; never pass pynvml's constants directly.
@@ -114,6 +116,48 @@ def map_nvlinks(gpus: Iterable[Gpu]) -> NvlinkMap:
     return result
 
 
+def read_pair(gpu: Gpu, peer: Gpu, nvlinks: NvlinkMap) -> dict[str, object]:
+    """The gpu_p2p fields of one ordered pair (what the collector emits and `inspect` shows)."""
+    fields: dict[str, object] = {}
+    for cap, index in P2P_CAPS.items():
+        code = gpu.query(pynvml.nvmlDeviceGetP2PStatus, peer.handle, index)
+        name = status_name(code)
+        fields[f"{cap}_status"] = name
+        fields[f"{cap}_ok"] = name == "ok"
+    level = gpu.query(pynvml.nvmlDeviceGetTopologyCommonAncestor, peer.handle)
+    links = nvlinks.links_between(gpu, peer)
+    pcie_topology = TOPOLOGY_NAMES.get(level) if level is not None else None
+    fields["nvlink_count"] = links
+    fields["pcie_topology"] = pcie_topology
+    fields["topology"] = f"NV{links}" if links else pcie_topology
+    return fields
+
+
+def pair_tags(gpu: Gpu, peer: Gpu) -> dict[str, str]:
+    return {**gpu.tags, "peer_gpu": str(peer.index), "peer_uuid": peer.uuid}
+
+
+def read_points(gpus: Iterable[Gpu], rows: Iterable[Gpu] | None = None) -> list[tuple[dict[str, str], dict[str, object]]]:
+    """(tags, fields) of every gpu_p2p point: each GPU of ``rows`` (default: all) to every other GPU.
+
+    Fewer than two GPUs: no points. A pair with a GPU lost while read is left out.
+    """
+    gpus = list(gpus)
+    if len(gpus) < 2:
+        return []
+    nvlinks = map_nvlinks(gpus)
+    points = []
+    for gpu in gpus if rows is None else list(rows):
+        for peer in gpus:
+            if peer is gpu or gpu.lost or peer.lost:
+                continue
+            try:
+                points.append((pair_tags(gpu, peer), read_pair(gpu, peer, nvlinks)))
+            except GpuLost:
+                continue
+    return points
+
+
 class P2pCollector(gpuagent.Collector):
     """P2P capability and topology between every ordered pair of GPUs.
 
@@ -126,34 +170,8 @@ class P2pCollector(gpuagent.Collector):
     default_interval = 300.0
 
     def collect(self, acc: gpuagent.Accumulator) -> None:
-        gpus = self.gpus
-        if len(gpus) < 2:
-            return
-        nvlinks = map_nvlinks(gpus)
-        for gpu in gpus:
-            for peer in gpus:
-                if peer is gpu or gpu.lost or peer.lost:
-                    continue
-                try:
-                    self._collect_pair(acc, gpu, peer, nvlinks)
-                except GpuLost:
-                    continue
-
-    def _collect_pair(self, acc: gpuagent.Accumulator, gpu: Gpu, peer: Gpu, nvlinks: NvlinkMap) -> None:
-        fields: dict[str, object] = {}
-        for cap, index in P2P_CAPS.items():
-            code = gpu.query(pynvml.nvmlDeviceGetP2PStatus, peer.handle, index)
-            name = status_name(code)
-            fields[f"{cap}_status"] = name
-            fields[f"{cap}_ok"] = name == "ok"
-        level = gpu.query(pynvml.nvmlDeviceGetTopologyCommonAncestor, peer.handle)
-        links = nvlinks.links_between(gpu, peer)
-        pcie_topology = TOPOLOGY_NAMES.get(level) if level is not None else None
-        fields["nvlink_count"] = links
-        fields["pcie_topology"] = pcie_topology
-        fields["topology"] = f"NV{links}" if links else pcie_topology
-        tags = {**gpu.tags, "peer_gpu": str(peer.index), "peer_uuid": peer.uuid}
-        acc.add_fields("gpu_p2p", fields, tags=tags)
+        for tags, fields in read_points(self.gpus):
+            acc.add_fields(MEASUREMENT, fields, tags=tags)
 
 
 @gpuagent.hookimpl

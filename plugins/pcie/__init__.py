@@ -17,6 +17,8 @@ from gpuagent.nvml_read import Field, FieldReader, poll, valid
 # NVML reports throughput in KB/s, KB being 1024 bytes as everywhere in nvidia-smi.
 KIB = 1024
 
+MEASUREMENT = "gpu_pcie"
+
 FIELDS = FieldReader(
     {
         "replays_total": Field(
@@ -61,6 +63,25 @@ def link_value(value: int | None) -> int | None:
     return valid(value, zero=False)
 
 
+def read_gpu(gpu: gpuagent.Gpu, throughput: bool = True) -> dict[str, int | None]:
+    """One GPU's gpu_pcie fields; ``throughput`` samples the link (about 20 ms per direction)."""
+    fields: dict[str, int | None] = {
+        "link_gen": link_value(poll(gpu, pynvml.nvmlDeviceGetCurrPcieLinkGeneration)),
+        "link_width": link_value(poll(gpu, pynvml.nvmlDeviceGetCurrPcieLinkWidth)),
+        "max_link_gen": link_value(gpu.static("pcie.max_gen", pynvml.nvmlDeviceGetMaxPcieLinkGeneration)),
+        "max_link_width": link_value(gpu.static("pcie.max_width", pynvml.nvmlDeviceGetMaxPcieLinkWidth)),
+    }
+    if throughput:
+        for counter, name in (
+            (pynvml.NVML_PCIE_UTIL_TX_BYTES, "tx_bytes_per_s"),
+            (pynvml.NVML_PCIE_UTIL_RX_BYTES, "rx_bytes_per_s"),
+        ):
+            kib = valid(poll(gpu, pynvml.nvmlDeviceGetPcieThroughput, counter))
+            fields[name] = None if kib is None else kib * KIB
+    fields.update(FIELDS.read(gpu))
+    return fields
+
+
 class PcieCollector(gpuagent.Collector):
     name = "pcie"
     requires_gpus = True
@@ -72,28 +93,11 @@ class PcieCollector(gpuagent.Collector):
         self._byte_counters = WrappedCounters()
 
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
-        fields: dict[str, int | None] = {
-            "link_gen": link_value(poll(gpu, pynvml.nvmlDeviceGetCurrPcieLinkGeneration)),
-            "link_width": link_value(poll(gpu, pynvml.nvmlDeviceGetCurrPcieLinkWidth)),
-            "max_link_gen": link_value(
-                gpu.static("pcie.max_gen", pynvml.nvmlDeviceGetMaxPcieLinkGeneration)
-            ),
-            "max_link_width": link_value(
-                gpu.static("pcie.max_width", pynvml.nvmlDeviceGetMaxPcieLinkWidth)
-            ),
-        }
-        if self.config.throughput:
-            for counter, name in (
-                (pynvml.NVML_PCIE_UTIL_TX_BYTES, "tx_bytes_per_s"),
-                (pynvml.NVML_PCIE_UTIL_RX_BYTES, "rx_bytes_per_s"),
-            ):
-                kib = valid(poll(gpu, pynvml.nvmlDeviceGetPcieThroughput, counter))
-                fields[name] = None if kib is None else kib * KIB
-        fields.update(FIELDS.read(gpu))
+        fields = read_gpu(gpu, self.config.throughput)
         for name in WRAPPING_COUNTERS:
             if fields.get(name) is not None:
                 fields[name] = self._byte_counters.total(gpu.uuid, name, fields[name])
-        acc.add_fields("gpu_pcie", fields, tags=gpu.tags)
+        acc.add_fields(MEASUREMENT, fields, tags=gpu.tags)
 
 
 @gpuagent.hookimpl

@@ -14,6 +14,8 @@ import pynvml
 import gpuagent
 from gpuagent.nvml_read import Field, FieldReader, poll, poll_first, valid
 
+MEASUREMENT = "gpu_power"
+
 FIELDS = FieldReader(
     {
         # mJ since the driver loaded; the same counter nvmlDeviceGetTotalEnergyConsumption reads.
@@ -64,25 +66,30 @@ def static_fields(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
     return gpu.remember("power.static", read)
 
 
+def read_gpu(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
+    """One GPU's gpu_power fields (what the collector emits and `inspect` shows)."""
+    fields: dict[str, float | int | None] = {
+        "power_w": watts(poll(gpu, pynvml.nvmlDeviceGetPowerUsage)),
+        "power_limit_w": watts(poll(gpu, pynvml.nvmlDeviceGetPowerManagementLimit)),
+        "enforced_power_limit_w": watts(poll(gpu, pynvml.nvmlDeviceGetEnforcedPowerLimit)),
+        "temperature_c": valid(poll_first(gpu, TEMPERATURE_CALLS, pynvml.NVML_TEMPERATURE_GPU)),
+        "fan_speed_pct": valid(poll(gpu, pynvml.nvmlDeviceGetFanSpeed)),
+    }
+    fields.update(static_fields(gpu))
+    readings = FIELDS.read(gpu)
+    if "energy_mj" in readings:
+        fields["energy_j"] = readings["energy_mj"] / 1000.0
+    # A memory sensor reading 0 degC is "no sensor" (GDDR cards), not a temperature.
+    fields["memory_temperature_c"] = valid(readings.get("memory_temperature_c"), zero=False)
+    return fields
+
+
 class PowerCollector(gpuagent.Collector):
     name = "power"
     requires_gpus = True
 
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
-        fields: dict[str, float | int | None] = {
-            "power_w": watts(poll(gpu, pynvml.nvmlDeviceGetPowerUsage)),
-            "power_limit_w": watts(poll(gpu, pynvml.nvmlDeviceGetPowerManagementLimit)),
-            "enforced_power_limit_w": watts(poll(gpu, pynvml.nvmlDeviceGetEnforcedPowerLimit)),
-            "temperature_c": valid(poll_first(gpu, TEMPERATURE_CALLS, pynvml.NVML_TEMPERATURE_GPU)),
-            "fan_speed_pct": valid(poll(gpu, pynvml.nvmlDeviceGetFanSpeed)),
-        }
-        fields.update(static_fields(gpu))
-        readings = FIELDS.read(gpu)
-        if "energy_mj" in readings:
-            fields["energy_j"] = readings["energy_mj"] / 1000.0
-        # A memory sensor reading 0 degC is "no sensor" (GDDR cards), not a temperature.
-        fields["memory_temperature_c"] = valid(readings.get("memory_temperature_c"), zero=False)
-        acc.add_fields("gpu_power", fields, tags=gpu.tags)
+        acc.add_fields(MEASUREMENT, read_gpu(gpu), tags=gpu.tags)
 
 
 @gpuagent.hookimpl

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from ctypes import byref, c_ulonglong
 from typing import Any
 
@@ -9,6 +10,8 @@ import pynvml
 
 import gpuagent
 from gpuagent.gpu import Gpu, as_str
+
+MEASUREMENT = "gpu_vgpu"
 
 VIRTUALIZATION_MODES = {
     pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE: "none",
@@ -64,6 +67,85 @@ def on_instance(fn):
     return call
 
 
+def read_gpu(
+    gpu: Gpu, utilisation: Callable[[Gpu], dict[int, Any]] | None = None
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(tags, fields) of one GPU's gpu_vgpu points: its virtualisation mode, then one per vGPU instance.
+
+    ``utilisation(gpu)``: instance -> newest utilisation sample (the collector
+    keeps where it left off); None: no utilisation fields.
+    """
+    mode = gpu.query(pynvml.nvmlDeviceGetVirtualizationMode)
+    host_mode = gpu.query(pynvml.nvmlDeviceGetHostVgpuMode)
+    is_host = mode in HOST_MODES
+    supported = gpu.static("vgpu_supported_types", pynvml.nvmlDeviceGetSupportedVgpus) if is_host else None
+    creatable = gpu.query(pynvml.nvmlDeviceGetCreatableVgpus) if is_host else None
+    instances = gpu.query(pynvml.nvmlDeviceGetActiveVgpus) if is_host else None
+    out: list[tuple[dict[str, Any], dict[str, Any]]] = [
+        (
+            gpu.tags,
+            {
+                "virtualization_mode": VIRTUALIZATION_MODES.get(mode, "unknown") if mode is not None else None,
+                "host_vgpu_mode": HOST_VGPU_MODES.get(host_mode, "unknown") if host_mode is not None else None,
+                "supported_types": len(supported) if supported is not None else None,
+                "creatable_types": len(creatable) if creatable is not None else None,
+                "active_instances": len(instances) if instances is not None else None,
+            },
+        )
+    ]
+    if not instances:
+        return out
+    samples = utilisation(gpu) if utilisation is not None else {}
+    for instance in instances:
+        out.append(read_instance(gpu, int(instance), samples.get(int(instance))))
+    return out
+
+
+def read_instance(gpu: Gpu, instance: int, util: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    q = gpu.query
+    type_id = q(on_instance(pynvml.nvmlVgpuInstanceGetType), instance)
+    type_name = None
+    fb_total = None
+    if type_id is not None:
+        type_name = gpu.remember(
+            f"vgpu_type_name:{type_id}",
+            lambda: _str_or_none(q(on_instance(pynvml.nvmlVgpuTypeGetName), type_id)),
+        )
+        fb_total = gpu.remember(
+            f"vgpu_type_fb:{type_id}",
+            lambda: q(on_instance(pynvml.nvmlVgpuTypeGetFramebufferSize), type_id),
+        )
+    vm = q(on_instance(pynvml.nvmlVgpuInstanceGetVmID), instance)
+    uuid = q(on_instance(pynvml.nvmlVgpuInstanceGetUUID), instance)
+    fields: dict[str, Any] = {
+        "vgpu_type_id": type_id,
+        "vgpu_type_name": type_name,
+        "vgpu_uuid": _str_or_none(uuid),
+        "vm_id": _str_or_none(vm[0]) if vm is not None else None,
+        "vm_id_type": VM_ID_TYPES.get(vm[1], "unknown") if vm is not None else None,
+        "fb_used_bytes": q(on_instance(vgpu_fb_usage), instance),
+        "fb_total_bytes": fb_total,
+    }
+    fields.update(license_fields(gpu, instance))
+    if util is not None:
+        fields["sm_util_pct"] = int(util.smUtil.uiVal)
+        fields["mem_util_pct"] = int(util.memUtil.uiVal)
+        fields["enc_util_pct"] = int(util.encUtil.uiVal)
+        fields["dec_util_pct"] = int(util.decUtil.uiVal)
+    return {**gpu.tags, "vgpu_instance": str(instance), "vgpu_type": type_name}, fields
+
+
+def license_fields(gpu: Gpu, instance: int) -> dict[str, Any]:
+    info = gpu.query(on_instance(pynvml.nvmlVgpuInstanceGetLicenseInfo_v2), instance)
+    if info is not None:
+        return {
+            "licensed": bool(info.isLicensed),
+            "license_state": LICENSE_STATES.get(int(info.currentState), "unknown"),
+        }
+    status = gpu.query(on_instance(pynvml.nvmlVgpuInstanceGetLicenseStatus), instance)
+    return {"licensed": bool(status) if status is not None else None}
+
+
 class VgpuCollector(gpuagent.Collector):
     """Virtualisation mode of every GPU; type, VM, FB, utilisation and licence of each vGPU instance."""
 
@@ -76,72 +158,8 @@ class VgpuCollector(gpuagent.Collector):
         self._last_sample_us: dict[str, int] = {}
 
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: Gpu) -> None:
-        mode = gpu.query(pynvml.nvmlDeviceGetVirtualizationMode)
-        host_mode = gpu.query(pynvml.nvmlDeviceGetHostVgpuMode)
-        is_host = mode in HOST_MODES
-        supported = gpu.static("vgpu_supported_types", pynvml.nvmlDeviceGetSupportedVgpus) if is_host else None
-        creatable = gpu.query(pynvml.nvmlDeviceGetCreatableVgpus) if is_host else None
-        instances = gpu.query(pynvml.nvmlDeviceGetActiveVgpus) if is_host else None
-        acc.add_fields(
-            "gpu_vgpu",
-            {
-                "virtualization_mode": VIRTUALIZATION_MODES.get(mode, "unknown") if mode is not None else None,
-                "host_vgpu_mode": HOST_VGPU_MODES.get(host_mode, "unknown") if host_mode is not None else None,
-                "supported_types": len(supported) if supported is not None else None,
-                "creatable_types": len(creatable) if creatable is not None else None,
-                "active_instances": len(instances) if instances is not None else None,
-            },
-            tags=gpu.tags,
-        )
-        if not instances:
-            return
-        utilisation = self._utilisation(gpu)
-        for instance in instances:
-            self._collect_instance(acc, gpu, int(instance), utilisation.get(int(instance)))
-
-    def _collect_instance(self, acc: gpuagent.Accumulator, gpu: Gpu, instance: int, util: Any) -> None:
-        q = gpu.query
-        type_id = q(on_instance(pynvml.nvmlVgpuInstanceGetType), instance)
-        type_name = None
-        fb_total = None
-        if type_id is not None:
-            type_name = gpu.remember(
-                f"vgpu_type_name:{type_id}",
-                lambda: _str_or_none(q(on_instance(pynvml.nvmlVgpuTypeGetName), type_id)),
-            )
-            fb_total = gpu.remember(
-                f"vgpu_type_fb:{type_id}",
-                lambda: q(on_instance(pynvml.nvmlVgpuTypeGetFramebufferSize), type_id),
-            )
-        vm = q(on_instance(pynvml.nvmlVgpuInstanceGetVmID), instance)
-        uuid = q(on_instance(pynvml.nvmlVgpuInstanceGetUUID), instance)
-        fields: dict[str, Any] = {
-            "vgpu_type_id": type_id,
-            "vgpu_type_name": type_name,
-            "vgpu_uuid": _str_or_none(uuid),
-            "vm_id": _str_or_none(vm[0]) if vm is not None else None,
-            "vm_id_type": VM_ID_TYPES.get(vm[1], "unknown") if vm is not None else None,
-            "fb_used_bytes": q(on_instance(vgpu_fb_usage), instance),
-            "fb_total_bytes": fb_total,
-        }
-        fields.update(self._license(gpu, instance))
-        if util is not None:
-            fields["sm_util_pct"] = int(util.smUtil.uiVal)
-            fields["mem_util_pct"] = int(util.memUtil.uiVal)
-            fields["enc_util_pct"] = int(util.encUtil.uiVal)
-            fields["dec_util_pct"] = int(util.decUtil.uiVal)
-        tags = {**gpu.tags, "vgpu_instance": str(instance), "vgpu_type": type_name}
-        acc.add_fields("gpu_vgpu", fields, tags=tags)
-
-    def _license(self, gpu: Gpu, instance: int) -> dict[str, Any]:
-        info = gpu.query(on_instance(pynvml.nvmlVgpuInstanceGetLicenseInfo_v2), instance)
-        if info is not None:
-            return {
-                "licensed": bool(info.isLicensed),
-                "license_state": LICENSE_STATES.get(int(info.currentState), "unknown"),
-            }
-        status = gpu.query(on_instance(pynvml.nvmlVgpuInstanceGetLicenseStatus), instance)
-        return {"licensed": bool(status) if status is not None else None}
+        for tags, fields in read_gpu(gpu, self._utilisation):
+            acc.add_fields(MEASUREMENT, fields, tags=tags)
 
     def _utilisation(self, gpu: Gpu) -> dict[int, Any]:
         """The newest utilisation sample per vGPU instance since the last read."""
@@ -155,6 +173,7 @@ class VgpuCollector(gpuagent.Collector):
         if newest:
             self._last_sample_us[gpu.uuid] = max(int(s.timeStamp) for s in newest.values())
         return newest
+
 
 
 def _str_or_none(value: Any) -> str | None:

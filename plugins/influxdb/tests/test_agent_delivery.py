@@ -8,6 +8,7 @@ influxd and the two are compared row for row.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -257,3 +258,138 @@ def test_token_is_in_no_log_line_error_or_config_show(tmp_path):
     shown = gpuagent("config", "show", str(config), env=env)
     assert shown.returncode == 0, shown.stderr
     assert TOKEN not in shown.stdout + shown.stderr
+
+
+# -- faults: a damaged spool, kill -9 with the server up, secrets on reload ------------------------
+
+
+def influx_rows_after(server, t_ns: int) -> int:
+    got = server.points(f'SELECT count("power_w") FROM "gpu_power" WHERE time > {t_ns}')
+    return got[0]["count"] if got else 0
+
+
+@pytest.mark.parametrize("how", ["middle", "half"])
+def test_a_damaged_spool_heals_the_agent_starts_and_new_points_arrive_within_seconds(
+    tmp_path, influxdb_v1_factory, how
+):
+    server = influxdb_v1_factory()
+    server.stop()
+    config = agent_config(tmp_path, v1_table(server))
+    log = tmp_path / "agent.log"
+    record = tmp_path / "record.lp"
+    agent = start_agent(config, log)
+    spool = tmp_path / "state" / "spool" / "influxdb" / "spool.sqlite"
+    try:
+        wait_for(lambda: record.exists() and record.stat().st_size > 150_000, what="an outage's worth of spool")
+    finally:
+        stop_agent(agent, log)
+    size = spool.stat().st_size
+    assert size > 100_000
+    with open(spool, "r+b") as fh:  # 20 KB of garbage in the middle, or the second half gone
+        if how == "middle":
+            fh.seek(size // 2 - 10_000)
+            fh.write(os.urandom(20_000))
+        else:
+            fh.truncate(size // 2)
+    server.start()
+    restarted = time.time_ns()
+    agent = start_agent(config, log)
+    try:
+        wait_for(lambda: influx_rows_after(server, restarted) >= 8, timeout=20, what="new points in InfluxDB")
+    finally:
+        stop_agent(agent, log)
+    text = log.read_text()
+    damaged = [line for line in text.splitlines() if "was damaged" in line]
+    assert len(damaged) == 1 and "spool.damaged-" in damaged[0] and "could be read out of it" in damaged[0]
+    assert "worker error" not in text and "Traceback" not in text
+    assert list(spool.parent.glob("spool.damaged-*.sqlite"))
+    # Everything the second run collected reached InfluxDB.
+    second_run = [line for line in file_lines(record) if int(line.rsplit(" ", 1)[1]) > restarted]
+    assert second_run and missing_from_influx(server, second_run) == []
+
+
+def test_kill_9_with_the_server_up_loses_at_most_the_interval_in_flight(tmp_path, influxdb_v1_factory):
+    import random
+
+    server = influxdb_v1_factory()
+    interval_ns = 500_000_000
+    # flush_interval 10s: without write-ahead a kill -9 lost up to 10 s of points.
+    config = agent_config(tmp_path, v1_table(server, flush_interval="10s", flush_jitter="0s"))
+    log = tmp_path / "agent.log"
+    record = tmp_path / "record.lp"
+    agent = start_agent(config, log)
+    try:
+        wait_for(lambda: record.exists() and record.stat().st_size > 0, what="first collection")
+        time.sleep(random.uniform(2.0, 6.0))
+    finally:
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(10)
+    before_kill = file_lines(record)
+    agent = start_agent(config, log)  # the restart replays what the spool held
+    try:
+        wait_for(lambda: "from an earlier run" in log.read_text(), what="replay at start")
+        time.sleep(2)
+    finally:
+        stop_agent(agent, log)
+    missing = missing_from_influx(server, before_kill)
+    last = max(int(line.rsplit(" ", 1)[1]) for line in before_kill)
+    late = [key for key in missing if key[2] < last - interval_ns]
+    assert late == [], f"{len(late)} rows collected before the kill were lost, e.g. {late[:3]}"
+
+
+def test_a_numeric_password_is_never_echoed_at_start_or_on_reload(tmp_path, influxdb_v1):
+    secret = "31415926535"
+    config = agent_config(tmp_path, v1_table(influxdb_v1))
+    bad = config.read_text().replace('database = ', f'username = "u"\npassword = {secret}\ndatabase = ')
+    log = tmp_path / "agent.log"
+    agent = start_agent(config, log)
+    try:
+        wait_for(lambda: "first collection" in log.read_text(), what="start")
+        config.write_text(bad)
+        agent.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reload failed" in log.read_text(), what="the failed reload")
+    finally:
+        stop_agent(agent, log)
+    text = log.read_text()
+    assert "sinks.influxdb.password" in text and secret not in text
+    check = gpuagent("config", "check", str(config))
+    assert check.returncode == 1 and secret not in check.stdout + check.stderr
+
+
+def test_credentials_inside_the_url_are_in_no_log_line(tmp_path):
+    table = ('[sinks.influxdb]\nurl = "http://admin:URL-S3CRET@127.0.0.1:9"\napi = "v1"\ndatabase = "d"\n'
+             'flush_interval = "100ms"\nretry_initial_backoff = "100ms"\n')
+    config = agent_config(tmp_path, table)
+    run = gpuagent("run", "--config", str(config), "--simulate", "h100-sxm:1", "--once", "--log-level", "debug")
+    assert run.returncode == 0, run.stderr
+    assert "spool" in run.stderr and "URL-S3CRET" not in run.stdout + run.stderr
+    shown = gpuagent("config", "show", str(config))
+    assert "URL-S3CRET" not in shown.stdout and "admin:***@" in shown.stdout
+
+
+def test_a_full_state_disk_at_start_does_not_stop_the_agent(tmp_path, influxdb_v1):
+    import shutil
+    import subprocess as sp
+
+    state = tmp_path / "state"
+    state.mkdir()
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a small file system needs root")
+    mounted = sp.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(state)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount here: {mounted.stderr.strip()}")
+    try:
+        fd = os.open(state / "filler", os.O_WRONLY | os.O_CREAT)  # the disk is full before the agent starts
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, b"x" * 4096)
+        os.close(fd)
+        db = f"full_disk_{os.getpid()}"
+        influxdb_v1.create_database(db)
+        config = agent_config(tmp_path, v1_table(influxdb_v1, db))
+        run = gpuagent("run", "--config", str(config), "--simulate", "h100-sxm:2", "--once")
+    finally:
+        sp.run(["umount", "-l", str(state)], capture_output=True)
+    assert run.returncode == 0, run.stderr
+    assert "memory" in run.stderr and "Traceback" not in run.stderr
+    assert missing_from_influx(influxdb_v1, file_lines(tmp_path / "record.lp"), db) == []

@@ -474,12 +474,24 @@ def test_a_reloaded_sink_replays_what_the_old_instance_spooled_after_it_opened(t
     assert_all_in_v1(server, [p for b in intervals for p in b])
 
 
-def test_unwritable_state_dir_is_a_one_line_error(tmp_path):
-    from gpuagent.errors import AgentError
-
+def test_an_unusable_state_dir_starts_anyway_delivers_from_memory_and_says_so_once(tmp_path, influxdb_v1, caplog):
     blocker = tmp_path / "state"
     blocker.write_text("a file where the state directory should be")
-    config = InfluxDBSink.Config.model_validate({"api": "v1", "database": "d"})
-    sink = InfluxDBSink(config, AgentContext(hostname="h", state_dir=blocker))
-    with pytest.raises(AgentError, match="cannot open the spool in .*state_dir"):
-        sink.start()
+    influxdb_v1.create_database("no_spool")
+    points = fleet_points(intervals=2)
+    with caplog.at_level(logging.WARNING):
+        config = InfluxDBSink.Config.model_validate(
+            {"api": "v1", "url": influxdb_v1.url, "database": "no_spool", "flush_interval": "100ms", "flush_jitter": 0})
+        sink = InfluxDBSink(config, AgentContext(hostname="h", state_dir=blocker))
+        sink.start()  # no refusal to start
+        try:
+            sink.write(points)
+            sink.flush(10)
+            stats, state = sink.stats(), sink.describe()
+        finally:
+            sink.close()
+    assert stats["points_written_total"] == len(points) and stats["spool_writable"] == 0
+    assert "delivery in memory" in state
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "memory" in errors[0] and "Not a directory" in errors[0], errors
+    assert_all_in_v1(influxdb_v1, points, "no_spool")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from captures import CAPTURES
 
 from gpuagent.context import AgentContext
 from gpuagent.plugin_host import PluginHost
@@ -18,7 +18,6 @@ MIB = 1024 * 1024
 
 # The first-run GPM warm-up moves the manual simulator clock (the driver wants > 100 ms).
 pytestmark = pytest.mark.usefixtures("gpm_warmup_on_sim_clock")
-CAPTURES = Path(__file__).resolve().parents[3] / ".." / "shared" / "captures"
 H100_MIG_CAPTURE = CAPTURES / "linux-x86_64__nvidia-h100-mig__590.48.01.txt"
 A100_MIG_CAPTURE = CAPTURES / "telegraf-a100-sxm4-v12.xml"
 
