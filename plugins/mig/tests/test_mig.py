@@ -15,6 +15,9 @@ from gpuagent.plugin_host import PluginHost
 from gpuagent.plugins.mig import GPM_FIELDS, MigCollector, profile_name_from_attributes
 
 MIB = 1024 * 1024
+
+# The first-run GPM warm-up moves the manual simulator clock (the driver wants > 100 ms).
+pytestmark = pytest.mark.usefixtures("gpm_warmup_on_sim_clock")
 H100_MIG_CAPTURE = CAPTURES / "linux-x86_64__nvidia-h100-mig__590.48.01.txt"
 A100_MIG_CAPTURE = CAPTURES / "telegraf-a100-sxm4-v12.xml"
 
