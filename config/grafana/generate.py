@@ -156,8 +156,12 @@ def gpu_variables(host_multi: bool = True) -> list[Variable]:
 THROTTLE_REASONS = ("sw_power_cap", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown", "sync_boost")
 
 
-def throttle_by_reason() -> Target:
-    # Share of wall time each reason held the clocks: d(time_ns)/dt / 1e9 × 100 per GPU, averaged per model.
+def throttle_by_reason() -> list[Target]:
+    """Share of wall time each reason held the clocks: d(time)/dt × 100 per GPU, averaged per model.
+
+    InfluxQL: one query, a column per reason (d(time_ns)/dt / 1e9 × 100); PromQL: a query per
+    reason (rate() drops the metric name, so one regex query could not tell the reasons apart).
+    """
     inner = ", ".join(
         f'non_negative_derivative(max("{r}_time_ns"), 1s) / 10000000 AS "{r}"' for r in THROTTLE_REASONS
     )
@@ -166,12 +170,14 @@ def throttle_by_reason() -> Target:
         f'SELECT {outer} FROM (SELECT {inner} FROM "gpu_clocks" WHERE {iwhere()} '
         f"GROUP BY time($__interval), {BY_GPU}) WHERE $timeFilter GROUP BY time($__interval), \"model\""
     )
-    promql = (
-        "avg by (model, reason) (label_replace(rate({__name__=~\"gpuagent_gpu_clocks_(.+)_time_seconds_total\","
-        + psel()[1:-1]
-        + '}[$__rate_interval]), "reason", "$1", "__name__", "gpuagent_gpu_clocks_(.+)_time_seconds_total")) * 100'
-    )
-    return Target(influxql, promql, {"influxql": "$tag_model $col", "promql": "{{model}} {{reason}}"})
+    return [
+        Target(
+            influxql if i == 0 else None,
+            f"avg by (model) (rate(gpuagent_gpu_clocks_{r}_time_seconds_total{psel()}[$__rate_interval])) * 100",
+            {"influxql": "$tag_model $col", "promql": "{{model}} " + r},
+        )
+        for i, r in enumerate(THROTTLE_REASONS)
+    ]
 
 
 FLEET = Dashboard(
@@ -213,7 +219,7 @@ FLEET = Dashboard(
         Panel("SM clock by model", [model_mean("gpu_clocks", "sm_clock_mhz", "gpuagent_gpu_clocks_sm_clock_hertz", " / 1e6")], unit="MHz"),
         Panel(
             "Throttle time by reason (share of wall time)",
-            [throttle_by_reason()],
+            throttle_by_reason(),
             unit="percent", width=24,
             description="Growth of NVML's per-reason clock-event time counters (datacenter cards, driver r535+), as a share of wall time, averaged over each model's GPUs.",
         ),
@@ -334,7 +340,7 @@ FLEET = Dashboard(
                 f"gpuagent_gpu_p2p_topology_info{psel()}",
                 fmt="table",
             ), one(
-                None, f"gpuagent_gpu_p2p_nvlink_count{psel()}", fmt="table",
+                None, f"gpuagent_gpu_p2p_nvlinks{psel()}", fmt="table",
             )],
             kind="table", instant=True, width=24,
             description="As nvidia-smi topo -m names it: NV# over NVLink, else the PCIe level (PIX, PXB, PHB, NODE, SYS); read is NVML's P2P read status.",
@@ -405,7 +411,8 @@ NODE = Dashboard(
     annotations=[Annotation(
         "XID events",
         'SELECT "xid", "xid_description", "gpu" FROM "gpu_health" WHERE "host" =~ /^$host$/ AND "gpu" =~ /^$gpu$/ AND "xid" > 0 AND $timeFilter',
-        'changes(gpuagent_gpu_health_xid_events_total{host=~"$host",gpu=~"$gpu"}[$__rate_interval]) > 0',
+        # The sink keeps a GPU's last XID (value: the code) until the series expires.
+        'gpuagent_gpu_health_xid{host=~"$host",gpu=~"$gpu"} > 0',
     )],
     items=[
         Row("GPUs"),

@@ -13,7 +13,7 @@ import time
 import uuid
 
 import pytest
-from grafana.grafana_dashboards import AGENT_HOST, FLEET_SPECS, NODE_HOST, agent_config
+from grafana.grafana_dashboards import AGENT_HOST, FLEET_SPECS, NODE_HOST, PROM_SPEC, agent_config
 
 
 @pytest.fixture(scope="session")
@@ -56,3 +56,83 @@ def grafana_influx(influxdb_v1, tmp_path_factory):
     assert agent.returncode == 0, err[-2000:]
     yield influxdb_v1, db
     influxdb_v1.drop_database(db)
+
+
+def _probe_points(tmp, env) -> list:
+    """gpu_l2_probe points of two real `gpuagent.probe --send` runs (simulated curve), via a file sink."""
+    from lineprotocol_parser import parse
+
+    from gpuagent.metric import Point
+
+    out = tmp / "probe.lp"
+    config = tmp / "probe-file.toml"
+    config.write_text(f'[agent]\nhostname = "{NODE_HOST}"\nstate_dir = "{tmp / "probe-file-state"}"\n\n[sinks.file]\npath = "{out}"\n')
+    for gpu in ("0", "1"):
+        done = subprocess.run(
+            [sys.executable, "-m", "gpuagent.probe", "--simulate", "l40s:2", "--gpu", gpu, "--max-util", "100",
+             "--steps", "12", "--rounds", "1", "--send", "--config", str(config)],
+            capture_output=True, text=True, timeout=120, env=env,
+        )
+        assert done.returncode == 0, done.stderr
+    return [Point(m, tags, fields, ts) for m, tags, fields, ts in parse(out.read_text())]
+
+
+@pytest.fixture(scope="session")
+def grafana_prometheus(tmp_path_factory):
+    """(Prometheus, start time): a real Prometheus scraping every second a real agent (PROM_SPEC,
+    an XID and a lost GPU at 4 s, an influxdb sink whose server is down so the spool fills) and a
+    prometheus sink serving real probe points; yielded once 12 s of scrapes are stored."""
+    import gpuagent_test_servers as servers
+
+    from gpuagent.context import AgentContext
+    from gpuagent.plugins.prometheus import PrometheusSink
+
+    tmp = tmp_path_factory.mktemp("grafana-prom")
+    env = {k: v for k, v in os.environ.items() if k != "GPUAGENT_CONFIG"}
+    binary = servers.find_binary(servers.PROMETHEUS, "prometheus")
+    sink = PrometheusSink(PrometheusSink.Config.model_validate({"listen": "127.0.0.1:0", "expire_after": 0}),
+                          AgentContext(hostname=NODE_HOST, state_dir=tmp))
+    sink.start()
+    sink.write(_probe_points(tmp, env))
+    agent_port, down_port = servers.free_port(), servers.free_port()
+    config = tmp / "agent.toml"
+    config.write_text(
+        f"""[agent]
+interval = "1s"
+hostname = "{NODE_HOST}"
+state_dir = "{tmp / 'state'}"
+
+[sinks.prometheus]
+listen = "127.0.0.1:{agent_port}"
+
+[sinks.influxdb]
+url = "http://127.0.0.1:{down_port}"
+api = "v1"
+database = "down"
+flush_interval = "1s"
+flush_jitter = 0
+retry_initial_backoff = "1s"
+retry_max_backoff = "2s"
+"""
+    )
+    agent = subprocess.Popen([sys.executable, "-m", "gpuagent", "run", "--config", str(config), "--simulate", PROM_SPEC],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    prometheus = servers.PrometheusServer(binary, tmp / "prometheus",
+                                          [f"127.0.0.1:{agent_port}", f"127.0.0.1:{sink.address[1]}"], "1s")
+    try:
+        prometheus.start()
+        since = time.time()
+        deadline = since + 60
+        while time.time() < deadline:
+            up = prometheus.query("count_over_time(gpuagent_runs_total[1m])")
+            if up and min(float(r["value"][1]) for r in up) >= 12:
+                break
+            assert agent.poll() is None, agent.stderr.read()[-2000:]
+            time.sleep(1)
+        yield prometheus, since
+    finally:
+        prometheus.stop()
+        agent.send_signal(signal.SIGTERM)
+        _, err = agent.communicate(timeout=30)
+        sink.close()
+    assert agent.returncode == 0, err[-2000:]

@@ -90,3 +90,27 @@ flush_jitter = 0
 """
     )
     return path
+
+
+PROM_SPEC = "l40s-vgpu:2,h100-sxm:2@xid=1:79:4s,h100-sxm-mig:2,rtx4090:2@lost=1:4s"
+# Grafana's interval macros for a 1 s scrape: $__rate_interval = max($__interval + scrape, 4 × scrape).
+PROM_MACROS = {"$__rate_interval": "5s", "$__interval": "2s", "$__range": "1m"}
+
+
+def prom_substitute(expr: str, values: dict[str, str]) -> str:
+    """What Grafana's Prometheus data source sends: interval macros and variables replaced."""
+    for macro, value in PROM_MACROS.items():
+        expr = expr.replace(macro, value)
+    for name, value in values.items():
+        expr = expr.replace(f'=~"${name}"', f'=~"{value}"')
+    assert "$" not in expr.replace('"$1"', ""), f"unsubstituted macro in {expr}"
+    return expr
+
+
+def prom_has_data(result: list[dict]) -> bool:
+    """A vector or matrix result with at least one finite sample."""
+    for r in result:
+        samples = r.get("values") or ([r["value"]] if "value" in r else [])
+        if any(v not in ("NaN", "+Inf", "-Inf") for _, v in samples):
+            return True
+    return False

@@ -1,9 +1,11 @@
-"""Every measurement, field and tag an InfluxQL panel names is one the documentation lists.
+"""Every measurement, field and tag a panel names is one the documentation lists: in InfluxQL
+by its InfluxDB name, in PromQL by the name the prometheus sink gives that field
+(gpuagent.plugins.prometheus.naming, the rule plugins/prometheus/README.md describes).
 
 Field names come from the first column of a table in the measurement's README (as
 tests/test_plugin_readmes.py reads them); tag names from the README's code spans. The agent's
-own `gpuagent` measurement is documented by the sinks' READMEs (their statistics) and by
-docs/plugins/reference.md (the per-collector fields); `gpu_l2_probe` by docs/probe.md.
+own `gpuagent` measurement is documented by agent/measurement.md, the sinks' READMEs (their
+statistics) and docs/plugins/reference.md; `gpu_l2_probe` by docs/probe.md.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ DOCS = {
     "gpu_process": ["plugins/processes/README.md"],
     "host": ["plugins/host/README.md"],
     "gpuagent": [
+        "agent/measurement.md",
         "plugins/influxdb/README.md",
         "plugins/file/README.md",
         "plugins/prometheus/README.md",
@@ -93,3 +96,67 @@ def test_the_check_fails_on_an_undocumented_field():
     fields, tags = documented("gpu_power")
     assert idents == {"power_watts", "host"}
     assert "power_watts" not in fields | tags and "host" in tags
+
+
+# -- PromQL ------------------------------------------------------------------------------------
+
+# Labels Prometheus adds to every scraped series.
+SCRAPE_LABELS = {"job", "instance", "__name__"}
+
+
+def prometheus_names() -> tuple[dict[str, tuple[str, str]], set[str]]:
+    """(metric name -> (measurement, field), labels) for every documented field and tag."""
+    from gpuagent.plugins.prometheus.naming import metric_for
+
+    names, labels = {}, set(SCRAPE_LABELS)
+    for measurement in DOCS:
+        fields, tags = documented(measurement)
+        labels |= tags
+        for f in fields:
+            if re.fullmatch(r"[a-z][a-z0-9_]*", f):
+                names[metric_for("gpuagent", measurement, f).name] = (measurement, f)
+                info = metric_for("gpuagent", measurement, f, is_string=True)
+                names[info.name] = (measurement, f)
+                labels.add(info.label)
+    return names, labels
+
+
+def prom_names_in(expr: str) -> tuple[set[str], set[str]]:
+    """(metric names, label names) a PromQL expression uses."""
+    bare = re.sub(r'"[^"]*"', '""', expr)
+    metrics = set(re.findall(r"\b(gpuagent_[a-zA-Z0-9_]+)\b", bare))
+    labels = set(re.findall(r"(\w+)\s*(?:=~|!~|!=|=)\s*\"", expr))
+    for group in re.findall(r"\b(?:by|on|without|ignoring)\s*\(([^)]*)\)", bare):
+        labels |= {g.strip() for g in group.split(",") if g.strip()}
+    m = re.match(r"label_values\((.+), *(\w+)\)$", expr)
+    if m:
+        labels.add(m.group(2))
+    return metrics, labels
+
+
+PROM_QUERIES = [
+    pytest.param(q, id=f"{slug}:{title}")
+    for slug, d in dashboards("promql").items()
+    for title, q in [(title, t["expr"]) for title, t in targets(d)]
+    + [(a["name"], a["expr"]) for a in d["annotations"]["list"] if not a.get("builtIn")]
+    + [(v["name"], v["query"]["query"]) for v in d["templating"]["list"] if v["type"] == "query"]
+]
+
+
+@pytest.mark.parametrize("expr", PROM_QUERIES)
+def test_every_promql_name_is_documented(expr):
+    names, labels = prometheus_names()
+    metrics, used_labels = prom_names_in(expr)
+    assert metrics, f"no gpuagent metric in {expr}"
+    unknown = sorted(metrics - set(names))
+    assert not unknown, f"{unknown}: no documented field has this /metrics name: {expr}"
+    unknown_labels = sorted(used_labels - labels)
+    assert not unknown_labels, f"labels {unknown_labels} are no documented tag: {expr}"
+
+
+def test_the_promql_check_fails_on_a_wrong_unit():
+    names, labels = prometheus_names()
+    assert names["gpuagent_gpu_power_energy_joules_total"] == ("gpu_power", "energy_j")
+    metrics, used = prom_names_in('sum by (model) (rate(gpuagent_gpu_power_energy_j_total{host=~"$host"}[5m]))')
+    assert metrics == {"gpuagent_gpu_power_energy_j_total"} and used == {"model", "host"}
+    assert "gpuagent_gpu_power_energy_j_total" not in names
