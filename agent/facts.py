@@ -154,7 +154,7 @@ def identity(gpu: Gpu) -> dict[str, Any]:
 def gpu_facts(gpu: Gpu, l2_probes: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """One GPU's facts; a GPU lost before or while being read comes back as its identity, lost."""
     if gpu.lost:
-        return identity(gpu)
+        return {**identity(gpu), "health": health_facts(gpu)}
     try:
         facts = identity(gpu)
         pci = _read(gpu, pynvml.nvmlDeviceGetPciInfo_v3)
@@ -169,9 +169,32 @@ def gpu_facts(gpu: Gpu, l2_probes: dict[str, dict[str, Any]] | None = None) -> d
         facts["virtualization"] = virtualization_facts(gpu)
         facts["pcie"] = pcie_facts(gpu)
         facts["l2_probe"] = (l2_probes or {}).get(gpu.uuid)
+        facts["health"] = health_facts(gpu)
         return facts
     except GpuLost:
-        return identity(gpu)
+        return {**identity(gpu), "health": health_facts(gpu)}
+
+
+def health_facts(gpu: Gpu) -> dict[str, Any]:
+    """The health collector's verdict and reason from one read (its rules, its README's table)."""
+    from gpuagent.accumulator import Accumulator
+    from gpuagent.context import AgentContext
+    from gpuagent.plugins.health import HealthCollector
+
+    lost = {"verdict": "lost", "reason": "The GPU answers GPU_IS_LOST."}
+    if gpu.lost:
+        return lost
+    collector = HealthCollector(HealthCollector.Config(xid_events=False), AgentContext("inspect", gpus=[gpu]))
+    acc = Accumulator()
+    try:
+        collector.collect_gpu(acc, gpu)  # not collect(): a one-off view never takes a lost GPU back
+    except GpuLost:
+        return lost
+    except pynvml.NVMLError as exc:
+        log.warning("GPU %d: health read failed: %s; shown as degraded", gpu.index, exc)
+        return {"verdict": "degraded", "reason": f"Health could not be read ({exc})."}
+    fields = acc.points[-1].fields
+    return {"verdict": fields["verdict"], "reason": fields["verdict_reason"]}
 
 
 def memory_facts(gpu: Gpu) -> dict[str, Any]:

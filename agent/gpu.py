@@ -138,3 +138,26 @@ class Gpu:
             self.lost = True
             self.lost_reason = reason
             log.error("GPU %d (%s, %s) is lost: %s; skipping it from now on", self.index, self.name, self.uuid, reason)
+
+    def try_recover(self) -> bool:
+        """A lost GPU that answers again (after a reset) is taken back; True when it is live.
+
+        The GPU is looked up afresh (by UUID when known, else by index) and must be the same GPU;
+        it then gets a new handle and empty caches (a reset may change what it supports), keeping
+        this object so every collector holding it sees it come back.
+        """
+        if not self.lost:
+            return True
+        try:
+            if self.uuid != "unknown":
+                handle = pynvml.nvmlDeviceGetHandleByUUID(self.uuid.encode())
+            else:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
+            fresh = Gpu(self.index, handle)
+        except pynvml.NVMLError:
+            return False
+        if self.uuid not in ("unknown", fresh.uuid):
+            return False
+        self.__dict__.update(fresh.__dict__)
+        log.warning("GPU %d (%s, %s) answers again; reading it again", self.index, self.name, self.uuid)
+        return True

@@ -230,6 +230,8 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
         title.append("  LOST", style="bold red")
         reason = gpu.get("lost_reason") or "the GPU stopped answering (GPU_IS_LOST)"
         lines = Text(f"  UUID {gpu['uuid']}   PCI {gpu['pci_bus_id']}\n  {reason}")
+        if gpu.get("health"):
+            lines.append(f"\n  Health: {health_text(gpu['health'])}")
         return Group(title, lines)
 
     mem, clocks, power = gpu["memory"], gpu["clocks"], gpu["power"]
@@ -263,6 +265,8 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
             grid.add_row(label1, cell(value1))
             grid.add_row(label2, cell(value2))
     parts: list[Any] = [title, grid]
+    if gpu.get("health"):  # absent in documents from before the verdict
+        parts.append(Text("  Health: " + health_text(gpu["health"]), style=HEALTH_STYLES.get(gpu["health"]["verdict"], "red")))
     for instance in gpu["mig"]["instances"]:
         parts.append(Text("  " + mig_instance_text(instance)))
     for vgpu in gpu["virtualization"]["vgpus"]:
@@ -271,6 +275,14 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
     if probe:
         parts.append(Text("  " + l2_probe_text(probe)))
     return Group(*parts)
+
+
+HEALTH_STYLES = {"ok": None, "degraded": "yellow"}  # anything worse: red
+
+
+def health_text(health: dict[str, Any]) -> str:
+    """The verdict and its reason, e.g. "reset_required: NVML recovery action: GPU reset."."""
+    return f"{health['verdict']}: {health['reason']}"
 
 
 def cell(value: str) -> Text:

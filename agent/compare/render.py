@@ -8,6 +8,7 @@ import io
 import json
 from typing import Any
 
+from gpuagent.compare.health import health_text
 from gpuagent.compare.report import THROTTLE_REASONS
 
 GIB = 2**30
@@ -82,6 +83,7 @@ COLUMNS: list[tuple[str, Any]] = [
     ("MIG", lambda g: _mig_text(g["mig"])),
     ("vGPU", lambda g: _vgpu_text(g["vgpu"])),
     ("L2 probe", lambda g: _l2_text(g["l2_probe"])),
+    ("health GPU-h", lambda g: health_text(g.get("health_gpu_hours"))),
 ]
 
 EFFICIENCY_NOTE = (

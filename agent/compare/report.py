@@ -15,6 +15,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
+from gpuagent.compare.health import health_hours
 from gpuagent.compare.query import InfluxQL
 from gpuagent.errors import AgentError
 from gpuagent.plugins.clocks import REASONS as CLOCK_REASONS
@@ -62,6 +64,7 @@ DEFINITIONS = {
     "l2_probe": "means over gpu_l2_probe summary points in the range (gpuagent probe l2 --send): "
     "l2_effective_bytes, l2_bw_gbps, dram_bw_gbps, l2_dram_ratio",
     "series": "mean power_w per group in each time bucket (GROUP BY time, aligned to the epoch)",
+    "health_gpu_hours": HEALTH_DEFINITION,
 }
 
 _NICE_BUCKETS_S = (10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
@@ -163,6 +166,7 @@ class Report:
         self._mig(groups, gpus)
         self._vgpu(groups, gpus)
         self._l2_probe(groups)
+        health_hours(self, groups)
         series = self._series(groups)
         ordered = [groups[k] for k in sorted(groups, key=lambda k: groups[k]["label"])]
         return {

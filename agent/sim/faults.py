@@ -15,6 +15,9 @@ or durations such as ``500ms``, ``20s``, ``2m``, ``1h``):
 
 ERROR is an NVML error name with or without the ``NVML_ERROR_`` prefix
 (``NOT_SUPPORTED``, ``GPU_IS_LOST``, ``UNKNOWN`` ...) or its number.
+
+Health faults (row remapping, recovery action, error counters, fabric state, GPU reset) are
+parsed and scheduled by gpuagent.sim.health_faults.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from dataclasses import dataclass
 import pynvml
 
 from gpuagent.errors import AgentError
+from gpuagent.sim.health_faults import GRAMMAR as HEALTH_GRAMMAR
+from gpuagent.sim.health_faults import HealthFault, parse_health_fault
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
 _UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -50,7 +55,7 @@ class ForceFault:
     gpu: int | None = None
 
 
-Fault = XidFault | LostFault | ForceFault
+Fault = XidFault | LostFault | ForceFault | HealthFault
 
 
 def parse_seconds(text: str | float | int, what: str = "time") -> float:
@@ -106,10 +111,13 @@ def parse_fault(text: str, offset: int = 0, count: int | None = None) -> Fault:
         if kind == "force" and len(parts) in (2, 3):
             gpu = gpu_no(parts[2]) if len(parts) == 3 else None
             return ForceFault(parts[0].strip(), error_code(parts[1]), gpu)
+        health = parse_health_fault(kind, parts, gpu_no, lambda t: parse_seconds(t, "fault time"))
+        if health is not None:
+            return health
     except ValueError:
         pass
     raise AgentError(
-        f"bad fault {text!r}: use xid=GPU:CODE:TIME, lost=GPU:TIME or force=SYMBOL:ERROR[:GPU]"
+        f"bad fault {text!r}: use xid=GPU:CODE:TIME, lost=GPU:TIME, force=SYMBOL:ERROR[:GPU], {HEALTH_GRAMMAR}"
     )
 
 

@@ -277,6 +277,7 @@ class SimDevice:
         self.call_counts: list[int] = [0] * len(CALL_SYMBOLS)
         self.model = LoadModel(p, machine.seed, index, scenario)
         self.lost_at: float | None = None
+        self.lost_until: float | None = None  # set by a reset (gpuagent.sim.health_faults.reset_gpu)
         self.ecc_counts = {"corrected": 0, "uncorrected": 0}
         self.pcie_replays = 0
         self._state_t: float | None = None
@@ -463,6 +464,8 @@ class SimMachine:
             self.lose_gpu(fault.gpu, fault.at)
         elif isinstance(fault, ForceFault):
             self.force(fault.symbol, fault.code, fault.gpu)
+        else:  # health faults (gpuagent.sim.health_faults) schedule themselves
+            fault.apply_to(self)
 
     def _gpu(self, gpu: int) -> SimDevice:
         if not isinstance(gpu, int) or not 0 <= gpu < len(self.devices):
@@ -499,6 +502,8 @@ class SimMachine:
                 )
         gi = 0xFFFFFFFF if gi_id is None else int(gi_id)
         ci = 0xFFFFFFFF if ci_id is None else int(ci_id)
+        if int(code) == 79:  # fallen off the bus: GPU_IS_LOST from then on, as on hardware
+            self._mark_lost(dev, self._when(at))
         with self.lock:
             self._seq += 1
             # a new sorted list, swapped in whole: waiters iterate the old one safely
@@ -506,10 +511,21 @@ class SimMachine:
 
     def lose_gpu(self, gpu: int, at: float | None = None) -> None:
         """GPU ``gpu`` falls off the bus at ``at``: XID 79, then GPU_IS_LOST on every call."""
-        dev = self._gpu(gpu)
-        when = self._when(at)
-        dev.lost_at = when if dev.lost_at is None else min(dev.lost_at, when)
-        self.inject_xid(gpu, 79, when)
+        self.inject_xid(gpu, 79, self._when(at))
+
+    @staticmethod
+    def _mark_lost(dev: SimDevice, when: float) -> None:
+        if dev.lost_until is not None and when >= dev.lost_until:  # lost again after a reset
+            dev.lost_at, dev.lost_until = when, None
+        else:
+            dev.lost_at = when if dev.lost_at is None else min(dev.lost_at, when)
+
+    def reset_gpu(self, gpu: int, at: float | None = None) -> None:
+        """GPU ``gpu`` is reset at ``at`` (default now): a lost GPU answers again, a pending row
+        remapping is applied, the recovery action returns to none (gpuagent.sim.health_faults)."""
+        from gpuagent.sim.health_faults import reset_gpu
+
+        reset_gpu(self, gpu, at)
 
     def force(self, symbol: str, code: int | str, gpu: int | None = None) -> None:
         """Make ``symbol`` answer ``code`` (on one GPU, or everywhere); SUCCESS/0 clears it."""

@@ -1,60 +1,58 @@
-"""health: XID events, ECC counters, retired pages, remapped rows and lost GPUs (gpu_health)."""
+"""health: XID events, ECC, retired pages, remapped rows, error counters, fabric state, lost GPUs,
+and per GPU a verdict an operator can act on (gpu_health).
+
+The rules are in verdict.py and the README's rule table; the XID catalogue is data (xid_catalog.json).
+"""
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
 
 import gpuagent
 from gpuagent.gpu import MISSING_CODES, Gpu, GpuLost
+from gpuagent.nvml_read import Field, FieldReader, field_value, poll
+from gpuagent.plugins.health.catalog import load_catalog
+from gpuagent.plugins.health.verdict import (
+    CounterWindow,
+    Finding,
+    clock_text,
+    decide,
+    fabric_findings,
+    growth_finding,
+    memory_findings,
+    recovery_finding,
+    window_text,
+    xid_finding,
+)
 
 log = logging.getLogger("gpuagent.collector.health")
 
-# Short descriptions of the common XIDs (NVIDIA's XID catalogue has the full list and the actions).
-XID_DESCRIPTIONS = {
-    8: "GPU stopped processing (driver timeout)",
-    13: "Graphics engine exception",
-    31: "GPU memory page fault",
-    32: "Invalid or corrupted push buffer stream",
-    38: "Driver firmware error",
-    43: "GPU stopped processing (application fault)",
-    44: "Graphics engine fault during context switch",
-    45: "Preemptive cleanup, due to previous errors",
-    48: "Double-bit ECC error",
-    54: "Auxiliary power is not connected",
-    56: "Display engine error",
-    57: "Error programming video memory interface",
-    58: "Unstable video memory interface detected",
-    61: "Internal micro-controller breakpoint/warning",
-    62: "Internal micro-controller halt",
-    63: "ECC page retirement or row remapping recording event",
-    64: "ECC page retirement or row remapping recording failure",
-    68: "NVDEC0 exception",
-    69: "Graphics engine class error",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "High single-bit ECC error rate",
-    94: "Contained ECC error",
-    95: "Uncontained ECC error",
-    109: "Context switch timeout",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-    121: "C2C link corrected error",
-    140: "Unrecovered ECC error",
-}
+# Short descriptions of every XID in NVIDIA's catalogue (xid_catalog.json names the source).
+XID_DESCRIPTIONS = {code: entry.meaning for code, entry in load_catalog().entries.items()}
 
 NO_INSTANCE = pynvml.NVML_GPU_INSTANCE_ID_ANY  # 0xFFFFFFFF: the event is not tied to a MIG instance
 
 
 def xid_description(xid: int) -> str:
-    return XID_DESCRIPTIONS.get(xid, "Unlisted XID (see NVIDIA's XID catalogue)")
+    return XID_DESCRIPTIONS.get(xid, f"XID {xid} is not in the catalogue (see NVIDIA's XID catalogue)")
+
+
+def monotonic_clock() -> Callable[[], float]:
+    """Seconds for XID and error windows: the simulator's clock when one is installed (so tests
+    move time without sleeping), else time.monotonic."""
+    sim = sys.modules.get("gpuagent.sim")  # never imported: not simulated (and not worth importing)
+    machine = sim.installed() if sim is not None else None
+    return machine.now if machine is not None else time.monotonic
 
 
 def handle_address(handle: Any) -> int | None:
@@ -71,6 +69,7 @@ class XidEvent:
     gpu_instance_id: int | None
     compute_instance_id: int | None
     time_ns: int
+    at: float = 0.0  # on the collector's monotonic clock: for the XID window
 
 
 class XidWatcher:
@@ -82,7 +81,8 @@ class XidWatcher:
     happened before a run is in that run whatever the thread was doing.
     """
 
-    def __init__(self, gpus: list[Gpu], poll_s: float = 0.5):
+    def __init__(self, gpus: list[Gpu], poll_s: float = 0.5, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
         self.poll_ms = max(1, int(poll_s * 1000))
         self.events: deque[XidEvent] = deque(maxlen=10_000)
         self.registered: list[Gpu] = []
@@ -101,33 +101,39 @@ class XidWatcher:
             log.warning("XID events unavailable: nvmlEventSetCreate failed: %s", exc)
             return False
         for gpu in self._gpus:
-            if gpu.lost:
-                continue
-            try:
-                supported = gpu.query(pynvml.nvmlDeviceGetSupportedEventTypes)
-                if supported is not None and not supported & pynvml.nvmlEventTypeXidCriticalError:
-                    continue
-                # Called directly: it returns None on success, which gpu.query cannot tell from NOT_SUPPORTED.
-                pynvml.nvmlDeviceRegisterEvents(gpu.handle, pynvml.nvmlEventTypeXidCriticalError, self._event_set)
-            except GpuLost:
-                continue
-            except pynvml.NVMLError as exc:
-                if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
-                    gpu.mark_lost(str(exc))
-                elif exc.value in MISSING_CODES:
-                    log.debug("GPU %d: no XID events (%s)", gpu.index, exc)
-                else:
-                    log.warning("GPU %d: cannot watch XID events: %s", gpu.index, exc)
-                continue
-            self.registered.append(gpu)
-            address = handle_address(gpu.handle)
-            if address is not None:
-                self._by_address[address] = gpu
+            self.register(gpu)
         if not self.registered:
             self._free()
             return False
         self._thread = threading.Thread(target=self._run, name="health-xid-events", daemon=True)
         self._thread.start()
+        return True
+
+    def register(self, gpu: Gpu) -> bool:
+        """Watch ``gpu``'s XIDs (again, for a GPU back after a reset); False when it offers none."""
+        if gpu.lost or self._event_set is None:
+            return False
+        try:
+            supported = gpu.query(pynvml.nvmlDeviceGetSupportedEventTypes)
+            if supported is not None and not supported & pynvml.nvmlEventTypeXidCriticalError:
+                return False
+            # Called directly: it returns None on success, which gpu.query cannot tell from NOT_SUPPORTED.
+            pynvml.nvmlDeviceRegisterEvents(gpu.handle, pynvml.nvmlEventTypeXidCriticalError, self._event_set)
+        except GpuLost:
+            return False
+        except pynvml.NVMLError as exc:
+            if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
+                gpu.mark_lost(str(exc))
+            elif exc.value in MISSING_CODES:
+                log.debug("GPU %d: no XID events (%s)", gpu.index, exc)
+            else:
+                log.warning("GPU %d: cannot watch XID events: %s", gpu.index, exc)
+            return False
+        if gpu not in self.registered:
+            self.registered.append(gpu)
+        address = handle_address(gpu.handle)
+        if address is not None:
+            self._by_address[address] = gpu
         return True
 
     def _run(self) -> None:
@@ -178,6 +184,7 @@ class XidWatcher:
             gpu_instance_id=None if gi == NO_INSTANCE else gi,
             compute_instance_id=None if ci == NO_INSTANCE else ci,
             time_ns=time.time_ns(),
+            at=self.clock(),
         )
         log.warning("GPU %d (%s): XID %d: %s", gpu.index, gpu.uuid, event.xid, xid_description(event.xid))
         self.events.append(event)
@@ -226,8 +233,62 @@ class GpuLostError(RuntimeError):
     """Raised once by the health collector when it reports newly lost GPUs, so the agent counts an error."""
 
 
+# One nvmlDeviceGetFieldValues call per GPU per run for these (each missing where the driver lacks it).
+PCIE_ERROR_FIELDS = {
+    "pcie_correctable_errors": pynvml.NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS,
+    "pcie_naks_received": pynvml.NVML_FI_DEV_PCIE_COUNT_NAKS_RECEIVED,
+    "pcie_receiver_errors": pynvml.NVML_FI_DEV_PCIE_COUNT_RECEIVER_ERROR,
+    "pcie_bad_tlp": pynvml.NVML_FI_DEV_PCIE_COUNT_BAD_TLP,
+    "pcie_naks_sent": pynvml.NVML_FI_DEV_PCIE_COUNT_NAKS_SENT,
+    "pcie_bad_dllp": pynvml.NVML_FI_DEV_PCIE_COUNT_BAD_DLLP,
+    "pcie_non_fatal_errors": pynvml.NVML_FI_DEV_PCIE_COUNT_NON_FATAL_ERROR,
+    "pcie_fatal_errors": pynvml.NVML_FI_DEV_PCIE_COUNT_FATAL_ERROR,
+    "pcie_unsupported_requests": pynvml.NVML_FI_DEV_PCIE_COUNT_UNSUPPORTED_REQ,
+    "pcie_lcrc_errors": pynvml.NVML_FI_DEV_PCIE_COUNT_LCRC_ERROR,
+    "pcie_lane_errors": pynvml.NVML_FI_DEV_PCIE_COUNT_LANE_ERROR,
+}
+HEALTH_FIELDS = FieldReader(
+    {
+        "recovery_action": Field(pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
+        "pcie_replays": Field(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, pynvml.nvmlDeviceGetPcieReplayCounter),
+        **{name: Field(fid) for name, fid in PCIE_ERROR_FIELDS.items()},
+    }
+)
+# Per-link NVLink data-link error counters (scopeId = link), and their field names here.
+NVLINK_ERROR_FIELDS = {
+    "crc": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC,
+    "replay": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
+    "recovery": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
+}
+HISTOGRAM_BUCKETS = ("max", "high", "partial", "low", "none")
+
+
+def fabric_info(handle: Any) -> Any:
+    """nvmlDeviceGetGpuFabricInfoV with the v3 struct (health summary), or v2 on an older driver."""
+    for struct in (pynvml.c_nvmlGpuFabricInfo_v3_t, pynvml.c_nvmlGpuFabricInfo_v2_t):
+        info = struct()
+        try:
+            pynvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
+        except pynvml.NVMLError as exc:
+            if exc.value == pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+                continue
+            raise
+        return info
+    return None
+
+
+@dataclass
+class GpuHealth:
+    """What the verdict remembers about one GPU between runs."""
+
+    xids: deque = field(default_factory=deque)  # (at, wall ns, code) inside the XID window
+    expired: list = field(default_factory=list)  # (at, wall ns, code) decayed, said in the reason for a while
+    counters: dict = field(default_factory=dict)  # name -> CounterWindow
+    lost_since_ns: int | None = None
+
+
 class HealthCollector(gpuagent.Collector):
-    """XID events (as they happen), ECC, page retirement, row remapping, and lost GPUs."""
+    """XID events (as they happen), ECC, memory repair, error counters, fabric state, lost GPUs, and a verdict."""
 
     name = "health"
     requires_gpus = True
@@ -237,6 +298,17 @@ class HealthCollector(gpuagent.Collector):
         xid_events: bool = True
         # Longest single wait on the NVML event set: bounds how long close() takes.
         event_wait: gpuagent.Duration = 0.5
+        # How long an XID holds a verdict before it decays (when nothing else holds it).
+        xid_window: gpuagent.Duration = 900.0
+        # The window error counters' growth is measured over.
+        error_window: gpuagent.Duration = 900.0
+        # Growth within error_window at or above which the GPU is degraded (0 turns a rule off).
+        ecc_uncorrected_errors: int = 1
+        pcie_replays: int = 100
+        pcie_errors: int = 100
+        nvlink_crc_errors: int = 100
+        nvlink_replay_errors: int = 100
+        nvlink_recovery_errors: int = 1
 
     def __init__(self, config, context):
         super().__init__(config, context)
@@ -245,6 +317,9 @@ class HealthCollector(gpuagent.Collector):
         self._start_lock = threading.Lock()
         self._reported_lost: set[str] = set()
         self._xid_counts: dict[str, int] = {}
+        self._state: dict[int, GpuHealth] = {}
+        self._nvlink_refused: set[int] = set()
+        self.clock = monotonic_clock()
 
     def _ensure_watcher(self) -> None:
         if not self.config.xid_events or self._watcher_started:
@@ -253,9 +328,15 @@ class HealthCollector(gpuagent.Collector):
             if self._watcher_started:
                 return
             self._watcher_started = True
-            watcher = XidWatcher(self.gpus, poll_s=self.config.event_wait)
+            watcher = XidWatcher(self.gpus, poll_s=self.config.event_wait, clock=self.clock)
             if watcher.start():
                 self._watcher = watcher
+
+    def state(self, gpu: Gpu) -> GpuHealth:
+        st = self._state.get(gpu.index)
+        if st is None:
+            st = self._state[gpu.index] = GpuHealth()
+        return st
 
     def collect(self, acc: gpuagent.Accumulator) -> None:
         self._ensure_watcher()
@@ -264,25 +345,55 @@ class HealthCollector(gpuagent.Collector):
                 self._add_xid(acc, event)
         newly_lost = []
         for gpu in self.context.gpus:
+            if gpu.lost and self._recovered(gpu):
+                self._reported_lost.discard(gpu.uuid)
             if not gpu.lost:
                 try:
                     self.collect_gpu(acc, gpu)
                     continue
                 except GpuLost:
                     pass
-            if gpu.uuid not in self._reported_lost:
+            first = gpu.uuid not in self._reported_lost
+            self._add_lost(acc, gpu, first)
+            if first:
                 self._reported_lost.add(gpu.uuid)
-                acc.add_fields("gpu_health", {"lost": True, "lost_reason": gpu.lost_reason or None}, tags=gpu.tags)
                 newly_lost.append(gpu)
         if newly_lost:
             raise GpuLostError(
                 "; ".join(f"GPU {g.index} ({g.uuid}) is lost: {g.lost_reason or 'GPU_IS_LOST'}" for g in newly_lost)
-                + "; skipping it from now on"
+                + "; skipping it until it answers again"
             )
+
+    def _recovered(self, gpu: Gpu) -> bool:
+        """A lost GPU answering again: back to what the evidence says; XIDs before it came back are
+        settled by the reset that brought it back."""
+        if not gpu.try_recover():
+            return False
+        st = self.state(gpu)
+        st.xids.clear()
+        st.counters.clear()  # counters restart after a reset
+        st.lost_since_ns = None
+        if self._watcher is not None:
+            self._watcher.register(gpu)
+        return True
+
+    def _add_lost(self, acc: gpuagent.Accumulator, gpu: Gpu, first: bool) -> None:
+        st = self.state(gpu)
+        if st.lost_since_ns is None:
+            st.lost_since_ns = time.time_ns()
+        fields: dict[str, Any] = {
+            "lost": True,
+            "verdict": "lost",
+            "verdict_reason": f"GPU answers GPU_IS_LOST since {clock_text(st.lost_since_ns)} UTC.",
+        }
+        if first:
+            fields["lost_reason"] = gpu.lost_reason or None
+        acc.add_fields("gpu_health", fields, tags=gpu.tags)
 
     def _add_xid(self, acc: gpuagent.Accumulator, event: XidEvent) -> None:
         gpu = event.gpu
         self._xid_counts[gpu.uuid] = self._xid_counts.get(gpu.uuid, 0) + 1
+        self.state(gpu).xids.append((event.at, event.time_ns, event.xid))
         tags = {**gpu.tags, "gi_id": event.gpu_instance_id, "ci_id": event.compute_instance_id}
         acc.add_fields(
             "gpu_health",
@@ -324,9 +435,113 @@ class HealthCollector(gpuagent.Collector):
             fields["remapped_rows_uncorrectable"] = int(uncorrectable)
             fields["remapped_rows_pending"] = bool(rows_pending)
             fields["remapped_rows_failure"] = bool(failure)
+            histogram = poll(gpu, pynvml.nvmlDeviceGetRowRemapperHistogram)
+            if histogram is not None:
+                for bucket in HISTOGRAM_BUCKETS:
+                    fields[f"row_remap_banks_{bucket}"] = int(getattr(histogram, bucket))
         if self._watcher is not None and gpu in self._watcher.registered:
             fields["xid_events_total"] = self._xid_counts.get(gpu.uuid, 0)
+        readings = HEALTH_FIELDS.read(gpu)
+        if "recovery_action" in readings:
+            fields["recovery_action"] = int(readings["recovery_action"])
+        pcie_errors = [int(readings[n]) for n in PCIE_ERROR_FIELDS if n in readings]
+        if pcie_errors:
+            fields["pcie_errors_total"] = sum(pcie_errors)
+        nvlink = self._nvlink_errors(gpu)
+        for kind in NVLINK_ERROR_FIELDS:
+            if nvlink.get(kind):
+                fields[f"nvlink_{kind}_errors_total"] = sum(nvlink[kind].values())
+        fabric = poll(gpu, fabric_info)
+        if fabric is not None and fabric.state != pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
+            fields["fabric_state"] = {1: "not_started", 2: "in_progress", 3: "completed"}.get(
+                int(fabric.state), str(int(fabric.state))
+            )
+            fields["fabric_status"] = int(fabric.status)
+            fields["fabric_clique_id"] = int(fabric.cliqueId)
+            fields["fabric_health_mask"] = int(fabric.healthMask)
+        verdict, reason = self.verdict(gpu, fields, readings, nvlink, fabric)
+        fields["verdict"], fields["verdict_reason"] = verdict, reason
         acc.add_fields("gpu_health", fields, tags=gpu.tags)
+
+    def _nvlink_errors(self, gpu: Gpu) -> dict[str, dict[int, int]]:
+        """kind -> link -> count, from one field-values call (scopeId = link); {} without NVLink."""
+        if gpu.index in self._nvlink_refused:
+            return {}
+        links = gpu.remember("health.nvlink_links", lambda: self._link_count(gpu))
+        if not links:
+            self._nvlink_refused.add(gpu.index)
+            return {}
+        ids = [(fid, link) for fid in NVLINK_ERROR_FIELDS.values() for link in range(links)]
+        values = gpu.query(pynvml.nvmlDeviceGetFieldValues, ids)
+        if values is None:
+            self._nvlink_refused.add(gpu.index)
+            return {}
+        out: dict[str, dict[int, int]] = {}
+        kinds = list(NVLINK_ERROR_FIELDS)
+        for n, fv in enumerate(values):
+            if fv.nvmlReturn == pynvml.NVML_ERROR_GPU_IS_LOST:
+                gpu.mark_lost(str(pynvml.NVMLError(fv.nvmlReturn)))
+                raise GpuLost(gpu)
+            value = field_value(fv)
+            if value is not None:
+                out.setdefault(kinds[n // links], {})[n % links] = int(value)
+        if not out:
+            self._nvlink_refused.add(gpu.index)  # the driver has none of them: do not ask again
+        return out
+
+    @staticmethod
+    def _link_count(gpu: Gpu) -> int:
+        values = gpu.query(pynvml.nvmlDeviceGetFieldValues, [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT])
+        return int(field_value(values[0]) or 0) if values is not None else 0
+
+    def verdict(self, gpu, fields, readings, nvlink, fabric) -> tuple[str, str]:
+        """The rules of the README's table, applied to this run's evidence."""
+        cfg, now, st = self.config, self.clock(), self.state(gpu)
+        findings: list[Finding | None] = [recovery_finding(fields.get("recovery_action"))]
+        findings += memory_findings(
+            fields.get("remapped_rows_pending"), fields.get("remapped_rows_failure"), fields.get("retired_pages_pending")
+        )
+        if fabric is not None:
+            findings += fabric_findings(
+                int(fabric.state), int(fabric.status), int(fabric.healthMask), getattr(fabric, "healthSummary", None)
+            )
+        window = cfg.error_window
+
+        def grew(name: str, value: Any, what: str, threshold: int) -> None:
+            if value is not None:
+                counter = st.counters.setdefault(name, CounterWindow())
+                findings.append(growth_finding(what, counter.add(now, int(value), window), threshold, window))
+
+        grew("ecc", fields.get("ecc_uncorrected_volatile_total"), "uncorrectable ECC errors", cfg.ecc_uncorrected_errors)
+        grew("pcie_replays", readings.get("pcie_replays"), "PCIe replays", cfg.pcie_replays)
+        grew("pcie_errors", fields.get("pcie_errors_total"), "PCIe errors", cfg.pcie_errors)
+        thresholds = {
+            "crc": cfg.nvlink_crc_errors,
+            "replay": cfg.nvlink_replay_errors,
+            "recovery": cfg.nvlink_recovery_errors,
+        }
+        for kind, links in nvlink.items():
+            for link, value in links.items():
+                grew(f"nvlink_{kind}_{link}", value, f"NVLink {kind} errors on link {link}", thresholds[kind])
+        findings += self._xid_findings(st, now)
+        notes = [
+            f"XID {code} at {clock_text(wall)} UTC expired after the {window_text(cfg.xid_window)} window"
+            for _at, wall, code in st.expired
+        ]
+        return decide([f for f in findings if f is not None], notes)
+
+    def _xid_findings(self, st: GpuHealth, now: float) -> list[Finding]:
+        window = self.config.xid_window
+        while st.xids and st.xids[0][0] <= now - window:
+            st.expired.append(st.xids.popleft())
+        st.expired = [e for e in st.expired if e[0] > now - 2 * window][-3:]  # said for one more window
+        latest: dict[int, tuple[int, int]] = {}  # code -> (count, last wall ns)
+        for _at, wall, code in st.xids:
+            count, _ = latest.get(code, (0, 0))
+            latest[code] = (count + 1, wall)
+        if latest:
+            st.expired = [e for e in st.expired if e[2] not in latest]
+        return [xid_finding(code, count, wall) for code, (count, wall) in latest.items()]
 
     def close(self) -> None:
         if self._watcher is not None:

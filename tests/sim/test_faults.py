@@ -1,5 +1,6 @@
 """Fault injection: XID events through event sets, lost GPUs, forced errors."""
 
+import ctypes
 import json
 
 import pynvml
@@ -32,7 +33,10 @@ def test_xid_from_spec_delivered_after_its_time(simulated_fleet, sim_clock):
     data = pynvml.nvmlEventSetWait_v2(es, 100)
     assert data.eventType == pynvml.nvmlEventTypeXidCriticalError
     assert data.eventData == 79
-    assert pynvml.nvmlDeviceGetUUID(data.device) == pynvml.nvmlDeviceGetUUID(hs[1])
+    # the GPU now answers GPU_IS_LOST (as after an XID 79 on hardware): compare handles, not UUIDs
+    assert ctypes.cast(data.device, ctypes.c_void_p).value == ctypes.cast(hs[1], ctypes.c_void_p).value
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        pynvml.nvmlDeviceGetUUID(hs[1])
     with pytest.raises(pynvml.NVMLError_Timeout):
         pynvml.nvmlEventSetWait_v2(es, 0)  # delivered once
     sim_clock.advance(60)

@@ -41,6 +41,7 @@ from gpuagent.sim.fakelib.events import EventCalls
 from gpuagent.sim.fakelib.mig import MigCalls
 from gpuagent.sim.fakelib.vgpu import VgpuCalls
 from gpuagent.sim.fakelib.gpm import GPM_METRIC_NAMES, GpmCalls  # noqa: F401
+from gpuagent.sim.fakelib.health_faults import HealthFaultCalls
 
 # isort: on
 
@@ -62,6 +63,7 @@ from gpuagent.sim.machine import SimDevice, SimMachine, SimMigDevice
 
 
 class FakeNvmlLib(
+    HealthFaultCalls,  # first: its _field answers the health field ids, then defers to FieldValueCalls
     SystemCalls,
     IdentityCalls,
     MemoryCalls,

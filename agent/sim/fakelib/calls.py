@@ -73,7 +73,8 @@ def system_call(needs_init: bool = True):
 def _lost_or_forced(m: SimMachine, gpu: SimDevice, name: str) -> int | None:
     """GPU_IS_LOST once the GPU is lost, else a code forced for this call, else None."""
     if gpu.lost_at is not None and m.now() >= gpu.lost_at:
-        return E_LOST
+        if gpu.lost_until is None or m.now() < gpu.lost_until:  # lost_until: a reset brought it back
+            return E_LOST
     if m.forced:
         return m.forced.get((name, gpu.index), m.forced.get((name, None)))
     return None

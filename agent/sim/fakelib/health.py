@@ -3,6 +3,8 @@
 ECC counts come from the device's ECC state, which faults raise, and the remapped-row count
 follows the uncorrected errors. No page is ever retired, so the retired-page lists are always
 empty. The ECC calls are among those a MIG device handle may make, and answer for the parent.
+Health faults (gpuagent.sim.health_faults) add uncorrectable errors, a pending or failed row
+remapping, a pending page retirement, and move banks in the remapper histogram.
 """
 
 from __future__ import annotations
@@ -11,6 +13,16 @@ import pynvml
 
 from gpuagent.sim.fakelib.args import E_INVALID, OK, NvmlCalls, _fill_value, _int, _out
 from gpuagent.sim.fakelib.calls import device_call
+from gpuagent.sim.health_faults import peek
+
+
+def _uncorrected(m, gpu) -> int:
+    state = peek(m, gpu.index)
+    return gpu.ecc_counts["uncorrected"] + (state.ecc_uncorrected(m.now()) if state else 0)
+
+
+def _count(m, gpu, key: str) -> int:
+    return gpu.ecc_counts[key] if key == "corrected" else _uncorrected(m, gpu)
 
 
 class HealthCalls(NvmlCalls):
@@ -34,7 +46,7 @@ class HealthCalls(NvmlCalls):
             if _int(err_type) == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
             else "uncorrected"
         )
-        return self._put(out, gpu.ecc_counts[key])
+        return self._put(out, _count(self.m, gpu, key))
 
     @device_call
     def nvmlDeviceGetMemoryErrorCounter(
@@ -48,7 +60,7 @@ class HealthCalls(NvmlCalls):
         )
         loc = _int(location)
         if loc in (pynvml.NVML_MEMORY_LOCATION_DEVICE_MEMORY, pynvml.NVML_MEMORY_LOCATION_DRAM):
-            return self._put(out, gpu.ecc_counts[key])
+            return self._put(out, _count(self.m, gpu, key))
         return self._put(out, 0)
 
     @device_call
@@ -61,15 +73,17 @@ class HealthCalls(NvmlCalls):
 
     @device_call
     def nvmlDeviceGetRetiredPagesPendingStatus(self, dev, out=None):
-        return self._put(out, 0)
+        state = peek(self.m, dev.index)
+        return self._put(out, 1 if state and state.retired_pending(self.m.now()) else 0)
 
     @device_call
     def nvmlDeviceGetRemappedRows(self, dev, corr=None, unc=None, pending=None, failure=None):
+        state, now = peek(self.m, dev.index), self.m.now()
         for out, value in (
             (corr, 0),
-            (unc, dev.ecc_counts["uncorrected"]),
-            (pending, 0),
-            (failure, 0),
+            (unc, _uncorrected(self.m, dev) + (state.remapped(now) if state else 0)),
+            (pending, 1 if state and state.remap_pending(now) else 0),
+            (failure, 1 if state and state.remap_failure(now) else 0),
         ):
             if self._put(out, value) != OK:
                 return E_INVALID
@@ -80,5 +94,11 @@ class HealthCalls(NvmlCalls):
         o = _out(out)
         if o is None:
             return E_INVALID
-        o.max = 2560 if str(dev.profile["memory"].get("type", "")).startswith("HBM") else 192
+        banks = 2560 if str(dev.profile["memory"].get("type", "")).startswith("HBM") else 192
+        state, now = peek(self.m, dev.index), self.m.now()
+        # Each applied or pending remapping uses a spare row of one bank (availability max -> high);
+        # a failed remapping leaves a bank with none (the H100 capture: Max 2560 bank(s), rest 0).
+        used = (state.remapped(now) + state.remap_pending(now)) if state else 0
+        failed = 1 if state and state.remap_failure(now) else 0
+        o.max, o.high, o.partial, o.low, o.none = banks - used - failed, used, 0, 0, failed
         return OK

@@ -13,6 +13,7 @@ import pynvml
 from gpuagent.sim.fakelib.args import E_INVALID, E_NS, NvmlCalls, _int
 from gpuagent.sim.fakelib.calls import device_call
 from gpuagent.sim.fakelib.identity import _fill_pci
+from gpuagent.sim.health_faults import nvlink_errors
 from gpuagent.sim.machine import SimMachine
 
 
@@ -99,6 +100,7 @@ class NvLinkCalls(NvmlCalls):
 
     @device_call
     def nvmlDeviceGetNvLinkErrorCounter(self, dev, link=None, counter=None, out=None):
-        if self._link(dev, link) is None:
+        n = self._link(dev, link)
+        if n is None:
             return E_INVALID
-        return self._put(out, 0)
+        return self._put(out, nvlink_errors(self.m, dev, n, _int(counter)))

@@ -12,6 +12,7 @@ import pynvml
 
 from gpuagent.sim.fakelib.args import E_INVALID, NvmlCalls, _int
 from gpuagent.sim.fakelib.calls import device_call
+from gpuagent.sim.health_faults import pcie_replays
 
 
 class PcieCalls(NvmlCalls):
@@ -59,4 +60,4 @@ class PcieCalls(NvmlCalls):
 
     @device_call
     def nvmlDeviceGetPcieReplayCounter(self, dev, out=None):
-        return self._put(out, dev.pcie_replays)
+        return self._put(out, pcie_replays(self.m, dev))

@@ -80,9 +80,11 @@ def test_xid_79_then_lost_gpu_while_the_others_keep_reporting(simulated_fleet, s
             assert xids[0].tags["uuid"] == machine.gpus[1].uuid
             lost = points(cycle, "gpu_health", 1, lost=True)
             assert [p.fields["lost"] for p in lost] == [True]
-        else:  # afterwards GPU 1 is silent everywhere; no second lost point
+        else:  # afterwards GPU 1 is silent in every collector but health, whose verdict stays `lost`
             assert not xids
-            assert not [p for p in cycle if p.tags.get("gpu") == "1"]
+            assert [(p.measurement, p.fields["verdict"]) for p in cycle if p.tags.get("gpu") == "1"] == [
+                ("gpu_health", "lost")
+            ]
         for gpu in (0, 2, 3):  # the others report every cycle, in every collector
             assert len(points(cycle, "gpu_health", gpu, ecc_enabled=True)) == 1, (t, gpu)
             assert points(cycle, "gpu_health", gpu, ecc_enabled=True)[0].fields["lost"] is False
@@ -94,10 +96,11 @@ def test_xid_79_then_lost_gpu_while_the_others_keep_reporting(simulated_fleet, s
     assert own[0].fields["errors_total"] == 1
     assert "GPU 1" in own[0].fields["last_error"] and machine.gpus[1].uuid in own[0].fields["last_error"]
     later_health = [p for _t, c in cycles[3:] for p in c if p.measurement == "gpu_health" and p.tags["gpu"] == "1"]
-    assert later_health == []
+    assert [p.fields["lost"] for p in later_health] == [True, True]
+    assert not any("lost_reason" in p.fields for p in later_health)  # NVML's message once
 
 
-def test_lost_gpu_found_by_another_collector_is_still_reported_once(simulated_fleet, recording_accumulator):
+def test_lost_gpu_found_by_another_collector_is_an_error_once(simulated_fleet, recording_accumulator):
     machine = simulated_fleet("l40s:2")
     collector = make(machine, xid_events=False)
     machine.lose_gpu(0)
@@ -107,8 +110,8 @@ def test_lost_gpu_found_by_another_collector_is_still_reported_once(simulated_fl
     assert [f["lost"] for f in health_fields(recording_accumulator, 0)] == [True]
     assert [f["lost"] for f in health_fields(recording_accumulator, 1)] == [False]
     recording_accumulator.clear()
-    collector.collect(recording_accumulator)  # no second report, no second error
-    assert health_fields(recording_accumulator, 0) == []
+    collector.collect(recording_accumulator)  # no second error; the verdict is reported every run
+    assert [(f["lost"], f["verdict"]) for f in health_fields(recording_accumulator, 0)] == [(True, "lost")]
     assert len(health_fields(recording_accumulator, 1)) == 1
 
 
