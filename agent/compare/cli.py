@@ -72,7 +72,11 @@ def time_range(since: str | None, start: str | None, end: str | None):
     help="InfluxQL condition on tags, e.g. 'host =~ /^gpu-a/'.",
 )
 @click.option(
-    "--by", type=click.Choice(["model", "host", "gpu"]), default="model", show_default=True
+    "--by",
+    type=click.Choice(["model", "host", "gpu", "job", "pod"]),
+    default="model",
+    show_default=True,
+    help="Group by GPU model, host or GPU; or by Slurm job / Kubernetes pod (from gpu_job).",
 )
 @click.option(
     "--format",
@@ -121,6 +125,9 @@ def compare(
     rng = time_range(since, start, end)
     conn = connection_from(config_path, url, database, token, username, password)
     client = InfluxQL(conn)
+    if by in ("job", "pod"):
+        _compare_jobs(client, rng, by, where, fmt, output)
+        return
     try:
         doc = Report(client, rng, by=by, where=where).build()
     finally:
@@ -135,5 +142,24 @@ def compare(
             f"wrote {output} ({len(doc['groups'])} group(s), {sum(g['gpus'] for g in doc['groups'])} GPUs)",
             err=True,
         )
+    else:
+        sys.stdout.write(text)
+
+
+def _compare_jobs(client, rng, by: str, where, fmt: str, output) -> None:
+    """`--by job` / `--by pod`: per Slurm job or pod, from gpu_job (gpuagent.compare.jobs)."""
+    from gpuagent.compare.jobs import JobReport, render
+
+    try:
+        doc = JobReport(client, rng, by=by, where=where).build()
+    finally:
+        client.close()
+    text = render(doc, fmt)
+    if output and output != "-":
+        try:
+            Path(output).write_text(text)
+        except OSError as exc:
+            raise AgentError(f"cannot write {output!r}: {exc.strerror or exc}") from None
+        click.echo(f"wrote {output} ({len(doc['groups'])} {by}(s))", err=True)
     else:
         sys.stdout.write(text)

@@ -43,6 +43,8 @@ class HostPlan:
     step_ns: int
     steps: int
     collectors: tuple[str, ...]
+    # Simulated Slurm jobs on the GPUs (gpuagent.sim.jobs), written as gpu_process / gpu_job.
+    with_jobs: bool = False
 
 
 def plan_hosts(
@@ -89,7 +91,8 @@ def backfill_host(plan: HostPlan, conn: Connection) -> int:
 
     plugins = PluginHost().load()
     clock = ManualClock(UPTIME_S)
-    sim.install(plan.spec, seed=plan.seed, clock=clock, scenario=plan.scenario)
+    machine = sim.install(plan.spec, seed=plan.seed, clock=clock, scenario=plan.scenario)
+    book = _with_jobs(machine, plan) if plan.with_jobs else None
     client = InfluxQL(conn)
     written = 0
     runners: list[list] = []
@@ -107,6 +110,10 @@ def backfill_host(plan: HostPlan, conn: Connection) -> int:
                     f"--collectors: no collector {name!r} (known: {', '.join(sorted(plugins.collectors))})"
                 )
             collector = cls(cls.Config(), context)
+            if book is not None and name == "processes":
+                from gpuagent.sim.jobs import JobHost
+
+                collector.host = JobHost(book)  # the simulated jobs' pids are not in /proc
             interval_ns = int((collector.default_interval or 0) * 1e9) or plan.step_ns
             runners.append([collector, interval_ns, None])
         lines: list[str] = []
@@ -147,6 +154,15 @@ def backfill_host(plan: HostPlan, conn: Connection) -> int:
             pass
         sim.uninstall()
     return written
+
+
+def _with_jobs(machine, plan: HostPlan):
+    """Give the machine a job book: every GPU runs the book's jobs instead of its own load's
+    processes (the load model is unchanged, so power and energy are the same as without)."""
+    from gpuagent.sim.jobs import JobBook
+
+    machine.job_book = JobBook(plan.seed, len(machine.devices))
+    return machine.job_book
 
 
 def _backfill_in_worker(plan: HostPlan, conn: Connection) -> int:
@@ -237,6 +253,12 @@ def _check_reachable(conn: Connection) -> None:
     "--prefix", default="sim", show_default=True, help="Host names are PREFIX-00, PREFIX-01, ..."
 )
 @click.option(
+    "--with-jobs",
+    is_flag=True,
+    default=False,
+    help="Simulated Slurm jobs on the GPUs (gpu_job / gpu_process points, for compare --by job).",
+)
+@click.option(
     "--jobs",
     type=click.IntRange(1, 256),
     default=None,
@@ -256,6 +278,7 @@ def fleet(
     scenario,
     collector_names,
     prefix,
+    with_jobs,
     jobs,
 ) -> None:
     """Backfill a simulated fleet's history into InfluxDB (one `host` tag per simulated machine)."""
@@ -294,7 +317,11 @@ def fleet(
     end_ns -= end_ns % step_ns
     start_ns = end_ns - int(duration_s * 1e9)
     n_hosts = hosts or len(spec_list)
+    if with_jobs and "processes" not in names:
+        names = (*names, "processes")
     plans = plan_hosts(n_hosts, spec_list, start_ns, end_ns, step_s, seed, scenario, names, prefix)
+    for plan in plans:
+        plan.with_jobs = with_jobs
     jobs = jobs or max(1, min(os.cpu_count() or 1, n_hosts))
     t0 = time.perf_counter()
     points = backfill(plans, conn, jobs)

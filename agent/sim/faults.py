@@ -12,6 +12,10 @@ or durations such as ``500ms``, ``20s``, ``2m``, ``1h``):
     force=SYMBOL:ERROR[:GPU]  SYMBOL answers ERROR (on every GPU of the machine and
                             for system calls, or on one GPU)
                             force=nvmlDeviceGetPowerUsage:NOT_SUPPORTED:1
+    proc=GPU:PID[:MIB]      the host process PID runs on GPU as a compute process
+                            (MIB of GPU memory; default: a share of what the GPU uses);
+                            repeatable, for attribution tests on real processes
+                            proc=0:4242:2048
 
 ERROR is an NVML error name with or without the ``NVML_ERROR_`` prefix
 (``NOT_SUPPORTED``, ``GPU_IS_LOST``, ``UNKNOWN`` ...) or its number.
@@ -55,7 +59,16 @@ class ForceFault:
     gpu: int | None = None
 
 
-Fault = XidFault | LostFault | ForceFault | HealthFault
+@dataclass(frozen=True)
+class ProcFault:
+    """A real host process shown as a compute process on one GPU (``@proc=GPU:PID[:MIB]``)."""
+
+    gpu: int
+    pid: int
+    mib: int | None = None
+
+
+Fault = XidFault | LostFault | ForceFault | HealthFault | ProcFault
 
 
 def parse_seconds(text: str | float | int, what: str = "time") -> float:
@@ -111,14 +124,25 @@ def parse_fault(text: str, offset: int = 0, count: int | None = None) -> Fault:
         if kind == "force" and len(parts) in (2, 3):
             gpu = gpu_no(parts[2]) if len(parts) == 3 else None
             return ForceFault(parts[0].strip(), error_code(parts[1]), gpu)
+        if kind == "proc" and len(parts) in (2, 3):
+            return _proc_fault(text, gpu_no(parts[0]), parts[1:])
         health = parse_health_fault(kind, parts, gpu_no, lambda t: parse_seconds(t, "fault time"))
         if health is not None:
             return health
     except ValueError:
         pass
     raise AgentError(
-        f"bad fault {text!r}: use xid=GPU:CODE:TIME, lost=GPU:TIME, force=SYMBOL:ERROR[:GPU], {HEALTH_GRAMMAR}"
+        f"bad fault {text!r}: use xid=GPU:CODE:TIME, lost=GPU:TIME, force=SYMBOL:ERROR[:GPU], "
+        f"proc=GPU:PID[:MIB], {HEALTH_GRAMMAR}"
     )
+
+
+def _proc_fault(text: str, gpu: int, parts: list[str]) -> ProcFault:
+    """``proc=GPU:PID[:MIB]``: PID and MIB positive whole numbers (the PID need not exist yet)."""
+    for value, what in zip(parts, ("PID", "MIB"), strict=False):
+        if not value.strip().isdigit() or int(value) <= 0:
+            raise AgentError(f"bad fault {text!r}: {what} must be a positive number")
+    return ProcFault(gpu, int(parts[0]), int(parts[1]) if len(parts) == 2 else None)
 
 
 def faults_from_profile(entries: list, offset: int, count: int, source: str) -> list[Fault]:

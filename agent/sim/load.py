@@ -408,3 +408,16 @@ class LoadModel:
                 REASON_HW_POWER_BRAKE: 0.0,
             },
         )
+
+
+def process_samples(state: LoadState, used: list[int]) -> list[tuple[int, int, int, int]]:
+    """Per-process utilisation (SM %, memory %, encoder %, decoder %) at one instant: the GPU's
+    busy and memory-busy shares split over its processes by the memory each holds, as the
+    driver's per-process samples add up to about the device's. No simulated workload uses the
+    video engines, so encoder and decoder stay 0 (as the device-level codec readings do)."""
+    total = sum(used)
+    out = []
+    for nbytes in used:
+        share = nbytes / total if total > 0 else 1.0 / max(1, len(used))
+        out.append((int(round(state.util * share)), int(round(state.mem_util * share)), 0, 0))
+    return out

@@ -13,7 +13,7 @@ import pynvml
 
 from gpuagent.errors import AgentError
 from gpuagent.sim.clock import ManualClock, MonotonicClock
-from gpuagent.sim.faults import Fault, ForceFault, LostFault, XidFault, error_code
+from gpuagent.sim.faults import Fault, ForceFault, LostFault, ProcFault, XidFault, error_code
 from gpuagent.sim.fleet import FleetItem, Topology, parse_spec
 from gpuagent.sim.load import LoadModel, LoadState, check_scenario
 
@@ -263,6 +263,8 @@ class SimDevice:
             inst["uuid"] = _uuid(machine.seed, index, "vgpu", n, prefix="").lstrip("-").encode()
             self.vgpu_instances[inst["instance_id"]] = inst
         self.gpm = bool(p.get("gpm"))
+        # "Accounting Mode: Enabled/Disabled" in nvidia-smi -q (Disabled in most captures).
+        self.accounting = str(p.get("accounting_mode", "Disabled")).lower() == "enabled"
         # Per-reason clock-event time counters (field values): datacenter Ampere and newer;
         # a profile may say otherwise with "clocks_event_reason_counters".
         counters = p.get("clocks_event_reason_counters")
@@ -358,6 +360,9 @@ class SimDevice:
         """(pid, used bytes, gi id, ci id) of the compute processes on this GPU (or one MIG instance)."""
         if self.host_vgpu:
             return []  # a vGPU host does not see its guests' processes
+        shown = self.shown_processes()
+        if shown is not None:
+            return [p for p in shown if gi_id is None or p[2] == gi_id]
         st = self.state()
         pids = self.machine.process_pids
         if self.mig_devices:
@@ -379,6 +384,28 @@ class SimDevice:
                 (pids[1], st.mem_used_bytes - first, 0xFFFFFFFF, 0xFFFFFFFF),
             ]
         return [(pids[0], st.mem_used_bytes, 0xFFFFFFFF, 0xFFFFFFFF)]
+
+
+    def shown_processes(self) -> list[tuple[int, int, int, int]] | None:
+        """The processes ``@proc`` (real host processes) or a job book (``sim fleet``) put on
+        this GPU, spread over its MIG instances in turn; None when neither names this GPU."""
+        m = self.machine
+        shown = m.shown_procs.get(self.index)
+        if shown is None and m.job_book is not None:
+            shown = m.job_book.processes(self.index, m.now())
+        if shown is None:
+            return None
+        used = self.state().mem_used_bytes
+        out = []
+        for n, (pid, mib) in enumerate(shown):
+            share = used // max(1, len(shown)) or 256 << 20
+            nbytes = (mib << 20) if mib else share
+            if self.mig_devices:
+                mig = self.mig_devices[n % len(self.mig_devices)]
+                out.append((pid, nbytes, mig.gi_id, mig.ci_id))
+            else:
+                out.append((pid, nbytes, 0xFFFFFFFF, 0xFFFFFFFF))
+        return out
 
 
 class SimMachine:
@@ -408,6 +435,10 @@ class SimMachine:
         self.cuda_version = int(first.get("cuda_driver_version") or 13020)
         self.process_pids = [os.getpid(), os.getppid() or os.getpid()]
         self.process_names = {os.getpid(): b"python3", os.getppid(): b"python3"}
+        # GPU index -> [(pid, MiB or None)]: real processes shown with @proc (see shown_processes).
+        self.shown_procs: dict[int, list[tuple[int, int | None]]] = {}
+        # Simulated jobs for `sim fleet --with-jobs`: .processes(gpu, t) -> [(pid, MiB)] or None.
+        self.job_book: Any = None
         self.init_count = 0
         # Calls the fake library received (errors included), one slot per C symbol: a list
         # increment is the cheapest count on the hot path (a Counter costs ~0.3 us a call).
@@ -464,8 +495,16 @@ class SimMachine:
             self.lose_gpu(fault.gpu, fault.at)
         elif isinstance(fault, ForceFault):
             self.force(fault.symbol, fault.code, fault.gpu)
+        elif isinstance(fault, ProcFault):
+            self.show_process(fault.gpu, fault.pid, fault.mib)
         else:  # health faults (gpuagent.sim.health_faults) schedule themselves
             fault.apply_to(self)
+
+    def show_process(self, gpu: int, pid: int, mib: int | None = None) -> None:
+        """Show host process ``pid`` as a compute process on GPU ``gpu`` (``@proc=GPU:PID[:MIB]``).
+        Once any is shown, that GPU lists only the shown processes."""
+        self._gpu(gpu)
+        self.shown_procs.setdefault(gpu, []).append((int(pid), mib))
 
     def _gpu(self, gpu: int) -> SimDevice:
         if not isinstance(gpu, int) or not 0 <= gpu < len(self.devices):

@@ -1,32 +1,62 @@
-"""processes collector -> gpu_process: one point per process per GPU.
+"""processes collector -> gpu_process (one point per process per GPU), gpu_job (one point per
+GPU per job or pod holding it) and gpu_attribution (why an owner could not be read, counted).
 
-NVML lists the compute and graphics processes on each GPU (the v3 lists, two
-calls each only when a GPU has processes); psutil names the process and its
-user. A process that ended between NVML's list and psutil's look-up is
-skipped. ``pid`` is a tag: points are keyed by series and timestamp, so with
-pid as a field every process on a GPU would overwrite the others.
+NVML lists the compute and graphics processes on each GPU (the v3 lists, two calls each only
+when a GPU has processes); psutil names the process and its user; attribution.py reads its
+owner (Slurm job, Kubernetes pod and container, systemd unit) from /proc; usage.py adds its
+utilisation samples and accounting record; kubelet.py asks the kubelet which pod holds each
+GPU. ``pid`` is a tag: points are keyed by series and timestamp, so with pid as a field every
+process on a GPU would overwrite the others.
+
+On a MIG GPU an unprivileged agent is refused the parent's process list (NO_PERMISSION, nvml.h);
+then each MIG device handle is asked for its own instance's processes.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import Any
 
 import psutil
 import pynvml
 
 import gpuagent
+from gpuagent.gpu import GpuLost
 from gpuagent.nvml_read import poll, valid
+from gpuagent.plugins.processes import kubelet as kubelet_api
+from gpuagent.plugins.processes import slurm
+from gpuagent.plugins.processes.attribution import OWNER_TAGS, PID_VANISHED, Attributor, Owner
+from gpuagent.plugins.processes.usage import ProcessUsage
 
 KINDS = (
     (pynvml.nvmlDeviceGetComputeRunningProcesses_v3, "C"),
     (pynvml.nvmlDeviceGetGraphicsRunningProcesses_v3, "G"),
+)
+# The tags that make one gpu_job series: the first owner tag a process has picks its job.
+JOB_KEYS = (
+    ("slurm_job_id", ("slurm_job_id", "slurm_user", "slurm_account", "slurm_partition")),
+    ("k8s_pod_uid", ("k8s_pod_uid",)),
 )
 
 
 class ProcessesConfig(gpuagent.CollectorConfig):
     # Also list graphics (display, OpenGL/Vulkan) processes, not only compute ones.
     graphics: bool = True
+    # Read each process's owner (Slurm job, pod, container, unit) from /proc.
+    attribution: bool = True
+    # Per-process SM / memory / encoder / decoder utilisation samples.
+    utilization: bool = True
+    # NVML accounting statistics per process (only where accounting mode is on).
+    accounting: bool = True
+    # One gpu_job point per GPU per job or pod holding it.
+    jobs: bool = True
+    # The kubelet's pod-resources socket; "" never asks.
+    kubelet_socket: str = kubelet_api.DEFAULT_SOCKET
+    kubelet_timeout: gpuagent.Duration = 2.0
+    # scontrol for `scontrol listpids` when a process's environment cannot be read;
+    # None: found on PATH, "": never run.
+    scontrol: str | None = None
 
 
 def describe(pid: int) -> dict[str, str] | None:
@@ -75,6 +105,32 @@ class ProcessNames:
             del self._known[pid]
 
 
+class HostProcesses:
+    """Name, user and owner of a host process, from /proc (the stand-in `sim fleet` swaps in
+    for its simulated jobs has the same two methods)."""
+
+    def __init__(self, config: ProcessesConfig):
+        self.names = ProcessNames()
+        listpids = None if config.scontrol == "" else slurm.ListPids(config.scontrol)
+        self.attributor = Attributor(listpids=listpids) if config.attribution else None
+
+    def new_cycle(self) -> None:
+        if self.attributor is not None:
+            self.attributor.new_cycle()
+
+    def describe(self, pid: int) -> tuple[dict[str, str] | None, Owner]:
+        info = self.names(pid)
+        if self.attributor is None:
+            return info, Owner(reasons=[PID_VANISHED] if info is None else [])
+        owner = self.attributor(pid) if info is not None else Owner(reasons=[PID_VANISHED])
+        return info, owner
+
+    def keep_only(self, pids: set[int]) -> None:
+        self.names.keep_only(pids)
+        if self.attributor is not None:
+            self.attributor.keep_only(pids)
+
+
 class ProcessesCollector(gpuagent.Collector):
     name = "processes"
     requires_gpus = True
@@ -82,22 +138,46 @@ class ProcessesCollector(gpuagent.Collector):
 
     def __init__(self, config, context):
         super().__init__(config, context)
-        self._names = ProcessNames()
+        self.host = HostProcesses(config)
+        self.usage = ProcessUsage()
+        self.kubelet = (
+            kubelet_api.PodResources(config.kubelet_socket, config.kubelet_timeout)
+            if config.kubelet_socket
+            else None
+        )
+        self.reasons: Counter[str] = Counter()  # since start, written as gpu_attribution
+        self._pods: dict[str, kubelet_api.PodDevice] = {}
         self._seen: set[int] = set()
 
     def collect(self, acc: gpuagent.Accumulator) -> None:
         self._seen = set()
+        self.host.new_cycle()
+        self._pods = {}
+        if self.kubelet is not None:
+            pods = self.kubelet.devices()
+            if pods is not None:
+                # Time-sliced GPUs are offered as UUID::N replicas; the GPU is the UUID.
+                self._pods = {dev.split("::")[0]: p for dev, p in pods.items()}
+            elif self.kubelet.error:
+                self.reasons[self.kubelet.error] += 1
         super().collect(acc)
-        self._names.keep_only(self._seen)
+        self.host.keep_only(self._seen)
+        if self.reasons:
+            acc.add_fields(
+                "gpu_attribution", {f"{r}_total": n for r, n in sorted(self.reasons.items())}
+            )
 
-    def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
-        # (pid, gi, ci) -> kinds and used bytes. A process can be both compute and graphics;
-        # on a MIG GPU the parent's list holds every instance's processes, each with its gi/ci.
+    # -- the process lists ----------------------------------------------------------------------
+    def _lists(self, gpu: gpuagent.Gpu) -> dict[tuple[int, int | None, int | None], dict]:
+        """(pid, gi, ci) -> kinds and used bytes, from the GPU's handle or its MIG devices'."""
         found: dict[tuple[int, int | None, int | None], dict[str, Any]] = {}
         for fn, kind in KINDS:
             if kind == "G" and not self.config.graphics:
                 continue
-            for proc in poll(gpu, fn) or ():
+            procs = poll(gpu, fn)
+            if procs is None:
+                procs = self._mig_lists(gpu, fn)
+            for proc in procs or ():
                 # 0xFFFFFFFF instance ids: not on a MIG instance.
                 key = (proc.pid, valid(proc.gpuInstanceId), valid(proc.computeInstanceId))
                 entry = found.setdefault(key, {"kinds": [], "used": None})
@@ -106,26 +186,127 @@ class ProcessesCollector(gpuagent.Collector):
                 used = valid(proc.usedGpuMemory)  # None on WDDM / without permission
                 if used is not None:
                     entry["used"] = max(used, entry["used"] or 0)
-        described: dict[int, dict[str, str] | None] = {}
+        return found
+
+    def _mig_lists(self, gpu: gpuagent.Gpu, fn) -> list | None:
+        """The list from each MIG device handle, where the parent's was refused (unprivileged)."""
+        modes = poll(gpu, pynvml.nvmlDeviceGetMigMode)
+        if not modes or int(modes[0]) != pynvml.NVML_DEVICE_MIG_ENABLE:
+            return None
+        count = gpu.static("max_mig_device_count", pynvml.nvmlDeviceGetMaxMigDeviceCount) or 0
+        out: list = []
+        for index in range(count):
+            handle = gpu.query(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, index)
+            if handle is None:
+                continue
+            try:
+                procs = fn(handle)
+            except pynvml.NVMLError as exc:
+                if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
+                    gpu.mark_lost(str(exc))
+                    raise GpuLost(gpu) from exc
+                continue
+            mig_gi = gpu.remember(
+                f"processes.mig_gi:{index}",
+                lambda h=handle: valid(pynvml.nvmlDeviceGetGpuInstanceId(h)),
+            )
+            for proc in procs:
+                if valid(proc.gpuInstanceId) is None and mig_gi is not None:
+                    proc.gpuInstanceId = mig_gi  # the MIG handle's own instance
+                out.append(proc)
+        return out
+
+    # -- points ---------------------------------------------------------------------------------
+    def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
+        found = self._lists(gpu)
+        holder = self._pods.get(gpu.uuid)
+        if not found and holder is None:
+            self.usage.forget(gpu.index)
+            return
+        utils = self.usage.utilisation(gpu) if self.config.utilization and found else {}
+        accounting = self.config.accounting and bool(found) and self.usage.accounting_on(gpu)
+        described: dict[int, tuple[dict[str, str] | None, Owner]] = {}
+        jobs: dict[tuple, dict[str, Any]] = {}
         for (pid, gi, ci), entry in found.items():
             if pid not in described:
-                described[pid] = self._names(pid)
+                described[pid] = self.host.describe(pid)
                 self._seen.add(pid)
-            info = described[pid]
-            if info is None:
-                continue
+                for reason in described[pid][1].reasons:
+                    self.reasons[reason] += 1
+            info, owner = described[pid]
             tags = dict(gpu.tags, pid=str(pid))
             if gi is not None:
                 tags["gi_id"] = str(gi)
             if ci is not None:
                 tags["ci_id"] = str(ci)
+            tags.update((k, owner.tags[k]) for k in OWNER_TAGS if k in owner.tags)
+            if holder is not None:
+                tags.update(holder.tags())
+            fields: dict[str, Any] = {
+                "used_memory_bytes": entry["used"],
+                "name": (info or {}).get("name"),
+                "user": (info or {}).get("user"),
+                "type": "+".join(entry["kinds"]),
+                "attribution_missing": ",".join(owner.reasons) or None,
+                **owner.fields,
+            }
+            sample = utils.get(pid)
+            if sample is not None:
+                fields.update(
+                    sm_util_pct=sample.sm_util_pct,
+                    mem_util_pct=sample.mem_util_pct,
+                    enc_util_pct=sample.enc_util_pct,
+                    dec_util_pct=sample.dec_util_pct,
+                )
+            if accounting:
+                fields.update(self.usage.accounting(gpu, pid))
+            acc.add_fields("gpu_process", fields, tags=tags)
+            if self.config.jobs:
+                self._add_to_job(jobs, owner, holder, entry, sample)
+        if self.config.jobs:
+            if holder is not None and not jobs:
+                jobs[("k8s",)] = {"tags": {}, "processes": 0, "used": 0, "sm": None}
+            self._job_points(acc, gpu, jobs, holder)
+
+    @staticmethod
+    def _add_to_job(jobs, owner: Owner, holder, entry, sample) -> None:
+        for key_tag, job_tags in JOB_KEYS:
+            if key_tag in owner.tags:
+                key = (key_tag, owner.tags[key_tag])
+                tags = {t: owner.tags[t] for t in job_tags if t in owner.tags}
+                break
+        else:
+            if holder is None:
+                return  # a process of no job or pod (a desktop, a service): no gpu_job
+            key, tags = ("k8s",), {}
+        job = jobs.setdefault(key, {"tags": tags, "processes": 0, "used": 0, "sm": None})
+        job["processes"] += 1
+        job["used"] += entry["used"] or 0
+        if sample is not None and sample.sm_util_pct is not None:
+            job["sm"] = min(100, (job["sm"] or 0) + sample.sm_util_pct)
+
+    def _job_points(self, acc, gpu: gpuagent.Gpu, jobs, holder) -> None:
+        if not jobs:
+            return
+        # The GPU's own energy counter and busy time, on every job point of this GPU, so that a
+        # job's energy is the increase of energy_j over its own series (see the README).
+        energy_mj = valid(poll(gpu, pynvml.nvmlDeviceGetTotalEnergyConsumption))
+        rates = poll(gpu, pynvml.nvmlDeviceGetUtilizationRates)
+        pods = [k for k in jobs if k[0] == "k8s_pod_uid"]
+        for key, job in jobs.items():
+            tags = dict(gpu.tags, **job["tags"])
+            # The kubelet names the one container holding this GPU: on the pod's point (when
+            # exactly one pod's processes run here) or on a point of its own.
+            if holder is not None and (key == ("k8s",) or (len(pods) == 1 and key == pods[0])):
+                tags.update(holder.tags())
             acc.add_fields(
-                "gpu_process",
+                "gpu_job",
                 {
-                    "used_memory_bytes": entry["used"],
-                    "name": info.get("name"),
-                    "user": info.get("user"),
-                    "type": "+".join(entry["kinds"]),
+                    "processes": job["processes"],
+                    "used_memory_bytes": job["used"],
+                    "sm_util_pct": job["sm"],
+                    "gpu_util_pct": valid(rates.gpu) if rates is not None else None,
+                    "energy_j": energy_mj / 1000.0 if energy_mj is not None else None,
                 },
                 tags=tags,
             )

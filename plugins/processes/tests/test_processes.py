@@ -48,14 +48,22 @@ def test_one_point_per_process_per_gpu(profile, simulated_fleet, sim_clock, reco
     assert used == machine.devices[0].state().mem_used_bytes
 
 
-def test_vanished_process_is_skipped(simulated_fleet, sim_clock, recording_accumulator):
+def test_vanished_process_is_still_written_with_its_reason(
+    simulated_fleet, sim_clock, recording_accumulator
+):
     machine = simulated_fleet("l40s", scenario="inference")
-    machine.process_pids = [dead_pid(), os.getpid()]
+    gone = dead_pid()
+    machine.process_pids = [gone, os.getpid()]
     sim_clock.advance(30)
     collector(machine).collect(recording_accumulator)
-    assert [p.tags["pid"] for p in recording_accumulator.by_measurement("gpu_process")] == [
-        str(os.getpid())
-    ]
+    points = {p.tags["pid"]: p for p in recording_accumulator.by_measurement("gpu_process")}
+    assert set(points) == {str(gone), str(os.getpid())}
+    lost = points[str(gone)]
+    assert lost.fields["attribution_missing"] == "pid_vanished"
+    assert "name" not in lost.fields and lost.fields["used_memory_bytes"] > 0
+    assert "attribution_missing" not in points[str(os.getpid())].fields
+    counts = recording_accumulator.by_measurement("gpu_attribution")
+    assert counts[0].fields == {"pid_vanished_total": 1}
 
 
 def test_idle_gpu_has_no_process_points(simulated_fleet, sim_clock, recording_accumulator):
@@ -75,7 +83,7 @@ def test_mig_processes_carry_their_instance(simulated_fleet, sim_clock, recordin
     assert instances == {(str(m.gi_id), str(m.ci_id)) for m in machine.devices[0].mig_devices}
 
 
-@pytest.mark.parametrize("graphics, bound", [(True, 3), (False, 2)])
+@pytest.mark.parametrize("graphics, bound", [(True, 6), (False, 5)])
 def test_nvml_calls_per_cycle(
     graphics, bound, simulated_fleet, nvml_calls, sim_clock, recording_accumulator
 ):

@@ -1,0 +1,195 @@
+"""`gpuagent compare --by job` / `--by pod`: per Slurm job or Kubernetes pod, from gpu_job.
+
+The processes collector writes one gpu_job point per GPU per job (or pod) holding it, with the
+GPU's energy counter, its busy time and the job's memory and SM activity on it. So a job's
+figures are per (job, GPU) series, computed by the database (InfluxQL
+NON_NEGATIVE_DIFFERENCE in a subquery, FIRST/LAST, MEAN, MAX, GROUP BY tags), and Python only
+adds up the few per-GPU rows of each job.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from gpuagent.compare.query import InfluxQL
+from gpuagent.compare.report import NoData, Range, rfc3339
+from gpuagent.errors import AgentError
+
+GPU_TAGS = ("host", "uuid", "model", "gpu")
+# The tags that name a group, and the one every point of the grouping must have.
+JOB_GROUPS = {
+    "job": ("slurm_job_id",),
+    "pod": ("k8s_pod_uid", "k8s_namespace", "k8s_pod"),
+}
+
+JOB_DEFINITIONS = {
+    "gpus": "GPUs the job (pod) held at some sample in the range",
+    "gpu_hours": "per GPU, the time from the job's first to its last gpu_job sample on it, summed",
+    "energy_wh": "per GPU, the sum of the non-negative increases of the GPU's energy_j counter "
+    "between the job's consecutive gpu_job samples on it, summed over its GPUs; a GPU shared by "
+    "two jobs at once is charged to both",
+    "sm_util_mean_pct": "mean of the job's SM activity samples (its processes' sm_util_pct on the "
+    "GPU, summed per sample); where the driver gives no per-process samples, the GPU's gpu_util_pct",
+    "peak_memory_bytes": "largest GPU memory the job's processes held on one GPU at one sample",
+}
+
+
+class JobReport:
+    def __init__(self, client: InfluxQL, rng: Range, by: str = "job", where: str | None = None):
+        if by not in JOB_GROUPS:
+            raise AgentError(f"--by {by!r}: expected one of {', '.join(JOB_GROUPS)}")
+        if where and (";" in where or "\n" in where):
+            raise AgentError("--where: one InfluxQL condition, without ';'")
+        self.client, self.range, self.by, self.where = client, rng, by, (where or "").strip()
+        self.key_tags = JOB_GROUPS[by]
+
+    def _where(self) -> str:
+        parts = [self.range.clause()]
+        if self.where:
+            parts.append(f"({self.where})")
+        # Points of another grouping (a pod's, for --by job) have no such tag.
+        parts.append("(" + " OR ".join(f"\"{t}\" != ''" for t in self.key_tags) + ")")
+        return " AND ".join(parts)
+
+    def _rows(self, select: str, group: tuple[str, ...]) -> list[dict]:
+        by = ", ".join(f'"{t}"' for t in group)
+        q = f'SELECT {select} FROM "gpu_job" WHERE {self._where()} GROUP BY {by}'
+        return self.client.rows(q)
+
+    def build(self) -> dict[str, Any]:
+        series = (*self.key_tags, *GPU_TAGS)
+        by = ", ".join(f'"{t}"' for t in series)
+        inner = (
+            f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "gpu_job" '
+            f"WHERE {self._where()} GROUP BY {by}"
+        )
+        energy = {
+            _key(r, series): r.get("sum") or 0.0
+            for r in self.client.rows(
+                f"SELECT SUM(d) FROM ({inner}) WHERE {self.range.clause()} GROUP BY {by}"
+            )
+        }
+        first = {_key(r, series): r["time"] for r in self._rows('FIRST("processes")', series)}
+        last = {_key(r, series): r["time"] for r in self._rows('LAST("processes")', series)}
+        if not first:
+            raise NoData(
+                f"no gpu_job points with {self.key_tags[0]} between {rfc3339(self.range.start_ns)} "
+                f"and {rfc3339(self.range.end_ns)} in {self.client.conn.label} "
+                "(the processes collector writes them; `sim fleet --with-jobs` simulates some)"
+            )
+        means = {
+            _key(r, self.key_tags): r
+            for r in self._rows(
+                'MEAN("sm_util_pct") AS sm, MEAN("gpu_util_pct") AS util, '
+                'MAX("used_memory_bytes") AS peak',
+                self.key_tags,
+            )
+        }
+        groups: dict[tuple, dict[str, Any]] = {}
+        members: dict[tuple, list] = defaultdict(list)
+        for skey, t0 in first.items():
+            jkey = skey[: len(self.key_tags)]
+            members[jkey].append((dict(zip(series, skey, strict=True)), t0, last.get(skey, t0)))
+        for jkey, gpus in members.items():
+            m = means.get(jkey, {})
+            seconds = sum((t1 - t0) / 1e9 for _, t0, t1 in gpus)
+            joules = sum(energy.get(_key(tags, series), 0.0) for tags, _, _ in gpus)
+            groups[jkey] = {
+                "key": dict(zip(self.key_tags, jkey, strict=True)),
+                "label": self._label(jkey),
+                "models": sorted({tags["model"] for tags, _, _ in gpus}),
+                "hosts": sorted({tags["host"] for tags, _, _ in gpus}),
+                "gpus": len({(tags["host"], tags["uuid"]) for tags, _, _ in gpus}),
+                "start": rfc3339(min(t0 for _, t0, _ in gpus)),
+                "end": rfc3339(max(t1 for _, _, t1 in gpus)),
+                "gpu_hours": seconds / 3600.0,
+                "energy_wh": joules / 3600.0,
+                "sm_util_mean_pct": m.get("sm") if m.get("sm") is not None else m.get("util"),
+                "peak_memory_bytes": m.get("peak"),
+                "per_gpu": [
+                    {
+                        **{t: tags[t] for t in GPU_TAGS},
+                        "energy_wh": energy.get(_key(tags, series), 0.0) / 3600.0,
+                        "gpu_hours": (t1 - t0) / 3.6e12,
+                    }
+                    for tags, t0, t1 in sorted(gpus, key=lambda g: (g[0]["host"], g[0]["gpu"]))
+                ],
+            }
+        ordered = [groups[k] for k in sorted(groups, key=lambda k: groups[k]["label"])]
+        return {
+            "range": {
+                "start": rfc3339(self.range.start_ns),
+                "end": rfc3339(self.range.end_ns),
+                "start_ns": self.range.start_ns,
+                "end_ns": self.range.end_ns,
+            },
+            "by": self.by,
+            "where": self.where or None,
+            "source": {"url": self.client.conn.url, "database": self.client.conn.database},
+            "definitions": JOB_DEFINITIONS,
+            "groups": ordered,
+        }
+
+    def _label(self, jkey: tuple) -> str:
+        if self.by == "pod":
+            uid, namespace, pod = jkey
+            return f"{namespace}/{pod}" if pod else uid
+        return jkey[0]
+
+
+def _key(row: dict, tags: tuple[str, ...]) -> tuple:
+    return tuple(row.get(t) or "" for t in tags)
+
+
+# -- rendering ------------------------------------------------------------------------------------
+COLUMNS = (
+    ("job", lambda g: g["label"]),
+    ("model", lambda g: ", ".join(g["models"])),
+    ("GPUs", lambda g: str(g["gpus"])),
+    ("GPU-hours", lambda g: f"{g['gpu_hours']:.2f}"),
+    ("energy Wh", lambda g: f"{g['energy_wh']:.1f}"),
+    (
+        "SM mean %",
+        lambda g: "-" if g["sm_util_mean_pct"] is None else f"{g['sm_util_mean_pct']:.1f}",
+    ),
+    (
+        "peak mem GiB",
+        lambda g: (
+            "-" if g["peak_memory_bytes"] is None else f"{g['peak_memory_bytes'] / 2**30:.1f}"
+        ),
+    ),
+)
+
+
+def render(doc: dict[str, Any], fmt: str) -> str:
+    import csv
+    import html
+    import io
+    import json
+
+    title = "pod" if doc["by"] == "pod" else "job"
+    header = [title, *(name for name, _ in COLUMNS[1:])]
+    rows = [[fn(g) for _, fn in COLUMNS] for g in doc["groups"]]
+    if fmt == "json":
+        return json.dumps(doc, indent=2) + "\n"
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+        return out.getvalue()
+    if fmt == "html":
+        cells = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows
+        )
+        return (
+            f"<!doctype html><meta charset=utf-8><title>GPU use by {title}</title>"
+            f"<h1>GPU use by {title}, {doc['range']['start']} to {doc['range']['end']}</h1>"
+            f"<table><tr>{cells}</tr>{body}</table>\n"
+        )
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,101 @@
+"""`gpuagent compare --by job` on a `sim fleet --with-jobs` backfill in a real InfluxDB 1.x:
+every job's energy is the sum over its GPUs of their gpu_power energy_j increase while it held
+them, recomputed here from the raw points."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import defaultdict
+
+import pytest
+from click.testing import CliRunner
+
+pytestmark = pytest.mark.servers
+
+STEP_S = 60
+DURATION_S = 2 * 3600
+
+
+@pytest.fixture(scope="module")
+def cli(gpuagent_cli):
+    def run(*args):
+        return CliRunner().invoke(gpuagent_cli, list(args), catch_exceptions=False)
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def jobs_db(influxdb_v1, cli):
+    db = f"jobs_{uuid.uuid4().hex[:8]}"
+    influxdb_v1.create_database(db)
+    end_s = int(time.time()) // STEP_S * STEP_S - 60
+    result = cli(
+        "sim", "fleet", "--url", influxdb_v1.url, "--database", db, "--hosts", "2",
+        "--spec", "l40s:4", "--spec", "h100-sxm:2", "--duration", f"{DURATION_S}s",
+        "--step", f"{STEP_S}s", "--end", str(end_s), "--seed", "5", "--jobs", "1",
+        "--collectors", "power", "--with-jobs",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    yield db, (end_s - DURATION_S - STEP_S) * 10**9, (end_s + STEP_S) * 10**9
+    influxdb_v1.drop_database(db)
+
+
+def compare(cli, server, db, start_ns, end_ns, *extra):
+    return cli(
+        "compare", "--url", server.url, "--database", db,
+        "--start", str(start_ns // 10**9), "--end", str(end_ns // 10**9), *extra,
+    )  # fmt: skip
+
+
+def test_job_energy_is_the_sum_of_its_gpus_energy(jobs_db, influxdb_v1, cli):
+    db, start_ns, end_ns = jobs_db
+    result = compare(cli, influxdb_v1, db, start_ns, end_ns, "--by", "job", "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    # Raw points: when each job held each GPU, and that GPU's energy counter at each sample.
+    held = defaultdict(list)  # (job, host, uuid) -> [time]
+    for r in influxdb_v1.points('SELECT * FROM "gpu_job"', db=db):
+        held[(r["slurm_job_id"], r["host"], r["uuid"])].append(r)
+    energy = {
+        (r["host"], r["uuid"], r["time"]): r["energy_j"]
+        for r in influxdb_v1.points('SELECT "energy_j", "host", "uuid" FROM "gpu_power"', db=db)
+    }
+    expected: dict[str, dict] = defaultdict(lambda: {"j": 0.0, "s": 0.0, "gpus": 0, "peak": 0})
+    for (job, host, gpu_uuid), rows in held.items():
+        rows.sort(key=lambda r: r["time"])
+        times = [r["time"] for r in rows]
+        # The GPU's own energy over the job's samples on it (contiguous in the job book).
+        series = [energy[(host, gpu_uuid, t)] for t in times]
+        e = expected[job]
+        e["j"] += sum(max(0.0, b - a) for a, b in zip(series, series[1:], strict=False))
+        e["s"] += (times[-1] - times[0]) / 1e9
+        e["gpus"] += 1
+        e["peak"] = max(e["peak"], *(r["used_memory_bytes"] for r in rows))
+    assert len(expected) >= 4, "the backfill should hold several jobs"
+    got = {g["key"]["slurm_job_id"]: g for g in doc["groups"]}
+    assert set(got) == set(expected)
+    for job, e in expected.items():
+        g = got[job]
+        assert g["energy_wh"] == pytest.approx(e["j"] / 3600.0, rel=1e-9), job
+        assert g["gpu_hours"] == pytest.approx(e["s"] / 3600.0, rel=1e-9), job
+        assert g["gpus"] == e["gpus"] and g["peak_memory_bytes"] == e["peak"]
+        assert sum(p["energy_wh"] for p in g["per_gpu"]) == pytest.approx(g["energy_wh"])
+        assert len(g["models"]) == 1 and 0 < g["sm_util_mean_pct"] <= 100
+    assert any(g["energy_wh"] > 0 for g in got.values())
+
+
+def test_table_csv_and_pod_grouping(jobs_db, influxdb_v1, cli):
+    db, start_ns, end_ns = jobs_db
+    table = compare(cli, influxdb_v1, db, start_ns, end_ns, "--by", "job")
+    assert table.exit_code == 0, table.output
+    header = table.stdout.splitlines()[0].split()
+    assert header[:2] == ["job", "model"] and "Wh" in header
+    rows = compare(cli, influxdb_v1, db, start_ns, end_ns, "--by", "job", "--format", "csv")
+    assert rows.stdout.splitlines()[0].startswith("job,model,GPUs,GPU-hours,energy Wh")
+    # The simulated jobs are Slurm's: no pod in the range is one line, exit 1.
+    pods = compare(cli, influxdb_v1, db, start_ns, end_ns, "--by", "pod")
+    assert pods.exit_code == 1
+    assert "no gpu_job points with k8s_pod_uid" in pods.output
+    assert len(pods.output.strip().splitlines()) == 1
