@@ -57,6 +57,16 @@ VGPU_I, VGPU_P = not_empty_i("vgpu_instance"), not_empty_p("vgpu_instance")
 LINK_I, LINK_P = not_empty_i("link"), not_empty_p("link")
 COLLECTOR_I, COLLECTOR_P = not_empty_i("collector"), not_empty_p("collector")
 XID_I = '"xid" > 0'
+JOB_I, JOB_P = not_empty_i("slurm_job_id"), not_empty_p("slurm_job_id")
+# gpu_job.energy_j is a counter (plugins/processes/README.md), but the sink's README parser files
+# the gpu_job table under gpu_process and exposes it as a gauge without _total; match both names.
+JOB_ENERGY = '__name__=~"gpuagent_gpu_job_energy_joules(_total)?"'
+# Grafana counts the GPUs per (model, verdict) of the per-GPU table (InfluxQL cannot group by a field).
+VERDICT_COUNT = [{"id": "groupBy", "options": {"fields": {
+    "model": {"aggregations": [], "operation": "groupby"},
+    "verdict": {"aggregations": [], "operation": "groupby"},
+    "gpu": {"aggregations": ["count"], "operation": "aggregate"},
+}}}]
 
 
 @dataclass
@@ -79,6 +89,8 @@ class Panel:
     height: int = 8
     # PromQL only: "range" (default) or "instant" (tables of current values)
     instant: bool = False
+    # Grafana transformations, InfluxQL only (PromQL counts in the query)
+    transform: list | None = None
 
 
 @dataclass
@@ -206,6 +218,16 @@ FLEET = Dashboard(
             )],
             kind="bargauge", unit="joule", instant=True,
             description="The energy counter's growth over the dashboard's time range, summed over each model's GPUs.",
+        ),
+        Panel(
+            "Energy by Slurm job in the range",
+            [one(
+                f'SELECT sum("used") FROM (SELECT spread("energy_j") AS "used" FROM "gpu_job" WHERE {iwhere(JOB_I)} GROUP BY "slurm_job_id", "host", "gpu") GROUP BY "slurm_job_id"',
+                f"sum by (slurm_job_id) (increase({{{JOB_ENERGY},{psel(extra=JOB_P)[1:]}[$__range]))",
+                il="job $tag_slurm_job_id", pl="job {{slurm_job_id}}", fmt="table",
+            )],
+            kind="bargauge", unit="joule", instant=True,
+            description="Growth of each GPU's energy counter while a job's processes ran on it (gpu_job), summed over the job's GPUs. A GPU shared by two jobs at once is charged to both.",
         ),
         Row("Clocks and throttling"),
         Panel(
@@ -347,6 +369,17 @@ FLEET = Dashboard(
         ),
         Row("Health"),
         Panel(
+            "Health verdicts by model",
+            [one(
+                f'SELECT last("verdict") AS "verdict" FROM "gpu_health" WHERE {iwhere()} GROUP BY {BY_GPU}',
+                f"count by (model, verdict) (gpuagent_gpu_health_verdict_info{psel()})",
+                il="$tag_model", pl="{{model}} {{verdict}}", fmt="table",
+            )],
+            kind="table", instant=True, width=8, transform=VERDICT_COUNT,
+            description="GPUs per model in each verdict (ok, degraded, reset_required, reboot_required, drain, lost) "
+                        "from the health collector's documented rules (plugins/health/README.md).",
+        ),
+        Panel(
             "Lost GPUs by model",
             [one(
                 f'SELECT count("lost") AS "lost" FROM "gpu_health" WHERE {iwhere()} AND "lost" = true GROUP BY "model"',
@@ -359,16 +392,18 @@ FLEET = Dashboard(
         Panel(
             "Health by GPU",
             [one(
-                f'SELECT last("lost") AS "lost", last("xid_events_total") AS "XIDs", last("ecc_uncorrected_volatile_total") AS "ECC uncorrected", last("remapped_rows_pending") AS "remap pending", last("remapped_rows_failure") AS "remap failed" FROM "gpu_health" WHERE {iwhere()} GROUP BY {BY_GPU}',
+                f'SELECT last("verdict") AS "verdict", last("verdict_reason") AS "reason", last("lost") AS "lost", last("xid_events_total") AS "XIDs", last("ecc_uncorrected_volatile_total") AS "ECC uncorrected", last("remapped_rows_pending") AS "remap pending", last("remapped_rows_failure") AS "remap failed" FROM "gpu_health" WHERE {iwhere()} GROUP BY {BY_GPU}',
                 f"gpuagent_gpu_health_xid_events_total{psel()}",
                 fmt="table",
             ), one(
                 None, f"gpuagent_gpu_health_ecc_uncorrected_volatile_total{psel()}", fmt="table",
             ), one(
                 None, f"gpuagent_gpu_health_remapped_rows_pending{psel()}", fmt="table",
+            ), one(
+                None, f"gpuagent_gpu_health_verdict_reason_info{psel()}", fmt="table",
             )],
-            kind="table", instant=True, width=16,
-            description="The raw health readings; the agent's verdict field is not shown yet (docs/grafana.md).",
+            kind="table", instant=True, width=24,
+            description="Each GPU's verdict with the evidence behind it.",
         ),
         Panel(
             "XID events by model",
@@ -386,6 +421,8 @@ FLEET = Dashboard(
 # -- node ------------------------------------------------------------------------------------
 
 NODE_TAGS = ("host", "gpu")
+# Owners of a process (plugins/processes/README.md); tags of gpu_process and gpu_job only.
+OWNER_TAGS = '"slurm_job_id", "k8s_namespace", "k8s_pod", "k8s_pod_uid", "container_id", "systemd_unit"'
 
 
 def node_series(measurement: str, fld: str, metric: str, scale: str = "", extra_i: str = "", extra_p: str = "",
@@ -496,12 +533,24 @@ NODE = Dashboard(
         Panel(
             "Processes",
             [one(
-                f'SELECT last("name") AS "name", last("user") AS "user", last("type") AS "type", last("used_memory_bytes") AS "memory" FROM "gpu_process" WHERE {iwhere(tags=NODE_TAGS)} GROUP BY "gpu", "pid"',
+                f'SELECT last("name") AS "name", last("user") AS "user", last("type") AS "type", last("used_memory_bytes") AS "memory" FROM "gpu_process" WHERE {iwhere(tags=NODE_TAGS)} GROUP BY "gpu", "pid", {OWNER_TAGS}',
                 f"gpuagent_gpu_process_used_memory_bytes{psel(NODE_TAGS)}",
                 il="gpu $tag_gpu pid $tag_pid", pl="gpu {{gpu}} pid {{pid}}", fmt="table",
             )],
             kind="table", instant=True,
-            description="Job and pod ids of each process are not shown yet (docs/grafana.md).",
+            description="Each process with its owner where known: Slurm job, Kubernetes pod, container, systemd unit.",
+        ),
+        Panel(
+            "Jobs on this node: energy and memory in the range",
+            [one(
+                f'SELECT spread("energy_j") AS "energy J", max("used_memory_bytes") AS "max memory" FROM "gpu_job" WHERE {iwhere(JOB_I, tags=NODE_TAGS)} GROUP BY "slurm_job_id", "slurm_user", "gpu"',
+                f"increase({{{JOB_ENERGY},{psel(NODE_TAGS, JOB_P)[1:]}[$__range])",
+                il="job $tag_slurm_job_id gpu $tag_gpu", pl="job {{slurm_job_id}} gpu {{gpu}}", fmt="table",
+            ), one(
+                None, f"max_over_time(gpuagent_gpu_job_used_memory_bytes{psel(NODE_TAGS, JOB_P)}[$__range])",
+                pl="job {{slurm_job_id}} gpu {{gpu}}", fmt="table",
+            )],
+            kind="table", instant=True,
         ),
         Panel(
             "XID events",
@@ -620,7 +669,9 @@ def _panel(p: Panel, lang: str, pid: int, x: int, y: int) -> dict:
                           "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}
     elif p.kind == "table":
         out["options"] = {"showHeader": True}
-        if lang == "promql" or len(targets) > 1:
+        if lang == "influxql" and p.transform:
+            out["transformations"] = p.transform
+        elif lang == "promql" or len(targets) > 1:
             out["transformations"] = [{"id": "merge", "options": {}}]
     return out
 

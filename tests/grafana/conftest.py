@@ -13,7 +13,14 @@ import time
 import uuid
 
 import pytest
-from grafana.grafana_dashboards import AGENT_HOST, FLEET_SPECS, NODE_HOST, PROM_SPEC, agent_config
+from grafana.grafana_dashboards import (
+    AGENT_HOST,
+    FLEET_SPECS,
+    NODE_HOST,
+    PROM_SPEC,
+    SLURM_ENV,
+    agent_config,
+)
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +32,7 @@ def grafana_influx(influxdb_v1, tmp_path_factory):
     gpuagent = [sys.executable, "-m", "gpuagent"]
     env = {k: v for k, v in os.environ.items() if k != "GPUAGENT_CONFIG"}
     fleet = [*gpuagent, "sim", "fleet", "--url", influxdb_v1.url, "--database", db, "--duration", "20m",
-             "--step", "10s", "--seed", "5", "--jobs", "1", "--collectors", "all"]
+             "--step", "10s", "--seed", "5", "--jobs", "1", "--collectors", "all", "--with-jobs"]
     for spec in FLEET_SPECS:
         fleet += ["--spec", spec]
     done = subprocess.run(fleet, capture_output=True, text=True, timeout=300, env=env)
@@ -80,7 +87,8 @@ def _probe_points(tmp, env) -> list:
 @pytest.fixture(scope="session")
 def grafana_prometheus(tmp_path_factory):
     """(Prometheus, start time): a real Prometheus scraping every second a real agent (PROM_SPEC,
-    an XID and a lost GPU at 4 s, an influxdb sink whose server is down so the spool fills) and a
+    an XID and a lost GPU at 4 s, a process of Slurm job 4242 on GPU 2, an influxdb sink whose
+    server is down so the spool fills) and a
     prometheus sink serving real probe points; yielded once 12 s of scrapes are stored."""
     import gpuagent_test_servers as servers
 
@@ -115,8 +123,11 @@ retry_initial_backoff = "1s"
 retry_max_backoff = "2s"
 """
     )
-    agent = subprocess.Popen([sys.executable, "-m", "gpuagent", "run", "--config", str(config), "--simulate", PROM_SPEC],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    job = subprocess.Popen(["sleep", "600"], env={**env, **SLURM_ENV})
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "gpuagent", "run", "--config", str(config), "--simulate", PROM_SPEC.format(pid=job.pid)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )
     prometheus = servers.PrometheusServer(binary, tmp / "prometheus",
                                           [f"127.0.0.1:{agent_port}", f"127.0.0.1:{sink.address[1]}"], "1s")
     try:
@@ -135,4 +146,6 @@ retry_max_backoff = "2s"
         agent.send_signal(signal.SIGTERM)
         _, err = agent.communicate(timeout=30)
         sink.close()
+        job.kill()
+        job.wait()
     assert agent.returncode == 0, err[-2000:]

@@ -10,6 +10,7 @@ statistics) and docs/plugins/reference.md; `gpu_l2_probe` by docs/probe.md.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -30,6 +31,7 @@ DOCS = {
     "gpu_vgpu": ["plugins/vgpu/README.md"],
     "gpu_health": ["plugins/health/README.md"],
     "gpu_process": ["plugins/processes/README.md"],
+    "gpu_job": ["plugins/processes/README.md"],
     "host": ["plugins/host/README.md"],
     "gpuagent": [
         "agent/measurement.md",
@@ -104,6 +106,7 @@ def test_the_check_fails_on_an_undocumented_field():
 SCRAPE_LABELS = {"job", "instance", "__name__"}
 
 
+@functools.lru_cache(maxsize=1)
 def prometheus_names() -> tuple[dict[str, tuple[str, str]], set[str]]:
     """(metric name -> (measurement, field), labels) for every documented field and tag."""
     from gpuagent.plugins.prometheus.naming import metric_for
@@ -125,7 +128,11 @@ def prom_names_in(expr: str) -> tuple[set[str], set[str]]:
     """(metric names, label names) a PromQL expression uses."""
     bare = re.sub(r'"[^"]*"', '""', expr)
     metrics = set(re.findall(r"\b(gpuagent_[a-zA-Z0-9_]+)\b", bare))
-    labels = set(re.findall(r"(\w+)\s*(?:=~|!~|!=|=)\s*\"", expr))
+    # A name matcher stands for every documented name it matches (none: it is reported as is).
+    for pattern in re.findall(r'__name__\s*=~\s*"([^"]*)"', expr):
+        matched = {n for n in prometheus_names()[0] if re.fullmatch(pattern, n)}
+        metrics |= matched or {pattern}
+    labels = set(re.findall(r"(\w+)\s*(?:=~|!~|!=|=)\s*\"", expr)) - {"__name__"}
     for group in re.findall(r"\b(?:by|on|without|ignoring)\s*\(([^)]*)\)", bare):
         labels |= {g.strip() for g in group.split(",") if g.strip()}
     m = re.match(r"label_values\((.+), *(\w+)\)$", expr)

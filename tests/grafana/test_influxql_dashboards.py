@@ -83,3 +83,24 @@ def test_a_model_selection_narrows_every_series(grafana_influx):
     q = influx_substitute(power["query"], {**selection("fleet"), "model": re.escape(chosen)}, "30s")
     series = server.query(q, db=db)
     assert series and {s["tags"]["model"] for s in series} == {chosen}
+
+
+def panel_series(server, db, slug: str, title: str) -> list[dict]:
+    (target,) = [t for t_title, t in targets(INFLUX[slug]) if t_title == title]
+    return server.query(influx_substitute(target["query"], selection(slug), INTERVAL[slug]), db=db)
+
+
+def test_verdicts_per_gpu_include_the_xid_79_gpu(grafana_influx):
+    server, db = grafana_influx
+    verdicts = {(s["tags"]["host"], s["tags"]["gpu"]): s["values"][0][1]
+                for s in panel_series(server, db, "fleet", "Health verdicts by model")}
+    assert verdicts[(NODE_HOST, "3")] == "lost"  # XID 79: fell off the bus
+    assert verdicts[("sim-01", "0")] == "ok"
+
+
+def test_processes_and_jobs_carry_the_simulated_slurm_jobs(grafana_influx):
+    server, db = grafana_influx
+    jobs = {s["tags"]["slurm_job_id"] for s in panel_series(server, db, "node", "Processes")}
+    assert len(jobs - {""}) >= 1
+    energy = panel_series(server, db, "fleet", "Energy by Slurm job in the range")
+    assert {s["tags"]["slurm_job_id"] for s in energy} >= jobs - {""}

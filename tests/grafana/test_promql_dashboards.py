@@ -81,3 +81,23 @@ def test_xid_annotation_marks_the_injected_xid(grafana_prometheus):
     result = run(prometheus, prom_substitute(xid["expr"], selection("node")), False, since)
     # xid=1:79 on the H100 SXM pair (GPUs 2-3); the lost RTX 4090 (GPU 7) reports XID 79 too
     assert sorted((r["metric"]["gpu"], r["values"][-1][1]) for r in result) == [("3", "79"), ("7", "79")], result
+
+
+def panel_result(prometheus, since, slug: str, title: str, ref: str = "A") -> list[dict]:
+    (target,) = [t for t_title, t in targets(PROM[slug]) if t_title == title and t["refId"] == ref]
+    return run(prometheus, prom_substitute(target["expr"], selection(slug)), target["instant"], since)
+
+
+def test_verdict_counts_show_the_lost_gpus(grafana_prometheus):
+    prometheus, since = grafana_prometheus
+    counts = {(r["metric"]["model"], r["metric"]["verdict"]): float(r["value"][1])
+              for r in panel_result(prometheus, since, "fleet", "Health verdicts by model")}
+    # XID 79 on GPU 3 and the lost RTX 4090 (GPU 7); the L40S pair has no evidence at all.
+    assert counts[("NVIDIA H100 80GB HBM3", "lost")] == 1 and counts[("NVIDIA GeForce RTX 4090", "lost")] == 1
+    assert counts[("NVIDIA L40S", "ok")] == 2
+
+
+def test_energy_by_job_names_the_slurm_job(grafana_prometheus):
+    prometheus, since = grafana_prometheus
+    result = panel_result(prometheus, since, "fleet", "Energy by Slurm job in the range")
+    assert [r["metric"]["slurm_job_id"] for r in result] == ["4242"] and float(result[0]["value"][1]) > 0
