@@ -677,7 +677,8 @@ def _panel(p: Panel, lang: str, pid: int, x: int, y: int) -> dict:
 
 
 def _variable(v: Variable, lang: str) -> dict:
-    query = v.influxql if lang == "influxql" else {"query": v.promql, "refId": "PrometheusVariableQueryEditor-VariableQuery"}
+    # A plain string: every Grafana from 9 on reads it (10+ turns label_values() into its editor's form).
+    query = v.influxql if lang == "influxql" else v.promql
     return {
         "name": v.name,
         "label": v.label,

@@ -146,7 +146,7 @@ PROM_QUERIES = [
     for slug, d in dashboards("promql").items()
     for title, q in [(title, t["expr"]) for title, t in targets(d)]
     + [(a["name"], a["expr"]) for a in d["annotations"]["list"] if not a.get("builtIn")]
-    + [(v["name"], v["query"]["query"]) for v in d["templating"]["list"] if v["type"] == "query"]
+    + [(v["name"], v["query"]) for v in d["templating"]["list"] if v["type"] == "query"]
 ]
 
 

@@ -69,7 +69,7 @@ def test_variable_queries_return_values(grafana_prometheus):
         for v in d["templating"]["list"]:
             if v["type"] != "query":
                 continue
-            found = label_values(prometheus, prom_substitute(v["query"]["query"], selection(slug)))
+            found = label_values(prometheus, prom_substitute(v["query"], selection(slug)))
             assert found, f"{slug}: variable {v['name']} has no values"
             if v["name"] == "host" and slug != "agent":
                 assert NODE_HOST in found
