@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCHEMA_VERSION = 39  # Grafana 10.4 / 11.x dashboards; 10.0 imports it too (it migrates older, not newer)
+SCHEMA_VERSION = 38  # Grafana 10.0; later 10.x and 11.x migrate it forward on load (never backward)
 LANGS = ("influxql", "promql")
 DS_TYPE = {"influxql": "influxdb", "promql": "prometheus"}
 GPU_LEGEND = {"influxql": "$tag_host gpu $tag_gpu", "promql": "{{host}} gpu {{gpu}}"}
