@@ -76,3 +76,23 @@ def victoria_metrics_factory(tmp_path_factory):
     yield make
     for server in made:
         server.stop()
+
+
+@pytest.fixture
+def prometheus_factory(tmp_path_factory):
+    """make(targets=(), scrape_interval="1s", backfill=None, start=True) -> a private Prometheus, stopped afterwards."""
+    binary = servers.find_binary(servers.PROMETHEUS, "prometheus")
+    made = []
+
+    def make(targets=(), scrape_interval="1s", backfill=None, start=True):
+        server = servers.PrometheusServer(binary, tmp_path_factory.mktemp("prometheus"), list(targets), scrape_interval)
+        made.append(server)
+        if backfill is not None:
+            server.backfill(backfill)
+        if start:
+            server.start()
+        return server
+
+    yield make
+    for server in made:
+        server.stop()

@@ -64,6 +64,7 @@ class TopLevel(BaseModel):
     plugins: PluginsSection = PluginsSection()
     collectors: dict[str, dict[str, Any]] = {}
     sinks: dict[str, dict[str, Any]] = {}
+    compare: dict[str, Any] = {}  # read by `gpuagent compare` (gpuagent.compare.promql), not by the agent
 
 
 @dataclass

@@ -1,14 +1,19 @@
-"""A machine's GPU facts, read once through NVML into a plain dict (what `gpuagent inspect` shows).
+"""A machine's GPU facts as a plain dict (what `gpuagent inspect` shows): the collectors' readings, arranged.
 
-Reading is kept apart from rendering: ``gather`` returns a JSON-ready dict
-(numbers as numbers, units in key names, None where the card does not offer a
-reading) that `inspect --json` prints as is and the human view renders. Its
-shape is written down in ``gpuagent/schemas/inspect.schema.json``.
+This module reads nothing of its own: each GPU's facts are the per-GPU
+readings of the collectors (``read_gpu`` of clocks, power, memory, pcie,
+mig, vgpu, nvlink; ``read_points`` of p2p), keyed by the measurement they
+stream as and with the stream's field names, so a fact means the same thing
+and has the same name in `inspect --json` as in InfluxDB. ``gather`` returns a
+JSON-ready dict (numbers as numbers, units in key names, None where the card
+does not offer a reading) that `inspect --json` prints as is and the human
+view renders. Its shape is written down in ``agent/schemas/inspect.schema.json``.
 
-NVML reads reuse the collectors' helpers (clocks, memory, pcie, p2p, mig, vgpu) so a reading
-means the same thing in `inspect` as in the stream. A GPU lost in the middle
-of the read becomes an entry with ``lost: true`` and its identity only; the
-others are still read.
+A one-off read differs from a collector run in what needs time: no GPM
+fields (they need an earlier sample), no PCIe throughput (20 ms of link
+sampling per direction), no vGPU utilisation. A GPU lost in the middle of the
+read becomes an entry with ``lost: true`` and its identity only; the others
+are still read.
 """
 
 from __future__ import annotations
@@ -16,31 +21,18 @@ from __future__ import annotations
 import json
 import logging
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from importlib import resources
 from typing import Any
 
 import pynvml
 
-from gpuagent.gpu import Gpu, GpuLost, as_str
-from gpuagent.nvml_read import valid
-from gpuagent.plugins.clocks import REASONS, current_reasons, max_clock_mhz, supported_reasons
-from gpuagent.plugins.memory import static_fields as memory_static_fields
-from gpuagent.plugins.mig import on_handle
-from gpuagent.plugins.mig.names import mig_profile_name
-from gpuagent.plugins.p2p import P2P_CAPS, TOPOLOGY_NAMES, map_nvlinks, status_name
-from gpuagent.plugins.pcie import link_value
-from gpuagent.plugins.vgpu import (
-    HOST_MODES,
-    HOST_VGPU_MODES,
-    VIRTUALIZATION_MODES,
-    on_instance,
-    vgpu_fb_usage,
-)
+from gpuagent.gpu import Gpu, GpuLost
+from gpuagent.plugins import clocks, memory, mig, nvlink, p2p, pcie, power, vgpu
 
 log = logging.getLogger("gpuagent.facts")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Clock-event (throttle) reasons in words, keyed by the clocks collector's field names.
 REASON_WORDS = {
@@ -54,6 +46,18 @@ REASON_WORDS = {
     "hw_power_brake_slowdown": "hardware power brake",
     "display_clock_setting": "display clock setting",
 }
+
+# The measurements of one GPU, in the order `inspect --json` gives them.
+MEASUREMENTS = (
+    clocks.MEASUREMENT,
+    power.MEASUREMENT,
+    memory.MEASUREMENT,
+    pcie.MEASUREMENT,
+    "gpu_health",
+    mig.MEASUREMENT,
+    vgpu.MEASUREMENT,
+    nvlink.MEASUREMENT,
+)
 
 
 def schema() -> dict[str, Any]:
@@ -75,11 +79,14 @@ def gather(
     """Every fact `inspect` shows, for ``selected`` GPUs (default: all) of an open NvmlSession.
 
     ``plugins`` is a loaded PluginHost (its plugins are listed, failed ones
-    with their error); None lists none. ``l2_probes`` is ``latest_l2_probes()``.
+    with their error); None lists none. ``l2_probes`` is
+    ``gpuagent.probe.readback.latest_l2_probes()``.
     """
     all_gpus = list(session.gpus)
     chosen = list(selected) if selected is not None else all_gpus
-    gpus = [gpu_facts(gpu, l2_probes or {}) for gpu in chosen]
+    # As the memory collector: a simulated GPU's bus id may equal a real one here, never ask real CUDA.
+    use_cuda = not session.simulated
+    gpus = [gpu_facts(gpu, l2_probes or {}, use_cuda=use_cuda) for gpu in chosen]
     # GPUs NVML lists but that could not be opened: shown with the reason (not with --gpu).
     unavailable = list(getattr(session, "unavailable", None) or ()) if selected is None else []
     gpus = sorted(gpus + [unavailable_facts(g) for g in unavailable], key=lambda g: g["index"])
@@ -132,11 +139,6 @@ def plugin_facts(host: Any) -> list[dict[str, Any]]:
 # -- one GPU ------------------------------------------------------------------
 
 
-def _read(gpu: Gpu, fn: Callable[..., Any], *args: Any) -> Any:
-    """``gpu.query``: a refused reading is "n/a" (None); the policy is gpuagent.gpu's."""
-    return gpu.query(fn, *args)
-
-
 def identity(gpu: Gpu) -> dict[str, Any]:
     return {
         "index": gpu.index,
@@ -165,25 +167,26 @@ def unavailable_facts(gpu: Any) -> dict[str, Any]:
     }
 
 
-def gpu_facts(gpu: Gpu, l2_probes: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def gpu_facts(gpu: Gpu, l2_probes: dict[str, dict[str, Any]] | None = None, use_cuda: bool = True) -> dict[str, Any]:
     """One GPU's facts; a GPU lost before or while being read comes back as its identity, lost."""
     if gpu.lost:
         return {**identity(gpu), "health": health_facts(gpu)}
     try:
         facts = identity(gpu)
-        pci = _read(gpu, pynvml.nvmlDeviceGetPciInfo_v3)
+        pci = gpu.static("pci_info", pynvml.nvmlDeviceGetPciInfo_v3)
         facts["pci_device_id"] = f"0x{int(pci.pciDeviceId):08X}" if pci is not None else None
-        facts["memory"] = memory_facts(gpu)
-        facts["clocks"] = clock_facts(gpu)
-        facts["power"] = power_facts(gpu)
-        facts["pstate"] = pstate(gpu)
-        facts["throttle_reasons"] = throttle_reasons(gpu)
-        facts["ecc"] = ecc_facts(gpu)
-        facts["mig"] = mig_facts(gpu)
-        facts["virtualization"] = virtualization_facts(gpu)
-        facts["pcie"] = pcie_facts(gpu)
+        facts[clocks.MEASUREMENT] = clocks.read_gpu(gpu)
+        facts[power.MEASUREMENT] = power.read_gpu(gpu)
+        facts[memory.MEASUREMENT] = memory.read_gpu(gpu, use_cuda=use_cuda)
+        facts[pcie.MEASUREMENT] = pcie.read_gpu(gpu, throughput=False)
+        facts["gpu_health"] = ecc_fields(gpu)
+        facts[mig.MEASUREMENT] = arrange(gpu, mig.read_gpu(gpu))
+        facts[vgpu.MEASUREMENT] = arrange(gpu, vgpu.read_gpu(gpu))
+        facts[nvlink.MEASUREMENT] = arrange(gpu, nvlink.read_gpu(gpu), summary_last=True)
         facts["l2_probe"] = (l2_probes or {}).get(gpu.uuid)
         facts["health"] = health_facts(gpu)
+        if gpu.lost:  # refused mid-read without raising: what was read may be partial
+            return {**identity(gpu), "health": health_facts(gpu)}
         return facts
     except GpuLost:
         return {**identity(gpu), "health": health_facts(gpu)}
@@ -211,257 +214,56 @@ def health_facts(gpu: Gpu) -> dict[str, Any]:
     return {"verdict": fields["verdict"], "reason": fields["verdict_reason"]}
 
 
-def memory_facts(gpu: Gpu) -> dict[str, Any]:
-    info = _read(gpu, pynvml.nvmlDeviceGetMemoryInfo)
-    # Bus width, peak DRAM bandwidth and L2 size exactly as the memory collector reports them.
-    static = memory_static_fields(gpu, use_cuda=True)
-    return {
-        "total_bytes": int(info.total) if info is not None else None,
-        "used_bytes": int(info.used) if info is not None else None,
-        "free_bytes": int(info.free) if info is not None else None,
-        "bus_width_bits": static.get("bus_width_bits"),
-        "l2_cache_bytes": static.get("l2_cache_bytes"),
-        "l2_cache_source": static.get("l2_cache_source"),
-        "peak_dram_bw_gbps": static.get("dram_peak_gbps"),
-        "peak_dram_bw_source": static.get("dram_peak_source"),
-    }
-
-
-def clock_facts(gpu: Gpu) -> dict[str, Any]:
-    def current(clock_type: int) -> int | None:
-        # 0 MHz is NVML's "not available" (a MIG-enabled GPU), not a reading.
-        return valid(_read(gpu, pynvml.nvmlDeviceGetClockInfo, clock_type), zero=False)
-
-    def maximum(clock_type: int) -> int | None:
-        return max_clock_mhz(gpu, clock_type)
-
-    return {
-        "sm_clock_mhz": current(pynvml.NVML_CLOCK_SM),
-        "max_sm_clock_mhz": maximum(pynvml.NVML_CLOCK_SM),
-        "memory_clock_mhz": current(pynvml.NVML_CLOCK_MEM),
-        "max_memory_clock_mhz": maximum(pynvml.NVML_CLOCK_MEM),
-    }
-
-
-def _watts(milliwatts: int | None) -> float | None:
-    milliwatts = valid(milliwatts)
-    return None if milliwatts is None else round(milliwatts / 1000.0, 3)
-
-
-def power_facts(gpu: Gpu) -> dict[str, Any]:
-    limit = _read(gpu, pynvml.nvmlDeviceGetEnforcedPowerLimit)
-    if limit is None:
-        limit = _read(gpu, pynvml.nvmlDeviceGetPowerManagementLimit)
-    return {
-        "power_draw_w": _watts(_read(gpu, pynvml.nvmlDeviceGetPowerUsage)),
-        "power_limit_w": _watts(limit),
-        "temperature_c": valid(_read(gpu, pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)),
-    }
-
-
-def pstate(gpu: Gpu) -> int | None:
-    value = _read(gpu, pynvml.nvmlDeviceGetPerformanceState)
-    if value is None or value == pynvml.NVML_PSTATE_UNKNOWN:
-        return None
-    return valid(value)
-
-
-def throttle_reasons(gpu: Gpu) -> list[str] | None:
-    """Active clock-event reasons as the clocks collector names them; None when the card reports none."""
-    supported = supported_reasons(gpu)
-    current = current_reasons(gpu) if supported is not None else None
-    if current is None:
-        return None
-    return [name for bit, name in REASONS.items() if supported & bit and current & bit]
-
-
-def ecc_facts(gpu: Gpu) -> dict[str, Any]:
-    modes = _read(gpu, pynvml.nvmlDeviceGetEccMode)
+def ecc_fields(gpu: Gpu) -> dict[str, bool | None]:
+    """ECC mode under the health collector's field names (one call; health reads many more per cycle)."""
+    modes = gpu.query(pynvml.nvmlDeviceGetEccMode)
     if modes is None:
-        return {"current": None, "pending": None}
-    return {"current": bool(modes[0]), "pending": bool(modes[1])}
+        return {"ecc_enabled": None, "ecc_pending_enabled": None}
+    return {"ecc_enabled": bool(modes[0]), "ecc_pending_enabled": bool(modes[1])}
 
 
-def mig_facts(gpu: Gpu) -> dict[str, Any]:
-    modes = _read(gpu, pynvml.nvmlDeviceGetMigMode)
-    if modes is None:  # not MIG-capable
-        return {"current": None, "pending": None, "max_instances": None, "instances": []}
-    current, pending = (int(m) == pynvml.NVML_DEVICE_MIG_ENABLE for m in modes)
-    max_devices = valid(_read(gpu, pynvml.nvmlDeviceGetMaxMigDeviceCount))
-    instances = []
-    if current:
-        for slot in range(max_devices or 0):
-            handle = _read(gpu, pynvml.nvmlDeviceGetMigDeviceHandleByIndex, slot)
-            if handle is not None:
-                instances.append(mig_instance(gpu, slot, handle))
-    return {"current": current, "pending": pending, "max_instances": max_devices, "instances": instances}
+def arrange(
+    gpu: Gpu, points: list[tuple[dict[str, Any], dict[str, Any]]], summary_last: bool = False
+) -> dict[str, Any] | None:
+    """A multi-point measurement as one object: the GPU's own point, with the others under ``points``.
 
-
-def mig_instance(gpu: Gpu, slot: int, handle: Any) -> dict[str, Any]:
-    q = lambda fn: _read(gpu, on_handle(fn), handle)  # noqa: E731
-    uuid = q(pynvml.nvmlDeviceGetUUID)
-    memory = q(pynvml.nvmlDeviceGetMemoryInfo)
-    attrs = q(pynvml.nvmlDeviceGetAttributes_v2)
-    return {
-        "index": slot,
-        "gi_id": q(pynvml.nvmlDeviceGetGpuInstanceId),
-        "ci_id": q(pynvml.nvmlDeviceGetComputeInstanceId),
-        "uuid": as_str(uuid) if uuid is not None else None,
-        "profile": mig_profile_name(gpu, handle, attrs),
-        "sm_count": int(attrs.multiprocessorCount) if attrs is not None else None,
-        "memory_total_bytes": int(memory.total) if memory is not None else None,
-        "memory_used_bytes": int(memory.used) if memory is not None else None,
-    }
-
-
-def virtualization_facts(gpu: Gpu) -> dict[str, Any]:
-    mode = _read(gpu, pynvml.nvmlDeviceGetVirtualizationMode)
-    host_mode = _read(gpu, pynvml.nvmlDeviceGetHostVgpuMode)
-    vgpus = []
-    if mode in HOST_MODES:
-        for instance in _read(gpu, pynvml.nvmlDeviceGetActiveVgpus) or []:
-            vgpus.append(vgpu_instance(gpu, int(instance)))
-    return {
-        "mode": VIRTUALIZATION_MODES.get(mode, "unknown") if mode is not None else None,
-        "host_vgpu_mode": HOST_VGPU_MODES.get(host_mode, "unknown") if host_mode is not None else None,
-        "vgpus": vgpus,
-    }
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return as_str(value).strip("\x00").strip() or None
-
-
-def vgpu_instance(gpu: Gpu, instance: int) -> dict[str, Any]:
-    q = lambda fn, *args: _read(gpu, on_instance(fn), *args)  # noqa: E731
-    type_id = q(pynvml.nvmlVgpuInstanceGetType, instance)
-    vm = q(pynvml.nvmlVgpuInstanceGetVmID, instance)
-    return {
-        "instance": instance,
-        "type_id": type_id,
-        "type_name": _text(q(pynvml.nvmlVgpuTypeGetName, type_id)) if type_id is not None else None,
-        "uuid": _text(q(pynvml.nvmlVgpuInstanceGetUUID, instance)),
-        "vm_id": _text(vm[0]) if vm is not None else None,
-        "fb_used_bytes": q(vgpu_fb_usage, instance),
-        "fb_total_bytes": q(pynvml.nvmlVgpuTypeGetFramebufferSize, type_id) if type_id is not None else None,
-    }
-
-
-def pcie_facts(gpu: Gpu) -> dict[str, Any]:
-    r = lambda fn: link_value(_read(gpu, fn))  # noqa: E731
-    return {
-        "link_gen_current": r(pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
-        "link_gen_max": r(pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
-        "link_width_current": r(pynvml.nvmlDeviceGetCurrPcieLinkWidth),
-        "link_width_max": r(pynvml.nvmlDeviceGetMaxPcieLinkWidth),
-    }
-
-
-# -- `gpuagent probe l2` results -----------------------------------------------
-
-L2_PROBE_MEASUREMENT = "gpu_l2_probe"
-L2_PROBE_FIELDS = ("l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio", "knee_found", "method")
-L2_PROBE_MAX_AGE = "30d"  # older results are not "recent" and are not shown
-L2_PROBE_TIMEOUT_S = 2.0  # a one-off view must not hang on a slow database
-
-
-def latest_l2_probes(config_path: str | None = None, timeout: float = L2_PROBE_TIMEOUT_S) -> dict[str, dict[str, Any]]:
-    """GPU UUID -> its newest `gpuagent probe l2` summary from the last 30 days.
-
-    The probe keeps no local store: `probe l2 --send` writes gpu_l2_probe
-    points through the sinks (docs/probe.md), so the results are read back
-    from the InfluxDB of the config's ``[sinks.influxdb]`` table. No such
-    table, or a database that cannot be read: ``{}`` (inspect then shows no
-    probe line), never an error.
+    Each entry of ``points`` is that point's own tags (those beyond the GPU's)
+    and fields, merged. No points (e.g. a GPU that is not MIG-capable): None.
     """
-    from gpuagent.config import read_config, resolve_path
-    from gpuagent.errors import AgentError
-
-    try:
-        if resolve_path(config_path) is None:
-            return {}
-        if "influxdb" not in read_config(config_path).raw.get("sinks", {}):
-            return {}
-        from gpuagent.compare.query import InfluxQL, connection_from
-
-        conn = connection_from(config_path)
-        conn.timeout = timeout
-        client = InfluxQL(conn)
-        try:
-            # Only summary points carry these fields, so curve points are not returned.
-            selected = ", ".join(f'"{f}"' for f in L2_PROBE_FIELDS)
-            rows = client.rows(
-                f'SELECT {selected} FROM "{L2_PROBE_MEASUREMENT}" WHERE time > now() - {L2_PROBE_MAX_AGE} '
-                'GROUP BY "uuid" ORDER BY time DESC LIMIT 1'
-            )
-        finally:
-            client.close()
-    except (AgentError, OSError, ValueError) as exc:
-        log.debug("no L2 probe results read: %s", exc)
-        return {}
-    return {row["uuid"]: l2_probe_facts(row) for row in rows if row.get("uuid")}
-
-
-def l2_probe_facts(row: dict[str, Any]) -> dict[str, Any]:
-    """One summary row (InfluxQL, epoch ns) as the ``l2_probe`` object of a GPU's facts."""
-    import time
-
-    stamp = row.get("time")
-    out: dict[str, Any] = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp / 1e9)) if isinstance(stamp, int) else None
+    if not points:
+        return None
+    own, rest = (points[-1], points[:-1]) if summary_last else (points[0], points[1:])
+    gpu_tags = set(gpu.tags)
+    return {
+        **own[1],
+        "points": [{**{k: v for k, v in tags.items() if k not in gpu_tags}, **fields} for tags, fields in rest],
     }
-    for name in L2_PROBE_FIELDS:
-        value = row.get(name)
-        if name == "l2_effective_bytes" and value is not None:
-            value = int(value)
-        out[name] = value
-    return out
 
 
 # -- between GPUs -------------------------------------------------------------
 
 
 def p2p_facts(rows: list[Gpu], all_gpus: list[Gpu]) -> list[dict[str, Any]]:
-    """One entry per ordered pair (row GPU -> any other GPU): topology level and P2P status by kind."""
+    """One entry per ordered pair (row GPU -> any other GPU): the gpu_p2p fields, and how P2P works."""
     live = [g for g in all_gpus if not g.lost]
-    if len(live) < 2:
-        return []
-    nvlinks = map_nvlinks(live)
     pairs = []
-    for gpu in rows:
-        for peer in all_gpus:
-            if peer is gpu or gpu.lost or peer.lost:
-                continue
-            try:
-                pairs.append(p2p_pair(gpu, peer, nvlinks))
-            except GpuLost:
-                continue
+    for tags, fields in p2p.read_points(live, rows=[g for g in rows if not g.lost]):
+        pairs.append(
+            {
+                "gpu": int(tags["gpu"]),
+                "peer_gpu": int(tags["peer_gpu"]),
+                "peer_uuid": tags["peer_uuid"],
+                "p2p": p2p_kind(fields),
+                **fields,
+            }
+        )
     return pairs
 
 
-def p2p_pair(gpu: Gpu, peer: Gpu, nvlinks: Any) -> dict[str, Any]:
-    status = {cap: status_name(_read(gpu, pynvml.nvmlDeviceGetP2PStatus, peer.handle, index)) for cap, index in P2P_CAPS.items()}
-    level = _read(gpu, pynvml.nvmlDeviceGetTopologyCommonAncestor, peer.handle)
-    pcie_topology = TOPOLOGY_NAMES.get(level) if level is not None else None
-    links = nvlinks.links_between(gpu, peer)
-    if status["nvlink"] == "ok":
-        kind = "nvlink"
-    elif status["read"] == "ok" or status["write"] == "ok":
-        kind = "pcie"
-    else:
-        kind = "none"
-    return {
-        "gpu": gpu.index,
-        "peer": peer.index,
-        "topology": f"NV{links}" if links else pcie_topology,
-        "pcie_topology": pcie_topology,
-        "nvlink_links": links,
-        "p2p": kind,
-        "read_ok": status["read"] == "ok",
-        "write_ok": status["write"] == "ok",
-        "nvlink_ok": status["nvlink"] == "ok",
-        "atomics_ok": status["atomics"] == "ok",
-        "status": status,
-    }
+def p2p_kind(fields: dict[str, Any]) -> str:
+    """How P2P works between a pair, if at all: nvlink, pcie or none."""
+    if fields["nvlink_ok"]:
+        return "nvlink"
+    if fields["read_ok"] or fields["write_ok"]:
+        return "pcie"
+    return "none"

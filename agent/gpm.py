@@ -22,6 +22,12 @@ from gpuagent.gpu import Gpu, GpuLost
 
 log = logging.getLogger("gpuagent.gpm")
 
+# The first run's wait between the priming sample and the first read. nvml.h: the interval
+# between two nvmlGpmSampleGet() calls "should be greater than 100ms due to the internal sample
+# refresh rate" (samples closer than that are refused), so strictly more than 100 ms, with a
+# margin for clocks that tick (the simulator's real-time clock advances in 20 ms steps).
+GPM_WARMUP_S = 0.12
+
 
 def gpm_supported(gpu: Gpu) -> bool:
     """Whether the GPU offers GPM (read once and cached)."""

@@ -83,9 +83,10 @@ def read_facts(
     plugins_dir: str | None = None,
     config_path: str | None = None,
 ) -> dict[str, Any]:
-    from gpuagent.facts import gather, latest_l2_probes
+    from gpuagent.facts import gather
     from gpuagent.nvml import open_nvml
     from gpuagent.plugin_host import PluginHost
+    from gpuagent.probe.readback import latest_l2_probes
 
     try:
         session = open_nvml(simulate, seed=seed or 0)
@@ -246,19 +247,19 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
             lines.append(f"\n  Health: {health_text(gpu['health'])}")
         return Group(title, lines)
 
-    mem, clocks, power = gpu["memory"], gpu["clocks"], gpu["power"]
+    mem, clocks, power = gpu["gpu_memory"], gpu["gpu_clocks"], gpu["gpu_power"]
+    pstate = clocks.get("pstate")
     rows = [
         ("UUID", gpu["uuid"], "PCI bus id", gpu["pci_bus_id"]),
         ("Memory", memory_text(mem), "L2 cache", l2_text(mem)),
-        ("Bus width", unit(mem["bus_width_bits"], "-bit", sep=""), "Peak DRAM", bandwidth_text(mem["peak_dram_bw_gbps"])),
+        ("Bus width", unit(mem.get("bus_width_bits"), "-bit", sep=""), "Peak DRAM", bandwidth_text(mem.get("dram_peak_gbps"))),
         ("SM clock", clock_text(clocks["sm_clock_mhz"], clocks["max_sm_clock_mhz"]),
          "Mem clock", clock_text(clocks["memory_clock_mhz"], clocks["max_memory_clock_mhz"])),
-        ("Power", power_text(power["power_draw_w"], power["power_limit_w"]),
+        ("Power", power_text(power["power_w"], power["power_limit_w"], power.get("enforced_power_limit_w")),
          "Temperature", unit(power["temperature_c"], "C")),
-        ("Throttling", throttle_text(gpu["throttle_reasons"]),
-         "P-state", f"P{gpu['pstate']}" if gpu["pstate"] is not None else NA),
-        ("PCIe link", pcie_text(gpu["pcie"]), "ECC", ecc_text(gpu["ecc"])),
-        ("Virtualisation", virtualization_text(gpu["virtualization"]), "MIG", mig_text(gpu["mig"])),
+        ("Throttling", throttle_text(active_reasons(clocks)), "P-state", f"P{pstate}" if pstate is not None else NA),
+        ("PCIe link", pcie_text(gpu["gpu_pcie"]), "ECC", ecc_text(gpu["gpu_health"])),
+        ("Virtualisation", virtualization_text(gpu["gpu_vgpu"]), "MIG", mig_text(gpu["gpu_mig"])),
     ]
     grid = Table.grid(padding=(0, 2))
     if wide:
@@ -279,10 +280,12 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
     parts: list[Any] = [title, grid]
     if gpu.get("health"):  # absent in documents from before the verdict
         parts.append(Text("  Health: " + health_text(gpu["health"]), style=HEALTH_STYLES.get(gpu["health"]["verdict"], "red")))
-    for instance in gpu["mig"]["instances"]:
+    for instance in points(gpu["gpu_mig"]):
         parts.append(Text("  " + mig_instance_text(instance)))
-    for vgpu in gpu["virtualization"]["vgpus"]:
+    for vgpu in points(gpu["gpu_vgpu"]):
         parts.append(Text("  " + vgpu_text(vgpu)))
+    if gpu.get("gpu_nvlink"):
+        parts.append(Text("  " + nvlink_text(gpu["gpu_nvlink"])))
     probe = gpu.get("l2_probe")
     if probe:
         parts.append(Text("  " + l2_probe_text(probe)))
@@ -320,8 +323,13 @@ def gib(value: int) -> str:
     return f"{value / GIB:.1f}"
 
 
+def points(measurement: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The sub-points of a multi-point measurement (MIG devices, vGPUs, NVLinks); none when it is absent."""
+    return measurement["points"] if measurement else []
+
+
 def memory_text(mem: dict[str, Any]) -> str:
-    total, used = mem["total_bytes"], mem["used_bytes"]
+    total, used = mem.get("fb_total_bytes"), mem.get("fb_used_bytes")
     if total is None:
         return NA
     if used is None:
@@ -331,7 +339,7 @@ def memory_text(mem: dict[str, Any]) -> str:
 
 
 def l2_text(mem: dict[str, Any]) -> str:
-    size = mem["l2_cache_bytes"]
+    size = mem.get("l2_cache_bytes")
     if size is None:
         return NA
     # MB as NVIDIA's datasheets count it: binary (the L40S's 96 MB is 100663296 bytes).
@@ -350,12 +358,22 @@ def clock_text(current: int | None, maximum: int | None) -> str:
     return f"{na(current)} / {na(maximum)} MHz (max)"
 
 
-def power_text(draw: float | None, limit: float | None) -> str:
+def power_text(draw: float | None, limit: float | None, enforced: float | None = None) -> str:
+    """Draw / management limit; the enforced limit too where something else (a policy) holds it lower."""
     if draw is None and limit is None:
         return NA
     draw_text = NA if draw is None else f"{draw:.1f}"
     limit_text = NA if limit is None else number(round(limit, 1))
+    if enforced is not None and limit is not None and round(enforced, 1) != round(limit, 1):
+        return f"{draw_text} / {limit_text} W (limit, {number(round(enforced, 1))} enforced)"
     return f"{draw_text} / {limit_text} W (limit)"
+
+
+def active_reasons(clocks: dict[str, Any]) -> list[str] | None:
+    """The active clock-event reasons by their field names; None when the card reports none."""
+    if clocks.get("clock_event_reasons") is None:
+        return None
+    return [name for name in REASON_WORDS if clocks.get(name)]
 
 
 def throttle_text(reasons: list[str] | None) -> str:
@@ -370,32 +388,36 @@ def on_off(value: bool | None) -> str:
     return NA if value is None else ("on" if value else "off")
 
 
-def ecc_text(ecc: dict[str, Any]) -> str:
-    text = on_off(ecc["current"])
-    if ecc["pending"] is not None and ecc["current"] is not None and ecc["pending"] != ecc["current"]:
-        text += f" ({on_off(ecc['pending'])} after reset)"
+def ecc_text(health: dict[str, Any]) -> str:
+    current, pending = health["ecc_enabled"], health["ecc_pending_enabled"]
+    text = on_off(current)
+    if pending is not None and current is not None and pending != current:
+        text += f" ({on_off(pending)} after reset)"
     return text
 
 
-def mig_text(mig: dict[str, Any]) -> str:
-    text = on_off(mig["current"])
-    if mig["current"]:
-        n = len(mig["instances"])
+def mig_text(mig: dict[str, Any] | None) -> str:
+    if mig is None:  # not MIG-capable
+        return NA
+    current, pending = mig["mig_mode_current"], mig["mig_mode_pending"]
+    text = on_off(current)
+    if current:
+        n = len(mig["points"])
         text += f", {n} instance{'s' if n != 1 else ''}"
-    if mig["pending"] is not None and mig["current"] is not None and mig["pending"] != mig["current"]:
-        text += f" ({on_off(mig['pending'])} after reset)"
+    if pending != current:
+        text += f" ({on_off(pending)} after reset)"
     return text
 
 
-def virtualization_text(virt: dict[str, Any]) -> str:
-    mode = virt["mode"]
+def virtualization_text(virt: dict[str, Any] | None) -> str:
+    mode = virt["virtualization_mode"] if virt else None
     if mode is None:
         return NA
     text = VIRTUALIZATION_WORDS.get(mode, mode)
     if virt.get("host_vgpu_mode") and mode in ("host_vgpu", "host_vsga"):
         text += " (SR-IOV)" if virt["host_vgpu_mode"] == "sriov" else " (non-SR-IOV)"
     if mode in ("host_vgpu", "host_vsga"):
-        n = len(virt["vgpus"])
+        n = len(virt["points"])
         text += f", {n} vGPU{'s' if n != 1 else ''}"
     return text
 
@@ -404,18 +426,19 @@ def pcie_text(pcie: dict[str, Any]) -> str:
     def link(gen, width):
         return f"Gen{na(gen)} x{na(width)}" if gen is not None or width is not None else NA
 
-    current = link(pcie["link_gen_current"], pcie["link_width_current"])
-    maximum = link(pcie["link_gen_max"], pcie["link_width_max"])
+    current = link(pcie["link_gen"], pcie["link_width"])
+    maximum = link(pcie["max_link_gen"], pcie["max_link_width"])
     if current == NA and maximum == NA:
         return NA
     return f"{current} (max {maximum})"
 
 
 def mig_instance_text(instance: dict[str, Any]) -> str:
-    memory = NA if instance["memory_total_bytes"] is None else f"{gib(instance['memory_total_bytes'])} GiB"
+    total = instance.get("fb_total_bytes")
+    memory = NA if total is None else f"{gib(total)} GiB"
     return (
-        f"MIG {instance['index']}: {na(instance['profile'])}  GI {na(instance['gi_id'])} CI {na(instance['ci_id'])}  "
-        f"{na(instance['sm_count'])} SMs  {memory}  {na(instance['uuid'])}"
+        f"MIG {instance['mig_index']}: {na(instance['mig_profile'])}  GI {na(instance['gi_id'])} CI {na(instance['ci_id'])}  "
+        f"{na(instance.get('sm_count'))} SMs  {memory}  {na(instance['mig_uuid'])}"
     )
 
 
@@ -424,7 +447,14 @@ def vgpu_text(vgpu: dict[str, Any]) -> str:
     total = vgpu["fb_total_bytes"]
     fb = NA if used is None else f"{gib(used)}" + (f" / {gib(total)} GiB" if total else " GiB")
     # The vGPU's UUID is in --json; with it the line would not fit 100 columns.
-    return f"vGPU {vgpu['instance']}: {na(vgpu['type_name'])}  FB {fb}  VM {na(vgpu['vm_id'])}"
+    return f"vGPU {vgpu['vgpu_instance']}: {na(vgpu['vgpu_type_name'])}  FB {fb}  VM {na(vgpu['vm_id'])}"
+
+
+def nvlink_text(summary: dict[str, Any]) -> str:
+    """NVLink count, how many are up, and their version(s)."""
+    versions = sorted({p["version_name"] for p in summary["points"] if p.get("version_name")})
+    text = f"NVLink: {summary['links']} links, {summary['links_active']} active"
+    return text + (f" (NVLink {', '.join(versions)})" if versions else "")
 
 
 def l2_probe_text(probe: dict[str, Any]) -> str:
@@ -455,9 +485,9 @@ def p2p_matrix(facts: dict[str, Any]) -> Group | None:
     pairs = facts["p2p"]
     if not pairs:
         return None
-    by_pair = {(p["gpu"], p["peer"]): p for p in pairs}
+    by_pair = {(p["gpu"], p["peer_gpu"]): p for p in pairs}
     rows = sorted({p["gpu"] for p in pairs})
-    columns = sorted({p["gpu"] for p in pairs} | {p["peer"] for p in pairs})
+    columns = sorted({p["gpu"] for p in pairs} | {p["peer_gpu"] for p in pairs})
     table = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False, header_style="bold")
     table.add_column("P2P", no_wrap=True, style="bold")
     for index in columns:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pynvml
 
-from gpuagent.gpu import Gpu
+from gpuagent.gpu import Gpu, current_collector
 from gpuagent.nvml_read import Field, FieldReader
 
 
@@ -25,7 +25,9 @@ def card_links(gpu: Gpu) -> list[int]:
             links.append(link)
         return links
 
-    return gpu.remember("nvlink_links", probe)
+    # Per collector (nvlink, p2p): each meets a refused probe itself, so the refusal counts do
+    # not depend on which collector's thread probed first (gpuagent.gpu: the error policy).
+    return gpu.remember(f"nvlink_links:{current_collector.get()}", probe)
 
 
 _READERS: dict[tuple[int, ...], FieldReader] = {}

@@ -11,7 +11,7 @@ import sys
 import time
 import traceback
 
-ROWS = ("cycle", "gpustat", "steady", "serialise", "replay", "writeahead", "probe", "nvidia_smi")
+ROWS = ("cycle", "gpustat", "steady", "serialise", "replay", "writeahead", "probe", "nvidia_smi", "compare_scale")
 MODULES = {"nvidia_smi": "nvml_cost"}  # row name -> module, where they differ
 
 

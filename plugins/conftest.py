@@ -29,3 +29,17 @@ def nvml_calls(simulated_fleet, monkeypatch):
         return calls
 
     return start
+
+
+@pytest.fixture
+def gpm_warmup_on_sim_clock(sim_clock, monkeypatch):
+    """The GPM collectors' first-run warm-up waits with time.sleep, which the manual simulator
+    clock does not see: make that wait move the simulator's clock instead, so the two samples
+    lie the warm-up apart in simulated time (the driver refuses samples 100 ms or less apart)."""
+    from types import SimpleNamespace
+
+    from gpuagent import gpm
+
+    # One warm-up for memory, nvlink and mig: GpmSamplers.warm_up in gpuagent.gpm.
+    monkeypatch.setattr(gpm, "time", SimpleNamespace(sleep=sim_clock.advance))
+    return sim_clock

@@ -4,10 +4,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from captures import CAPTURES
 from click.testing import CliRunner
 
 REPO = Path(__file__).resolve().parents[1]
-CAPTURES = REPO.parent / "shared" / "captures"
 
 
 @pytest.fixture(scope="session")

@@ -311,3 +311,75 @@ class VictoriaMetricsServer(_Server):
                 return series
             previous = count
             time.sleep(0.3)
+
+
+PROMETHEUS = "prometheus"
+PROMTOOL = "promtool"
+
+
+class PrometheusServer(_Server):
+    """Prometheus (Debian `prometheus`): scrapes `targets` every `scrape_interval`, answers PromQL.
+
+    ``PrometheusServer(binary, root, targets=["127.0.0.1:PORT"], scrape_interval="1s")``;
+    ``backfill(openmetrics_text)`` turns timestamped OpenMetrics text into TSDB blocks with
+    ``promtool tsdb create-blocks-from openmetrics`` (call it before ``start()``);
+    ``query(promql, time=None) -> list`` and ``query_range(...)`` return the ``result`` list.
+    """
+
+    name = "prometheus"
+
+    def __init__(self, binary: str, root: Path, targets: list[str] = (), scrape_interval: str = "1s"):
+        super().__init__(binary, root)
+        self.config_file = self.root / "prometheus.yml"
+        self.data = self.root / "data"
+        jobs = ""
+        if targets:
+            quoted = ", ".join(f'"{t}"' for t in targets)
+            jobs = f"""scrape_configs:
+  - job_name: gpuagent
+    scrape_interval: {scrape_interval}
+    scrape_timeout: {scrape_interval}
+    static_configs:
+      - targets: [{quoted}]
+"""
+        self.config_file.write_text(f"global:\n  scrape_interval: {scrape_interval}\n{jobs}")
+
+    def _argv(self) -> list[str]:
+        return [
+            self.binary,
+            f"--config.file={self.config_file}",
+            f"--storage.tsdb.path={self.data}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--storage.tsdb.retention.time=100y",
+            "--log.level=warn",
+        ]
+
+    def _ready(self) -> bool:
+        return _http("GET", f"{self.url}/-/ready", timeout=1)[0] == 200
+
+    def backfill(self, openmetrics: str) -> None:
+        promtool = find_binary(PROMTOOL, "prometheus")
+        source = self.root / "backfill.om"
+        source.write_text(openmetrics if openmetrics.endswith("# EOF\n") else openmetrics + "# EOF\n")
+        self.data.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(
+            [promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(self.data)],
+            capture_output=True, text=True, timeout=600,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"promtool create-blocks-from: {done.stderr[-2000:]}")
+
+    def _api(self, path: str, params: dict) -> list:
+        body = urllib.parse.urlencode(params).encode()
+        status, data = _http("POST", f"{self.url}{path}", data=body,
+                             headers={"Content-Type": "application/x-www-form-urlencoded"})
+        doc = json.loads(data or b"{}")
+        if status != 200 or doc.get("status") != "success":
+            raise RuntimeError(f"prometheus {path} {params}: {status} {doc}")
+        return doc["data"]["result"]
+
+    def query(self, promql: str, time_s: float | None = None) -> list:
+        params = {"query": promql}
+        if time_s is not None:
+            params["time"] = f"{time_s:.3f}"
+        return self._api("/api/v1/query", params)

@@ -231,7 +231,10 @@ def test_run_once_test_into_a_closed_pipe_exits_quietly(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(60) == 0
     assert first.startswith(b"gpu_") or first.startswith(b"host")
-    assert err == "", err
+    # Only the NVML error policy's once-per-GPU notes (the h100-sxm profile is driver 590: its
+    # applications clocks answer DEPRECATED); nothing about the closed pipe.
+    noise = [line for line in err.splitlines() if " INFO gpuagent.gpu: " not in line]
+    assert noise == [], err
 
 
 def test_log_lines_never_carry_credentials_inside_a_url():

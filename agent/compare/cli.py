@@ -109,8 +109,16 @@ def time_range(since: str | None, start: str | None, end: str | None):
 @click.option(
     "--password", default=None, envvar="INFLUX_PASSWORD", help="1.x password ($INFLUX_PASSWORD)."
 )
+@click.option(
+    "--promql-url",
+    default=None,
+    metavar="URL",
+    help="Query a Prometheus-compatible server instead (Prometheus, VictoriaMetrics, vmselect, Mimir, Thanos); "
+    "also [compare] promql_url in the config.",
+)
 def compare(
-    since, start, end, where, by, fmt, output, config_path, url, database, token, username, password
+    since, start, end, where, by, fmt, output, config_path, url, database, token, username, password,
+    promql_url=None,
 ) -> None:
     """Compare the fleet's GPUs side by side from the agent's measurements in InfluxDB.
 
@@ -123,13 +131,28 @@ def compare(
     from gpuagent.compare.report import Report
 
     rng = time_range(since, start, end)
-    conn = connection_from(config_path, url, database, token, username, password)
-    client = InfluxQL(conn)
-    if by in ("job", "pod"):
-        _compare_jobs(client, rng, by, where, fmt, output)
-        return
+    from gpuagent.compare.promql import promql_url_from
+
+    promql_url = promql_url_from(config_path, promql_url, url)
+    if promql_url:  # the same report over the Prometheus query API (gpuagent.compare.promql_report)
+        if by in ("job", "pod"):
+            raise AgentError(
+                f"--by {by} reads the gpu_job points through InfluxQL; use --url (InfluxDB), not --promql-url"
+            )
+        from gpuagent.compare.promql import PromQL, prom_connection_from
+        from gpuagent.compare.promql_report import PromReport
+
+        client = PromQL(prom_connection_from(config_path, promql_url))
+        report = PromReport(client, rng, by=by, where=where)
+    else:
+        conn = connection_from(config_path, url, database, token, username, password)
+        client = InfluxQL(conn)
+        if by in ("job", "pod"):
+            _compare_jobs(client, rng, by, where, fmt, output)
+            return
+        report = Report(client, rng, by=by, where=where)
     try:
-        doc = Report(client, rng, by=by, where=where).build()
+        doc = report.build()
     finally:
         client.close()
     text = RENDERERS[fmt](doc)

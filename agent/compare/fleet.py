@@ -79,6 +79,12 @@ def plan_hosts(
 
 def backfill_host(plan: HostPlan, conn: Connection) -> int:
     """Simulate one host over its steps and write its points; returns the number of points written."""
+    return simulate_host(plan, conn)
+
+
+def simulate_host(plan: HostPlan, conn: Connection | None, keep: bool = False):
+    """Run the collectors over the plan's steps; write each batch to `conn` (when given) and return
+    the points written, or with `keep` return the batches (line-protocol text, BATCH_LINES lines each)."""
     import pynvml
 
     from gpuagent import sim
@@ -93,7 +99,8 @@ def backfill_host(plan: HostPlan, conn: Connection) -> int:
     clock = ManualClock(UPTIME_S)
     machine = sim.install(plan.spec, seed=plan.seed, clock=clock, scenario=plan.scenario)
     book = _with_jobs(machine, plan) if plan.with_jobs else None
-    client = InfluxQL(conn)
+    client = InfluxQL(conn) if conn is not None else None
+    kept: list[str] = []
     written = 0
     runners: list[list] = []
     failed: set[str] = set()
@@ -138,22 +145,31 @@ def backfill_host(plan: HostPlan, conn: Connection) -> int:
                         failed.add(collector.name)
             lines.extend(serialize(p.measurement, p.tags, p.fields, p.time_ns) for p in acc.points)
             if len(lines) >= BATCH_LINES:
-                client.write(("\n".join(lines) + "\n").encode())
+                _emit(client, kept, lines)
                 written += len(lines)
                 lines = []
         if lines:
-            client.write(("\n".join(lines) + "\n").encode())
+            _emit(client, kept, lines)
             written += len(lines)
     finally:
         for runner in runners:
             runner[0].close()
-        client.close()
+        if client is not None:
+            client.close()
         try:
             pynvml.nvmlShutdown()
         except pynvml.NVMLError:
             pass
         sim.uninstall()
-    return written
+    return kept if keep else written
+
+
+def _emit(client, kept: list[str], lines: list[str]) -> None:
+    body = "\n".join(lines) + "\n"
+    if client is not None:
+        client.write(body.encode())
+    else:
+        kept.append(body)
 
 
 def _with_jobs(machine, plan: HostPlan):
@@ -264,6 +280,14 @@ def _check_reachable(conn: Connection) -> None:
     default=None,
     help="Processes (default: CPUs, at most one per host).",
 )
+@click.option(
+    "--distinct",
+    type=click.IntRange(1, 10_000),
+    default=8,
+    show_default=True,
+    help="Hosts simulated in full per --spec; the others replay one of them under their own name and "
+    "GPU UUIDs (gpuagent.compare.fleet_replay): large fleets are then write-bound.",
+)
 def fleet(
     hosts,
     specs,
@@ -280,6 +304,7 @@ def fleet(
     prefix,
     with_jobs,
     jobs,
+    distinct=8,
 ) -> None:
     """Backfill a simulated fleet's history into InfluxDB (one `host` tag per simulated machine)."""
     from gpuagent.compare.cli import parse_time
@@ -324,7 +349,9 @@ def fleet(
         plan.with_jobs = with_jobs
     jobs = jobs or max(1, min(os.cpu_count() or 1, n_hosts))
     t0 = time.perf_counter()
-    points = backfill(plans, conn, jobs)
+    from gpuagent.compare.fleet_replay import backfill_replayed
+
+    points = backfill_replayed(plans, conn, jobs, distinct, len(spec_list))
     elapsed = time.perf_counter() - t0
     click.echo(
         f"wrote {points} points for {n_hosts} host(s) x {plans[0].steps} steps of {step} "

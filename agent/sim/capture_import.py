@@ -353,9 +353,8 @@ def _num(value: Any) -> float | int | None:
 
 
 DEPRECATED_TEXT = "requested functionality has been deprecated"
-# What a call the capture shows as deprecated answers. NOT_SUPPORTED until the agent's NVML
-# layer treats DEPRECATED as a permanent refusal (issue 16); then "DEPRECATED", as the driver.
-DEPRECATED_ANSWER = "NOT_SUPPORTED"
+# What a call the capture shows as deprecated answers: DEPRECATED, as the driver does.
+DEPRECATED_ANSWER = "DEPRECATED"
 
 
 def _deprecated(value: Any) -> bool:

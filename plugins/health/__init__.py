@@ -277,6 +277,9 @@ def fabric_info(handle: Any) -> Any:
     return None
 
 
+fabric_info.__name__ = "nvmlDeviceGetGpuFabricInfoV"  # what its refusals are counted under
+
+
 @dataclass
 class GpuHealth:
     """What the verdict remembers about one GPU between runs."""

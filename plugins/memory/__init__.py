@@ -19,7 +19,7 @@ import pynvml
 
 import gpuagent
 from gpuagent import cuda_attrs, specs
-from gpuagent.gpm import GpmSamplers, gpm_supported
+from gpuagent.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported
 from gpuagent.nvml_read import poll, valid
 
 log = logging.getLogger("gpuagent.collector.memory")
@@ -42,7 +42,7 @@ class MemoryConfig(gpuagent.CollectorConfig):
     # Use GPM where the card has it (Hopper and newer).
     gpm: bool = True
     # The first run has no earlier GPM sample: take one, wait this long, take another.
-    gpm_warmup: gpuagent.Duration = 0.1
+    gpm_warmup: gpuagent.Duration = GPM_WARMUP_S
 
 
 def peak_dram_gbps(bus_width_bits: int | None, max_memory_clock_mhz: int | None) -> float | None:

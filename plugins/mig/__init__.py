@@ -8,7 +8,7 @@ from typing import Any
 import pynvml
 
 import gpuagent
-from gpuagent.gpm import GpmSamplers, gpm_supported
+from gpuagent.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported
 from gpuagent.gpu import Gpu, GpuLost, as_str
 from gpuagent.plugins.mig.names import mig_profile_name
 
@@ -147,7 +147,7 @@ class MigCollector(gpuagent.Collector):
         # GPM utilisation per GPU instance (Hopper and newer).
         gpm: bool = True
         # GPM reports between two samples: the first run takes one, waits this long, takes the next.
-        gpm_warmup: gpuagent.Duration = 0.1
+        gpm_warmup: gpuagent.Duration = GPM_WARMUP_S
 
     def __init__(self, config, context):
         super().__init__(config, context)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 import pynvml
 
 import gpuagent
-from gpuagent.gpm import GpmSamplers, gpm_supported
+from gpuagent.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported
 from gpuagent.gpu import Gpu, GpuLost, as_str
 from gpuagent.nvlinks import card_links, link_states
 
@@ -120,7 +120,7 @@ class NvlinkCollector(gpuagent.Collector):
         # RX/TX throughput from GPM (Hopper and newer).
         gpm: bool = True
         # GPM reports between two samples: the first run takes one, waits this long, takes the next.
-        gpm_warmup: gpuagent.Duration = 0.1
+        gpm_warmup: gpuagent.Duration = GPM_WARMUP_S
 
     def __init__(self, config, context):
         super().__init__(config, context)

@@ -34,6 +34,27 @@ FIELDS = FieldReader(
 )
 
 
+# nvml.h on NVML_FI_DEV_PCIE_COUNT_TX_BYTES / _RX_BYTES: "Value can be wrapped" (at 2**32).
+COUNTER_WRAP = 1 << 32
+WRAPPING_COUNTERS = ("tx_bytes_total", "rx_bytes_total")
+
+
+class WrappedCounters:
+    """Turns the driver's wrapping byte counters into totals that only grow: each time a
+    reading is below the last one, the counter wrapped and 2**32 is added from then on.
+    More than one wrap between two reads cannot be seen (the total then undercounts)."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], tuple[int, int]] = {}  # (GPU, field) -> (raw, offset)
+
+    def total(self, uuid: str, name: str, raw: int) -> int:
+        last, offset = self._last.get((uuid, name), (raw, 0))
+        if raw < last:
+            offset += COUNTER_WRAP
+        self._last[(uuid, name)] = (raw, offset)
+        return raw + offset
+
+
 class PcieConfig(gpuagent.CollectorConfig):
     # Read TX/RX throughput (about 20 ms of link sampling per direction per GPU).
     throughput: bool = True
@@ -69,8 +90,16 @@ class PcieCollector(gpuagent.Collector):
     Config = PcieConfig
     default_interval = 30.0
 
+    def __init__(self, config: PcieConfig, context) -> None:
+        super().__init__(config, context)
+        self._byte_counters = WrappedCounters()
+
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
-        acc.add_fields(MEASUREMENT, read_gpu(gpu, self.config.throughput), tags=gpu.tags)
+        fields = read_gpu(gpu, self.config.throughput)
+        for name in WRAPPING_COUNTERS:
+            if fields.get(name) is not None:
+                fields[name] = self._byte_counters.total(gpu.uuid, name, fields[name])
+        acc.add_fields(MEASUREMENT, fields, tags=gpu.tags)
 
 
 @gpuagent.hookimpl

@@ -1,46 +1,34 @@
 """prometheus sink: the latest value of every series on an HTTP /metrics endpoint.
 
-Names and labels are documented in README.md (this module is the reference):
-``<namespace>_<measurement>_<field>``, sanitised to [a-zA-Z0-9_:]; the point's
-tags are the labels; numbers and bools are gauges, fields ending ``_total``
-counters; a point's string fields become one ``<namespace>_<measurement>_info``
-series whose labels carry them.
+Names, types, units and HELP come from one rule (naming.py) fed by the plugin
+READMEs (readme_fields.py); the store and its once-per-change rendering are in
+exposition.py, the bounded HTTP server in server.py. README.md documents the
+mapping as a table.
 """
 
 from __future__ import annotations
 
 import re
-import threading
-import time
 from collections.abc import Sequence
 from typing import Annotated
 
-from pydantic import BeforeValidator, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
 import gpuagent
 from gpuagent.durations import parse_duration
 from gpuagent.errors import AgentError
 from gpuagent.metric import Point
+from gpuagent.plugins.prometheus.exposition import CONTENT_TYPE, LatestValues, label_name
+from gpuagent.plugins.prometheus.naming import metric_for, sanitize
+
+__all__ = ["DEFAULT_PORT", "PrometheusSink", "PrometheusSinkConfig", "label_name", "metric_for", "metric_name"]
 
 # 9400 is dcgm-exporter's, 9835 nvidia_gpu_exporter's and 9100 node_exporter's:
 # all three are common on GPU machines, so the agent can run beside any of them.
 DEFAULT_PORT = 9847
 
-_INVALID = re.compile(r"[^a-zA-Z0-9_]")
-
-
 def metric_name(*parts: str) -> str:
-    name = _INVALID.sub("_", "_".join(p for p in parts if p))
-    return "_" + name if name[:1].isdigit() else name
-
-
-def label_name(key: str) -> str:
-    name = _INVALID.sub("_", key)
-    if name[:1].isdigit():
-        name = "_" + name
-    if name.startswith("__"):  # reserved for Prometheus itself
-        name = "tag" + name
-    return name or "tag_"
+    return sanitize("_".join(p for p in parts if p))
 
 
 def _duration_or_zero(value: object) -> float:
@@ -62,6 +50,9 @@ class PrometheusSinkConfig(gpuagent.SinkConfig):
     namespace: str = "gpuagent"
     expire_after: Annotated[float, BeforeValidator(_duration_or_zero)] = 300.0
     string_fields: bool = True  # False: skip string fields instead of the _info series
+    max_connections: Annotated[int, Field(ge=1, le=256)] = 8
+    queue: Annotated[int, Field(ge=1, le=10_000)] = 64
+    request_timeout: Annotated[float, BeforeValidator(parse_duration), Field(gt=0)] = 10.0
 
     @field_validator("listen")
     @classmethod
@@ -77,96 +68,32 @@ class PrometheusSinkConfig(gpuagent.SinkConfig):
         return value
 
 
-class LatestValues:
-    """A prometheus_client collector that serves the newest value of each series."""
-
-    def __init__(self, namespace: str, expire_after: float, string_fields: bool = True):
-        self.namespace = namespace
-        self.expire_after = expire_after
-        self.string_fields = string_fields
-        self._lock = threading.Lock()
-        # family name -> (type, documentation); series key -> (family, sample name, labels, value, seen)
-        self._families: dict[str, tuple[str, str]] = {}
-        self._series: dict[tuple, tuple[str, str, dict[str, str], float, float]] = {}
-        self.points_total = 0
-
-    def update(self, points: Sequence[Point]) -> None:
-        now = time.monotonic()
-        with self._lock:
-            for p in points:
-                labels = {label_name(k): v for k, v in p.tags.items()}
-                label_key = tuple(sorted(labels.items()))
-                info: dict[str, str] = {}
-                for key, value in p.fields.items():
-                    if isinstance(value, str):
-                        if self.string_fields:
-                            name = label_name(key)
-                            info["field_" + name if name in labels else name] = value
-                        continue
-                    base = metric_name(self.namespace, p.measurement, key)
-                    if key.endswith("_total"):
-                        family, kind, sample = base[: -len("_total")], "counter", base
-                    else:
-                        family, kind, sample = base, "gauge", base
-                    self._families.setdefault(family, (kind, f"{p.measurement}.{key}"))
-                    self._series[(sample, label_key)] = (family, sample, labels, float(value), now)
-                if info:
-                    family = metric_name(self.namespace, p.measurement)
-                    sample = family + "_info"
-                    self._families.setdefault(family, ("info", f"{p.measurement} string fields"))
-                    self._series[(sample, label_key)] = (family, sample, {**labels, **info}, 1.0, now)
-                self.points_total += 1
-
-    def collect(self):
-        now = time.monotonic()
-        with self._lock:
-            if self.expire_after > 0:
-                stale = [k for k, s in self._series.items() if now - s[4] > self.expire_after]
-                for key in stale:
-                    del self._series[key]
-            from prometheus_client.metrics_core import Metric
-
-            metrics: dict[str, Metric] = {}
-            for family, sample, labels, value, _ in self._series.values():
-                metric = metrics.get(family)
-                if metric is None:
-                    kind, doc = self._families[family]
-                    metric = metrics[family] = Metric(family, doc, kind)
-                metric.add_sample(sample, labels, value)
-        return list(metrics.values())
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._series)
-
-
 class PrometheusSink(gpuagent.Sink):
     name = "prometheus"
     Config = PrometheusSinkConfig
 
     def __init__(self, config: PrometheusSinkConfig, context):
         super().__init__(config, context)
-        # Imported here: prometheus-client costs start-up time and memory to agents without this sink.
-        from prometheus_client import CollectorRegistry
-
-        self.registry = CollectorRegistry(auto_describe=False)
         self.values = LatestValues(config.namespace, config.expire_after, config.string_fields)
-        self.registry.register(self.values)
         self._server = None
-        self._thread = None
         self.address: tuple[str, int] | None = None
 
     def start(self) -> None:
+        from gpuagent.plugins.prometheus.server import MetricsServer
+
         host, port = parse_listen(self.config.listen)
         try:
-            from prometheus_client import start_http_server
-
-            self._server, self._thread = start_http_server(port, host, self.registry)
+            self._server = MetricsServer(
+                host, port, self.values.render, self.values.render_gzip, CONTENT_TYPE,
+                max_connections=self.config.max_connections, queue_size=self.config.queue,
+                request_timeout=self.config.request_timeout,
+            )
         except OSError as exc:
             raise AgentError(
                 f"sinks.prometheus: cannot listen on {self.config.listen}: {exc.strerror or exc}"
             ) from None
-        self.address = self._server.server_address[:2]
+        self._server.start()
+        self.address = self._server.address
         self.log.info("serving /metrics on http://%s:%d/metrics", host, self.address[1])
 
     def write(self, points: Sequence[Point]) -> None:
@@ -174,14 +101,17 @@ class PrometheusSink(gpuagent.Sink):
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.close()
             self._server = None
-        if self._thread is not None:
-            self._thread.join(5)
 
     def stats(self) -> dict[str, int | float]:
-        return {"points_written_total": self.values.points_total, "series": len(self.values)}
+        out = {"points_written_total": self.values.points_total, "series": len(self.values),
+               "renders_total": self.values.renders_total}
+        if self._server is not None:
+            out["scrapes_total"] = self._server.requests_total
+            out["scrapes_refused_total"] = self._server.refused_total
+            out["scrape_timeouts_total"] = self._server.timeouts_total
+        return out
 
 
 @gpuagent.hookimpl

@@ -41,15 +41,19 @@ def test_handmade_facts_match_the_shipped_schema():
 
 def test_schema_refuses_a_unit_less_or_stringly_number():
     doc = handmade()
-    doc["gpus"][0]["memory"]["total_bytes"] = "45 GiB"
+    doc["gpus"][0]["gpu_memory"]["fb_total_bytes"] = "45 GiB"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(doc, facts_mod.schema())
     doc = handmade()
-    doc["gpus"][0]["memory"]["total"] = 1
+    doc["gpus"][0]["gpu_memory"]["fb_total"] = 1  # no unit in the name
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(doc, facts_mod.schema())
     doc = handmade()
-    del doc["gpus"][0]["clocks"]  # only a lost GPU may leave its readings out
+    del doc["gpus"][0]["gpu_clocks"]  # only a lost GPU may leave its readings out
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, facts_mod.schema())
+    doc = handmade()
+    doc["gpus"][0]["gpu_power"]["power_draw_w"] = 1.0  # not the stream's name (power_w)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(doc, facts_mod.schema())
 
@@ -174,3 +178,11 @@ def test_terminal_output_has_no_trailing_blanks(monkeypatch):
     output = tty.getvalue()
     assert "\x1b[" in output
     assert not [line for line in output.splitlines() if re.search(r" +(\x1b\[[0-9;]*m)*$", line)]
+
+
+def test_power_shows_the_management_limit_and_an_enforced_limit_that_differs():
+    doc = handmade()
+    assert "36.2 / 350 W (limit)" in render_text(doc)  # enforced = management: said once
+    doc["gpus"][0]["gpu_power"]["enforced_power_limit_w"] = 300.0  # a policy holds it lower
+    jsonschema.validate(doc, facts_mod.schema())
+    assert "36.2 / 350 W (limit, 300 enforced)" in render_text(doc)

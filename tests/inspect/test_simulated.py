@@ -10,6 +10,7 @@ from pathlib import Path
 import jsonschema
 import pynvml
 import pytest
+from captures import CAPTURES
 
 from gpuagent import facts as facts_mod
 from gpuagent.gpu import as_str
@@ -18,7 +19,6 @@ from gpuagent.nvml import NvmlSession
 from gpuagent.sim.profile import BUILTIN_NAMES
 
 HERE = Path(__file__).parent
-CAPTURES = HERE.parents[1].parent / "shared" / "captures"
 MIXED = "l40s:2,rtx4090:2,h100-sxm:4"
 UPDATE = bool(os.environ.get("GPUAGENT_UPDATE_SNAPSHOTS"))
 
@@ -73,7 +73,7 @@ def test_mixed_fleet_names_all_eight_cards_with_their_l2(mixed_facts):
         block = by_gpu[index]
         assert block.startswith(f"GPU {index}  {name}  "), block
         assert re.search(rf"L2 cache\s+{size}\b", block), block
-    assert [g["memory"]["l2_cache_bytes"] >> 20 for g in mixed_facts["gpus"]] == [96, 96, 72, 72, 50, 50, 50, 50]
+    assert [g["gpu_memory"]["l2_cache_bytes"] >> 20 for g in mixed_facts["gpus"]] == [96, 96, 72, 72, 50, 50, 50, 50]
     assert max(len(line) for line in text.splitlines()) <= WIDTH
 
 
@@ -91,15 +91,15 @@ def test_mixed_fleet_p2p_matrix(mixed_facts):
                 assert re.fullmatch(r"NV\d+ R?W?N", cells[(a, b)]), cells[(a, b)]
     for i in range(8):
         assert cells[(i, i)] == "X"
-    kinds = {(p["gpu"], p["peer"]): p["p2p"] for p in mixed_facts["p2p"]}
+    kinds = {(p["gpu"], p["peer_gpu"]): p["p2p"] for p in mixed_facts["p2p"]}
     assert kinds[(2, 3)] == "none" and kinds[(0, 1)] == "pcie" and kinds[(4, 5)] == "nvlink"
     assert kinds[(0, 4)] == "none"  # different models, different sockets
 
 
 def test_mixed_fleet_peak_bandwidth_and_bus_width(mixed_facts):
-    peak = [round(g["memory"]["peak_dram_bw_gbps"]) for g in mixed_facts["gpus"]]
+    peak = [round(g["gpu_memory"]["dram_peak_gbps"]) for g in mixed_facts["gpus"]]
     assert peak == [864] * 2 + [1008] * 2 + [3352] * 4
-    assert [g["memory"]["bus_width_bits"] for g in mixed_facts["gpus"]] == [384] * 4 + [5120] * 4
+    assert [g["gpu_memory"]["bus_width_bits"] for g in mixed_facts["gpus"]] == [384] * 4 + [5120] * 4
 
 
 def pinned(doc: dict) -> dict:
@@ -107,16 +107,19 @@ def pinned(doc: dict) -> dict:
     for gpu in doc["gpus"]:
         if gpu["lost"]:
             continue
-        mem = gpu["memory"]
-        mem["used_bytes"] = mem["total_bytes"] // 4
-        mem["free_bytes"] = mem["total_bytes"] - mem["used_bytes"]
-        gpu["clocks"]["sm_clock_mhz"] = gpu["clocks"]["max_sm_clock_mhz"]
-        gpu["clocks"]["memory_clock_mhz"] = gpu["clocks"]["max_memory_clock_mhz"]
-        gpu["power"]["power_draw_w"] = 123.4
-        gpu["power"]["temperature_c"] = 55
-        gpu["pstate"] = 0
-        gpu["throttle_reasons"] = ["sw_power_cap"] if gpu["index"] % 2 else []
-        gpu["pcie"]["link_gen_current"] = gpu["pcie"]["link_gen_max"]
+        mem = gpu["gpu_memory"]
+        mem["fb_used_bytes"] = mem["fb_total_bytes"] // 4
+        mem["fb_free_bytes"] = mem["fb_total_bytes"] - mem["fb_used_bytes"]
+        clocks = gpu["gpu_clocks"]
+        clocks["sm_clock_mhz"] = clocks["max_sm_clock_mhz"]
+        clocks["memory_clock_mhz"] = clocks["max_memory_clock_mhz"]
+        clocks["pstate"] = 0
+        for reason in facts_mod.REASON_WORDS:
+            if reason in clocks:
+                clocks[reason] = reason == "sw_power_cap" and bool(gpu["index"] % 2)
+        gpu["gpu_power"]["power_w"] = 123.4
+        gpu["gpu_power"]["temperature_c"] = 55
+        gpu["gpu_pcie"]["link_gen"] = gpu["gpu_pcie"]["max_link_gen"]
     return doc
 
 
@@ -142,7 +145,7 @@ def test_same_seed_same_time_same_facts(simulated_fleet):
         clock.advance(30)
         runs.append(facts_mod.gather(session_for(machine, "x"), hostname="h"))
     assert runs[0] == runs[1]
-    assert runs[0]["gpus"][0]["power"]["power_draw_w"] > 100  # under load, not idle
+    assert runs[0]["gpus"][0]["gpu_power"]["power_w"] > 100  # under load, not idle
 
 
 # -- MIG, vGPU, a lost GPU -------------------------------------------------------
@@ -152,9 +155,9 @@ def test_mig_instances_listed(simulated_fleet):
     machine = simulated_fleet("h100-sxm-mig:1")
     doc = facts_mod.gather(session_for(machine, "h100-sxm-mig:1"), hostname="h")
     jsonschema.validate(doc, facts_mod.schema())
-    mig = doc["gpus"][0]["mig"]
-    assert mig["current"] is True and len(mig["instances"]) == 2
-    assert all(i["profile"] and i["profile"].startswith("3g.") for i in mig["instances"])
+    mig = doc["gpus"][0]["gpu_mig"]
+    assert mig["mig_mode_current"] is True and len(mig["points"]) == 2 == mig["mig_devices"]
+    assert all(i["mig_profile"] and i["mig_profile"].startswith("3g.") for i in mig["points"])
     text = render_text(doc)
     assert re.search(r"MIG\s+on, 2 instances", text)
     assert len(re.findall(r"^  MIG \d: 3g\.", text, flags=re.MULTILINE)) == 2
@@ -164,8 +167,8 @@ def test_vgpus_listed(simulated_fleet):
     machine = simulated_fleet("l40s-vgpu:1")
     doc = facts_mod.gather(session_for(machine, "l40s-vgpu:1"), hostname="h")
     jsonschema.validate(doc, facts_mod.schema())
-    virt = doc["gpus"][0]["virtualization"]
-    assert virt["mode"] == "host_vgpu" and len(virt["vgpus"]) == 2
+    virt = doc["gpus"][0]["gpu_vgpu"]
+    assert virt["virtualization_mode"] == "host_vgpu" and len(virt["points"]) == 2
     text = render_text(doc)
     assert re.search(r"Virtualisation\s+vGPU host.*, 2 vGPUs", text)
     assert len(re.findall(r"^  vGPU \d+: ", text, flags=re.MULTILINE)) == 2
@@ -178,8 +181,8 @@ def test_gpu_lost_in_the_middle_shows_as_lost_and_the_rest_print(simulated_fleet
     doc = facts_mod.gather(session_for(machine, "l40s:3"), hostname="h")
     jsonschema.validate(doc, facts_mod.schema())
     assert [g["lost"] for g in doc["gpus"]] == [False, True, False]
-    assert "memory" not in doc["gpus"][1]
-    assert {(p["gpu"], p["peer"]) for p in doc["p2p"]} == {(0, 2), (2, 0)}
+    assert "gpu_memory" not in doc["gpus"][1]
+    assert {(p["gpu"], p["peer_gpu"]) for p in doc["p2p"]} == {(0, 2), (2, 0)}
     text = render_text(doc)
     by_gpu = blocks(text)
     assert "LOST" in by_gpu[1].splitlines()[0]
@@ -187,7 +190,7 @@ def test_gpu_lost_in_the_middle_shows_as_lost_and_the_rest_print(simulated_fleet
 
 
 def test_gpu_lost_from_the_cli(invoke):
-    result = invoke("inspect", "--simulate", "l40s:3@force=nvmlDeviceGetTemperature:GPU_IS_LOST:2")
+    result = invoke("inspect", "--simulate", "l40s:3@force=nvmlDeviceGetPowerUsage:GPU_IS_LOST:2")
     assert result.exit_code == 0, result.output
     by_gpu = blocks(result.stdout)
     assert "LOST" in by_gpu[2].splitlines()[0]
@@ -211,7 +214,7 @@ def test_json_validates_for_every_builtin_profile(invoke, name):
     jsonschema.validate(doc, facts_mod.schema())
     assert doc["host"]["simulate_spec"] == f"{name}:2"
     assert len(doc["gpus"]) == 2 and not any(g["lost"] for g in doc["gpus"])
-    assert doc["gpus"][0]["memory"]["l2_cache_bytes"], f"{name}: no L2 size"
+    assert doc["gpus"][0]["gpu_memory"]["l2_cache_bytes"], f"{name}: no L2 size"
     assert len(doc["p2p"]) == 2
     assert any(p["name"] == "host" and p["status"] == "loaded" for p in doc["plugins"])
 
@@ -240,7 +243,7 @@ def test_gpu_by_index_and_uuid(invoke):
     by_index = json.loads(invoke("inspect", "--simulate", "l40s:1,h100-sxm:2", "--json", "--gpu", "1").stdout)
     assert [g["index"] for g in by_index["gpus"]] == [1]
     assert by_index["host"]["gpu_count"] == 3
-    assert {(p["gpu"], p["peer"]) for p in by_index["p2p"]} == {(1, 0), (1, 2)}
+    assert {(p["gpu"], p["peer_gpu"]) for p in by_index["p2p"]} == {(1, 0), (1, 2)}
     by_uuid = invoke("inspect", "--simulate", "l40s:1,h100-sxm:2", "--gpu", uuid.lower())
     assert by_uuid.exit_code == 0, by_uuid.output
     assert sorted(blocks(by_uuid.stdout)) == [2]

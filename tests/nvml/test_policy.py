@@ -72,7 +72,7 @@ def test_inspect_shows_the_unavailable_gpu(invoke):
     assert doc["host"]["gpu_count"] == 3
     by_index = {g["index"]: g for g in doc["gpus"]}
     assert by_index[1]["available"] is False and "nvmlDeviceGetUUID" in by_index[1]["unavailable_reason"]
-    assert by_index[0]["available"] is True and by_index[0]["memory"]["total_bytes"]
+    assert by_index[0]["available"] is True and by_index[0]["gpu_memory"]["fb_total_bytes"]
     human = invoke("inspect", "--simulate", "h100-sxm:3@force=nvmlDeviceGetUUID:NO_PERMISSION:1")
     assert "UNAVAILABLE" in human.stdout and "NO_PERMISSION" in human.stdout
 

@@ -1,10 +1,10 @@
 """Importing each real capture gives a profile whose simulated device reports what the capture shows."""
 
 import json
-from pathlib import Path
 
 import pynvml
 import pytest
+from captures import CAPTURES, capture_names
 
 from gpuagent.errors import AgentError
 from gpuagent.sim.capture_import import (
@@ -14,10 +14,8 @@ from gpuagent.sim.capture_import import (
     parse_text_tree,
 )
 from gpuagent.sim.faults import error_code
-from tests.captures import CAPTURES as ALL_CAPTURES
-from tests.captures import capture_names
 
-CAPTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "captures"
+ALL_CAPTURES = CAPTURES
 NA = None  # the call answers NOT_SUPPORTED
 
 # Values read off the captures by hand (first `nvidia-smi -q` section / the XML).
@@ -347,5 +345,5 @@ def test_mig_names_from_the_capture_list_section(tmp_path, invoke):
         result = invoke("inspect", "--json", "--simulate", str(out) + modifier)
         assert result.exit_code == 0, result.output
         doc = json.loads(result.stdout)
-        names = [i["profile"] for g in doc["gpus"] for i in g["mig"]["instances"]]
+        names = [i["mig_profile"] for g in doc["gpus"] if g["gpu_mig"] for i in g["gpu_mig"]["points"]]
         assert names == ["1c.3g.40gb", "2c.3g.40gb"], modifier

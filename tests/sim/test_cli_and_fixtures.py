@@ -1,18 +1,16 @@
 """`gpuagent sim` commands and the gpuagent.testing fixtures."""
 
 import json
-from pathlib import Path
 
 import pynvml
 import pytest
+from captures import CAPTURES
 from click.testing import CliRunner
 
 from gpuagent import sim
 from gpuagent.sim.cli import sim_group
 from gpuagent.sim.clock import ManualClock
 from gpuagent.testing import RecordingAccumulator
-
-CAPTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "captures"
 
 
 def test_sim_list():

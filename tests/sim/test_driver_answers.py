@@ -109,3 +109,71 @@ def test_capture_symbol_list_is_kept_and_covers_what_the_sim_offers(simulated_fl
     simulated_fleet(str(out))
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     assert pynvml.nvmlDeviceGetPowerUsage(h) > 0
+
+
+@pytest.mark.parametrize("name", ["l40s", "rtx4090", "h100-sxm", "h200", "a100-sxm4"])
+def test_applications_clocks_deprecated_from_driver_590(name, simulated_fleet):
+    # Every 590, 595 and 610 capture: "Applications Clocks ... Requested functionality has
+    # been deprecated" (NVML_ERROR_DEPRECATED); the A100 profile comes from a 535 capture.
+    profile = load_profile(name)
+    simulated_fleet(name)
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    if int(profile["driver_version"].split(".")[0]) >= 590:
+        for call in (
+            pynvml.nvmlDeviceGetApplicationsClock,
+            pynvml.nvmlDeviceGetDefaultApplicationsClock,
+        ):
+            with pytest.raises(pynvml.NVMLError_Deprecated):
+                call(h, pynvml.NVML_CLOCK_GRAPHICS)
+    else:
+        assert pynvml.nvmlDeviceGetApplicationsClock(h, pynvml.NVML_CLOCK_GRAPHICS) > 0
+
+
+def _gpm_metrics(h, first_to_second_s, sim_clock):
+    s1, s2 = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
+    pynvml.nvmlGpmSampleGet(h, s1)
+    sim_clock.advance(first_to_second_s)
+    pynvml.nvmlGpmSampleGet(h, s2)
+    mg = pynvml.c_nvmlGpmMetricsGet_t()
+    mg.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+    mg.numMetrics = 1
+    mg.sample1, mg.sample2 = s1, s2
+    mg.metrics[0].metricId = pynvml.NVML_GPM_METRIC_SM_UTIL
+    try:
+        return pynvml.nvmlGpmMetricsGet(mg).metrics[0].value
+    finally:
+        pynvml.nvmlGpmSampleFree(s1)
+        pynvml.nvmlGpmSampleFree(s2)
+
+
+def test_gpm_samples_must_be_more_than_100ms_apart(simulated_fleet, sim_clock):
+    # nvml.h (nvmlGpmSampleGet / nvmlGpmMetricsGet): "The interval between these two
+    # nvmlGpmSampleGet() calls should be greater than 100ms"; no code is named, the sim
+    # answers NOT_READY.
+    simulated_fleet("h100-sxm:1", scenario="training")
+    sim_clock.advance(5)
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    for apart in (0.0, 0.1):
+        with pytest.raises(pynvml.NVMLError_NotReady):
+            _gpm_metrics(h, apart, sim_clock)
+    assert 0 <= _gpm_metrics(h, 0.2, sim_clock) <= 100
+
+
+def test_pcie_byte_counters_wrap(simulated_fleet, sim_clock):
+    # nvml.h: NVML_FI_DEV_PCIE_COUNT_TX_BYTES / RX_BYTES "Value can be wrapped" (no width
+    # named; the sim wraps at 2**32).
+    from gpuagent.sim.fakelib.fields import PCIE_COUNTER_WRAP
+
+    simulated_fleet("h100-sxm:1", scenario="training")
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    tx = pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES
+    seen, wrapped = [], False
+    for _ in range(40):
+        sim_clock.advance(30)
+        (fv,) = pynvml.nvmlDeviceGetFieldValues(h, [tx])
+        assert fv.nvmlReturn == pynvml.NVML_SUCCESS
+        value = fv.value.ullVal
+        assert 0 <= value < PCIE_COUNTER_WRAP
+        wrapped = wrapped or bool(seen and value < seen[-1])
+        seen.append(value)
+    assert wrapped

@@ -34,7 +34,7 @@ def inspect_names(invoke, spec: str) -> list[str]:
     result = invoke("inspect", "--json", "--simulate", spec)
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    return [i["profile"] for g in doc["gpus"] for i in g["mig"]["instances"]]
+    return [i["mig_profile"] for g in doc["gpus"] if g["gpu_mig"] for i in g["gpu_mig"]["points"]]
 
 
 def imported(name: str, tmp_path) -> str:

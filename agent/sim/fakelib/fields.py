@@ -62,6 +62,9 @@ ECC_TOTAL_FIELDS = {
 }
 
 
+PCIE_COUNTER_WRAP = 1 << 32
+
+
 class FieldValueCalls(NvmlCalls):
     @device_call
     def nvmlDeviceGetFieldValues(self, dev, count=None, values=None):
@@ -134,7 +137,10 @@ class FieldValueCalls(NvmlCalls):
             pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
         ):
             share = 0.12 if field_id == pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES else 0.2
-            return ull, st.util_s / 100 * dev.model.pcie_kbps * 1000 * share
+            total = int(st.util_s / 100 * dev.model.pcie_kbps * 1000 * share)
+            # nvml.h: "PCIe transmit bytes. Value can be wrapped." It names no width; the sim
+            # wraps at 2**32 (PCIE_COUNTER_WRAP), so readers see a wrap within a run.
+            return ull, total % PCIE_COUNTER_WRAP
         nv = dev.nvlink if not dev.mig_enabled else None  # no NVLink queries in MIG mode
         if field_id == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
             return (ui, nv["links"]) if nv else (None, E_NS)

@@ -74,6 +74,10 @@ _GPM_SHARE = {
 }
 
 
+GPM_MIN_INTERVAL_S = 0.1
+E_NOT_READY = pynvml.NVML_ERROR_NOT_READY
+
+
 class GpmCalls(NvmlCalls):
     @device_call
     def nvmlGpmQueryDeviceSupport(self, dev, out=None):
@@ -156,6 +160,12 @@ class GpmCalls(NvmlCalls):
             return code
         (t1, u1, m1, ui1, mi1), (t2, u2, m2, ui2, mi2) = sorted((s1.snap, s2.snap))
         dt = t2 - t1
+        if dt <= GPM_MIN_INTERVAL_S:
+            # nvml.h: "The interval between these two nvmlGpmSampleGet() calls should be greater
+            # than 100ms due to the internal sample refresh rate"; it names no code ("Nonzero
+            # NVML_ERROR_? enum on error"): the sim answers NOT_READY ("The system is not ready
+            # for the request").
+            return E_NOT_READY
         util = (u2 - u1) / dt if dt > 0 else (ui1 + ui2) / 2
         mem = (m2 - m1) / dt if dt > 0 else (mi1 + mi2) / 2
         mix = dev.model.mix

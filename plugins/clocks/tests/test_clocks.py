@@ -48,8 +48,12 @@ def test_clocks_on_each_profile(profile, simulated_fleet, sim_clock, recording_a
             assert f[name] is bool(f["clock_event_reasons"] & bit)
         else:
             assert name not in f
-    # The L40S does not report sync boost; the 4090 does (profiles from the captures).
-    assert ("sync_boost" in f) is (profile == "rtx4090")
+    # The mask is the profile's, from the captures: 0x1FF ("clocks_event_reasons.supported") in
+    # the L40S 595.80, H100 590.48.01 and GeForce 595.71.05 captures, so all three carry sync_boost.
+    profile_mask = load_profile(profile)["clocks_event_reasons_supported"]
+    assert supported == profile_mask
+    sync_boost = pynvml.nvmlClocksEventReasonSyncBoost
+    assert ("sync_boost" in f) is bool(profile_mask & sync_boost)
 
 
 def test_applications_clocks_missing_where_unsupported(simulated_fleet, recording_accumulator):

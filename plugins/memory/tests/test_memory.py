@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 
+import pynvml
 import pytest
 from captures import capture_names, capture_profile
 
@@ -18,13 +19,15 @@ from gpuagent.testing import make_collector
 GPM_FIELDS = set(GPM_METRICS.values()) - {"dram_bw_util_pct"}
 MIB = 1 << 20
 
+# The first-run GPM warm-up moves the manual simulator clock (the driver wants > 100 ms).
+pytestmark = pytest.mark.usefixtures("gpm_warmup_on_sim_clock")
 
 
 collector = functools.partial(make_collector, cls=MemoryCollector)
 
 
 def one_cycle(machine, acc, **config) -> dict:
-    collector(machine, gpm_warmup=0.001, **config).collect(acc)
+    collector(machine, **config).collect(acc)
     (point,) = acc.by_measurement("gpu_memory")
     assert IDENTITY <= set(point.tags)
     assert_clean(point.fields)
@@ -78,13 +81,40 @@ def test_h100_dram_bandwidth_from_gpm_on_the_first_run(simulated_fleet, recordin
 
 def test_gpm_keeps_reporting_across_cycles(simulated_fleet, sim_clock, recording_accumulator):
     machine = simulated_fleet("h100-sxm:2", scenario="training")
-    memory = collector(machine, gpm_warmup=0.001)
+    memory = collector(machine)
     for _ in range(3):
         sim_clock.advance(10)
         recording_accumulator.clear()
         memory.collect(recording_accumulator)
         for f in recording_accumulator.fields("gpu_memory"):
             assert f["dram_bw_source"] == "gpm" and GPM_FIELDS <= set(f)
+    memory.close()
+
+
+def test_gpm_samples_too_close_cost_only_that_cycles_gpm_fields(
+    simulated_fleet, sim_clock, recording_accumulator
+):
+    # nvml.h: GPM samples must be more than 100 ms apart; closer, the driver refuses the metrics
+    # (NOT_READY in the simulator). That cycle loses its GPM fields, never the point.
+    machine = simulated_fleet("h100-sxm", scenario="training")
+    memory = collector(machine, gpm_warmup=0.1)
+    memory.collect(recording_accumulator)
+    (f,) = recording_accumulator.fields("gpu_memory")
+    assert f["fb_used_bytes"] > 0 and 0 < f["memory_util_pct"] <= 100
+    assert f["dram_peak_gbps"] > 0
+    assert not ({"dram_bw_util_pct", "dram_bw_gbps", "dram_bw_source"} | GPM_FIELDS) & set(f)
+    refusals = [
+        (call, count)
+        for _collector, call, code, count, _gpus in machine.gpus[0].errors.snapshot()
+        if code == pynvml.NVML_ERROR_NOT_READY
+    ]
+    assert refusals == [("nvmlGpmMetricsGet", 1)]
+    # Asked again next cycle: the metrics are back.
+    sim_clock.advance(10)
+    recording_accumulator.clear()
+    memory.collect(recording_accumulator)
+    (f,) = recording_accumulator.fields("gpu_memory")
+    assert f["dram_bw_source"] == "gpm" and GPM_FIELDS <= set(f)
     memory.close()
 
 
@@ -150,7 +180,7 @@ def test_nvml_calls_per_cycle(
     profile, bound, simulated_fleet, nvml_calls, sim_clock, recording_accumulator
 ):
     machine = simulated_fleet(profile, scenario="training")
-    memory = collector(machine, gpm_warmup=0.001)
+    memory = collector(machine)
     calls = nvml_calls()
     memory.collect(recording_accumulator)
     first = sum(calls.values())

@@ -5,17 +5,19 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from captures import CAPTURES
 
 from gpuagent.context import AgentContext
 from gpuagent.plugin_host import PluginHost
 from gpuagent.plugins.mig import GPM_FIELDS, MigCollector, profile_name_from_attributes
 
 MIB = 1024 * 1024
-CAPTURES = Path(__file__).resolve().parents[3] / ".." / "shared" / "captures"
+
+# The first-run GPM warm-up moves the manual simulator clock (the driver wants > 100 ms).
+pytestmark = pytest.mark.usefixtures("gpm_warmup_on_sim_clock")
 H100_MIG_CAPTURE = CAPTURES / "linux-x86_64__nvidia-h100-mig__590.48.01.txt"
 A100_MIG_CAPTURE = CAPTURES / "telegraf-a100-sxm4-v12.xml"
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpuagent.context import AgentContext
 from gpuagent.plugin_host import PluginHost
 from gpuagent.plugins.nvlink import NvlinkCollector
+
+# The first-run GPM warm-up moves the manual simulator clock (the driver wants > 100 ms).
+pytestmark = pytest.mark.usefixtures("gpm_warmup_on_sim_clock")
 
 
 def make(machine):

@@ -7,7 +7,7 @@ import functools
 import pytest
 from captures import capture_names, capture_profile
 
-from gpuagent.plugins.pcie import PcieCollector
+from gpuagent.plugins.pcie import COUNTER_WRAP, PcieCollector, WrappedCounters
 from gpuagent.sim import load_profile
 from gpuagent.testing import IDENTITY_TAGS as IDENTITY
 from gpuagent.testing import assert_no_sentinels as assert_clean
@@ -57,6 +57,16 @@ def test_counters_never_decrease(simulated_fleet, sim_clock, recording_accumulat
                     assert p.fields[name] >= last.get(key, 0), key
                     last[key] = p.fields[name]
     assert last
+
+
+def test_each_wrap_seen_adds_2_to_the_32():
+    counters = WrappedCounters()
+    raw = [COUNTER_WRAP - 10, 5, 100, 3, 3]
+    totals = [counters.total("GPU-a", "tx_bytes_total", r) for r in raw]
+    assert totals == [COUNTER_WRAP - 10, COUNTER_WRAP + 5, COUNTER_WRAP + 100, 2 * COUNTER_WRAP + 3, 2 * COUNTER_WRAP + 3]
+    # Each GPU and field wraps on its own.
+    assert counters.total("GPU-b", "tx_bytes_total", 7) == 7
+    assert counters.total("GPU-a", "rx_bytes_total", 1) == 1
 
 
 def test_slower_default_interval_and_throughput_switch(

@@ -50,16 +50,17 @@ def test_latest_values_gauges_counters_info_and_labels(tmp_path):
     finally:
         sink.close()
     labels = tuple(sorted({"host": "node-1", **TAGS}.items()))
-    assert got[("gpuagent_gpu_power_power_w", labels)] == ("gauge", 250.5)
-    assert got[("gpuagent_gpu_power_energy_j_total", labels)] == ("counter", 20.0)
+    assert got[("gpuagent_gpu_power_power_watts", labels)] == ("gauge", 250.5)
+    # energy_j is a counter by its README; energy_j_total by its name: both end in _joules_total
+    assert got[("gpuagent_gpu_power_energy_joules_total", labels)] == ("counter", 20.0)
     assert got[("gpuagent_gpu_power_throttled", labels)] == ("gauge", 1.0)
     info_labels = tuple(sorted({"host": "node-1", **TAGS, "pstate": "P1"}.items()))
     # The text format has no info type: an info metric is exposed as a gauge of 1.
-    assert got[("gpuagent_gpu_power_info", info_labels)] == ("gauge", 1.0)
-    assert len([k for k in got if k[0] == "gpuagent_gpu_power_info"]) == 1  # P0 was replaced by P1
+    assert got[("gpuagent_gpu_power_pstate_info", info_labels)] == ("gauge", 1.0)
+    assert len([k for k in got if k[0] == "gpuagent_gpu_power_pstate_info"]) == 1  # P0 was replaced by P1
     odd = tuple(sorted({"host": "node-1", "gpu": "1", "tag__x": "y"}.items()))
     assert got[("gpuagent_gpu_odd_name_odd_field", odd)] == ("gauge", 1.0)
-    assert len([k for k in got if k[0] == "gpuagent_gpu_power_power_w"]) == 1  # latest only
+    assert len([k for k in got if k[0] == "gpuagent_gpu_power_power_watts"]) == 1  # latest only
 
 
 def test_series_expire_and_string_fields_can_be_skipped(tmp_path):
@@ -69,11 +70,15 @@ def test_series_expire_and_string_fields_can_be_skipped(tmp_path):
         acc.add_fields("gpu_clocks", {"sm_clock_mhz": 1980, "pstate": "P0"}, tags=TAGS)
         sink.write(acc.points)
         text = scrape(sink)
-        assert "gpuagent_gpu_clocks_sm_clock_mhz" in text and "_info" not in text
+        assert "gpuagent_gpu_clocks_sm_clock_hertz" in text and "_info" not in text
         import time
 
         time.sleep(0.1)
-        assert "gpuagent_gpu_clocks_sm_clock_mhz" not in scrape(sink)
+        sink.write([])  # a change renders again
+        acc = Accumulator({"host": "h"}, time_ns=2)
+        acc.add_fields("gpu_power", {"power_w": 1.0}, tags=TAGS)
+        sink.write(acc.points)
+        assert "gpuagent_gpu_clocks_sm_clock_hertz" not in scrape(sink)
     finally:
         sink.close()
 
@@ -118,7 +123,7 @@ def test_agent_serves_an_8_gpu_machine_with_valid_names(tmp_path):
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
                     text = resp.read().decode()
-                if "gpuagent_gpu_power_power_w" in text and "gpuagent_gpuagent_" in text:
+                if "gpuagent_gpu_power_power_watts" in text and "gpuagent_runs_total" in text:
                     break
             except OSError:
                 pass
@@ -127,7 +132,7 @@ def test_agent_serves_an_8_gpu_machine_with_valid_names(tmp_path):
         proc.terminate()
         proc.wait(20)
     got = samples(text)  # the parser refuses malformed names or labels
-    power = {dict(labels)["gpu"] for name, labels in got if name == "gpuagent_gpu_power_power_w"}
+    power = {dict(labels)["gpu"] for name, labels in got if name == "gpuagent_gpu_power_power_watts"}
     assert power == {str(i) for i in range(8)}
     assert any(kind == "counter" for kind, _ in got.values())
     assert proc.returncode == 0, proc.stderr.read().decode()[-2000:]

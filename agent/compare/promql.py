@@ -1,0 +1,155 @@
+"""The Prometheus HTTP query API (`/api/v1/query`, `/api/v1/query_range`) for `gpuagent compare`.
+
+Works with Prometheus, VictoriaMetrics (single node, or a cluster's vmselect
+with its `/select/0/prometheus` prefix in the URL), Mimir and Thanos: only
+the standard API is used; `engine` says whether MetricsQL's
+`tfirst_over_time` / `tlast_over_time` exist (VictoriaMetrics), which spares
+a subquery. Every failure is one line naming the URL and what the query was
+for. Only the standard library and urllib3 (already a dependency).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from gpuagent.errors import AgentError, ConfigError
+
+
+@dataclass
+class PromConnection:
+    url: str
+    timeout: float = 60.0
+    verify_tls: bool = True
+    scheme: str = "auto"  # auto, influx (line protocol in VictoriaMetrics), prometheus (/metrics scraped)
+    namespace: str = "gpuagent"
+    token: str | None = None  # sent as Authorization: Bearer
+
+    @property
+    def label(self) -> str:
+        return self.url
+
+    database = ""  # the InfluxQL report's `source` has a database; PromQL has none
+
+
+def promql_url_from(config_path: str | None, url: str | None, influx_url: str | None) -> str | None:
+    """The PromQL URL to use, or None for the InfluxQL path: --promql-url, else `[compare] promql_url`
+    of the config unless an InfluxDB --url was given."""
+    if url and influx_url:
+        raise AgentError("give --url (InfluxQL) or --promql-url (PromQL), not both")
+    if url or influx_url:
+        return url
+    from gpuagent.config import read_config, resolve_path
+
+    if resolve_path(config_path) is None:
+        return None
+    table = read_config(config_path).raw.get("compare", {})
+    return table.get("promql_url") or None if isinstance(table, dict) else None
+
+
+def prom_connection_from(config_path: str | None, url: str | None) -> PromConnection:
+    """`--promql-url` over `[compare] promql_url` of the config (with scheme, namespace, timeout)."""
+    from pydantic import BaseModel, ConfigDict, ValidationError
+
+    class CompareTable(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)
+        promql_url: str = ""
+        scheme: str = "auto"
+        namespace: str = "gpuagent"
+        timeout: float = 60.0
+        verify_tls: bool = True
+        token: str | None = None
+
+    table: dict = {}
+    if config_path or not url:
+        from gpuagent.config import read_config, resolve_path
+
+        if resolve_path(config_path) is not None:
+            config = read_config(config_path)
+            table = config.raw.get("compare", {})
+    try:
+        cfg = CompareTable.model_validate(table)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"[compare] {key}: {first['msg']}") from None
+    if cfg.scheme not in ("auto", "influx", "prometheus"):
+        raise ConfigError(f"[compare] scheme: expected auto, influx or prometheus, got {cfg.scheme!r}")
+    url = url or cfg.promql_url
+    parts = urllib.parse.urlsplit(url or "")
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise AgentError(f"--promql-url {url!r}: expected http://HOST:PORT[/prefix] or https://…")
+    return PromConnection(url.rstrip("/"), cfg.timeout, cfg.verify_tls, cfg.scheme, cfg.namespace, cfg.token)
+
+
+class PromQL:
+    """`query(q, at, purpose)` -> the result list; `many([...])` runs several at once."""
+
+    def __init__(self, conn: PromConnection, workers: int = 4):
+        import urllib3
+
+        self.conn = conn
+        self._urllib3 = urllib3
+        self._pool = urllib3.PoolManager(
+            num_pools=2,
+            maxsize=workers,
+            retries=False,
+            timeout=urllib3.Timeout(total=conn.timeout),
+            cert_reqs="CERT_REQUIRED" if conn.verify_tls else "CERT_NONE",
+        )
+        self._headers = {"Content-Type": "application/x-www-form-urlencoded"}
+        if conn.token:
+            self._headers["Authorization"] = f"Bearer {conn.token}"
+        self.workers = workers
+        self.requests = 0
+        self.engine = ""  # "victoriametrics" or "prometheus", from `detect_engine()`
+
+    def _post(self, path: str, params: dict, purpose: str) -> Any:
+        url = f"{self.conn.url}{path}"
+        self.requests += 1
+        try:
+            resp = self._pool.request("POST", url, body=urllib.parse.urlencode(params), headers=self._headers)
+        except self._urllib3.exceptions.HTTPError as exc:
+            text = str(getattr(exc, "reason", None) or exc)
+            text = "connection refused" if "refused" in text else "timed out" if "timed out" in text.lower() else text
+            raise AgentError(f"cannot reach the PromQL server at {self.conn.url} ({purpose}): {text}") from None
+        try:
+            doc = json.loads(resp.data or b"{}")
+        except ValueError:
+            doc = {}
+        if resp.status in (401, 403):
+            raise AgentError(f"the PromQL server at {self.conn.url} refused the credentials ({resp.status}, {purpose})")
+        if resp.status >= 300 or doc.get("status") != "success":
+            error = doc.get("error") or resp.data[:200].decode(errors="replace").strip() or f"HTTP {resp.status}"
+            error = " ".join(str(error).split())
+            raise AgentError(f"the PromQL server at {self.conn.url} answered an error ({purpose}): {error}")
+        return doc.get("data", {})
+
+    def query(self, q: str, at_s: float, purpose: str) -> list[dict]:
+        return self._post("/api/v1/query", {"query": q, "time": f"{at_s:.3f}"}, purpose).get("result", [])
+
+    def query_range(self, q: str, start_s: float, end_s: float, step_s: float, purpose: str) -> list[dict]:
+        params = {"query": q, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}", "step": f"{step_s:g}"}
+        return self._post("/api/v1/query_range", params, purpose).get("result", [])
+
+    def many(self, calls: list[tuple]) -> list[list[dict]]:
+        """[(q, at_s, purpose), ...] -> their results, asked `workers` at a time."""
+        with ThreadPoolExecutor(self.workers) as pool:
+            return list(pool.map(lambda c: self.query(*c), calls))
+
+    def detect_engine(self, at_s: float) -> str:
+        """VictoriaMetrics knows MetricsQL's tlast_over_time; Prometheus refuses it as an unknown function."""
+        try:
+            self.query("tlast_over_time(gpuagent_engine_probe[1m])", at_s, "detecting the engine")
+            self.engine = "victoriametrics"
+        except AgentError as exc:
+            if "cannot reach" in str(exc) or "credentials" in str(exc):
+                raise
+            self.engine = "prometheus"
+        return self.engine
+
+    def close(self) -> None:
+        self._pool.clear()

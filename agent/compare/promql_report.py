@@ -1,0 +1,382 @@
+"""The comparison over PromQL: the same groups, figures and document as the InfluxQL report.
+
+Every figure is aggregated by the server (`sum by`, `count by`, `*_over_time`
+over the whole range in one instant query at its end); the client receives
+one number per group (per host for the host lists, per GPU with `--by gpu`),
+never raw points, so its cost does not grow with the range or the sample rate.
+Two name schemes (docs/compare.md):
+
+- ``influx``: line protocol written into VictoriaMetrics, `<measurement>_<field>`
+  (`gpu_power_power_w`), values as written; string fields are dropped there.
+- ``prometheus``: the agent's /metrics scraped by Prometheus
+  (`gpuagent_gpu_power_power_watts`), base units undone with the sink's own
+  mapping (gpuagent.plugins.prometheus.naming), string fields as `_info` series.
+
+Where PromQL must differ from InfluxQL (the p95, the observed time), DEFINITIONS says how.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from typing import Any
+
+from gpuagent.compare.promql import PromQL
+from gpuagent.compare.report import (
+    DEFINITIONS,
+    GROUP_TAGS,
+    REASONS,
+    NoData,
+    Range,
+    bucket_seconds,
+    p2p_summary,
+    rfc3339,
+)
+from gpuagent.errors import AgentError
+
+GPU = "host, uuid, model, gpu"
+
+PROMQL_DEFINITIONS = {
+    **DEFINITIONS,
+    "health_gpu_hours": "per GPU, the range in buckets (as the InfluxQL report), each counting its length for "
+    "every verdict the GPU's verdict _info series shows in it (/metrics names only: line protocol in "
+    "VictoriaMetrics keeps no string fields, so there it is {})",
+    "power_p95_w": "the highest of the group's per-GPU 95th percentiles of power_w (quantile_over_time, "
+    "interpolated): an upper bound of the 95th percentile over all the group's samples, which PromQL "
+    "cannot compute across series",
+    "energy_kwh": "energy the group's GPUs used in the range: per GPU, last - first energy_j sample "
+    "(max_over_time - min_over_time); for a GPU whose counter reset in the range, PromQL increase()",
+    "gpu_hours": "per GPU, the time from its first to its last energy_j sample in the range, summed "
+    "(VictoriaMetrics tfirst/tlast_over_time; Prometheus: timestamps read through a subquery at "
+    "range/1000 resolution)",
+    "vgpu": "modes: GPUs by virtualization_mode (the _info series of /metrics; line protocol in "
+    "VictoriaMetrics keeps no strings, so none there); instances: sum over GPUs of their largest "
+    "active_instances",
+    "series": "mean power_w per group in each time bucket (query_range, step = bucket, each point "
+    "covering the bucket before it, aligned to the epoch)",
+}
+
+_MATCHERS = re.compile(r'\s*[a-zA-Z_]\w*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*(,\s*[a-zA-Z_]\w*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*)*,?\s*')
+
+
+class PromReport:
+    """`build()` -> the same JSON-able document as gpuagent.compare.report.Report."""
+
+    def __init__(self, client: PromQL, rng: Range, by: str = "model", where: str | None = None):
+        if by not in GROUP_TAGS:
+            raise AgentError(f"--by {by!r}: expected one of {', '.join(GROUP_TAGS)}")
+        where = (where or "").strip()
+        if where and not _MATCHERS.fullmatch(where):
+            raise AgentError(f'--where with --promql-url: PromQL label matchers such as host=~"rack-3-.*", got {where!r}')
+        self.client, self.range, self.by, self.where = client, rng, by, where
+        self.group = ", ".join(GROUP_TAGS[by])
+        self.at = (rng.end_ns - 1_000_000) / 1e9  # [start, end): the window ends 1 ms before end
+        self.window = f"{max(1, (rng.end_ns - rng.start_ns) // 1_000_000)}ms"
+        self.scheme = client.conn.scheme
+        self.namespace = client.conn.namespace
+
+    # -- names ------------------------------------------------------------------------------------
+    def name(self, measurement: str, field: str, is_string: bool = False) -> tuple[str, float]:
+        if self.scheme == "influx":
+            return f"{measurement}_{field}", 1.0
+        from gpuagent.plugins.prometheus.naming import metric_for
+
+        spec = metric_for(self.namespace, measurement, field, is_string)
+        return spec.name, spec.scale
+
+    def sel(self, measurement: str, field: str, is_string: bool = False) -> str:
+        name, _ = self.name(measurement, field, is_string)
+        return f"{name}{{{self.where}}}" if self.where else name
+
+    def _r(self, measurement: str, field: str) -> str:
+        return f"{self.sel(measurement, field)}[{self.window}]"
+
+    def mean(self, measurement: str, field: str, by: str | None = None) -> str:
+        by = by or self.group
+        r = self._r(measurement, field)
+        scale = self.name(measurement, field)[1]
+        expr = f"sum by ({by}) (sum_over_time({r})) / sum by ({by}) (count_over_time({r}))"
+        return expr if scale == 1.0 else f"({expr}) / {scale!r}"
+
+    def max(self, measurement: str, field: str, by: str | None = None) -> str:
+        scale = self.name(measurement, field)[1]
+        expr = f"max by ({by or self.group}) (max_over_time({self._r(measurement, field)}))"
+        return expr if scale == 1.0 else f"({expr}) / {scale!r}"
+
+    # -- running queries --------------------------------------------------------------------------
+    def _ask(self, queries: dict[str, tuple[str, str]]) -> dict[str, list[dict]]:
+        names = list(queries)
+        results = self.client.many([(queries[n][0], self.at, queries[n][1]) for n in names])
+        return dict(zip(names, results, strict=True))
+
+    def _by_group(self, result: list[dict]) -> dict[tuple, float]:
+        tags = GROUP_TAGS[self.by]
+        out = {}
+        for r in result:
+            value = float(r["value"][1])
+            if math.isfinite(value):
+                out[tuple(r["metric"].get(t, "") for t in tags)] = value
+        return out
+
+    def _detect_scheme(self) -> None:
+        if self.scheme != "auto":
+            return
+        # One engine may hold both (a VictoriaMetrics fed by /write and by a scrape): line protocol wins.
+        for scheme in ("influx", "prometheus"):
+            self.scheme = scheme
+            found = self.client.query(f"count(count_over_time({self._r('gpu_power', 'power_w')}))", self.at,
+                                      f"looking for {scheme}-named power series")
+            if found:
+                return
+        self.scheme = "influx"
+
+    # -- the report -------------------------------------------------------------------------------
+    def build(self) -> dict[str, Any]:
+        if not self.client.engine:
+            self.client.detect_engine(self.at)
+        self._detect_scheme()
+        gpu_of = {"model": "host, model", "host": "host, model", "gpu": GPU}[self.by]
+        any_gpu = " or ".join(
+            f"group by ({GPU}) (count_over_time({self._r(m, f)}))"
+            for m, f in (("gpu_power", "power_w"), ("gpu_clocks", "sm_clock_mhz"), ("gpu_memory", "fb_used_bytes"))
+        )
+        inventory = self.client.query(f"count by ({gpu_of}) ({any_gpu})", self.at, "the GPU inventory")
+        if not inventory:
+            where = f" matching {self.where}" if self.where else ""
+            raise NoData(
+                f"no GPU readings{where} between {rfc3339(self.range.start_ns)} and {rfc3339(self.range.end_ns)} "
+                f"in {self.client.conn.label}"
+            )
+        groups: dict[tuple, dict[str, Any]] = {}
+        tags = GROUP_TAGS[self.by]
+        for r in inventory:
+            m = r["metric"]
+            gkey = tuple(m.get(t, "") for t in tags)
+            g = groups.setdefault(gkey, {"key": dict(zip(tags, gkey, strict=True)), "_hosts": set(),
+                                         "_models": set(), "gpus": 0})
+            g["_hosts"].add(m.get("host", ""))
+            g["_models"].add(m.get("model", ""))
+            g["gpus"] += int(float(r["value"][1]))
+            if self.by == "gpu":
+                g["label"] = f"{m.get('host', '')}/gpu{m.get('gpu', '')} {m.get('model', '')}"
+        for gkey, g in groups.items():
+            g.setdefault("label", gkey[0])
+            g["models"] = sorted(g.pop("_models"))
+            g["hosts"] = sorted(g.pop("_hosts"))
+        answers = self._ask(self._queries())
+        self._energy(groups, answers)
+        self._fill(groups, answers)
+        self._health(groups)
+        series = self._series(groups)
+        ordered = [groups[k] for k in sorted(groups, key=lambda k: groups[k]["label"])]
+        return {
+            "range": {
+                "start": rfc3339(self.range.start_ns),
+                "end": rfc3339(self.range.end_ns),
+                "start_ns": self.range.start_ns,
+                "end_ns": self.range.end_ns,
+            },
+            "by": self.by,
+            "where": self.where or None,
+            "source": {"url": self.client.conn.url, "database": f"PromQL ({self.client.engine}, {self.scheme} names)"},
+            "definitions": PROMQL_DEFINITIONS,
+            "groups": ordered,
+            "series": series,
+        }
+
+    def _health(self, groups) -> None:
+        """health_gpu_hours per group from the verdict's _info series, in the InfluxQL report's buckets."""
+        from gpuagent.compare.health import VERDICTS, bucket_for
+
+        for g in groups.values():
+            g["health_gpu_hours"] = {}
+        if self.scheme != "prometheus":  # strings are not kept by VictoriaMetrics' line protocol
+            return
+        from gpuagent.plugins.prometheus.naming import metric_for
+
+        spec = metric_for(self.namespace, "gpu_health", "verdict", True)
+        for g in groups.values():
+            g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
+        bucket = bucket_for((self.range.end_ns - self.range.start_ns) / 1e9)
+        sel = f"{spec.name}{{{self.where}}}" if self.where else spec.name
+        query = f"count by ({self.group}, {spec.label}) (count_over_time({sel}[{bucket}s]))"
+        start = self.range.start_ns / 1e9 + bucket
+        rows = self.client.query_range(query, start, self.at, bucket, "GPU-hours per health verdict")
+        tags = GROUP_TAGS[self.by]
+        for r in rows:
+            group = groups.get(tuple(r["metric"].get(t, "") for t in tags))
+            verdict = r["metric"].get(spec.label)
+            if group is None or not verdict:
+                continue
+            gpu_buckets = sum(float(v[1]) for v in r["values"])
+            hours = group["health_gpu_hours"]
+            hours[verdict] = hours.get(verdict, 0.0) + gpu_buckets * bucket / 3600
+
+    def _span_per_gpu(self) -> str:
+        e = self._r("gpu_power", "energy_j")
+        if self.client.engine == "victoriametrics":
+            return f"sum by ({GPU}) (tlast_over_time({e}) - tfirst_over_time({e}))"
+        span_ms = (self.range.end_ns - self.range.start_ns) // 1_000_000
+        res = f"{max(1, span_ms // 1000)}ms"
+        s = self.sel("gpu_power", "energy_j")
+        start = self.range.start_ns / 1e9
+        return (
+            f"sum by ({GPU}) (max_over_time(timestamp({s})[{self.window}:{res}]) "
+            f"- min_over_time((timestamp({s}) >= {start:.3f})[{self.window}:{res}]))"
+        )
+
+    def _queries(self) -> dict[str, tuple[str, str]]:
+        G = self.group
+        e = self._r("gpu_power", "energy_j")
+        escale = self.name("gpu_power", "energy_j")[1]
+        energy_gpu = (
+            f"sum by ({GPU}) ((max_over_time({e}) - min_over_time({e})) and (resets({e}) == 0) or increase({e}))"
+        )
+        if escale != 1.0:
+            energy_gpu = f"({energy_gpu}) / {escale!r}"
+        span_gpu = self._span_per_gpu()
+        util_gpu = self.mean("gpu_memory", "gpu_util_pct", by=GPU)
+        q: dict[str, tuple[str, str]] = {
+            "energy_j": (f"sum by ({G}) ({energy_gpu})", "energy per group"),
+            "observed_s": (f"sum by ({G}) ({span_gpu})", "observed time per group"),
+            "busy_energy_j": (f"sum by ({G}) (({energy_gpu}) and on ({GPU}) ({util_gpu}))", "energy of GPUs with utilisation"),
+            "busy_s": (f"sum by ({G}) (({span_gpu}) * on ({GPU}) ({util_gpu}) / 100)", "busy time per group"),
+            "power_mean_w": (self.mean("gpu_power", "power_w"), "mean power"),
+            "power_samples": (f"sum by ({G}) (count_over_time({self._r('gpu_power', 'power_w')}))", "power samples"),
+            "sm_clock_mean_mhz": (self.mean("gpu_clocks", "sm_clock_mhz"), "mean SM clock"),
+            "sm_clock_max_mhz": (self.mean("gpu_clocks", "max_sm_clock_mhz"), "mean max SM clock"),
+            "gpu_util_mean_pct": (self.mean("gpu_memory", "gpu_util_pct"), "mean GPU utilisation"),
+            "dram_bw_util_mean_pct": (self.mean("gpu_memory", "dram_bw_util_pct"), "mean DRAM utilisation"),
+            "dram_bw_mean_gbps": (self.mean("gpu_memory", "dram_bw_gbps"), "mean DRAM bandwidth"),
+            "dram_peak_gbps": (self.max("gpu_memory", "dram_peak_gbps"), "peak DRAM bandwidth"),
+            "fb_used_mean_bytes": (self.mean("gpu_memory", "fb_used_bytes"), "mean memory used"),
+            "fb_used_max_bytes": (self.max("gpu_memory", "fb_used_bytes"), "largest memory used"),
+            "fb_total_bytes": (self.max("gpu_memory", "fb_total_bytes"), "memory size"),
+            "l2_cache_bytes": (self.max("gpu_memory", "l2_cache_bytes"), "L2 size"),
+        }
+        p_name, p_scale = self.name("gpu_power", "power_w")
+        p95 = f"max by ({G}) (quantile_over_time(0.95, {self._r('gpu_power', 'power_w')}))"
+        q["power_p95_w"] = (p95 if p_scale == 1.0 else f"({p95}) / {p_scale!r}", "power p95")
+        for reason in REASONS:
+            r = self._r("gpu_clocks", reason)
+            q[f"throttle:{reason}"] = (
+                f"100 * sum by ({G}) (sum_over_time({r})) / sum by ({G}) (count_over_time({r}))",
+                f"share of time under {reason}",
+            )
+        best = f"max by ({GPU}) (max_over_time({{r}}))"
+        # Per GPU its best link, 2 (NVLink) or 1 (PCIe read), counted per class in one query.
+        nv, rd = self._r("gpu_p2p", "nvlink_ok"), self._r("gpu_p2p", "read_ok")
+        link = f"max by ({GPU}) ((2 * max_over_time({nv}) > 0) or (max_over_time({rd}) > 0))"
+        q["p2p"] = (f'count_values by ({G}) ("p2p_class", {link})', "GPUs by P2P link")
+        q["mig:capable"] = (f"count by ({G}) (group by ({GPU}) (count_over_time({self._r('gpu_mig', 'max_mig_devices')})))",
+                            "MIG-capable GPUs")
+        q["mig:devices"] = (f"sum by ({G}) ({best.format(r=self._r('gpu_mig', 'mig_devices'))})", "MIG devices")
+        q["mig:enabled"] = (f"count by ({G}) ({best.format(r=self._r('gpu_mig', 'mig_mode_current'))} == 1)",
+                            "GPUs with MIG on")
+        q["mig:profiles"] = (f"group by ({G}, mig_profile) (count_over_time({self._r('gpu_mig', 'mig_index')}))",
+                             "MIG profiles")
+        q["vgpu:instances"] = (f"sum by ({G}) ({best.format(r=self._r('gpu_vgpu', 'active_instances'))})",
+                               "vGPU instances")
+        q["vgpu:types"] = (f"group by ({G}, vgpu_type) (count_over_time({self._r('gpu_vgpu', 'vgpu_type_id')}))",
+                           "vGPU types")
+        if self.scheme == "prometheus":
+            mode = f"{self.sel('gpu_vgpu', 'virtualization_mode', True)}[{self.window}]"
+            q["vgpu:modes"] = (
+                f"count by ({G}, virtualization_mode) (group by ({GPU}, virtualization_mode) (last_over_time({mode})))",
+                "virtualization modes",
+            )
+        for f in ("l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio"):
+            q[f"l2:{f}"] = (self.mean("gpu_l2_probe", f), f"L2 probe {f}")
+        q["l2:runs"] = (f"sum by ({G}) (count_over_time({self._r('gpu_l2_probe', 'l2_dram_ratio')}))", "L2 probe runs")
+        return q
+
+    def _energy(self, groups, a) -> None:
+        e, s = self._by_group(a["energy_j"]), self._by_group(a["observed_s"])
+        be, bs = self._by_group(a["busy_energy_j"]), self._by_group(a["busy_s"])
+        for gkey, g in groups.items():
+            energy, seconds = e.get(gkey, 0.0), s.get(gkey, 0.0)
+            busy_energy, busy_s = be.get(gkey, 0.0), bs.get(gkey, 0.0)
+            g["energy_kwh"] = energy / 3.6e6
+            g["gpu_hours"] = seconds / 3600.0
+            g["energy_wh_per_gpu_hour"] = energy / seconds if seconds > 0 else None
+            g["busy_gpu_hours"] = busy_s / 3600.0
+            g["energy_wh_per_busy_gpu_hour"] = busy_energy / busy_s if busy_s > 0 else None
+
+    def _fill(self, groups, a) -> None:
+        tags = GROUP_TAGS[self.by]
+        plain = [
+            "power_mean_w", "power_p95_w", "sm_clock_mean_mhz", "sm_clock_max_mhz", "gpu_util_mean_pct",
+            "dram_bw_util_mean_pct", "dram_bw_mean_gbps", "dram_peak_gbps", "fb_used_mean_bytes",
+            "fb_used_max_bytes", "fb_total_bytes", "l2_cache_bytes",
+        ]
+        values = {k: self._by_group(a[k]) for k in plain}
+        samples = self._by_group(a["power_samples"])
+        throttle = {r: self._by_group(a[f"throttle:{r}"]) for r in REASONS}
+        counts = {k: self._by_group(a[k]) for k in ("mig:capable", "mig:devices", "mig:enabled", "vgpu:instances",
+                                                   "l2:runs")}
+        for cls, name in (("2", "p2p:nvlink"), ("1", "p2p:pcie")):
+            counts[name] = self._by_group([r for r in a["p2p"] if r["metric"].get("p2p_class") == cls])
+        l2 = {f: self._by_group(a[f"l2:{f}"]) for f in ("l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio")}
+        profiles, types, modes = defaultdict(set), defaultdict(set), defaultdict(dict)
+        for r in a["mig:profiles"]:
+            if r["metric"].get("mig_profile"):
+                profiles[tuple(r["metric"].get(t, "") for t in tags)].add(r["metric"]["mig_profile"])
+        for r in a["vgpu:types"]:
+            if r["metric"].get("vgpu_type"):
+                types[tuple(r["metric"].get(t, "") for t in tags)].add(r["metric"]["vgpu_type"])
+        for r in a.get("vgpu:modes", []):
+            mode = r["metric"].get("virtualization_mode")
+            if mode:
+                modes[tuple(r["metric"].get(t, "") for t in tags)][mode] = int(float(r["value"][1]))
+        for gkey, g in groups.items():
+            for k in plain:
+                g[k] = values[k].get(gkey)
+            g["power_samples"] = int(samples.get(gkey, 0))
+            mean, peak = g["sm_clock_mean_mhz"], g["sm_clock_max_mhz"]
+            g["sm_clock_pct_of_max"] = 100.0 * mean / peak if mean is not None and peak else None
+            g["throttle_share_pct"] = {r: throttle[r][gkey] for r in REASONS if gkey in throttle[r]}
+            nvlink = int(counts["p2p:nvlink"].get(gkey, 0))
+            pcie = int(counts["p2p:pcie"].get(gkey, 0))
+            g["p2p"] = {"nvlink": nvlink, "pcie": pcie, "none": g["gpus"] - nvlink - pcie}
+            g["p2p_summary"] = p2p_summary(g["p2p"])
+            g["mig"] = {
+                "capable_gpus": int(counts["mig:capable"].get(gkey, 0)),
+                "enabled_gpus": int(counts["mig:enabled"].get(gkey, 0)),
+                "devices": int(counts["mig:devices"].get(gkey, 0)),
+                "profiles": sorted(profiles.get(gkey, ())),
+            }
+            g["vgpu"] = {
+                "modes": dict(sorted(modes.get(gkey, {}).items())),
+                "instances": int(counts["vgpu:instances"].get(gkey, 0)),
+                "types": sorted(types.get(gkey, ())),
+            }
+            runs = counts["l2:runs"].get(gkey)
+            g["l2_probe"] = (
+                {"runs": int(runs), **{f: l2[f].get(gkey) for f in l2}} if runs else None
+            )
+
+    def _series(self, groups) -> dict[str, Any]:
+        span = (self.range.end_ns - self.range.start_ns) / 1e9
+        bucket = bucket_seconds(span)
+        first = self.range.start_ns / 1e9 // bucket * bucket
+        last = (self.range.end_ns / 1e9 - 0.001) // bucket * bucket
+        r = f"{self.sel('gpu_power', 'power_w')}[{bucket}s]"
+        scale = self.name("gpu_power", "power_w")[1]
+        expr = f"sum by ({self.group}) (sum_over_time({r})) / sum by ({self.group}) (count_over_time({r}))"
+        if scale != 1.0:
+            expr = f"({expr}) / {scale!r}"
+        # The point at t + bucket - 1 ms covers [t, t + bucket): InfluxQL's bucket t.
+        result = self.client.query_range(expr, first + bucket - 0.001, last + bucket - 0.001, bucket,
+                                         "power over time")
+        tags = GROUP_TAGS[self.by]
+        lines: dict[str, list] = defaultdict(list)
+        for s in result:
+            gkey = tuple(s["metric"].get(t, "") for t in tags)
+            if gkey not in groups:
+                continue
+            for t, v in s["values"]:
+                value = float(v)
+                if math.isfinite(value):
+                    lines[groups[gkey]["label"]].append([int(round((float(t) + 0.001 - bucket) * 1e9)), value])
+        return {"bucket_s": bucket, "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())}}

@@ -1,0 +1,110 @@
+"""compare at fleet scale: client CPU and wall time of `gpuagent compare` at 10, 100 and 1,000 hosts.
+
+Each size is a fresh simulated fleet (`sim fleet`: hosts of 8 GPUs, half
+`h100-sxm:8`, half `l40s:8`, 1 h at 10 s; 4 hosts per spec simulated in full,
+the rest replayed under their own names and UUIDs, see
+gpuagent.compare.fleet_replay), written into a local InfluxDB 1.6 and a
+local VictoriaMetrics (both from Debian's packages, started here). Then
+`compare --since 1h --by model --format json` runs in this process against
+each: InfluxQL on influxd, PromQL on VictoriaMetrics. The client's CPU
+(process time) and wall time are measured; the build rate (points/s) too.
+Goal: 1,000 hosts × 8 GPUs × 1 h answers within 10 s, and the client's CPU
+does not grow with the fleet (the server aggregates; no raw points move).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+GOAL_S = 10.0
+SPECS = ("h100-sxm:8", "l40s:8")
+STEP_S = 10
+DURATION_S = 3600
+
+
+def _servers():
+    from bench.replay import _servers as load
+
+    return load()
+
+
+def _cli(*args):
+    from click.testing import CliRunner
+
+    from gpuagent.cli import build_cli
+
+    return CliRunner().invoke(build_cli(), list(args), catch_exceptions=False)
+
+
+def _build(url: str, db: str, hosts: int, end_s: int, jobs: int) -> tuple[int, float]:
+    args = ["sim", "fleet", "--url", url, "--database", db, "--hosts", str(hosts), "--duration", f"{DURATION_S}s",
+            "--step", f"{STEP_S}s", "--end", str(end_s), "--distinct", "4", "--jobs", str(jobs)]
+    for spec in SPECS:
+        args += ["--spec", spec]
+    t0 = time.perf_counter()
+    result = _cli(*args)
+    elapsed = time.perf_counter() - t0
+    if result.exit_code != 0:
+        raise RuntimeError(result.output[-2000:])
+    return int(result.stderr.split("wrote ")[1].split()[0]), elapsed
+
+
+def _compare(args: list[str], end_s: int) -> dict:
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    result = _cli("compare", *args, "--start", str(end_s - DURATION_S), "--end", str(end_s), "--format", "json")
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    if result.exit_code != 0:
+        raise RuntimeError(result.output[-2000:])
+    doc = json.loads(result.stdout)
+    return {"wall_s": round(wall, 2), "client_cpu_s": round(cpu, 2),
+            "gpus": sum(g["gpus"] for g in doc["groups"]),
+            "power_mean_w": {g["label"]: round(g["power_mean_w"], 2) for g in doc["groups"]}}
+
+
+def run(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs: int = 2) -> dict:
+    servers = _servers()
+    sizes = sizes or ((10,) if quick else (10, 100, 1000))
+    root = Path(tempfile.mkdtemp(prefix="gpuagent-bench-compare-"))
+    influx = servers.InfluxdServer(servers.find_binary(servers.INFLUXD, "influxdb"), root / "influxd")
+    vm = servers.VictoriaMetricsServer(servers.find_binary(servers.VICTORIA_METRICS, "victoria-metrics"), root / "vm")
+    rows = []
+    try:
+        influx.start()
+        vm.start()
+        end_s = int(time.time()) // STEP_S * STEP_S - 60
+        for n in sizes:
+            db = f"fleet{n}"
+            influx.create_database(db)
+            points, build_influx = _build(influx.url, db, n, end_s, jobs)
+            _, build_vm = _build(vm.url, db, n, end_s, jobs)
+            vm.export(f'{{__name__="gpu_power_power_w",db="{db}"}}', min_samples=n * 8 * (DURATION_S // STEP_S))
+            row = {"hosts": n, "gpus": n * 8, "points": points,
+                   "build_points_per_s": {"influxd": round(points / build_influx), "victoria_metrics": round(points / build_vm)},
+                   "influxql": _compare(["--url", influx.url, "--database", db], end_s),
+                   "promql": _compare(["--promql-url", vm.url, "--where", f'db="{db}"'], end_s)}
+            rows.append(row)
+    finally:
+        vm.stop()
+        influx.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    largest = rows[-1]
+    worst = max(largest["influxql"]["wall_s"], largest["promql"]["wall_s"])
+    return {
+        "name": "compare_scale",
+        "figure": worst,
+        "unit": "s",
+        "goal": f"<= {GOAL_S:g} s at 1,000 hosts x 8 GPUs x 1 h; client CPU flat",
+        "holds": worst <= GOAL_S and largest["hosts"] >= 1000,
+        "detail": {"rows": rows},
+    }
+
+
+if __name__ == "__main__":
+    import sys
+
+    sizes = tuple(int(a) for a in sys.argv[1:]) or None
+    print(json.dumps(run(sizes=sizes), indent=2))

@@ -1,0 +1,110 @@
+"""The InfluxDB -> Prometheus mapping: one rule, checked against every README's field table."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpuagent.plugins.prometheus.naming import influx_to_prometheus, metric_for
+from gpuagent.plugins.prometheus.readme_fields import documented, parse
+
+# README unit column -> the base-unit suffix the Prometheus name must end in.
+UNIT_NAMES = {
+    "MHz": "_hertz", "W": "_watts", "J": "_joules", "°C": "_celsius", "%": "_ratio", "bytes": "_bytes",
+    "bits": "_bytes", "ns": "_seconds", "ms": "_seconds", "s": "_seconds", "GB/s": "_bytes_per_second",
+    "B/s": "_bytes_per_second", "bytes/s": "_bytes_per_second",
+}
+
+
+def test_the_readmes_document_the_fields_of_every_built_in_measurement():
+    docs = documented()
+    measurements = {m for m, _ in docs}
+    assert {"gpu_power", "gpu_clocks", "gpu_memory", "gpu_pcie", "gpu_p2p", "gpu_nvlink", "gpu_mig",
+            "gpu_vgpu", "gpu_health", "gpu_process", "host", "gpuagent"} <= measurements
+    assert len(docs) > 150
+    assert docs[("gpu_power", "energy_j")].counter and not docs[("gpu_power", "power_w")].counter
+
+
+def test_every_documented_field_maps_to_a_valid_unique_base_unit_name():
+    mapping = influx_to_prometheus()
+    names: dict[str, tuple] = {}
+    for (measurement, field), spec in mapping.items():
+        doc = documented()[(measurement, field)]
+        assert re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", spec.name)
+        assert not re.search(r"_(ns|ms|us|s|pct|mhz|w|j|c|bits|gbps|per_s|per_sec)(_|$)", spec.name), spec.name
+        if spec.kind == "counter":
+            assert spec.name.endswith("_total")
+        else:
+            assert not spec.name.endswith(("_total", "_count", "_sum", "_bucket")), spec.name
+        assert spec.kind == "counter" or not (field.endswith("_total") or doc.counter), (measurement, field)
+        suffix = UNIT_NAMES.get(doc.unit)
+        if suffix and doc.type != "string":
+            assert spec.name.removesuffix("_total").endswith(suffix), (measurement, field, doc.unit, spec.name)
+        assert doc.text and doc.text in spec.help or field.replace("_", " ") in spec.help
+        key = (spec.name, spec.label)
+        assert names.setdefault(key, (measurement, field)) == (measurement, field), f"{key} twice"
+
+
+@pytest.mark.parametrize("measurement, field, name, kind, scale", [
+    ("gpu_power", "energy_j", "gpuagent_gpu_power_energy_joules_total", "counter", 1.0),
+    ("gpu_power", "power_w", "gpuagent_gpu_power_power_watts", "gauge", 1.0),
+    ("gpu_clocks", "sm_clock_mhz", "gpuagent_gpu_clocks_sm_clock_hertz", "gauge", 1e6),
+    ("gpu_clocks", "sw_power_cap_time_ns", "gpuagent_gpu_clocks_sw_power_cap_time_seconds_total", "counter", 1e-9),
+    ("gpu_memory", "gpu_util_pct", "gpuagent_gpu_memory_gpu_util_ratio", "gauge", 0.01),
+    ("gpu_memory", "dram_bw_gbps", "gpuagent_gpu_memory_dram_bw_bytes_per_second", "gauge", 1e9),
+    ("gpu_memory", "bus_width_bits", "gpuagent_gpu_memory_bus_width_bytes", "gauge", 0.125),
+    ("gpu_pcie", "tx_bytes_per_s", "gpuagent_gpu_pcie_tx_bytes_per_second", "gauge", 1.0),
+    ("host", "cpu_count", "gpuagent_host_cpus", "gauge", 1.0),
+    ("gpuagent", "gather_time_ms", "gpuagent_gather_time_seconds", "gauge", 1e-3),
+    ("gpuagent", "errors_total", "gpuagent_errors_total", "counter", 1.0),
+    ("gpu_health", "verdict", "gpuagent_gpu_health_verdict_info", "info", 1.0),
+])
+def test_named_examples(measurement, field, name, kind, scale):
+    spec = metric_for("gpuagent", measurement, field, field == "verdict")
+    assert (spec.name, spec.kind, spec.scale) == (name, kind, scale)
+
+
+def test_a_new_field_maps_by_rule_without_an_edit():
+    """Fields other work adds (a DRAM rename, a verdict) get names from their suffix alone."""
+    assert metric_for("gpuagent", "gpu_memory", "dram_read_bytes_total").name == "gpuagent_gpu_memory_dram_read_bytes_total"
+    assert metric_for("gpuagent", "gpu_job", "busy_s").name == "gpuagent_gpu_job_busy_seconds"
+    spec = metric_for("gpuagent", "gpu_health", "verdict_reason", True)
+    assert spec.name == "gpuagent_gpu_health_verdict_reason_info" and spec.label == "verdict_reason"
+    assert metric_for("", "gpu_power", "power_w").name == "gpu_power_power_watts"  # namespace ""
+
+
+def test_readme_parser_reads_multi_field_rows_and_headings():
+    text = """# demo: `demo_m`
+
+| field | type | unit | notes |
+| --- | --- | --- | --- |
+| `a_status, a_ok` | string, bool | | the same |
+| load1, load5 | float | tasks | load |
+| x_time_ns | int | ns | **counter** |
+
+| key | type | default | meaning |
+| --- | --- | --- | --- |
+| interval | duration | 30s | not a field |
+"""
+    docs = {(d.measurement, d.field): d for d in parse(text)}
+    assert set(docs) == {("demo_m", f) for f in ("a_status", "a_ok", "load1", "load5", "x_time_ns")}
+    assert docs[("demo_m", "a_status")].type == "string" and docs[("demo_m", "a_ok")].type == "bool"
+    assert docs[("demo_m", "x_time_ns")].counter and docs[("demo_m", "load5")].unit == "tasks"
+
+
+def test_the_table_in_docs_prometheus_md_is_the_rule():
+    """Every row of the generated listing is what the rule gives for a README-documented field.
+    (A field added to a README later maps by the rule at once; the listing is regenerated at leisure.)"""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "prometheus.md").read_text()
+    body = text.split("<!-- mapping table: begin -->")[1].split("<!-- mapping table: end -->")[0]
+    rows = re.findall(r"^\| `(\w+)\.(\w+)` \| `([\w{}=…]+)` \| (\w+) \| ([\d.e+-]+) \|$", body, re.M)
+    assert len(rows) > 150
+    docs = documented()
+    for measurement, field, name, kind, scale in rows:
+        doc = docs[(measurement, field)]  # KeyError: the README no longer documents it
+        spec = metric_for("gpuagent", measurement, field, doc.type == "string")
+        shown = f"{spec.name}{{{spec.label}=…}}" if spec.kind == "info" else spec.name
+        assert (shown, spec.kind, float(scale)) == (name, kind, spec.scale), (measurement, field)
