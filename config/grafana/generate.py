@@ -613,6 +613,18 @@ AGENT = Dashboard(
             kind="table", instant=True,
             description="Empty while every collector is healthy.",
         ),
+        Panel(
+            "NVML refusals per second, by collector, call and code",
+            [one(
+                f'SELECT non_negative_derivative(max("nvml_errors_total"), 1s) FROM "gpuagent" WHERE {iwhere(not_empty_i("nvml_call"), tags=AGENT_TAGS)} GROUP BY time($__interval), "host", "collector", "nvml_call", "nvml_error" fill(null)',
+                f'rate(gpuagent_nvml_errors_total{psel(AGENT_TAGS, not_empty_p("nvml_call"))}[$__rate_interval])',
+                il="$tag_host $tag_collector $tag_nvml_call $tag_nvml_error",
+                pl="{{host}} {{collector}} {{nvml_call}} {{nvml_error}}",
+            )],
+            unit="ops",
+            description="The NVML error policy's counts (docs/plugins/reference.md): a permanent refusal "
+            "(NOT_SUPPORTED, DEPRECATED, NO_PERMISSION) is asked once per GPU, a transient one (TIMEOUT, UNKNOWN) every cycle.",
+        ),
         Row("Delivery"),
         Panel("Points written per second, by sink", [agent_rate("points_written_total", "gpuagent_points_written_total", "sink")], unit="ops"),
         Panel("Points dropped per second, by sink", [agent_rate("dropped_total", "gpuagent_dropped_total", "sink")], unit="ops",

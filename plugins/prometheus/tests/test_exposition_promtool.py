@@ -46,7 +46,9 @@ def agent(tmp_path_factory):
     while time.monotonic() < deadline:
         try:
             text = _get(url)
-            if "gpuagent_gpu_power_power_watts" in text and "gpuagent_gpu_health_" in text:
+            # Every collector's first run in (memory's waits for its GPM warm-up first).
+            wanted = ("gpu_power_power_watts", "gpu_health_", "gpu_memory_", "gpu_clocks_", "gpu_pcie_")
+            if all(f"gpuagent_{w}" in text for w in wanted):
                 break
         except OSError:
             pass
