@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import sys
 import threading
 import time
 from collections import deque
@@ -20,7 +19,7 @@ import pynvml
 
 import gpuagent
 from gpuagent.gpu import MISSING_CODES, Gpu, GpuLost
-from gpuagent.nvml_read import Field, FieldReader, field_value, poll
+from gpuagent.nvml_read import CYCLE, Field, FieldReader, field_value, poll
 from gpuagent.plugins.health.catalog import LOST_XID, load_catalog
 from gpuagent.plugins.health.verdict import (
     CounterWindow,
@@ -34,6 +33,7 @@ from gpuagent.plugins.health.verdict import (
     window_text,
     xid_finding,
 )
+from gpuagent.timebase import monotonic_clock
 
 log = logging.getLogger("gpuagent.collector.health")
 
@@ -45,14 +45,6 @@ NO_INSTANCE = pynvml.NVML_GPU_INSTANCE_ID_ANY  # 0xFFFFFFFF: the event is not ti
 
 def xid_description(xid: int) -> str:
     return XID_DESCRIPTIONS.get(xid, f"XID {xid} is not in the catalogue (see NVIDIA's XID catalogue)")
-
-
-def monotonic_clock() -> Callable[[], float]:
-    """Seconds for XID and error windows: the simulator's clock when one is installed (so tests
-    move time without sleeping), else time.monotonic."""
-    sim = sys.modules.get("gpuagent.sim")  # never imported: not simulated (and not worth importing)
-    machine = sim.installed() if sim is not None else None
-    return machine.now if machine is not None else time.monotonic
 
 
 def handle_address(handle: Any) -> int | None:
@@ -247,12 +239,36 @@ PCIE_ERROR_FIELDS = {
     "pcie_lcrc_errors": pynvml.NVML_FI_DEV_PCIE_COUNT_LCRC_ERROR,
     "pcie_lane_errors": pynvml.NVML_FI_DEV_PCIE_COUNT_LANE_ERROR,
 }
+_C, _U = pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+_VOL, _AGG = pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC
+# ECC totals by field id, each falling back to nvmlDeviceGetTotalEccErrors where the driver
+# lacks the field (nvml.h: SBE = corrected, DBE = uncorrected).
+ECC_TOTAL_FIELDS = {
+    "ecc_corrected_volatile_total": Field(pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, pynvml.nvmlDeviceGetTotalEccErrors, (_C, _VOL)),
+    "ecc_corrected_aggregate_total": Field(pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL, pynvml.nvmlDeviceGetTotalEccErrors, (_C, _AGG)),
+    "ecc_uncorrected_volatile_total": Field(pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, pynvml.nvmlDeviceGetTotalEccErrors, (_U, _VOL)),
+    "ecc_uncorrected_aggregate_total": Field(pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL, pynvml.nvmlDeviceGetTotalEccErrors, (_U, _AGG)),
+}
+# nvmlDeviceGetRemappedRows' four numbers by field id (the call is the fallback, all four at once).
+REMAP_FIELDS = {
+    "remapped_rows_correctable": pynvml.NVML_FI_DEV_REMAPPED_COR,
+    "remapped_rows_uncorrectable": pynvml.NVML_FI_DEV_REMAPPED_UNC,
+    "remapped_rows_pending": pynvml.NVML_FI_DEV_REMAPPED_PENDING,
+    "remapped_rows_failure": pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
+}
+# Everything health reads that has a field id, in the cycle's one field-values call per GPU
+# (shared with power, clocks and pcie: gpuagent.nvml_read.CYCLE).
 HEALTH_FIELDS = FieldReader(
     {
+        "ecc_current": Field(pynvml.NVML_FI_DEV_ECC_CURRENT),
+        "ecc_pending": Field(pynvml.NVML_FI_DEV_ECC_PENDING),
+        **ECC_TOTAL_FIELDS,
+        **{name: Field(fid) for name, fid in REMAP_FIELDS.items()},
         "recovery_action": Field(pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
         "pcie_replays": Field(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, pynvml.nvmlDeviceGetPcieReplayCounter),
         **{name: Field(fid) for name, fid in PCIE_ERROR_FIELDS.items()},
-    }
+    },
+    group=CYCLE,
 )
 # Per-link NVLink data-link error counters (scopeId = link), and their field names here.
 NVLINK_ERROR_FIELDS = {
@@ -261,6 +277,23 @@ NVLINK_ERROR_FIELDS = {
     "recovery": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
 }
 HISTOGRAM_BUCKETS = ("max", "high", "partial", "low", "none")
+_NVLINK_READERS: dict[int, FieldReader] = {}
+
+
+def nvlink_error_reader(links: int) -> FieldReader:
+    """The per-link error counters of a GPU with ``links`` links ("crc:3" ...), in the cycle's
+    one field-values call per GPU (scopeId = link)."""
+    reader = _NVLINK_READERS.get(links)
+    if reader is None:
+        reader = _NVLINK_READERS[links] = FieldReader(
+            {
+                f"{kind}:{link}": Field(fid, scope=link)
+                for kind, fid in NVLINK_ERROR_FIELDS.items()
+                for link in range(links)
+            },
+            group=CYCLE,
+        )
+    return reader
 
 
 def fabric_info(handle: Any) -> Any:
@@ -411,22 +444,17 @@ class HealthCollector(gpuagent.Collector):
 
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: Gpu) -> None:
         fields: dict[str, Any] = {"lost": False}
-        ecc = gpu.query(pynvml.nvmlDeviceGetEccMode)
+        readings = HEALTH_FIELDS.read(gpu)
+        if "ecc_current" in readings and "ecc_pending" in readings:
+            ecc = (readings["ecc_current"], readings["ecc_pending"])
+        else:  # a driver without the ECC mode fields: the call they mirror
+            ecc = gpu.query(pynvml.nvmlDeviceGetEccMode)
         if ecc is not None:
             fields["ecc_enabled"] = bool(ecc[0])
             fields["ecc_pending_enabled"] = bool(ecc[1])
         if ecc is None or ecc[0]:
-            for error_name, error_type in (
-                ("corrected", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-                ("uncorrected", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
-            ):
-                for counter_name, counter in (
-                    ("volatile", pynvml.NVML_VOLATILE_ECC),
-                    ("aggregate", pynvml.NVML_AGGREGATE_ECC),
-                ):
-                    fields[f"ecc_{error_name}_{counter_name}_total"] = gpu.query(
-                        pynvml.nvmlDeviceGetTotalEccErrors, error_type, counter
-                    )
+            for name in ECC_TOTAL_FIELDS:
+                fields[name] = readings.get(name)
         sbe = gpu.query(
             pynvml.nvmlDeviceGetRetiredPages, pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
         )
@@ -435,7 +463,10 @@ class HealthCollector(gpuagent.Collector):
         fields["retired_pages_sbe"] = len(sbe) if sbe is not None else None
         fields["retired_pages_dbe"] = len(dbe) if dbe is not None else None
         fields["retired_pages_pending"] = bool(pending) if pending is not None else None
-        rows = gpu.query(pynvml.nvmlDeviceGetRemappedRows)
+        if all(name in readings for name in REMAP_FIELDS):
+            rows = tuple(readings[name] for name in REMAP_FIELDS)
+        else:  # a driver without the remapping fields: the one call that gives all four
+            rows = gpu.query(pynvml.nvmlDeviceGetRemappedRows)
         if rows is not None:
             correctable, uncorrectable, rows_pending, failure = rows
             fields["remapped_rows_correctable"] = int(correctable)
@@ -448,7 +479,6 @@ class HealthCollector(gpuagent.Collector):
                     fields[f"row_remap_banks_{bucket}"] = int(getattr(histogram, bucket))
         if self._watcher is not None and gpu in self._watcher.registered:
             fields["xid_events_total"] = self._xid_counts.get(gpu.uuid, 0)
-        readings = HEALTH_FIELDS.read(gpu)
         if "recovery_action" in readings:
             fields["recovery_action"] = int(readings["recovery_action"])
         pcie_errors = [int(readings[n]) for n in PCIE_ERROR_FIELDS if n in readings]
@@ -478,20 +508,10 @@ class HealthCollector(gpuagent.Collector):
         if not links:
             self._nvlink_refused.add(gpu.index)
             return {}
-        ids = [(fid, link) for fid in NVLINK_ERROR_FIELDS.values() for link in range(links)]
-        values = gpu.query(pynvml.nvmlDeviceGetFieldValues, ids)
-        if values is None:
-            self._nvlink_refused.add(gpu.index)
-            return {}
         out: dict[str, dict[int, int]] = {}
-        kinds = list(NVLINK_ERROR_FIELDS)
-        for n, fv in enumerate(values):
-            if fv.nvmlReturn == pynvml.NVML_ERROR_GPU_IS_LOST:
-                gpu.mark_lost(str(pynvml.NVMLError(fv.nvmlReturn)))
-                raise GpuLost(gpu)
-            value = field_value(fv)
-            if value is not None:
-                out.setdefault(kinds[n // links], {})[n % links] = int(value)
+        for key, value in nvlink_error_reader(links).read(gpu).items():
+            kind, link = key.split(":")
+            out.setdefault(kind, {})[int(link)] = int(value)
         if not out:
             self._nvlink_refused.add(gpu.index)  # the driver has none of them: do not ask again
         return out

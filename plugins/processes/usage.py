@@ -16,8 +16,11 @@ from dataclasses import dataclass
 
 import pynvml
 
-from gpuagent.gpu import Gpu, GpuLost
+from gpuagent.gpu import Gpu
 from gpuagent.nvml_read import poll, valid
+from gpuagent.timebase import monotonic_clock
+
+ACCOUNTING_REFRESH_S = 30.0  # how stale the accounting mode may be
 
 _CALLS = ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization")
 
@@ -31,18 +34,26 @@ class Sample:
 
 
 def _sample_call(gpu: Gpu, name: str, last_seen: int, refused: set[tuple[int, str]]):
-    """Samples newer than ``last_seen`` (through the NVML error policy), or None.
+    """Samples newer than ``last_seen`` (through the NVML error policy): a list (empty when
+    there is none new), or None when the driver lacks the call, refused it for good or
+    answered a transient error (then the older call is tried).
 
-    None covers NOT_FOUND ("no sample since then", nvml.h), a transient error and a refusal
-    alike. The argument changes every cycle, so the policy's per-(call, args) memory cannot
-    remember a refusal here: the name is remembered per GPU instead, and not asked again.
+    NOT_FOUND is nvml.h's "no sample since then", an answer, so it does not fall through to
+    the older call. The argument changes every cycle, so the policy's per-(call, args) memory
+    cannot remember a refusal here: the name is remembered per GPU instead.
     """
     fn = getattr(pynvml, name, None)
     if fn is None or (gpu.index, name) in refused:
         return None
+    transient_before = gpu.transient_errors
     samples = gpu.query(fn, last_seen)
-    if samples is None and gpu.refused(fn, last_seen):
-        refused.add((gpu.index, name))
+    if samples is None:
+        if gpu.refused(fn, last_seen):
+            refused.add((gpu.index, name))
+            return None
+        if gpu.transient_errors > transient_before:
+            return None  # TIMEOUT, UNKNOWN ...: this cycle the older call may still answer
+        return []  # NOT_FOUND: nothing new since last_seen
     return samples
 
 
@@ -52,6 +63,8 @@ class ProcessUsage:
     def __init__(self) -> None:
         self._last_seen: dict[int, int] = {}  # GPU index -> newest sample time (µs)
         self._refused: set[tuple[int, str]] = set()  # (GPU index, call) refused for good
+        self._accounting: dict[int, tuple[float, bool]] = {}  # GPU index -> (asked at, on)
+        self._clock = monotonic_clock()
 
     def utilisation(self, gpu: Gpu) -> dict[int, Sample]:
         last = self._last_seen.get(gpu.index, 0)
@@ -72,21 +85,23 @@ class ProcessUsage:
             return {pid: sample for pid, (_, sample) in newest.items()}
         return {}
 
-    @staticmethod
-    def accounting_on(gpu: Gpu) -> bool:
-        """Accounting mode, asked once per GPU per cycle (`nvidia-smi -am` switches it live)."""
-        return poll(gpu, pynvml.nvmlDeviceGetAccountingMode) == pynvml.NVML_FEATURE_ENABLED
+    def accounting_on(self, gpu: Gpu) -> bool:
+        """Accounting mode, asked at most every ACCOUNTING_REFRESH_S per GPU: `nvidia-smi -am`
+        switches it live, but an operator's switch need not cost a call every cycle."""
+        now = self._clock()
+        asked = self._accounting.get(gpu.index)
+        if asked is None or now - asked[0] >= ACCOUNTING_REFRESH_S:
+            on = poll(gpu, pynvml.nvmlDeviceGetAccountingMode) == pynvml.NVML_FEATURE_ENABLED
+            asked = self._accounting[gpu.index] = (now, on)
+        return asked[1]
 
     @staticmethod
     def accounting(gpu: Gpu, pid: int) -> dict[str, int | float]:
-        """Accounting fields for ``pid`` (accounting mode on); {} when it has no record."""
-        try:
-            stats = pynvml.nvmlDeviceGetAccountingStats(gpu.handle, pid)
-        except pynvml.NVMLError as exc:
-            if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
-                gpu.mark_lost(str(exc))
-                raise GpuLost(gpu) from exc
-            return {}  # NOT_FOUND: no record of this pid (yet, or the buffer dropped it)
+        """Accounting fields for ``pid`` (accounting mode on); {} when it has no record
+        (NOT_FOUND: not yet, or the driver's buffer dropped it) or the driver refused."""
+        stats = gpu.query(pynvml.nvmlDeviceGetAccountingStats, pid)
+        if stats is None:
+            return {}
         out: dict[str, int | float] = {}
         for name, value in (
             ("acct_gpu_util_pct", _pct(stats.gpuUtilization)),

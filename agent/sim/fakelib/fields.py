@@ -13,6 +13,7 @@ import pynvml
 
 from gpuagent.sim.fakelib.args import E_INVALID, E_NS, OK, NvmlCalls, _int, _out
 from gpuagent.sim.fakelib.calls import _gpu_guard, device_call
+from gpuagent.sim.fakelib.health import ecc_total, remapped_rows
 from gpuagent.sim.fakelib.nvlink import _link_active, _nvlink_bytes
 
 # Field id -> the clock-event reason bit whose set-time (ns since t=0) it counts.
@@ -54,6 +55,13 @@ MIRRORED_CALLS = {
 }
 # nvml.h: SBE = corrected, DBE = uncorrected; VOL since the driver loaded, AGG over the card's
 # life (the simulator keeps one count per kind, as its nvmlDeviceGetTotalEccErrors does).
+# NVML_FI_DEV_REMAPPED_* -> its place in nvmlDeviceGetRemappedRows' (cor, unc, pending, failure).
+REMAP_FIELDS = {
+    pynvml.NVML_FI_DEV_REMAPPED_COR: 0,
+    pynvml.NVML_FI_DEV_REMAPPED_UNC: 1,
+    pynvml.NVML_FI_DEV_REMAPPED_PENDING: 2,
+    pynvml.NVML_FI_DEV_REMAPPED_FAILURE: 3,
+}
 ECC_TOTAL_FIELDS = {
     pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: "corrected",
     pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: "uncorrected",
@@ -107,14 +115,11 @@ class FieldValueCalls(NvmlCalls):
         if limit is not None:
             return limit
         kind = ECC_TOTAL_FIELDS.get(field_id)
-        if kind is not None:  # the numbers nvmlDeviceGetTotalEccErrors answers
-            gpu = dev.gpu if dev.is_mig else dev
-            return ull, gpu.ecc_counts[kind]
-        if field_id in (pynvml.NVML_FI_DEV_REMAPPED_COR, pynvml.NVML_FI_DEV_REMAPPED_PENDING,
-                        pynvml.NVML_FI_DEV_REMAPPED_FAILURE):
-            return ui, 0  # as nvmlDeviceGetRemappedRows answers them
-        if field_id == pynvml.NVML_FI_DEV_REMAPPED_UNC:
-            return ui, dev.ecc_counts["uncorrected"]
+        if kind is not None:  # the numbers nvmlDeviceGetTotalEccErrors answers, faults included
+            return ull, ecc_total(self.m, dev, kind)
+        remap = REMAP_FIELDS.get(field_id)
+        if remap is not None:  # as nvmlDeviceGetRemappedRows answers them, faults included
+            return ui, remapped_rows(self.m, dev)[remap]
         if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:
             if str(dev.profile["memory"].get("type", "")).startswith("HBM"):
                 return ui, st.temp_c + 6

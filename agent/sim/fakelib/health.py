@@ -25,6 +25,24 @@ def _count(m, gpu, key: str) -> int:
     return gpu.ecc_counts[key] if key == "corrected" else _uncorrected(m, gpu)
 
 
+def remapped_rows(m, dev) -> tuple[int, int, int, int]:
+    """(correctable, uncorrectable, pending, failure): nvmlDeviceGetRemappedRows' numbers, which
+    the NVML_FI_DEV_REMAPPED_* fields mirror (gpuagent.sim.fakelib.fields)."""
+    state, now = peek(m, dev.index), m.now()
+    return (
+        0,
+        _uncorrected(m, dev) + (state.remapped(now) if state else 0),
+        1 if state and state.remap_pending(now) else 0,
+        1 if state and state.remap_failure(now) else 0,
+    )
+
+
+def ecc_total(m, dev, key: str) -> int:
+    """nvmlDeviceGetTotalEccErrors' number ("corrected" / "uncorrected"), mirrored by the
+    NVML_FI_DEV_ECC_{SBE,DBE}_*_TOTAL fields."""
+    return _count(m, dev.gpu if dev.is_mig else dev, key)
+
+
 class HealthCalls(NvmlCalls):
     @device_call
     def nvmlDeviceGetEccMode(self, dev, current=None, pending=None):
@@ -40,13 +58,12 @@ class HealthCalls(NvmlCalls):
 
     @device_call
     def nvmlDeviceGetTotalEccErrors(self, dev, err_type=None, counter=None, out=None):
-        gpu = dev.gpu if dev.is_mig else dev
         key = (
             "corrected"
             if _int(err_type) == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
             else "uncorrected"
         )
-        return self._put(out, _count(self.m, gpu, key))
+        return self._put(out, ecc_total(self.m, dev, key))
 
     @device_call
     def nvmlDeviceGetMemoryErrorCounter(
@@ -78,13 +95,7 @@ class HealthCalls(NvmlCalls):
 
     @device_call
     def nvmlDeviceGetRemappedRows(self, dev, corr=None, unc=None, pending=None, failure=None):
-        state, now = peek(self.m, dev.index), self.m.now()
-        for out, value in (
-            (corr, 0),
-            (unc, _uncorrected(self.m, dev) + (state.remapped(now) if state else 0)),
-            (pending, 1 if state and state.remap_pending(now) else 0),
-            (failure, 1 if state and state.remap_failure(now) else 0),
-        ):
+        for out, value in zip((corr, unc, pending, failure), remapped_rows(self.m, dev), strict=True):
             if self._put(out, value) != OK:
                 return E_INVALID
         return OK
