@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from gpuagent.compare.query import InfluxQL
-from gpuagent.compare.report import NoData, Range, rfc3339
+from gpuagent.compare.report import NoData, Range, report_document, rfc3339
 from gpuagent.errors import AgentError
 
 GPU_TAGS = ("host", "uuid", "model", "gpu")
@@ -116,20 +116,8 @@ class JobReport:
                     for tags, t0, t1 in sorted(gpus, key=lambda g: (g[0]["host"], g[0]["gpu"]))
                 ],
             }
-        ordered = [groups[k] for k in sorted(groups, key=lambda k: groups[k]["label"])]
-        return {
-            "range": {
-                "start": rfc3339(self.range.start_ns),
-                "end": rfc3339(self.range.end_ns),
-                "start_ns": self.range.start_ns,
-                "end_ns": self.range.end_ns,
-            },
-            "by": self.by,
-            "where": self.where or None,
-            "source": {"url": self.client.conn.url, "database": self.client.conn.database},
-            "definitions": JOB_DEFINITIONS,
-            "groups": ordered,
-        }
+        source = {"url": self.client.conn.url, "database": self.client.conn.database}
+        return report_document(self.range, self.by, self.where, source, JOB_DEFINITIONS, groups)
 
     def _label(self, jkey: tuple) -> str:
         if self.by == "pod":

@@ -31,6 +31,7 @@ from gpuagent.compare.report import (
     Range,
     bucket_seconds,
     p2p_summary,
+    report_document,
     rfc3339,
 )
 from gpuagent.errors import AgentError
@@ -169,21 +170,8 @@ class PromReport:
         self._fill(groups, answers)
         self._health(groups)
         series = self._series(groups)
-        ordered = [groups[k] for k in sorted(groups, key=lambda k: groups[k]["label"])]
-        return {
-            "range": {
-                "start": rfc3339(self.range.start_ns),
-                "end": rfc3339(self.range.end_ns),
-                "start_ns": self.range.start_ns,
-                "end_ns": self.range.end_ns,
-            },
-            "by": self.by,
-            "where": self.where or None,
-            "source": {"url": self.client.conn.url, "database": f"PromQL ({self.client.engine}, {self.scheme} names)"},
-            "definitions": PROMQL_DEFINITIONS,
-            "groups": ordered,
-            "series": series,
-        }
+        source = {"url": self.client.conn.url, "database": f"PromQL ({self.client.engine}, {self.scheme} names)"}
+        return report_document(self.range, self.by, self.where, source, PROMQL_DEFINITIONS, groups, series=series)
 
     def _health(self, groups) -> None:
         """health_gpu_hours per group from the verdict's _info series, in the InfluxQL report's buckets."""

@@ -85,6 +85,25 @@ def rfc3339(ns: int) -> str:
     return f"{stamp}.{rest:09d}Z"
 
 
+def report_document(rng: Range, by: str, where: str | None, source: dict, definitions: dict,
+                    groups: dict[tuple, dict], **extra: Any) -> dict[str, Any]:
+    """The compare JSON document every report shape shares (groups ordered by label)."""
+    return {
+        "range": {
+            "start": rfc3339(rng.start_ns),
+            "end": rfc3339(rng.end_ns),
+            "start_ns": rng.start_ns,
+            "end_ns": rng.end_ns,
+        },
+        "by": by,
+        "where": where or None,
+        "source": source,
+        "definitions": definitions,
+        "groups": [groups[k] for k in sorted(groups, key=lambda k: groups[k]["label"])],
+        **extra,
+    }
+
+
 def bucket_seconds(span_s: float, target: int = 100) -> int:
     """A round bucket that cuts the range into at most about `target` pieces."""
     for b in _NICE_BUCKETS_S:
@@ -168,21 +187,8 @@ class Report:
         self._l2_probe(groups)
         health_hours(self, groups)
         series = self._series(groups)
-        ordered = [groups[k] for k in sorted(groups, key=lambda k: groups[k]["label"])]
-        return {
-            "range": {
-                "start": rfc3339(self.range.start_ns),
-                "end": rfc3339(self.range.end_ns),
-                "start_ns": self.range.start_ns,
-                "end_ns": self.range.end_ns,
-            },
-            "by": self.by,
-            "where": self.where or None,
-            "source": {"url": self.client.conn.url, "database": self.client.conn.database},
-            "definitions": DEFINITIONS,
-            "groups": ordered,
-            "series": series,
-        }
+        source = {"url": self.client.conn.url, "database": self.client.conn.database}
+        return report_document(self.range, self.by, self.where, source, DEFINITIONS, groups, series=series)
 
     def _group_of(self, gpu_key: tuple) -> tuple:
         tags = dict(zip(GPU_TAGS, gpu_key, strict=True))

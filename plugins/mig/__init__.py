@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pynvml
@@ -37,18 +36,6 @@ def on_handle(fn):
 
     call.__name__ = getattr(fn, "__name__", "nvml_call")
     return call
-
-
-def profile_name_from_attributes(attrs: Any) -> str | None:
-    """nvidia-smi's profile name (``3g.40gb``, ``1c.3g.40gb``) from a MIG device's attributes."""
-    gi_slices = int(attrs.gpuInstanceSliceCount)
-    ci_slices = int(attrs.computeInstanceSliceCount)
-    memory_mb = int(attrs.memorySizeMB)
-    if not gi_slices or not memory_mb:
-        return None
-    # NVML reports usable MiB (40448 for the 40 GB slice); profile names round up to whole GB.
-    name = f"{gi_slices}g.{math.ceil(memory_mb / 1024)}gb"
-    return name if ci_slices in (0, gi_slices) else f"{ci_slices}c.{name}"
 
 
 def read_state(gpu: Gpu, gpm: bool = False) -> dict[str, Any] | None:

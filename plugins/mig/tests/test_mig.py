@@ -12,7 +12,8 @@ from captures import CAPTURES
 
 from gpuagent.context import AgentContext
 from gpuagent.plugin_host import PluginHost
-from gpuagent.plugins.mig import GPM_FIELDS, MigCollector, profile_name_from_attributes
+from gpuagent.plugins.mig import GPM_FIELDS, MigCollector
+from gpuagent.plugins.mig.names import rounded_name as profile_name_from_attributes
 
 MIB = 1024 * 1024
 
