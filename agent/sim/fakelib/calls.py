@@ -17,8 +17,15 @@ from gpuagent.sim.fakelib.args import E_INVALID, E_LOST, E_NS, E_UNINIT, _addr, 
 from gpuagent.sim.machine import MIG_HANDLE_CALLS, SimDevice, SimMachine, call_slot
 
 
-def device_call(fn):
-    """First argument is a device handle: resolve it and apply lost/forced/unsupported answers."""
+def device_call(fn=None, *, forced_on_mig_handles: bool = True):
+    """First argument is a device handle: resolve it and apply lost/forced/unsupported answers.
+
+    With ``forced_on_mig_handles=False`` a code forced on a GPU hits only the GPU's own handle;
+    its MIG device handles still answer (the process lists: the parent's needs privileges, each
+    MIG device lists its own instance's processes).
+    """
+    if fn is None:
+        return functools.partial(device_call, forced_on_mig_handles=forced_on_mig_handles)
     name = fn.__name__
     slot = call_slot(name)
 
@@ -34,7 +41,10 @@ def device_call(fn):
             return E_INVALID
         gpu = dev.gpu if dev.is_mig else dev
         gpu.call_counts[slot] += 1
-        code = _lost_or_forced(m, gpu, name)
+        if dev.is_mig and not forced_on_mig_handles:
+            code = E_LOST if _is_lost(m, gpu) else None
+        else:
+            code = _lost_or_forced(m, gpu, name)
         if code is not None:
             return code
         if dev.is_mig and name not in MIG_HANDLE_CALLS:
@@ -70,11 +80,16 @@ def system_call(needs_init: bool = True):
     return decorate
 
 
+def _is_lost(m: SimMachine, gpu: SimDevice) -> bool:
+    if gpu.lost_at is None or m.now() < gpu.lost_at:
+        return False
+    return gpu.lost_until is None or m.now() < gpu.lost_until  # lost_until: a reset brought it back
+
+
 def _lost_or_forced(m: SimMachine, gpu: SimDevice, name: str) -> int | None:
     """GPU_IS_LOST once the GPU is lost, else a code forced for this call, else None."""
-    if gpu.lost_at is not None and m.now() >= gpu.lost_at:
-        if gpu.lost_until is None or m.now() < gpu.lost_until:  # lost_until: a reset brought it back
-            return E_LOST
+    if _is_lost(m, gpu):
+        return E_LOST
     if m.forced:
         return m.forced.get((name, gpu.index), m.forced.get((name, None)))
     return None

@@ -19,8 +19,6 @@ accounting mode is on (profile ``accounting_mode``), NOT_FOUND for a pid it has 
 
 from __future__ import annotations
 
-import functools
-
 import pynvml
 
 from gpuagent.sim.fakelib.args import (
@@ -28,54 +26,18 @@ from gpuagent.sim.fakelib.args import (
     E_NOT_FOUND,
     E_NS,
     E_SIZE,
-    E_UNINIT,
     E_VERSION,
     OK,
     NvmlCalls,
-    _addr,
     _fill_proc,
     _int,
     _out,
-    check_args,
 )
-from gpuagent.sim.fakelib.calls import _lost_or_forced, device_call
+from gpuagent.sim.fakelib.calls import device_call
 from gpuagent.sim.load import process_samples
-from gpuagent.sim.machine import MIG_HANDLE_CALLS, call_slot
 
-
-def process_list_call(fn):
-    """device_call for the process lists, except that a forced code hits only the GPU's own
-    handle: its MIG device handles still answer (see the module docstring)."""
-    name = fn.__name__
-    slot = call_slot(name)
-
-    @functools.wraps(fn)
-    def wrapper(self, handle=None, *args):
-        m = self.m
-        m.call_counts[slot] += 1
-        check_args((handle,) + args)
-        if m.init_count <= 0:
-            return E_UNINIT
-        dev = m.by_addr.get(_addr(handle))
-        if dev is None:
-            return E_INVALID
-        gpu = dev.gpu if dev.is_mig else dev
-        gpu.call_counts[slot] += 1
-        if dev.is_mig:
-            if gpu.lost_at is not None and m.now() >= gpu.lost_at:
-                return pynvml.NVML_ERROR_GPU_IS_LOST
-            if name not in MIG_HANDLE_CALLS:
-                return E_NS
-        else:
-            code = _lost_or_forced(m, gpu, name)
-            if code is not None:
-                return code
-        code = gpu.fixed.get(name) if not dev.is_mig else dev.fixed.get(name)
-        if code is not None:
-            return code
-        return fn(self, dev, *args)
-
-    return wrapper
+# A code forced on a GPU hits only its own handle here: its MIG device handles still answer.
+process_list_call = device_call(forced_on_mig_handles=False)
 
 
 def _stamp_us(dev) -> int:
