@@ -63,7 +63,10 @@ VICTORIA_METRICS = "victoria-metrics"
 
 def find_binary(name: str, package: str) -> str:
     """Path of a server binary; skip (or fail under CI) with a clear reason when it is missing."""
-    path = shutil.which(name) or (f"/usr/bin/{name}" if os.access(f"/usr/bin/{name}", os.X_OK) else None)
+    # /usr/sbin too: daemons (slurmctld, munged) live there and may be off a user's PATH.
+    path = shutil.which(name) or next(
+        (p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}") if os.access(p, os.X_OK)), None
+    )
     if path:
         return path
     import pytest

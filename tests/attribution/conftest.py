@@ -18,7 +18,6 @@ a kubelet pod-resources server.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -27,26 +26,11 @@ import time
 from pathlib import Path
 
 import pytest
+from gpuagent_test_servers import find_binary, free_port
 
 HERE = Path(__file__).resolve().parent
 
 
-def _need(binary: str, package: str) -> str:
-    path = shutil.which(binary) or next(
-        (p for p in (f"/usr/sbin/{binary}", f"/usr/bin/{binary}") if os.access(p, os.X_OK)), None
-    )
-    if path:
-        return path
-    reason = f"{binary} not found: install the Debian package `{package}`"
-    if os.environ.get("CI"):
-        pytest.fail(f"CI is set and {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(check, what: str, timeout: float, logs: list[Path]) -> None:
@@ -71,11 +55,11 @@ class SlurmCluster:
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> None:
-        munged = _need("munged", "munge")
-        ctld = _need("slurmctld", "slurmctld")
-        slurmd = _need("slurmd", "slurmd")
-        self.sbatch = _need("sbatch", "slurm-client")
-        self.scontrol = _need("scontrol", "slurm-client")
+        munged = find_binary("munged", "munge")
+        ctld = find_binary("slurmctld", "slurmctld")
+        slurmd = find_binary("slurmd", "slurmd")
+        self.sbatch = find_binary("sbatch", "slurm-client")
+        self.scontrol = find_binary("scontrol", "slurm-client")
         r = self.root
         for d in ("state", "spool", "munge"):
             (r / d).mkdir(mode=0o700, exist_ok=True)
@@ -93,8 +77,8 @@ class SlurmCluster:
         self.conf.write_text(
             f"""ClusterName=gpuagenttest
 SlurmctldHost={self.host}(127.0.0.1)
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={self.munge_socket}
@@ -178,7 +162,7 @@ PartitionName=gpuq Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
         return found[0]
 
     def cancel(self, job_id: str) -> None:
-        self.run(_need("scancel", "slurm-client"), job_id, check=False)
+        self.run(find_binary("scancel", "slurm-client"), job_id, check=False)
 
     def stop(self) -> None:
         for p in self.procs:

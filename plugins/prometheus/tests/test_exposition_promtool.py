@@ -5,13 +5,13 @@ Both binaries come from Debian's `prometheus` package (scripts/test.sh installs 
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
 import pytest
+from gpuagent_test_servers import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.servers
@@ -19,18 +19,12 @@ pytestmark = pytest.mark.servers
 SPEC = "l40s:2,h100-sxm-mig:1,rtx4090:1"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory):
     """`gpuagent run` on the simulated node, prometheus sink only; collectors every 10 min, so the
     values stay put after the first collection and a scrape can be compared with the agent's."""
     tmp = tmp_path_factory.mktemp("agent")
-    port = _free_port()
+    port = free_port()
     config = tmp / "gpuagent.toml"
     config.write_text(
         f'[agent]\ninterval = "10m"\nhostname = "prom-node"\nstate_dir = "{tmp}"\n'
