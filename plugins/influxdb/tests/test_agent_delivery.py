@@ -110,6 +110,14 @@ def field_types(server, db: str) -> dict[tuple, str]:
 _truth_dbs = iter(range(10**6))
 
 
+def assert_lost_at_most_the_interval_in_flight(server, before_kill, interval_ns):
+    """Every row the file sink recorded before a kill -9 is stored, but those of the last interval."""
+    missing = missing_from_influx(server, before_kill)
+    last = max(int(line.rsplit(" ", 1)[1]) for line in before_kill)
+    late = [key for key in missing if key[2] < last - interval_ns]
+    assert late == [], f"{len(late)} rows collected before the kill were lost, e.g. {late[:3]}"
+
+
 def missing_from_influx(server, lines: list[str], db: str | None = None) -> list[tuple]:
     """The rows of `lines` that the database lacks or holds differently (values or field types)."""
     truth = f"truth_{next(_truth_dbs)}_{os.getpid()}"
@@ -225,10 +233,7 @@ def test_kill_9_during_an_outage_then_restart_delivers_all_but_the_interval_in_f
         time.sleep(2)
     finally:
         stop_agent(agent, log)
-    missing = missing_from_influx(server, before_kill)
-    last = max(int(line.rsplit(" ", 1)[1]) for line in before_kill)
-    late = [key for key in missing if key[2] < last - interval_ns]
-    assert late == [], f"{len(late)} rows collected before the kill were lost, e.g. {late[:3]}"
+    assert_lost_at_most_the_interval_in_flight(server, before_kill, interval_ns)
     # And what the second run collected arrived too.
     assert missing_from_influx(server, file_lines(record)[len(before_kill):]) == []
 
@@ -331,10 +336,7 @@ def test_kill_9_with_the_server_up_loses_at_most_the_interval_in_flight(tmp_path
         time.sleep(2)
     finally:
         stop_agent(agent, log)
-    missing = missing_from_influx(server, before_kill)
-    last = max(int(line.rsplit(" ", 1)[1]) for line in before_kill)
-    late = [key for key in missing if key[2] < last - interval_ns]
-    assert late == [], f"{len(late)} rows collected before the kill were lost, e.g. {late[:3]}"
+    assert_lost_at_most_the_interval_in_flight(server, before_kill, interval_ns)
 
 
 def test_a_numeric_password_is_never_echoed_at_start_or_on_reload(tmp_path, influxdb_v1):
