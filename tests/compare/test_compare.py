@@ -18,7 +18,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 pytestmark = pytest.mark.servers
 
@@ -37,14 +36,6 @@ REASONS = (
     "display_clock_setting",
 )
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-
-
-@pytest.fixture(scope="module")
-def cli(gpuagent_cli):
-    def run(*args):
-        return CliRunner().invoke(gpuagent_cli, list(args), catch_exceptions=False)
-
-    return run
 
 
 @pytest.fixture(scope="module")

@@ -10,20 +10,11 @@ import uuid
 from collections import defaultdict
 
 import pytest
-from click.testing import CliRunner
 
 pytestmark = pytest.mark.servers
 
 STEP_S = 60
 DURATION_S = 2 * 3600
-
-
-@pytest.fixture(scope="module")
-def cli(gpuagent_cli):
-    def run(*args):
-        return CliRunner().invoke(gpuagent_cli, list(args), catch_exceptions=False)
-
-    return run
 
 
 @pytest.fixture(scope="module")

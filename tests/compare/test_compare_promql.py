@@ -16,7 +16,6 @@ import time
 import uuid
 
 import pytest
-from click.testing import CliRunner
 
 pytestmark = pytest.mark.servers
 
@@ -26,14 +25,6 @@ DURATION_S = 20 * 60
 MEASUREMENTS = ("gpu_power", "gpu_clocks", "gpu_memory", "gpu_p2p", "gpu_mig", "gpu_vgpu", "gpu_health")
 # Figures PromQL computes with another definition (docs/compare.md): still within 5% here.
 APPROX = 0.05
-
-
-@pytest.fixture(scope="module")
-def cli(gpuagent_cli):
-    def run(*args):
-        return CliRunner().invoke(gpuagent_cli, list(args), catch_exceptions=False)
-
-    return run
 
 
 def _backfill(cli, url, db, end_s):
