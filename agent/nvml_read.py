@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextvars
 import ctypes
 import math
+import struct
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -109,6 +110,57 @@ def field_value(fv: Any) -> int | float | None:
     return valid(value)
 
 
+
+# A batch is decoded in one pass over its bytes (struct), not five ctypes attribute reads an
+# entry: valueType, nvmlReturn and the 8-byte value union sit side by side in c_nvmlFieldValue_t.
+_FV = pynvml.c_nvmlFieldValue_t
+_PACKED = (
+    _FV.nvmlReturn.offset == _FV.valueType.offset + 4
+    and _FV.value.offset == _FV.nvmlReturn.offset + 4
+    and _FV.value.size == 8
+)
+_ENTRY = struct.Struct(
+    f"={_FV.valueType.offset}xII8s{ctypes.sizeof(_FV) - _FV.value.offset - 8}x" if _PACKED else "x"
+)
+_UNION = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: struct.Struct("=d"),
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: struct.Struct("=I"),
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: struct.Struct("=Q" if ctypes.sizeof(ctypes.c_ulong) == 8 else "=I"),
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: struct.Struct("=Q"),
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: struct.Struct("=q"),
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: struct.Struct("=i"),
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: struct.Struct("=H"),
+}
+_DOUBLE = _UNION[pynvml.NVML_VALUE_TYPE_DOUBLE]
+_USHORT = _UNION[pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT]
+
+
+def decode_batch(values: Any) -> list[tuple[int, int | float | None]]:
+    """(nvmlReturn, value) for each entry of an nvmlDeviceGetFieldValues answer, in order; the
+    value as ``field_value`` gives it (None on an error, an unknown type or a sentinel)."""
+    if not _PACKED or not isinstance(values, ctypes.Array):
+        return [(_get(fv, "nvmlReturn"), field_value(fv)) for fv in values]
+    out: list[tuple[int, int | float | None]] = []
+    append = out.append
+    ok = pynvml.NVML_SUCCESS
+    for value_type, code, raw in _ENTRY.iter_unpack(bytes(values)):
+        if code != ok:
+            append((code, None))
+            continue
+        union = _UNION.get(value_type)
+        if union is None:
+            append((code, None))
+            continue
+        (value,) = union.unpack_from(raw)
+        if union is _DOUBLE:
+            append((code, value if math.isfinite(value) else None))
+        elif value in _SENTINELS or value < 0 or (union is _USHORT and value == 0xFFFF):
+            append((code, None))
+        else:
+            append((code, value))
+    return out
+
+
 @dataclass(frozen=True)
 class Field:
     """One reading: its NVML field id (and scope: the NVLink link, for per-link fields), and
@@ -145,10 +197,11 @@ _FAILED = object()  # a group batch NVML refused as a whole
 
 
 class _Batch:
-    """One GPU's latest group answer: the tick it was read on, key -> entry, who took it, and
-    the readers that read this GPU (only their fields are asked: a disabled collector's are not)."""
+    """One GPU's latest group answer: the tick it was read on, key -> (nvmlReturn, value), who
+    took it, the readers that read this GPU (only their fields are asked: a disabled collector's
+    are not), and the key list asked (rebuilt only when a reader joins or drops a field)."""
 
-    __slots__ = ("lock", "tick", "entries", "taken", "readers")
+    __slots__ = ("lock", "tick", "entries", "taken", "readers", "keys", "shape")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -156,6 +209,8 @@ class _Batch:
         self.entries: Any = None
         self.taken: set[int] = set()
         self.readers: list[FieldReader] = []
+        self.keys: list = []
+        self.shape: tuple = ()
 
 
 class FieldGroup:
@@ -174,7 +229,7 @@ class FieldGroup:
         return batch
 
     def entries(self, gpu: Gpu, reader: FieldReader, tick: Any) -> Any:
-        """key -> c_nvmlFieldValue_t of this tick's batch (read now if ``reader`` already took the
+        """key -> (nvmlReturn, value) of this tick's batch (read now if ``reader`` already took the
         last one, or it is from another tick), or _FAILED when NVML refused the batch."""
         batch = self._batch(gpu)
         me = id(reader)
@@ -183,14 +238,18 @@ class FieldGroup:
             if new_reader:  # its fields join from now on (its first tick reads once more)
                 batch.readers.append(reader)
             if new_reader or batch.tick != tick or me in batch.taken or batch.entries is None:
-                keys: list = []
-                for r in batch.readers:
-                    for key in list(r._asking(gpu).values()):  # a copy: another thread may drop one
-                        if key not in keys:
-                            keys.append(key)
+                # A reader's fields only ever leave (refused for good): equal sizes, same keys.
+                askings = [r._asking(gpu) for r in batch.readers]
+                shape = tuple(len(a) for a in askings)
+                if shape != batch.shape:
+                    keys: dict = {}
+                    for asking in askings:
+                        keys.update(dict.fromkeys(list(asking.values())))  # a copy: another thread may drop one
+                    batch.keys, batch.shape = list(keys), shape
+                keys = batch.keys
                 values = gpu.query(pynvml.nvmlDeviceGetFieldValues, keys) if keys else None
                 batch.tick, batch.taken = tick, set()
-                batch.entries = _FAILED if values is None else dict(zip(keys, values, strict=False))
+                batch.entries = _FAILED if values is None else dict(zip(keys, decode_batch(values), strict=False))
             batch.taken.add(me)
             return batch.entries
 
@@ -211,6 +270,7 @@ class FieldReader:
         self._key = "nvml_read.fields:" + ",".join(
             f"{n}={f.field_id}/{f.scope}" for n, f in sorted(self.fields.items())
         )
+        self._fallbacks = [(n, f) for n, f in self.fields.items() if f.fallback is not None]
 
     def _asking(self, gpu: Gpu) -> dict[str, Any]:
         """Per GPU: name -> batch key of the fields still asked (all of them until refused for good)."""
@@ -226,24 +286,25 @@ class FieldReader:
             tick = current_tick.get() if self.group is not None else None
             if tick is not None:
                 entries = self.group.entries(gpu, self, tick)  # type: ignore[union-attr]
-                values = None if entries is _FAILED else [entries.get(asking[n]) for n in names]
+                answers = None if entries is _FAILED else [entries.get(asking[n]) for n in names]
                 batch_keys = None
             else:
                 batch_keys = [asking[n] for n in names]
                 values = gpu.query(pynvml.nvmlDeviceGetFieldValues, batch_keys)
-            if values is None:
+                answers = None if values is None else decode_batch(values)
+            if answers is None:
                 if batch_keys is not None and gpu.refused(pynvml.nvmlDeviceGetFieldValues, batch_keys):
                     for name in names:
                         asking.pop(name, None)
                 not_read.update(names)
             else:
-                for name, fv in zip(names, values, strict=False):
-                    if fv is None:  # not in the group's batch (asked for since): next tick
+                ok = pynvml.NVML_SUCCESS
+                for name, answer in zip(names, answers, strict=False):
+                    if answer is None:  # not in the group's batch (asked for since): next tick
                         not_read.add(name)
                         continue
-                    code = _get(fv, "nvmlReturn")
-                    if code == pynvml.NVML_SUCCESS:
-                        value = field_value(fv)
+                    code, value = answer
+                    if code == ok:
                         if value is not None:
                             out[name] = value
                         continue
@@ -254,8 +315,8 @@ class FieldReader:
                         asking.pop(name, None)
                     gpu.note_error(field_call(self.fields[name].field_id), code)
                     not_read.add(name)
-        for name, spec in self.fields.items():
-            if name in out or spec.fallback is None or (name in asking and name not in not_read):
+        for name, spec in self._fallbacks:
+            if name in out or (name in asking and name not in not_read):
                 continue
             value = valid(gpu.query(spec.fallback, *spec.fallback_args))
             if value is not None:

@@ -278,6 +278,8 @@ NVLINK_ERROR_FIELDS = {
 }
 HISTOGRAM_BUCKETS = ("max", "high", "partial", "low", "none")
 _NVLINK_READERS: dict[int, FieldReader] = {}
+# A reading's name in the per-link reader ("crc:3") -> (kind, link): parsed once, not every run.
+_NVLINK_KEYS: dict[str, tuple[str, int]] = {}
 
 
 def nvlink_error_reader(links: int) -> FieldReader:
@@ -285,14 +287,12 @@ def nvlink_error_reader(links: int) -> FieldReader:
     one field-values call per GPU (scopeId = link)."""
     reader = _NVLINK_READERS.get(links)
     if reader is None:
-        reader = _NVLINK_READERS[links] = FieldReader(
-            {
-                f"{kind}:{link}": Field(fid, scope=link)
-                for kind, fid in NVLINK_ERROR_FIELDS.items()
-                for link in range(links)
-            },
-            group=CYCLE,
-        )
+        fields = {}
+        for kind, fid in NVLINK_ERROR_FIELDS.items():
+            for link in range(links):
+                fields[f"{kind}:{link}"] = Field(fid, scope=link)
+                _NVLINK_KEYS[f"{kind}:{link}"] = (kind, link)
+        reader = _NVLINK_READERS[links] = FieldReader(fields, group=CYCLE)
     return reader
 
 
@@ -510,8 +510,11 @@ class HealthCollector(gpuagent.Collector):
             return {}
         out: dict[str, dict[int, int]] = {}
         for key, value in nvlink_error_reader(links).read(gpu).items():
-            kind, link = key.split(":")
-            out.setdefault(kind, {})[int(link)] = int(value)
+            kind, link = _NVLINK_KEYS[key]
+            links_of = out.get(kind)
+            if links_of is None:
+                links_of = out[kind] = {}
+            links_of[link] = int(value)
         if not out:
             self._nvlink_refused.add(gpu.index)  # the driver has none of them: do not ask again
         return out
@@ -533,11 +536,17 @@ class HealthCollector(gpuagent.Collector):
                 int(fabric.state), int(fabric.status), int(fabric.healthMask), getattr(fabric, "healthSummary", None)
             )
         window = cfg.error_window
+        counters = st.counters
 
-        def grew(name: str, value: Any, what: str, threshold: int) -> None:
-            if value is not None:
-                counter = st.counters.setdefault(name, CounterWindow())
-                findings.append(growth_finding(what, counter.add(now, int(value), window), threshold, window))
+        def grew(name: Any, value: Any, what: str, threshold: int) -> None:
+            if value is None:
+                return
+            counter = counters.get(name)
+            if counter is None:
+                counter = counters[name] = CounterWindow()
+            growth = counter.add(now, int(value), window)
+            if threshold > 0 and growth >= threshold:
+                findings.append(growth_finding(what, growth, threshold, window))
 
         grew("ecc", fields.get("ecc_uncorrected_volatile_total"), "uncorrectable ECC errors", cfg.ecc_uncorrected_errors)
         grew("pcie_replays", readings.get("pcie_replays"), "PCIe replays", cfg.pcie_replays)
@@ -548,8 +557,16 @@ class HealthCollector(gpuagent.Collector):
             "recovery": cfg.nvlink_recovery_errors,
         }
         for kind, links in nvlink.items():
+            threshold = thresholds[kind]
+            # keyed (kind, link) and worded only when it is a finding: up to 54 links a GPU each run
             for link, value in links.items():
-                grew(f"nvlink_{kind}_{link}", value, f"NVLink {kind} errors on link {link}", thresholds[kind])
+                counter = counters.get((kind, link))
+                if counter is None:
+                    counter = counters[(kind, link)] = CounterWindow()
+                growth = counter.add(now, value, window)
+                if threshold > 0 and growth >= threshold:
+                    what = f"NVLink {kind} errors on link {link}"
+                    findings.append(growth_finding(what, growth, threshold, window))
         findings += self._xid_findings(st, now)
         notes = [
             f"XID {code} at {clock_text(wall)} UTC expired after the {window_text(cfg.xid_window)} window"

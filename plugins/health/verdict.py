@@ -105,21 +105,34 @@ def fabric_findings(state: int | None, status: int | None, mask: int | None, sum
 
 
 class CounterWindow:
-    """Samples of one counter; ``growth`` is how much it grew over the last ``window`` seconds."""
+    """Samples of one counter; ``growth`` is how much it grew over the last ``window`` seconds.
 
-    __slots__ = ("samples",)
+    Only changes are kept: a sample equal to the last adds nothing (the baseline is the value
+    at or before the window's start, which an unchanged run of samples does not move). So a
+    counter that never moves costs one sample however short the interval, not window/interval
+    of them (900 a counter at 1 s, for every NVLink link of every GPU).
+    """
+
+    __slots__ = ("samples", "last")
 
     def __init__(self) -> None:
         self.samples: deque[tuple[float, int]] = deque()
+        self.last: int | None = None
 
     def add(self, t: float, value: int, window: float) -> int:
-        if self.samples and value < self.samples[-1][1]:
-            self.samples.clear()  # the counter was reset (driver reload, GPU reset): start again
-        self.samples.append((t, value))
+        samples = self.samples
+        if value != self.last:
+            if self.last is not None and value < self.last:
+                samples.clear()  # the counter was reset (driver reload, GPU reset): start again
+            samples.append((t, value))
+            self.last = value
+        if len(samples) == 1:
+            return 0
         # keep one sample at or before the window's start as the baseline
-        while len(self.samples) > 1 and self.samples[1][0] <= t - window:
-            self.samples.popleft()
-        return value - self.samples[0][1]
+        start = t - window
+        while len(samples) > 1 and samples[1][0] <= start:
+            samples.popleft()
+        return value - samples[0][1]
 
 
 def growth_finding(what: str, growth: int, threshold: int, window_s: float) -> Finding | None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import gzip
-import http.client
 import logging
 import os
 import socket
@@ -17,7 +16,7 @@ import threading
 import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BeforeValidator, Field, SecretStr, model_validator
 
@@ -28,6 +27,9 @@ from gpuagent.durations import Duration, Interval, parse_duration
 from gpuagent.errors import ConfigError
 from gpuagent.metric import Point
 from gpuagent.spool import ByteSize, Spool
+
+if TYPE_CHECKING:
+    import http.client
 
 log = logging.getLogger("gpuagent.sink.influxdb")
 
@@ -131,6 +133,9 @@ class _V1Transport:
     """
 
     def __init__(self, cfg: InfluxDBSinkConfig, token: str | None):
+        import http.client  # here, not at import: it loads ssl (4 MB) on agents that never send to InfluxDB
+
+        self._http = http.client
         params = {"db": cfg.database, "precision": "ns"}
         if cfg.retention_policy:
             params["rp"] = cfg.retention_policy
@@ -169,8 +174,8 @@ class _V1Transport:
             if self._idle:
                 return self._idle.pop(), True
         if self._https:
-            return http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout, context=self._ssl), False
-        return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout), False
+            return self._http.HTTPSConnection(self._host, self._port, timeout=self._timeout, context=self._ssl), False
+        return self._http.HTTPConnection(self._host, self._port, timeout=self._timeout), False
 
     def send(self, body: bytes, lines: int) -> Result:
         data = gzip.compress(body, compresslevel=1) if self._gzip else body
@@ -202,7 +207,7 @@ class _V1Transport:
             resp = conn.getresponse()
             got_answer = True
             payload = resp.read()
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, self._http.HTTPException) as exc:
             conn.close()
             if fired.is_set():
                 return Result(Outcome.RETRY, None, f"no complete answer within {self._timeout:g}s"), False

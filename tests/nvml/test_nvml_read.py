@@ -53,3 +53,47 @@ def test_field_value_decodes_by_type_and_drops_sentinels():
         pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 5, ret=pynvml.NVML_ERROR_NOT_SUPPORTED
     )
     assert field_value(refused) is None
+
+
+# Every value type with its sentinels and edge values, and codes besides SUCCESS.
+_DECODE_CASES = [
+    (pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", v) for v in (1.5, 0.0, -2.0, float("inf"), float("nan"))
+] + [
+    (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", v) for v in (5, 0, 0xFFFFFFFF, 0xFFFFFFFE)
+] + [
+    (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG, "ulVal", v) for v in (5, 2**40, 2**64 - 1)
+] + [
+    (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", v) for v in (7, 2**32 - 1, 2**64 - 1, 2**63)
+] + [
+    (pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", v) for v in (-5, 7, 2**62)
+] + [
+    (pynvml.NVML_VALUE_TYPE_SIGNED_INT, "siVal", v) for v in (-5, 7)
+] + [
+    (pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT, "usVal", v) for v in (12, 0, 0xFFFF)
+] + [(99, "ullVal", 3)]  # a value type this agent does not know
+
+
+def test_decode_batch_reads_every_entry_as_field_value_does():
+    """The batch decoder (one struct pass over the array's bytes) and the per-entry reader agree
+    on every type, sentinel and code: the faster path claims nothing the slower one would not."""
+    import math
+
+    from gpuagent.nvml_read import decode_batch
+
+    codes = (pynvml.NVML_SUCCESS, pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_GPU_IS_LOST)
+    cases = [(t, m, v, code) for t, m, v in _DECODE_CASES for code in codes]
+    array = (pynvml.c_nvmlFieldValue_t * len(cases))()
+    for entry, (value_type, member, value, code) in zip(array, cases, strict=True):
+        entry.valueType, entry.nvmlReturn = value_type, code
+        setattr(entry.value, member, value)
+    decoded = decode_batch(array)
+    assert len(decoded) == len(cases)
+    for (value_type, _member, value, code), entry, (got_code, got) in zip(cases, array, decoded, strict=True):
+        want = field_value(entry)
+        assert got_code == code
+        if isinstance(want, float) and math.isnan(want):
+            assert isinstance(got, float) and math.isnan(got)
+        else:
+            assert got == want and type(got) is type(want), (value_type, value, code, got, want)
+    # and the answers are not all None: the fast path reads real values
+    assert (pynvml.NVML_SUCCESS, 5) in decoded and (pynvml.NVML_SUCCESS, 1.5) in decoded

@@ -9,6 +9,8 @@ call as a whole succeeds. Counters are integrals of the load model since t=0, so
 
 from __future__ import annotations
 
+import ctypes
+
 import pynvml
 
 from gpuagent.sim.fakelib.args import E_INVALID, E_NS, OK, NvmlCalls, _int, _out
@@ -71,6 +73,9 @@ ECC_TOTAL_FIELDS = {
 
 
 PCIE_COUNTER_WRAP = 1 << 32
+_GET = ctypes.Structure.__getattribute__
+_SET = ctypes.Structure.__setattr__
+_SET_UNION = ctypes.Union.__setattr__
 
 
 class FieldValueCalls(NvmlCalls):
@@ -82,27 +87,33 @@ class FieldValueCalls(NvmlCalls):
             return E_INVALID
         st = dev.state()
         now_us = int(self.m.clock.now() * 1e6)
+        # Plain ctypes access, not pynvml's printable-structure hooks (a str/bytes check on every
+        # read and write): libnvidia-ml fills the array in C, and the hooks were most of this
+        # call's cost, which the agent's cost measurements should not carry.
+        get, put, put_value = _GET, _SET, _SET_UNION
+        gpu = dev.gpu if dev.is_mig else dev
         for i in range(n):
             fv = arr[i]
-            mirrored = MIRRORED_CALLS.get(fv.fieldId)
-            code = _gpu_guard(self.m, dev.gpu if dev.is_mig else dev, mirrored) if mirrored else None
+            field_id = get(fv, "fieldId")
+            mirrored = MIRRORED_CALLS.get(field_id)
+            code = _gpu_guard(self.m, gpu, mirrored) if mirrored else None
             if code is not None:
                 kind, value = None, code
             else:
-                kind, value = self._field(dev, st, fv.fieldId, fv.scopeId)
-            fv.timestamp = now_us
-            fv.latencyUsec = 0
+                kind, value = self._field(dev, st, field_id, get(fv, "scopeId"))
+            put(fv, "timestamp", now_us)
+            put(fv, "latencyUsec", 0)
             if kind is None:
-                fv.nvmlReturn = value
+                put(fv, "nvmlReturn", value)
                 continue
-            fv.nvmlReturn = OK
-            fv.valueType = kind
+            put(fv, "nvmlReturn", OK)
+            put(fv, "valueType", kind)
             if kind == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:
-                fv.value.uiVal = int(value)
+                put_value(get(fv, "value"), "uiVal", int(value))
             elif kind == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
-                fv.value.ullVal = int(value)
+                put_value(get(fv, "value"), "ullVal", int(value))
             else:
-                fv.value.dVal = float(value)
+                put_value(get(fv, "value"), "dVal", float(value))
         return OK
 
     def _field(self, dev, st, field_id, scope):

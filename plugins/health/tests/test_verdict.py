@@ -338,3 +338,46 @@ def test_a_gpu_back_after_a_reset_is_read_by_every_collector_without_a_restart(s
     assert seen[10] == ("ok", True)
     assert seen[20] == ("lost", False) and seen[30] == ("lost", False)
     assert seen[40][0] == "ok" and seen[50] == ("ok", True)  # back, in health and in power
+
+
+def _growth_keeping_every_sample(samples, window):
+    """The growth rule with every sample kept (the definition CounterWindow must match)."""
+    kept, out = [], []
+    for t, value in samples:
+        if kept and value < kept[-1][1]:
+            kept.clear()
+        kept.append((t, value))
+        while len(kept) > 1 and kept[1][0] <= t - window:
+            kept.pop(0)
+        out.append(value - kept[0][1])
+    return out
+
+
+def test_counter_window_keeps_only_changes_and_measures_the_same_growth():
+    """An NVLink error counter read every second for an error window of 900 s: a counter that
+    never moves keeps one sample (not 900 for each of 54 links of 8 GPUs), and the growth it
+    reports equals the rule's over every sample, resets and slow growth included."""
+    import random
+
+    from gpuagent.plugins.health.verdict import CounterWindow
+
+    still = CounterWindow()
+    for t in range(3000):
+        assert still.add(float(t), 4, 900.0) == 0
+    assert len(still.samples) == 1
+
+    rng = random.Random(7)
+    for _ in range(20):
+        value, samples = rng.randrange(100), []
+        for t in range(2000):
+            step = rng.random()
+            if step < 0.05:
+                value += rng.randrange(1, 50)
+            elif step < 0.052:
+                value = rng.randrange(10)  # a reset (driver reload, GPU reset)
+            samples.append((t * 0.7, value))
+        window = rng.choice([10.0, 60.0, 900.0])
+        counter = CounterWindow()
+        got = [counter.add(t, v, window) for t, v in samples]
+        assert got == _growth_keeping_every_sample(samples, window)
+        assert len(counter.samples) < 2000 * 0.2  # changes only
