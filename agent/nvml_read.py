@@ -131,6 +131,7 @@ _UNION = {
     pynvml.NVML_VALUE_TYPE_SIGNED_INT: struct.Struct("=i"),
     pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: struct.Struct("=H"),
 }
+_UNIONS = [_UNION.get(t) for t in range(max(_UNION) + 1)]  # by valueType: a list index, not a dict look-up
 _DOUBLE = _UNION[pynvml.NVML_VALUE_TYPE_DOUBLE]
 _USHORT = _UNION[pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT]
 
@@ -142,12 +143,12 @@ def decode_batch(values: Any) -> list[tuple[int, int | float | None]]:
         return [(_get(fv, "nvmlReturn"), field_value(fv)) for fv in values]
     out: list[tuple[int, int | float | None]] = []
     append = out.append
-    ok = pynvml.NVML_SUCCESS
+    ok, unions, known = pynvml.NVML_SUCCESS, _UNIONS, len(_UNIONS)
     for value_type, code, raw in _ENTRY.iter_unpack(bytes(values)):
         if code != ok:
             append((code, None))
             continue
-        union = _UNION.get(value_type)
+        union = unions[value_type] if value_type < known else None
         if union is None:
             append((code, None))
             continue
@@ -276,45 +277,54 @@ class FieldReader:
         """Per GPU: name -> batch key of the fields still asked (all of them until refused for good)."""
         return gpu.remember(self._key, lambda: {n: f.key for n, f in self.fields.items()})
 
+    def _take(self, gpu: Gpu, asking: dict, answers: Any, out: dict, not_read: set) -> None:
+        """Answers (name, (nvmlReturn, value) or None) into ``out``; the rest follow the policy."""
+        ok = pynvml.NVML_SUCCESS
+        failed = None
+        for name, answer in answers:
+            if answer is None:  # not in the group's batch (asked for since): next tick
+                not_read.add(name)
+            elif answer[0] == ok:
+                if answer[1] is not None:
+                    out[name] = answer[1]
+            elif failed is None:
+                failed = [(name, answer[0])]
+            else:
+                failed.append((name, answer[0]))
+        for name, code in failed or ():
+            if code == pynvml.NVML_ERROR_GPU_IS_LOST:
+                gpu.mark_lost(f"nvmlDeviceGetFieldValues: {pynvml.NVMLError(code)}")
+                raise GpuLost(gpu)
+            if code in PERMANENT_CODES:
+                asking.pop(name, None)
+            gpu.note_error(field_call(self.fields[name].field_id), code)
+            not_read.add(name)
+
     def read(self, gpu: Gpu) -> dict[str, int | float]:
         """Name -> raw value (sentinels dropped) for every reading the card gave this cycle."""
         asking = self._asking(gpu)
         out: dict[str, int | float] = {}
         not_read: set[str] = set()  # asked in the batch, not answered this cycle: try the fallback
         if asking:
-            names = list(asking)
             tick = current_tick.get() if self.group is not None else None
             if tick is not None:
                 entries = self.group.entries(gpu, self, tick)  # type: ignore[union-attr]
-                answers = None if entries is _FAILED else [entries.get(asking[n]) for n in names]
-                batch_keys = None
+                if entries is _FAILED:
+                    not_read.update(asking)
+                else:
+                    get = entries.get  # a copy of asking: another thread may drop a field meanwhile
+                    self._take(gpu, asking, [(n, get(k)) for n, k in list(asking.items())], out, not_read)
             else:
+                names = list(asking)
                 batch_keys = [asking[n] for n in names]
                 values = gpu.query(pynvml.nvmlDeviceGetFieldValues, batch_keys)
-                answers = None if values is None else decode_batch(values)
-            if answers is None:
-                if batch_keys is not None and gpu.refused(pynvml.nvmlDeviceGetFieldValues, batch_keys):
-                    for name in names:
-                        asking.pop(name, None)
-                not_read.update(names)
-            else:
-                ok = pynvml.NVML_SUCCESS
-                for name, answer in zip(names, answers, strict=False):
-                    if answer is None:  # not in the group's batch (asked for since): next tick
-                        not_read.add(name)
-                        continue
-                    code, value = answer
-                    if code == ok:
-                        if value is not None:
-                            out[name] = value
-                        continue
-                    if code == pynvml.NVML_ERROR_GPU_IS_LOST:
-                        gpu.mark_lost(f"nvmlDeviceGetFieldValues: {pynvml.NVMLError(code)}")
-                        raise GpuLost(gpu)
-                    if code in PERMANENT_CODES:
-                        asking.pop(name, None)
-                    gpu.note_error(field_call(self.fields[name].field_id), code)
-                    not_read.add(name)
+                if values is None:
+                    if gpu.refused(pynvml.nvmlDeviceGetFieldValues, batch_keys):
+                        for name in names:
+                            asking.pop(name, None)
+                    not_read.update(names)
+                else:
+                    self._take(gpu, asking, zip(names, decode_batch(values), strict=False), out, not_read)
         for name, spec in self._fallbacks:
             if name in out or (name in asking and name not in not_read):
                 continue

@@ -190,6 +190,10 @@ def run(quick: bool = False) -> dict:
             "spec": spec or f"real NVML ({len(agent.context.gpus)} GPUs)",
             "agent_ms_per_cycle": round(agent_total * 1000, 3),
             "bare_ms_per_cycle": round(bare_total * 1000, 3),
+            # What the agent adds on top of the calls, independent of how fast the NVML behind
+            # them is (the simulator here, a driver on a node): the ratio mixes in both.
+            "overhead_ms_per_cycle": round((agent_total - bare_total) * 1000, 3),
+            "overhead_us_per_point": round((agent_total - bare_total) * 1e6 / points_total, 1) if points_total else None,
             "nvml_calls_per_cycle": round(calls_total),
             "load_avg_1m": round(os.getloadavg()[0], 2),
             "points_per_cycle": round(points_total),

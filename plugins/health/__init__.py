@@ -24,6 +24,7 @@ from gpuagent.plugins.health.catalog import LOST_XID, load_catalog
 from gpuagent.plugins.health.verdict import (
     CounterWindow,
     Finding,
+    LinkCounters,
     clock_text,
     decide,
     fabric_findings,
@@ -278,21 +279,21 @@ NVLINK_ERROR_FIELDS = {
 }
 HISTOGRAM_BUCKETS = ("max", "high", "partial", "low", "none")
 _NVLINK_READERS: dict[int, FieldReader] = {}
-# A reading's name in the per-link reader ("crc:3") -> (kind, link): parsed once, not every run.
-_NVLINK_KEYS: dict[str, tuple[str, int]] = {}
 
 
 def nvlink_error_reader(links: int) -> FieldReader:
-    """The per-link error counters of a GPU with ``links`` links ("crc:3" ...), in the cycle's
-    one field-values call per GPU (scopeId = link)."""
+    """The per-link error counters of a GPU with ``links`` links, named (kind, link), in the
+    cycle's one field-values call per GPU (scopeId = link)."""
     reader = _NVLINK_READERS.get(links)
     if reader is None:
-        fields = {}
-        for kind, fid in NVLINK_ERROR_FIELDS.items():
-            for link in range(links):
-                fields[f"{kind}:{link}"] = Field(fid, scope=link)
-                _NVLINK_KEYS[f"{kind}:{link}"] = (kind, link)
-        reader = _NVLINK_READERS[links] = FieldReader(fields, group=CYCLE)
+        reader = _NVLINK_READERS[links] = FieldReader(
+            {
+                (kind, link): Field(fid, scope=link)  # type: ignore[misc]
+                for kind, fid in NVLINK_ERROR_FIELDS.items()
+                for link in range(links)
+            },
+            group=CYCLE,
+        )
     return reader
 
 
@@ -509,8 +510,7 @@ class HealthCollector(gpuagent.Collector):
             self._nvlink_refused.add(gpu.index)
             return {}
         out: dict[str, dict[int, int]] = {}
-        for key, value in nvlink_error_reader(links).read(gpu).items():
-            kind, link = _NVLINK_KEYS[key]
+        for (kind, link), value in nvlink_error_reader(links).read(gpu).items():  # type: ignore[misc]
             links_of = out.get(kind)
             if links_of is None:
                 links_of = out[kind] = {}
@@ -558,12 +558,10 @@ class HealthCollector(gpuagent.Collector):
         }
         for kind, links in nvlink.items():
             threshold = thresholds[kind]
-            # keyed (kind, link) and worded only when it is a finding: up to 54 links a GPU each run
-            for link, value in links.items():
-                counter = counters.get((kind, link))
-                if counter is None:
-                    counter = counters[(kind, link)] = CounterWindow()
-                growth = counter.add(now, value, window)
+            per_link = counters.get(("nvlink", kind))
+            if per_link is None:
+                per_link = counters[("nvlink", kind)] = LinkCounters()
+            for link, growth in per_link.growth(now, links, window).items():
                 if threshold > 0 and growth >= threshold:
                     what = f"NVLink {kind} errors on link {link}"
                     findings.append(growth_finding(what, growth, threshold, window))

@@ -135,6 +135,38 @@ class CounterWindow:
         return value - samples[0][1]
 
 
+class LinkCounters:
+    """The per-link CounterWindows of one NVLink error kind on one GPU. A run whose counts equal
+    the last run's, while every window holds a single sample, has grown nowhere: one dict
+    comparison instead of a window update for each of up to 18 links."""
+
+    __slots__ = ("windows", "last", "moving")
+
+    def __init__(self) -> None:
+        self.windows: dict[int, CounterWindow] = {}
+        self.last: dict[int, int] | None = None
+        self.moving = False  # some window holds more than one sample: its growth changes with time
+
+    def growth(self, t: float, links: dict[int, int], window: float) -> dict[int, int]:
+        """link -> growth over the window, for the links that grew."""
+        if not self.moving and links == self.last:
+            return {}
+        out: dict[int, int] = {}
+        moving = False
+        windows = self.windows
+        for link, value in links.items():
+            counter = windows.get(link)
+            if counter is None:
+                counter = windows[link] = CounterWindow()
+            grown = counter.add(t, value, window)
+            if grown:
+                out[link] = grown
+            if len(counter.samples) > 1:
+                moving = True
+        self.last, self.moving = dict(links), moving
+        return out
+
+
 def growth_finding(what: str, growth: int, threshold: int, window_s: float) -> Finding | None:
     if threshold <= 0 or growth < threshold:
         return None

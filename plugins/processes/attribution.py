@@ -8,6 +8,8 @@ names why (a reason); the caller counts the reasons and still writes the process
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuagent.plugins.processes import cgroup, slurm
@@ -38,12 +40,22 @@ class Owner:
 class Attributor:
     """``attributor(pid)`` -> Owner, remembered while /proc/PID is the same process (its
     inode time is set when the entry appears): a process's cgroup and environment are read
-    once, not every cycle. A look-up that failed is not remembered, so it is tried again."""
+    once, not every cycle. A look-up that failed (its reasons named) is asked again after
+    ``retry_s``, not every cycle: for an unprivileged agent that is every other user's process,
+    and each ask may fork `scontrol listpids`."""
 
-    def __init__(self, proc: str = "/proc", listpids: slurm.ListPids | None = None):
+    def __init__(
+        self,
+        proc: str = "/proc",
+        listpids: slurm.ListPids | None = None,
+        retry_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.proc = proc
         self.listpids = listpids
-        self._known: dict[int, tuple[int, Owner]] = {}
+        self.retry_s = retry_s
+        self.clock = clock
+        self._known: dict[int, tuple[int, Owner, float | None]] = {}  # pid -> (stamp, owner, retry at)
 
     def new_cycle(self) -> None:
         if self.listpids is not None:
@@ -56,11 +68,13 @@ class Attributor:
             self._known.pop(pid, None)
             return Owner(reasons=[PID_VANISHED])
         known = self._known.get(pid)
-        if known is not None and known[0] == stamp:
+        if known is not None and known[0] == stamp and (known[2] is None or self.clock() < known[2]):
             return known[1]
         owner = self._look_up(pid)
-        if PID_VANISHED not in owner.reasons and not owner.reasons:
-            self._known[pid] = (stamp, owner)
+        if PID_VANISHED in owner.reasons:
+            self._known.pop(pid, None)
+        else:
+            self._known[pid] = (stamp, owner, self.clock() + self.retry_s if owner.reasons else None)
         return owner
 
     def _look_up(self, pid: int) -> Owner:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
+from collections.abc import Callable
 
 # Environment variable -> tag. SLURM_JOBID / SLURM_STEPID: the older spellings.
 ENV_TAGS = (
@@ -67,15 +69,21 @@ def parse_listpids(text: str) -> dict[int, dict[str, str]]:
 class ListPids:
     """`scontrol listpids`, run at most once per collection and only when asked for."""
 
-    def __init__(self, scontrol: str | None = None, timeout: float = 2.0):
+    def __init__(self, scontrol: str | None = None, timeout: float = 2.0, retry_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic):
         self.scontrol = scontrol or shutil.which("scontrol")
         self.timeout = timeout
+        self.retry_s = retry_s  # after a failed ask, the failure stands this long (no fork per cycle)
+        self.clock = clock
         self._cache: dict[int, dict[str, str]] | None = None
         self.error: str | None = None
+        self._failed_until = float("-inf")
 
     def reset(self) -> None:
-        self._cache = None
-        self.error = None
+        """A new cycle: ask again when asked (unless the last ask failed less than retry_s ago)."""
+        if self.clock() >= self._failed_until:
+            self._cache = None
+            self.error = None
 
     def lookup(self, pid: int) -> dict[str, str] | None:
         """The job of ``pid``; None when Slurm does not know it or cannot be asked."""
@@ -93,9 +101,11 @@ class ListPids:
                 )
             except (OSError, subprocess.TimeoutExpired) as exc:
                 self.error = f"scontrol listpids: {exc}"
+                self._failed_until = self.clock() + self.retry_s
                 return None
             if done.returncode != 0:
                 self.error = f"scontrol listpids: {(done.stderr or done.stdout).strip()[:200]}"
+                self._failed_until = self.clock() + self.retry_s
                 return None
             self._cache = parse_listpids(done.stdout)
         return self._cache.get(pid)
