@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextvars
 import ctypes
 import math
+import operator
 import struct
 import threading
 import weakref
@@ -195,6 +196,8 @@ def field_call(field_id: int) -> str:
 current_tick: contextvars.ContextVar[Any] = contextvars.ContextVar("gpuagent_tick", default=None)
 
 _FAILED = object()  # a group batch NVML refused as a whole
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)  # (nvmlReturn, value), (name, key)
+_ALL_OK = {pynvml.NVML_SUCCESS}
 
 
 class _Batch:
@@ -277,21 +280,28 @@ class FieldReader:
         """Per GPU: name -> batch key of the fields still asked (all of them until refused for good)."""
         return gpu.remember(self._key, lambda: {n: f.key for n, f in self.fields.items()})
 
-    def _take(self, gpu: Gpu, asking: dict, answers: Any, out: dict, not_read: set) -> None:
-        """Answers (name, (nvmlReturn, value) or None) into ``out``; the rest follow the policy."""
+    def _take(self, gpu: Gpu, asking: dict, names: list, answers: list, out: dict, not_read: set) -> None:
+        """Answers ((nvmlReturn, value), or None: not in the batch) of ``names`` into ``out``;
+        the rest follow the policy."""
+        if None not in answers and set(map(_FIRST, answers)) == _ALL_OK:
+            # Every entry answered (the usual cycle): C-level passes, no Python step per entry.
+            values = list(map(_SECOND, answers))
+            if None in values:
+                out.update([(n, v) for n, v in zip(names, values, strict=True) if v is not None])
+            else:
+                out.update(zip(names, values, strict=True))
+            return
         ok = pynvml.NVML_SUCCESS
-        failed = None
-        for name, answer in answers:
+        failed = []
+        for name, answer in zip(names, answers, strict=True):
             if answer is None:  # not in the group's batch (asked for since): next tick
                 not_read.add(name)
             elif answer[0] == ok:
                 if answer[1] is not None:
                     out[name] = answer[1]
-            elif failed is None:
-                failed = [(name, answer[0])]
             else:
                 failed.append((name, answer[0]))
-        for name, code in failed or ():
+        for name, code in failed:
             if code == pynvml.NVML_ERROR_GPU_IS_LOST:
                 gpu.mark_lost(f"nvmlDeviceGetFieldValues: {pynvml.NVMLError(code)}")
                 raise GpuLost(gpu)
@@ -312,8 +322,10 @@ class FieldReader:
                 if entries is _FAILED:
                     not_read.update(asking)
                 else:
-                    get = entries.get  # a copy of asking: another thread may drop a field meanwhile
-                    self._take(gpu, asking, [(n, get(k)) for n, k in list(asking.items())], out, not_read)
+                    items = list(asking.items())  # a copy: another thread may drop a field meanwhile
+                    names = list(map(_FIRST, items))
+                    answers = list(map(entries.get, map(_SECOND, items)))
+                    self._take(gpu, asking, names, answers, out, not_read)
             else:
                 names = list(asking)
                 batch_keys = [asking[n] for n in names]
@@ -324,7 +336,7 @@ class FieldReader:
                             asking.pop(name, None)
                     not_read.update(names)
                 else:
-                    self._take(gpu, asking, zip(names, decode_batch(values), strict=False), out, not_read)
+                    self._take(gpu, asking, names, decode_batch(values), out, not_read)
         for name, spec in self._fallbacks:
             if name in out or (name in asking and name not in not_read):
                 continue

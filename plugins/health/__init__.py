@@ -278,23 +278,19 @@ NVLINK_ERROR_FIELDS = {
     "recovery": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
 }
 HISTOGRAM_BUCKETS = ("max", "high", "partial", "low", "none")
-_NVLINK_READERS: dict[int, FieldReader] = {}
+_NVLINK_READERS: dict[int, dict[str, FieldReader]] = {}
 
 
-def nvlink_error_reader(links: int) -> FieldReader:
-    """The per-link error counters of a GPU with ``links`` links, named (kind, link), in the
-    cycle's one field-values call per GPU (scopeId = link)."""
-    reader = _NVLINK_READERS.get(links)
-    if reader is None:
-        reader = _NVLINK_READERS[links] = FieldReader(
-            {
-                (kind, link): Field(fid, scope=link)  # type: ignore[misc]
-                for kind, fid in NVLINK_ERROR_FIELDS.items()
-                for link in range(links)
-            },
-            group=CYCLE,
-        )
-    return reader
+def nvlink_error_readers(links: int) -> dict[str, FieldReader]:
+    """kind -> the reader of that error counter on each of ``links`` links (named by link), in
+    the cycle's one field-values call per GPU (scopeId = link)."""
+    readers = _NVLINK_READERS.get(links)
+    if readers is None:
+        readers = _NVLINK_READERS[links] = {
+            kind: FieldReader({link: Field(fid, scope=link) for link in range(links)}, group=CYCLE)  # type: ignore[misc]
+            for kind, fid in NVLINK_ERROR_FIELDS.items()
+        }
+    return readers
 
 
 def fabric_info(handle: Any) -> Any:
@@ -510,11 +506,12 @@ class HealthCollector(gpuagent.Collector):
             self._nvlink_refused.add(gpu.index)
             return {}
         out: dict[str, dict[int, int]] = {}
-        for (kind, link), value in nvlink_error_reader(links).read(gpu).items():  # type: ignore[misc]
-            links_of = out.get(kind)
-            if links_of is None:
-                links_of = out[kind] = {}
-            links_of[link] = int(value)
+        for kind, reader in nvlink_error_readers(links).items():
+            counts = reader.read(gpu)  # link -> count
+            if counts:
+                if set(map(type, counts.values())) != {int}:  # a driver answering another value type
+                    counts = {link: int(value) for link, value in counts.items()}
+                out[kind] = counts  # type: ignore[assignment]
         if not out:
             self._nvlink_refused.add(gpu.index)  # the driver has none of them: do not ask again
         return out
