@@ -255,7 +255,8 @@ NVLINK_COUNTER_KINDS = {
 }
 
 def counter(m, dev, kind: str, link: int | None = None) -> int:
-    state = peek(m, dev.index)
+    table = getattr(m, "health_faults", None)  # peek, inline: read per NVLink link per cycle
+    state = table.get(dev.index) if table else None
     return state.count(kind, link, m.now()) if state is not None else 0
 
 
