@@ -32,10 +32,24 @@ NA32 = 0xFFFFFFFF
 _CArg = type(ctypes.byref(ctypes.c_int()))
 _CTYPES_BASES = (ctypes._SimpleCData, ctypes.Structure, ctypes.Union, ctypes.Array, ctypes._Pointer)
 _PASSABLE: set[type] = {int, bool, bytes, str, type(None), _CArg}
+_Pointer = ctypes._Pointer
 
 
 def check_args(args: tuple) -> None:
     """Refuse what ctypes refuses for a function without argtypes."""
+    for a in args:  # the common case: types already seen, ints in range
+        t = type(a)
+        if t is int:
+            if not -0x8000000000000000 <= a <= 0xFFFFFFFFFFFFFFFF:
+                break
+        elif t not in _PASSABLE:
+            break
+    else:
+        return
+    _check_args(args)
+
+
+def _check_args(args: tuple) -> None:
     for i, a in enumerate(args, 1):
         t = type(a)
         if t in _PASSABLE:
@@ -66,14 +80,14 @@ def _out(a):
         return a._obj
     if a is None or t is int:
         return None
-    if isinstance(a, ctypes._Pointer):
+    if isinstance(a, _Pointer):
         return a.contents if a else None
     return a
 
 
 def _addr(h) -> int | None:
     """Address held by an opaque handle argument."""
-    if isinstance(h, ctypes._Pointer):
+    if isinstance(h, _Pointer):
         try:
             return addressof(h.contents)
         except ValueError:  # NULL
