@@ -255,8 +255,7 @@ NVLINK_COUNTER_KINDS = {
 }
 
 def counter(m, dev, kind: str, link: int | None = None) -> int:
-    table = getattr(m, "health_faults", None)  # peek, inline: read per NVLink link per cycle
-    state = table.get(dev.index) if table else None
+    state = peek(m, dev.index)
     return state.count(kind, link, m.now()) if state is not None else 0
 
 

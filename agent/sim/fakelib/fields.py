@@ -88,13 +88,12 @@ _FV_SIZE = ctypes.sizeof(_FV)
 _TS = _FV.timestamp.offset
 assert (_FV.scopeId.offset, _FV.latencyUsec.offset, _FV.valueType.offset) == (4, _TS + 8, _TS + 16)
 assert (_FV.nvmlReturn.offset, _FV.value.offset) == (_TS + 20, _TS + 24)
-_IDS = struct.Struct("=II").unpack_from  # fieldId, scopeId
+_IDS = struct.Struct(f"=II{_FV_SIZE - 8}x").iter_unpack  # fieldId, scopeId of each entry
 _ERROR = struct.Struct("=qq").pack_into  # timestamp, latencyUsec (valueType left as it was)
 _RETURN = struct.Struct("=I").pack_into  # nvmlReturn
-_PACK = {  # timestamp, latencyUsec, valueType, nvmlReturn, value; the mask ctypes' store applies
-    UI: (struct.Struct("=qqIII").pack_into, 0xFFFFFFFF),
-    ULL: (struct.Struct("=qqIIQ").pack_into, 0xFFFFFFFFFFFFFFFF),
-}
+# timestamp, latencyUsec, valueType, nvmlReturn, value
+_PACK_UI = struct.Struct("=qqIII").pack_into
+_PACK_ULL = struct.Struct("=qqIIQ").pack_into
 _PACK_DOUBLE = struct.Struct("=qqIId").pack_into
 
 
@@ -117,24 +116,36 @@ class FieldValueCalls(NvmlCalls):
         # libnvidia-ml fills the array in C; here one pack per entry writes what the ctypes
         # fields would (the same bytes), with the same IndexError past the array's end.
         size = len(arr)
-        for i in range(min(n, size)):
-            base = i * _FV_SIZE
-            field_id, scope = _IDS(arr, base)
+        end = min(n, size) * _FV_SIZE
+        # A byte view: struct reads a ctypes object's buffer slower (a format string per access).
+        raw = memoryview(arr).cast("B")
+        error, put_return, pack_ui, pack_ull, pack_double = (
+            _ERROR, _RETURN, _PACK_UI, _PACK_ULL, _PACK_DOUBLE
+        )
+        guard = _gpu_guard
+        at = _TS - _FV_SIZE
+        for field_id, scope in _IDS(raw[:end]):
+            at += _FV_SIZE
             mirrored = mirrored_calls.get(field_id)
-            code = _gpu_guard(m, gpu, mirrored) if mirrored else None
-            if code is None:
+            if mirrored is None or (code := guard(m, gpu, mirrored)) is None:
                 handler = handlers.get(field_id)
-                kind, value = handler(self, dev, st, scope) if handler else (None, E_NS)
-                if kind is not None:
-                    pack = _PACK.get(kind)
-                    if pack is None:
-                        _PACK_DOUBLE(arr, base + _TS, now_us, 0, kind, OK, float(value))
-                    else:
-                        pack[0](arr, base + _TS, now_us, 0, kind, OK, int(value) & pack[1])
-                    continue
-                code = value
-            _ERROR(arr, base + _TS, now_us, 0)
-            _RETURN(arr, base + _TS + 20, code & 0xFFFFFFFF)  # ctypes' c_uint store masks too
+                if handler is None:
+                    code = E_NS
+                else:
+                    kind, value = handler(self, dev, st, scope)
+                    # the masks: what ctypes' c_uint / c_ulonglong stores keep of an int
+                    if kind == UI:
+                        pack_ui(raw, at, now_us, 0, UI, OK, int(value) & 0xFFFFFFFF)
+                        continue
+                    if kind == ULL:
+                        pack_ull(raw, at, now_us, 0, ULL, OK, int(value) & 0xFFFFFFFFFFFFFFFF)
+                        continue
+                    if kind is not None:
+                        pack_double(raw, at, now_us, 0, kind, OK, float(value))
+                        continue
+                    code = value
+            error(raw, at, now_us, 0)
+            put_return(raw, at + 20, code & 0xFFFFFFFF)  # ctypes' c_uint store masks too
         if n > size:
             arr[size]  # noqa: B018 (the IndexError ctypes raises for it)
         return OK
@@ -274,7 +285,7 @@ def _nvlink_link_count(calls, dev, st, scope):
 def _nvlink_state(calls, dev, st, scope):
     # nvml.h: "NVLink State - Active,Inactive", scopeId = the link; the value
     # nvmlDeviceGetNvLinkState answers for that link.
-    nv = _nvlink(dev)
+    nv = dev.nvlink if not dev.mig_enabled else None  # _nvlink(dev), inline: one per link
     if not nv:
         return None, E_NS
     if not 0 <= scope < int(nv["links"]):
