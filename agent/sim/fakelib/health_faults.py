@@ -17,7 +17,17 @@ import ctypes
 
 import pynvml
 
-from gpuagent.sim.fakelib.args import E_INVALID, E_NS, E_VERSION, OK, NvmlCalls, _out
+from gpuagent.sim.fakelib.args import (
+    _GET,
+    _SET,
+    E_INVALID,
+    E_NS,
+    E_VERSION,
+    OK,
+    NvmlCalls,
+    _out,
+    _version,
+)
 from gpuagent.sim.fakelib.calls import device_call
 from gpuagent.sim.health_faults import FABRIC_STATES, counter, fabric_default, pcie_replays, peek
 
@@ -53,20 +63,25 @@ class HealthFaultCalls(NvmlCalls):
         o = _out(info)
         if o is None:
             return E_INVALID
-        if getattr(o, "version", None) not in FABRIC_VERSIONS:
+        if _version(o) not in FABRIC_VERSIONS:
             return E_VERSION
         state = peek(self.m, dev.index)
         name = (state.fabric_state(self.m.now()) if state else None) or fabric_default(dev)
         if name is None:
             return E_NS
         fabric_state, status, mask = FABRIC_STATES[name]
-        ctypes.memset(ctypes.addressof(o.clusterUuid), 0, pynvml.NVML_GPU_FABRIC_UUID_LEN)
-        o.status, o.cliqueId, o.state, o.healthMask = status, 0, fabric_state, mask
-        if o.version == pynvml.nvmlGpuFabricInfo_v3:
-            o.healthSummary = (
+        ctypes.memset(ctypes.addressof(_GET(o, "clusterUuid")), 0, pynvml.NVML_GPU_FABRIC_UUID_LEN)
+        _SET(o, "status", status)
+        _SET(o, "cliqueId", 0)
+        _SET(o, "state", fabric_state)
+        _SET(o, "healthMask", mask)
+        if _GET(o, "version") == pynvml.nvmlGpuFabricInfo_v3:
+            _SET(
+                o,
+                "healthSummary",
                 pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY
                 if mask
-                else pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED
+                else pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED,
             )
         return OK
 
