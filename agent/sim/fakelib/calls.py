@@ -53,7 +53,13 @@ def device_call(fn=None, *, forced_on_mig_handles: bool = True):
             code = dev.fixed.get(name)
         else:
             dev.call_counts[slot] += 1
-            code = _gpu_guard(m, dev, name)
+            # _gpu_guard, inline: every call with a GPU handle passes here
+            if dev.lost_at is not None and _is_lost(m, dev):
+                return E_LOST
+            forced = m.forced
+            code = forced.get((name, dev.index), forced.get((name, None))) if forced else None
+            if code is None:
+                code = dev.fixed.get(name)
         if code is not None:
             return code
         return fn(self, dev, *args)
