@@ -523,6 +523,8 @@ class SimMachine:
         self._seq = 0
         self.event_sets: dict[int, Any] = {}
         self.gpm_samples: dict[int, Any] = {}
+        # GPU index -> DeviceHealth (gpuagent.sim.health_faults); set here so a read finds it at once
+        self.health_faults: dict[int, Any] = {}
         for item in self.items:
             for fault in item.faults:
                 self.apply(fault)

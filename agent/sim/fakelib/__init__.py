@@ -65,7 +65,7 @@ from gpuagent.sim.machine import SimDevice, SimMachine, SimMigDevice
 
 
 class FakeNvmlLib(
-    HealthFaultCalls,  # first: its _field answers the health field ids, then defers to FieldValueCalls
+    HealthFaultCalls,  # first: its field handlers answer the health field ids before FieldValueCalls'
     SystemCalls,
     IdentityCalls,
     MemoryCalls,

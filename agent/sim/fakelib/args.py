@@ -32,10 +32,39 @@ NA32 = 0xFFFFFFFF
 _CArg = type(ctypes.byref(ctypes.c_int()))
 _CTYPES_BASES = (ctypes._SimpleCData, ctypes.Structure, ctypes.Union, ctypes.Array, ctypes._Pointer)
 _PASSABLE: set[type] = {int, bool, bytes, str, type(None), _CArg}
+_Pointer = ctypes._Pointer
+_POINTER_TYPES: set[type] = set()  # the handle types seen that are ctypes pointers
+
+
+# Plain ctypes attribute access, past pynvml's printable-structure hooks (a str/bytes check on
+# every read and write): the same for the numbers and bytes the fake library reads and writes.
+_GET = ctypes.Structure.__getattribute__
+_SET = ctypes.Structure.__setattr__
+
+
+def _version(o):
+    """``o.version``, None if it has none (getattr(o, "version", None) without the hook)."""
+    try:
+        return _GET(o, "version")
+    except AttributeError:
+        return None
 
 
 def check_args(args: tuple) -> None:
     """Refuse what ctypes refuses for a function without argtypes."""
+    for a in args:  # the common case: types already seen, ints in range
+        t = type(a)
+        if t is int:
+            if not -0x8000000000000000 <= a <= 0xFFFFFFFFFFFFFFFF:
+                break
+        elif t not in _PASSABLE:
+            break
+    else:
+        return
+    _check_args(args)
+
+
+def _check_args(args: tuple) -> None:
     for i, a in enumerate(args, 1):
         t = type(a)
         if t in _PASSABLE:
@@ -66,21 +95,25 @@ def _out(a):
         return a._obj
     if a is None or t is int:
         return None
-    if isinstance(a, ctypes._Pointer):
+    if isinstance(a, _Pointer):
         return a.contents if a else None
     return a
 
 
 def _addr(h) -> int | None:
     """Address held by an opaque handle argument."""
-    if isinstance(h, ctypes._Pointer):
+    t = type(h)
+    # A set lookup, not isinstance(h, _Pointer) (ctypes' metaclass makes that ~4x slower).
+    if t not in _POINTER_TYPES and isinstance(h, _Pointer):
+        _POINTER_TYPES.add(t)
+    if t in _POINTER_TYPES:
         try:
             return addressof(h.contents)
         except ValueError:  # NULL
             return None
-    if type(h) is int:
+    if t is int:
         return h
-    if type(h) is _CArg:
+    if t is _CArg:
         return _addr(h._obj)
     if isinstance(h, c_void_p):
         return h.value
@@ -130,10 +163,10 @@ def _fill_value(slot, i, item, arr):
 
 def _fill_proc(slot, i, item, arr):
     pid, used, gi, ci = item
-    slot.pid = pid
-    slot.usedGpuMemory = used
-    slot.gpuInstanceId = gi
-    slot.computeInstanceId = ci
+    _SET(slot, "pid", pid)
+    _SET(slot, "usedGpuMemory", used)
+    _SET(slot, "gpuInstanceId", gi)
+    _SET(slot, "computeInstanceId", ci)
 
 
 class NvmlCalls:

@@ -39,17 +39,27 @@ def device_call(fn=None, *, forced_on_mig_handles: bool = True):
         dev = m.by_addr.get(_addr(handle))
         if dev is None:
             return E_INVALID
-        gpu = dev.gpu if dev.is_mig else dev
-        gpu.call_counts[slot] += 1
-        if dev.is_mig and not forced_on_mig_handles:
-            code = E_LOST if _is_lost(m, gpu) else None
+        if dev.is_mig:
+            gpu = dev.gpu
+            gpu.call_counts[slot] += 1
+            if not forced_on_mig_handles:
+                code = E_LOST if _is_lost(m, gpu) else None
+            else:
+                code = _lost_or_forced(m, gpu, name)
+            if code is not None:
+                return code
+            if name not in MIG_HANDLE_CALLS:
+                return E_NS
+            code = dev.fixed.get(name)
         else:
-            code = _lost_or_forced(m, gpu, name)
-        if code is not None:
-            return code
-        if dev.is_mig and name not in MIG_HANDLE_CALLS:
-            return E_NS
-        code = gpu.fixed.get(name) if not dev.is_mig else dev.fixed.get(name)
+            dev.call_counts[slot] += 1
+            # _gpu_guard, inline: every call with a GPU handle passes here
+            if dev.lost_at is not None and _is_lost(m, dev):
+                return E_LOST
+            forced = m.forced
+            code = forced.get((name, dev.index), forced.get((name, None))) if forced else None
+            if code is None:
+                code = dev.fixed.get(name)
         if code is not None:
             return code
         return fn(self, dev, *args)
@@ -88,16 +98,24 @@ def _is_lost(m: SimMachine, gpu: SimDevice) -> bool:
 
 def _lost_or_forced(m: SimMachine, gpu: SimDevice, name: str) -> int | None:
     """GPU_IS_LOST once the GPU is lost, else a code forced for this call, else None."""
-    if _is_lost(m, gpu):
+    if gpu.lost_at is not None and _is_lost(m, gpu):  # no clock read for a GPU never lost
         return E_LOST
-    if m.forced:
-        return m.forced.get((name, gpu.index), m.forced.get((name, None)))
+    forced = m.forced
+    if forced:
+        return forced.get((name, gpu.index), forced.get((name, None)))
     return None
 
 
 def _gpu_guard(m: SimMachine, gpu: SimDevice, name: str) -> int | None:
-    code = _lost_or_forced(m, gpu, name)
-    return code if code is not None else gpu.fixed.get(name)
+    """_lost_or_forced, then the card's fixed code for the call (inline: the hot path)."""
+    if gpu.lost_at is not None and _is_lost(m, gpu):
+        return E_LOST
+    forced = m.forced
+    if forced:
+        code = forced.get((name, gpu.index), forced.get((name, None)))
+        if code is not None:
+            return code
+    return gpu.fixed.get(name)
 
 
 def owned_call(resolver: str):

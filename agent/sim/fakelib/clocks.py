@@ -11,11 +11,13 @@ from __future__ import annotations
 from gpuagent.sim.fakelib.args import E_INVALID, NvmlCalls, _fill_value, _int
 from gpuagent.sim.fakelib.calls import device_call
 
+CLOCK_NAMES = {0: "graphics", 1: "sm", 2: "memory", 3: "video"}  # nvmlClockType_t
+
 
 class ClockCalls(NvmlCalls):
     def _clock(self, dev, kind, which: str):
         k = _int(kind)
-        names = {0: "graphics", 1: "sm", 2: "memory", 3: "video"}
+        names = CLOCK_NAMES
         if k not in names:
             return None
         if which == "max":

@@ -10,6 +10,7 @@ call as a whole succeeds. Counters are integrals of the load model since t=0, so
 from __future__ import annotations
 
 import ctypes
+import struct
 
 import pynvml
 
@@ -73,9 +74,27 @@ ECC_TOTAL_FIELDS = {
 
 
 PCIE_COUNTER_WRAP = 1 << 32
+UI = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+ULL = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
 _GET = ctypes.Structure.__getattribute__
 _SET = ctypes.Structure.__setattr__
 _SET_UNION = ctypes.Union.__setattr__
+
+# nvmlFieldValue_t as nvml.h lays it out, written with one struct.pack_into per entry (ctypes
+# attribute writes were most of this call's cost). A union member written as uiVal leaves the
+# union's other 4 bytes as they were, as a uiVal store does.
+_FV = pynvml.c_nvmlFieldValue_t
+_FV_SIZE = ctypes.sizeof(_FV)
+_TS = _FV.timestamp.offset
+assert (_FV.scopeId.offset, _FV.latencyUsec.offset, _FV.valueType.offset) == (4, _TS + 8, _TS + 16)
+assert (_FV.nvmlReturn.offset, _FV.value.offset) == (_TS + 20, _TS + 24)
+_IDS = struct.Struct(f"=II{_FV_SIZE - 8}x").iter_unpack  # fieldId, scopeId of each entry
+_ERROR = struct.Struct("=qq").pack_into  # timestamp, latencyUsec (valueType left as it was)
+_RETURN = struct.Struct("=I").pack_into  # nvmlReturn
+# timestamp, latencyUsec, valueType, nvmlReturn, value
+_PACK_UI = struct.Struct("=qqIII").pack_into
+_PACK_ULL = struct.Struct("=qqIIQ").pack_into
+_PACK_DOUBLE = struct.Struct("=qqIId").pack_into
 
 
 class FieldValueCalls(NvmlCalls):
@@ -87,9 +106,52 @@ class FieldValueCalls(NvmlCalls):
             return E_INVALID
         st = dev.state()
         now_us = int(self.m.clock.now() * 1e6)
-        # Plain ctypes access, not pynvml's printable-structure hooks (a str/bytes check on every
-        # read and write): libnvidia-ml fills the array in C, and the hooks were most of this
-        # call's cost, which the agent's cost measurements should not carry.
+        fast = isinstance(arr, ctypes.Array) and arr._type_ is _FV
+        if not fast or not -(1 << 63) <= now_us < 1 << 63:  # else as ctypes would store it
+            return self._fill_values(dev, st, now_us, n, arr)
+        m = self.m
+        gpu = dev.gpu if dev.is_mig else dev
+        handlers = self._field_handlers()
+        mirrored_calls = MIRRORED_CALLS
+        # libnvidia-ml fills the array in C; here one pack per entry writes what the ctypes
+        # fields would (the same bytes), with the same IndexError past the array's end.
+        size = len(arr)
+        end = min(n, size) * _FV_SIZE
+        # A byte view: struct reads a ctypes object's buffer slower (a format string per access).
+        raw = memoryview(arr).cast("B")
+        error, put_return, pack_ui, pack_ull, pack_double = (
+            _ERROR, _RETURN, _PACK_UI, _PACK_ULL, _PACK_DOUBLE
+        )
+        guard = _gpu_guard
+        at = _TS - _FV_SIZE
+        for field_id, scope in _IDS(raw[:end]):
+            at += _FV_SIZE
+            mirrored = mirrored_calls.get(field_id)
+            if mirrored is None or (code := guard(m, gpu, mirrored)) is None:
+                handler = handlers.get(field_id)
+                if handler is None:
+                    code = E_NS
+                else:
+                    kind, value = handler(self, dev, st, scope)
+                    # the masks: what ctypes' c_uint / c_ulonglong stores keep of an int
+                    if kind == UI:
+                        pack_ui(raw, at, now_us, 0, UI, OK, int(value) & 0xFFFFFFFF)
+                        continue
+                    if kind == ULL:
+                        pack_ull(raw, at, now_us, 0, ULL, OK, int(value) & 0xFFFFFFFFFFFFFFFF)
+                        continue
+                    if kind is not None:
+                        pack_double(raw, at, now_us, 0, kind, OK, float(value))
+                        continue
+                    code = value
+            error(raw, at, now_us, 0)
+            put_return(raw, at + 20, code & 0xFFFFFFFF)  # ctypes' c_uint store masks too
+        if n > size:
+            arr[size]  # noqa: B018 (the IndexError ctypes raises for it)
+        return OK
+
+    def _fill_values(self, dev, st, now_us, n, arr):
+        """Any other array form (or none): entry by entry through ctypes, as before."""
         get, put, put_value = _GET, _SET, _SET_UNION
         gpu = dev.gpu if dev.is_mig else dev
         for i in range(n):
@@ -108,102 +170,171 @@ class FieldValueCalls(NvmlCalls):
                 continue
             put(fv, "nvmlReturn", OK)
             put(fv, "valueType", kind)
-            if kind == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:
+            if kind == UI:
                 put_value(get(fv, "value"), "uiVal", int(value))
-            elif kind == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
+            elif kind == ULL:
                 put_value(get(fv, "value"), "ullVal", int(value))
             else:
                 put_value(get(fv, "value"), "dVal", float(value))
         return OK
 
-    def _field(self, dev, st, field_id, scope):
-        ui, ull = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-        if field_id in (pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, pynvml.NVML_FI_DEV_ENERGY):
-            return ull, st.energy_j * 1000
-        if field_id in (pynvml.NVML_FI_DEV_POWER_INSTANT, pynvml.NVML_FI_DEV_POWER_AVERAGE):
-            return ui, st.power_w * 1000
-        limit = self._power_limit_field(dev, field_id)
-        if limit is not None:
-            return limit
-        kind = ECC_TOTAL_FIELDS.get(field_id)
-        if kind is not None:  # the numbers nvmlDeviceGetTotalEccErrors answers, faults included
-            return ull, ecc_total(self.m, dev, kind)
-        remap = REMAP_FIELDS.get(field_id)
-        if remap is not None:  # as nvmlDeviceGetRemappedRows answers them, faults included
-            return ui, remapped_rows(self.m, dev)[remap]
-        if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:
-            if str(dev.profile["memory"].get("type", "")).startswith("HBM"):
-                return ui, st.temp_c + 6
-            return None, E_NS
-        if field_id in (pynvml.NVML_FI_DEV_ECC_CURRENT, pynvml.NVML_FI_DEV_ECC_PENDING):
-            # nvmlDeviceGetEccMode's current and pending modes (the simulator keeps one).
-            gpu = dev.gpu if dev.is_mig else dev
-            return (ui, 1 if gpu.ecc.get("enabled") else 0) if gpu.ecc else (None, E_NS)
-        if field_id == pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
-            return ui, dev.pcie_replays
-        if field_id == pynvml.NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER:
-            return ui, 0  # the replay counter never wraps in a simulated run
-        bit = REASON_TIME_FIELDS.get(field_id)
-        if bit is not None:
-            if not dev.reason_counters:
-                return None, E_NS
-            return ull, st.reason_s[bit] * 1e9
-        if field_id in (
-            pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
-            pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
-        ):
-            share = 0.12 if field_id == pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES else 0.2
-            total = int(st.util_s / 100 * dev.model.pcie_kbps * 1000 * share)
-            # nvml.h: "PCIe transmit bytes. Value can be wrapped." It names no width; the sim
-            # wraps at 2**32 (PCIE_COUNTER_WRAP), so readers see a wrap within a run.
-            return ull, total % PCIE_COUNTER_WRAP
-        nv = dev.nvlink if not dev.mig_enabled else None  # no NVLink queries in MIG mode
-        if field_id == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
-            return (ui, nv["links"]) if nv else (None, E_NS)
-        if field_id == pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
-            # nvml.h: "NVLink State - Active,Inactive", scopeId = the link; the value
-            # nvmlDeviceGetNvLinkState answers for that link.
-            if not nv:
-                return None, E_NS
-            if not 0 <= scope < int(nv["links"]):
-                return None, E_INVALID
-            active = _link_active(self.m, dev)
-            return ui, pynvml.NVML_FEATURE_ENABLED if active else pynvml.NVML_FEATURE_DISABLED
-        if field_id in (
-            pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON,
-            pynvml.NVML_FI_DEV_NVLINK_GET_SPEED,
-        ):
-            return (ui, nv.get("speed_mbps", 25000)) if nv else (None, E_NS)
-        if field_id in (
-            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
-            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX,
-            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX,
-        ):
-            if not nv:
-                return None, E_NS
-            total_kib = _nvlink_bytes(self.m, dev, st.util_s) / 1024
-            if field_id in (
-                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX,
-                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX,
-            ):
-                total_kib *= 1.06
-            links = int(nv["links"])
-            return ull, total_kib / links if scope < links else total_kib
-        return None, E_NS
+    @classmethod
+    def _field_handlers(cls) -> dict:
+        """Field id -> handler(calls, dev, st, scope) -> (value type, value) or (None, code):
+        every class's FIELD_HANDLERS, an earlier base's (HealthFaultCalls) winning."""
+        table = cls.__dict__.get("_merged_field_handlers")
+        if table is None:
+            table = {}
+            for klass in reversed(cls.__mro__):
+                table.update(klass.__dict__.get("FIELD_HANDLERS", {}))
+            cls._merged_field_handlers = table
+        return table
 
-    @staticmethod
-    def _power_limit_field(dev, field_id):
-        """nvml.h's power-limit fields (mW), the same numbers as their calls: CURRENT_LIMIT is
-        the enforced limit (nvmlDeviceGetEnforcedPowerLimit), REQUESTED_LIMIT the management
-        limit (nvmlDeviceGetPowerManagementLimit), MIN/MAX the constraints, DEFAULT the default."""
-        key = {
-            pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: "limit",
-            pynvml.NVML_FI_DEV_POWER_REQUESTED_LIMIT: "limit",
-            pynvml.NVML_FI_DEV_POWER_MIN_LIMIT: "min",
-            pynvml.NVML_FI_DEV_POWER_MAX_LIMIT: "max",
-            pynvml.NVML_FI_DEV_POWER_DEFAULT_LIMIT: "default",
-        }.get(field_id)
-        if key is None:
-            return None
-        return pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, int(dev.power[key] * 1000)
+    def _field(self, dev, st, field_id, scope):
+        handler = self._field_handlers().get(field_id)
+        return handler(self, dev, st, scope) if handler else (None, E_NS)
+
+
+POWER_LIMIT_FIELDS = {
+    pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: "limit",
+    pynvml.NVML_FI_DEV_POWER_REQUESTED_LIMIT: "limit",
+    pynvml.NVML_FI_DEV_POWER_MIN_LIMIT: "min",
+    pynvml.NVML_FI_DEV_POWER_MAX_LIMIT: "max",
+    pynvml.NVML_FI_DEV_POWER_DEFAULT_LIMIT: "default",
+}
+
+
+# -- one handler per field id: (calls, dev, st, scope) -> (value type, value) or (None, code) --
+def _energy(calls, dev, st, scope):
+    return ULL, st.energy_j * 1000
+
+
+def _power(calls, dev, st, scope):
+    return UI, st.power_w * 1000
+
+
+def _power_limit(key):
+    def answer(calls, dev, st, scope):
+        return UI, int(dev.power[key] * 1000)
+
+    return answer
+
+
+def _ecc_total(key):
+    def answer(calls, dev, st, scope):  # as nvmlDeviceGetTotalEccErrors answers, faults included
+        return ULL, ecc_total(calls.m, dev, key)
+
+    return answer
+
+
+def _remapped(index):
+    def answer(calls, dev, st, scope):  # as nvmlDeviceGetRemappedRows answers, faults included
+        return UI, remapped_rows(calls.m, dev)[index]
+
+    return answer
+
+
+def _memory_temp(calls, dev, st, scope):
+    if str(dev.profile["memory"].get("type", "")).startswith("HBM"):
+        return UI, st.temp_c + 6
+    return None, E_NS
+
+
+def _ecc_mode(calls, dev, st, scope):
+    # nvmlDeviceGetEccMode's current and pending modes (the simulator keeps one).
+    gpu = dev.gpu if dev.is_mig else dev
+    return (UI, 1 if gpu.ecc.get("enabled") else 0) if gpu.ecc else (None, E_NS)
+
+
+def _pcie_replays(calls, dev, st, scope):
+    return UI, dev.pcie_replays
+
+
+def _pcie_rollovers(calls, dev, st, scope):
+    return UI, 0  # the replay counter never wraps in a simulated run
+
+
+def _reason_time(bit):
+    def answer(calls, dev, st, scope):
+        if not dev.reason_counters:
+            return None, E_NS
+        return ULL, st.reason_s[bit] * 1e9
+
+    return answer
+
+
+def _pcie_bytes(share):
+    def answer(calls, dev, st, scope):
+        total = int(st.util_s / 100 * dev.model.pcie_kbps * 1000 * share)
+        # nvml.h: "PCIe transmit bytes. Value can be wrapped." It names no width; the sim
+        # wraps at 2**32 (PCIE_COUNTER_WRAP), so readers see a wrap within a run.
+        return ULL, total % PCIE_COUNTER_WRAP
+
+    return answer
+
+
+def _nvlink(dev):
+    return dev.nvlink if not dev.mig_enabled else None  # no NVLink queries in MIG mode
+
+
+def _nvlink_link_count(calls, dev, st, scope):
+    nv = _nvlink(dev)
+    return (UI, nv["links"]) if nv else (None, E_NS)
+
+
+def _nvlink_state(calls, dev, st, scope):
+    # nvml.h: "NVLink State - Active,Inactive", scopeId = the link; the value
+    # nvmlDeviceGetNvLinkState answers for that link.
+    nv = dev.nvlink if not dev.mig_enabled else None  # _nvlink(dev), inline: one per link
+    if not nv:
+        return None, E_NS
+    if not 0 <= scope < int(nv["links"]):
+        return None, E_INVALID
+    active = _link_active(calls.m, dev)
+    return UI, pynvml.NVML_FEATURE_ENABLED if active else pynvml.NVML_FEATURE_DISABLED
+
+
+def _nvlink_speed(calls, dev, st, scope):
+    nv = _nvlink(dev)
+    return (UI, nv.get("speed_mbps", 25000)) if nv else (None, E_NS)
+
+
+def _nvlink_throughput(raw):
+    def answer(calls, dev, st, scope):
+        nv = _nvlink(dev)
+        if not nv:
+            return None, E_NS
+        total_kib = _nvlink_bytes(calls.m, dev, st.util_s) / 1024
+        if raw:
+            total_kib *= 1.06
+        links = int(nv["links"])
+        return ULL, total_kib / links if scope < links else total_kib
+
+    return answer
+
+
+FieldValueCalls.FIELD_HANDLERS = {
+    pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: _energy,
+    pynvml.NVML_FI_DEV_ENERGY: _energy,
+    pynvml.NVML_FI_DEV_POWER_INSTANT: _power,
+    pynvml.NVML_FI_DEV_POWER_AVERAGE: _power,
+    **{f: _power_limit(key) for f, key in POWER_LIMIT_FIELDS.items()},
+    **{f: _ecc_total(key) for f, key in ECC_TOTAL_FIELDS.items()},
+    **{f: _remapped(index) for f, index in REMAP_FIELDS.items()},
+    pynvml.NVML_FI_DEV_MEMORY_TEMP: _memory_temp,
+    pynvml.NVML_FI_DEV_ECC_CURRENT: _ecc_mode,
+    pynvml.NVML_FI_DEV_ECC_PENDING: _ecc_mode,
+    pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: _pcie_replays,
+    pynvml.NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER: _pcie_rollovers,
+    **{f: _reason_time(bit) for f, bit in REASON_TIME_FIELDS.items()},
+    pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: _pcie_bytes(0.12),
+    pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: _pcie_bytes(0.2),
+    pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT: _nvlink_link_count,
+    pynvml.NVML_FI_DEV_NVLINK_GET_STATE: _nvlink_state,
+    pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON: _nvlink_speed,
+    pynvml.NVML_FI_DEV_NVLINK_GET_SPEED: _nvlink_speed,
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: _nvlink_throughput(False),
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: _nvlink_throughput(False),
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX: _nvlink_throughput(True),
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX: _nvlink_throughput(True),
+}

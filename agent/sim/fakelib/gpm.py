@@ -76,6 +76,8 @@ _GPM_SHARE = {
 
 GPM_MIN_INTERVAL_S = 0.1
 E_NOT_READY = pynvml.NVML_ERROR_NOT_READY
+_GET = ctypes.Structure.__getattribute__
+_SET = ctypes.Structure.__setattr__
 
 
 class GpmCalls(NvmlCalls):
@@ -139,10 +141,14 @@ class GpmCalls(NvmlCalls):
         mg = _out(arg)
         if mg is None:
             return E_INVALID
-        if mg.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+        # Plain ctypes access, not pynvml's printable-structure hooks (a str/bytes check on every
+        # read and write; no field read here is a string, none written is a str).
+        get, put = _GET, _SET
+        if get(mg, "version") != pynvml.NVML_GPM_METRICS_GET_VERSION:
             return E_VERSION
-        s1 = self.m.gpm_samples.get(_addr(mg.sample1))
-        s2 = self.m.gpm_samples.get(_addr(mg.sample2))
+        samples = self.m.gpm_samples
+        s1 = samples.get(_addr(get(mg, "sample1")))
+        s2 = samples.get(_addr(get(mg, "sample2")))
         if (
             s1 is None
             or s2 is None
@@ -152,7 +158,8 @@ class GpmCalls(NvmlCalls):
             or s1.gi != s2.gi
         ):
             return E_INVALID
-        if mg.numMetrics > pynvml.NVML_GPM_METRIC_MAX:
+        count = get(mg, "numMetrics")
+        if count > pynvml.NVML_GPM_METRIC_MAX:
             return E_INVALID
         dev = s1.gpu
         code = _gpu_guard(self.m, dev, "nvmlGpmMetricsGet")
@@ -171,16 +178,18 @@ class GpmCalls(NvmlCalls):
         mix = dev.model.mix
         pcie = dev.model.pcie_kbps * 1000 / (1 << 20)
         nvl = _nvlink_bytes(self.m, dev, util) / (1 << 20) if dev.nvlink else 0.0
-        for i in range(mg.numMetrics):
-            metric = mg.metrics[i]
-            mid = metric.metricId
+        metrics = get(mg, "metrics")
+        for i in range(count):
+            metric = metrics[i]
+            mid = get(metric, "metricId")
             value = None
+            share = _GPM_SHARE.get(mid)
             if mid == pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL:
                 value = mem
             elif mid == pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL:
                 value = util
-            elif mid in _GPM_SHARE:
-                value = util * mix.get(_GPM_SHARE[mid], 0.0) if _GPM_SHARE[mid] != "busy" else util
+            elif share is not None:
+                value = util * mix.get(share, 0.0) if share != "busy" else util
             elif mid == pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC:
                 value = pcie * util / 100 * 0.12
             elif mid == pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC:
@@ -193,14 +202,13 @@ class GpmCalls(NvmlCalls):
             elif dev.nvlink and 62 <= mid <= 61 + 2 * int(dev.nvlink["links"]) and s1.gi is None:
                 value = nvl / int(dev.nvlink["links"])
             if value is None:
-                metric.nvmlReturn = E_NS
-                metric.value = 0.0
+                put(metric, "nvmlReturn", E_NS)
+                put(metric, "value", 0.0)
                 continue
-            metric.nvmlReturn = OK
-            metric.value = float(min(value, 100.0) if mid < 20 else value)
+            put(metric, "nvmlReturn", OK)
+            put(metric, "value", float(min(value, 100.0) if mid < 20 else value))
             names = GPM_METRIC_NAMES.get(mid)
             if names:
-                metric.metricInfo.shortName, metric.metricInfo.longName, metric.metricInfo.unit = (
-                    names
-                )
+                info = get(metric, "metricInfo")
+                info.shortName, info.longName, info.unit = names
         return OK

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pynvml
 
-from gpuagent.sim.fakelib.args import E_INVALID, OK, NvmlCalls, _fill_value, _int, _out
+from gpuagent.sim.fakelib.args import _SET, E_INVALID, OK, NvmlCalls, _fill_value, _int, _out
 from gpuagent.sim.fakelib.calls import device_call
 from gpuagent.sim.health_faults import peek
 
@@ -111,5 +111,9 @@ class HealthCalls(NvmlCalls):
         # a failed remapping leaves a bank with none (the H100 capture: Max 2560 bank(s), rest 0).
         used = (state.remapped(now) + state.remap_pending(now)) if state else 0
         failed = 1 if state and state.remap_failure(now) else 0
-        o.max, o.high, o.partial, o.low, o.none = banks - used - failed, used, 0, 0, failed
+        _SET(o, "max", banks - used - failed)
+        _SET(o, "high", used)
+        _SET(o, "partial", 0)
+        _SET(o, "low", 0)
+        _SET(o, "none", failed)
         return OK

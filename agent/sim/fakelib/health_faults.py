@@ -7,8 +7,8 @@ included), zero error counters, and on Hopper NVSwitch boards fabric "Completed 
 the health fields N/A. The PCIe error-count fields (NVML_FI_DEV_PCIE_COUNT_*) answer on Hopper
 and newer only ("where the driver has them"); elsewhere NOT_SUPPORTED, as is the fabric info.
 
-This class must come before FieldValueCalls in FakeNvmlLib's bases: its ``_field`` answers the
-field ids above and hands every other id to FieldValueCalls._field.
+This class must come before FieldValueCalls in FakeNvmlLib's bases: its FIELD_HANDLERS answer the
+field ids above ahead of FieldValueCalls' own.
 """
 
 from __future__ import annotations
@@ -17,7 +17,17 @@ import ctypes
 
 import pynvml
 
-from gpuagent.sim.fakelib.args import E_INVALID, E_NS, E_VERSION, OK, NvmlCalls, _out
+from gpuagent.sim.fakelib.args import (
+    _GET,
+    _SET,
+    E_INVALID,
+    E_NS,
+    E_VERSION,
+    OK,
+    NvmlCalls,
+    _out,
+    _version,
+)
 from gpuagent.sim.fakelib.calls import device_call
 from gpuagent.sim.health_faults import FABRIC_STATES, counter, fabric_default, pcie_replays, peek
 
@@ -48,44 +58,71 @@ NEWER_PCIE_COUNTERS = ("Hopper", "Blackwell")
 
 
 class HealthFaultCalls(NvmlCalls):
-    def _field(self, dev, st, field_id, scope):
-        m = self.m
-        if field_id == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
-            state = peek(m, dev.index)
-            return UI, state.recovery_action(m.now()) if state else pynvml.NVML_GPU_RECOVERY_ACTION_NONE
-        if field_id == pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
-            return UI, pcie_replays(m, dev)
-        if field_id in PCIE_COUNT_FIELDS:
-            if dev.profile.get("architecture") not in NEWER_PCIE_COUNTERS:
-                return None, E_NS
-            kind = PCIE_COUNT_FIELDS[field_id]
-            return UI, counter(m, dev, kind) if kind else 0
-        if field_id in NVLINK_DL_FIELDS:
-            if not dev.nvlink or dev.mig_enabled:  # no NVLink, or NVLink queries in MIG mode
-                return None, E_NS
-            if not 0 <= int(scope) < int(dev.nvlink["links"]):
-                return None, E_INVALID
-            return ULL, counter(m, dev, NVLINK_DL_FIELDS[field_id], int(scope))
-        return super()._field(dev, st, field_id, scope)
-
     @device_call
     def nvmlDeviceGetGpuFabricInfoV(self, dev, info=None):
         o = _out(info)
         if o is None:
             return E_INVALID
-        if getattr(o, "version", None) not in FABRIC_VERSIONS:
+        if _version(o) not in FABRIC_VERSIONS:
             return E_VERSION
         state = peek(self.m, dev.index)
         name = (state.fabric_state(self.m.now()) if state else None) or fabric_default(dev)
         if name is None:
             return E_NS
         fabric_state, status, mask = FABRIC_STATES[name]
-        ctypes.memset(ctypes.addressof(o.clusterUuid), 0, pynvml.NVML_GPU_FABRIC_UUID_LEN)
-        o.status, o.cliqueId, o.state, o.healthMask = status, 0, fabric_state, mask
-        if o.version == pynvml.nvmlGpuFabricInfo_v3:
-            o.healthSummary = (
+        ctypes.memset(ctypes.addressof(_GET(o, "clusterUuid")), 0, pynvml.NVML_GPU_FABRIC_UUID_LEN)
+        _SET(o, "status", status)
+        _SET(o, "cliqueId", 0)
+        _SET(o, "state", fabric_state)
+        _SET(o, "healthMask", mask)
+        if _GET(o, "version") == pynvml.nvmlGpuFabricInfo_v3:
+            _SET(
+                o,
+                "healthSummary",
                 pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY
                 if mask
-                else pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED
+                else pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED,
             )
         return OK
+
+
+# -- field handlers, (calls, dev, st, scope) -> (value type, value) or (None, code) -----------
+def _recovery_action(calls, dev, st, scope):
+    m = calls.m
+    state = peek(m, dev.index)
+    return UI, state.recovery_action(m.now()) if state else pynvml.NVML_GPU_RECOVERY_ACTION_NONE
+
+
+def _pcie_replays(calls, dev, st, scope):
+    return UI, pcie_replays(calls.m, dev)
+
+
+def _pcie_count(kind):
+    def answer(calls, dev, st, scope):
+        if dev.profile.get("architecture") not in NEWER_PCIE_COUNTERS:
+            return None, E_NS
+        return UI, counter(calls.m, dev, kind) if kind else 0
+
+    return answer
+
+
+def _nvlink_dl(kind):
+    def answer(calls, dev, st, scope):
+        if not dev.nvlink or dev.mig_enabled:  # no NVLink, or NVLink queries in MIG mode
+            return None, E_NS
+        if not 0 <= int(scope) < int(dev.nvlink["links"]):
+            return None, E_INVALID
+        m = calls.m
+        state = m.health_faults.get(dev.index)  # counter(), inline: one per link and kind
+        return ULL, state.count(kind, int(scope), m.now()) if state is not None else 0
+
+    return answer
+
+
+# Read before FieldValueCalls' handlers (see FieldValueCalls._field_handlers).
+HealthFaultCalls.FIELD_HANDLERS = {
+    pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: _recovery_action,
+    pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: _pcie_replays,
+    **{f: _pcie_count(kind) for f, kind in PCIE_COUNT_FIELDS.items()},
+    **{f: _nvlink_dl(kind) for f, kind in NVLINK_DL_FIELDS.items()},
+}

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 import pynvml
 
-from gpuagent.sim.fakelib.args import E_INVALID, E_NS, E_VERSION, OK, NvmlCalls, _out
+from gpuagent.sim.fakelib.args import (
+    _SET,
+    E_INVALID,
+    E_NS,
+    E_VERSION,
+    OK,
+    NvmlCalls,
+    _out,
+    _version,
+)
 from gpuagent.sim.fakelib.calls import device_call
 
 
@@ -35,7 +44,9 @@ class MemoryCalls(NvmlCalls):
         if o is None:
             return E_INVALID
         total, reserved, used = self._memory(dev)
-        o.total, o.used, o.free = total, used + reserved, total - used - reserved
+        _SET(o, "total", total)
+        _SET(o, "used", used + reserved)
+        _SET(o, "free", total - used - reserved)
         return OK
 
     @device_call
@@ -43,10 +54,13 @@ class MemoryCalls(NvmlCalls):
         o = _out(out)
         if o is None:
             return E_INVALID
-        if getattr(o, "version", None) != pynvml.nvmlMemory_v2:
+        if _version(o) != pynvml.nvmlMemory_v2:
             return E_VERSION
         total, reserved, used = self._memory(dev)
-        o.total, o.reserved, o.used, o.free = total, reserved, used, total - reserved - used
+        _SET(o, "total", total)
+        _SET(o, "reserved", reserved)
+        _SET(o, "used", used)
+        _SET(o, "free", total - reserved - used)
         return OK
 
     @device_call
@@ -56,7 +70,9 @@ class MemoryCalls(NvmlCalls):
             return E_INVALID
         total = dev.bar1_bytes
         used = (2 << 20) if (dev.gpu if dev.is_mig else dev).model.scenario != "idle" else 0
-        o.bar1Total, o.bar1Used, o.bar1Free = total, used, total - used
+        _SET(o, "bar1Total", total)
+        _SET(o, "bar1Used", used)
+        _SET(o, "bar1Free", total - used)
         return OK
 
     @device_call

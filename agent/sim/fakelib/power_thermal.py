@@ -10,7 +10,17 @@ from __future__ import annotations
 
 import pynvml
 
-from gpuagent.sim.fakelib.args import E_INVALID, E_NS, E_VERSION, OK, NvmlCalls, _int, _out
+from gpuagent.sim.fakelib.args import (
+    _GET,
+    _SET,
+    E_INVALID,
+    E_NS,
+    E_VERSION,
+    OK,
+    NvmlCalls,
+    _int,
+    _out,
+)
 from gpuagent.sim.fakelib.calls import device_call
 
 
@@ -56,11 +66,11 @@ class PowerThermalCalls(NvmlCalls):
         o = _out(out)
         if o is None:
             return E_INVALID
-        if o.version != pynvml.nvmlTemperature_v1:
+        if _GET(o, "version") != pynvml.nvmlTemperature_v1:
             return E_VERSION
-        if o.sensorType != pynvml.NVML_TEMPERATURE_GPU:
+        if _GET(o, "sensorType") != pynvml.NVML_TEMPERATURE_GPU:
             return E_INVALID
-        o.temperature = int(round(dev.state().temp_c))
+        _SET(o, "temperature", int(round(dev.state().temp_c)))
         return OK
 
     @device_call

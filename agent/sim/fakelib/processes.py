@@ -22,6 +22,8 @@ from __future__ import annotations
 import pynvml
 
 from gpuagent.sim.fakelib.args import (
+    _GET,
+    _SET,
     E_INVALID,
     E_NOT_FOUND,
     E_NS,
@@ -115,28 +117,28 @@ class ProcessCalls(NvmlCalls):
         o = _out(info)
         if o is None:
             return E_INVALID
-        if o.version != pynvml.ProcessesUtilizationInfo_v1:
+        if _GET(o, "version") != pynvml.ProcessesUtilizationInfo_v1:
             return E_VERSION
-        samples = self._samples(dev, int(o.lastSeenTimeStamp))
+        samples = self._samples(dev, int(_GET(o, "lastSeenTimeStamp")))
         if samples is None:
             return E_NS
         if not samples:
             return E_NOT_FOUND
-        if not o.procUtilArray or o.processSamplesCount < len(samples):
-            o.processSamplesCount = len(samples)
+        array = _GET(o, "procUtilArray")
+        if not array or _GET(o, "processSamplesCount") < len(samples):
+            _SET(o, "processSamplesCount", len(samples))
             return E_SIZE
         for i, (stamp, pid, sm, mem, enc, dec) in enumerate(samples):
-            s = o.procUtilArray[i]
-            s.timeStamp, s.pid, s.smUtil, s.memUtil, s.encUtil, s.decUtil = (
-                stamp,
-                pid,
-                sm,
-                mem,
-                enc,
-                dec,
-            )
-            s.jpgUtil = s.ofaUtil = 0
-        o.processSamplesCount = len(samples)
+            s = array[i]
+            _SET(s, "timeStamp", stamp)
+            _SET(s, "pid", pid)
+            _SET(s, "smUtil", sm)
+            _SET(s, "memUtil", mem)
+            _SET(s, "encUtil", enc)
+            _SET(s, "decUtil", dec)
+            _SET(s, "jpgUtil", 0)
+            _SET(s, "ofaUtil", 0)
+        _SET(o, "processSamplesCount", len(samples))
         return OK
 
     # -- accounting -----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ fixed 167 ms sampling period.
 
 from __future__ import annotations
 
-from gpuagent.sim.fakelib.args import E_INVALID, OK, NvmlCalls, _out
+from gpuagent.sim.fakelib.args import _SET, E_INVALID, OK, NvmlCalls, _out
 from gpuagent.sim.fakelib.calls import device_call
 
 
@@ -18,8 +18,8 @@ class UtilizationCalls(NvmlCalls):
         if o is None:
             return E_INVALID
         st = dev.state()
-        o.gpu = int(round(st.util))
-        o.memory = int(round(st.mem_util))
+        _SET(o, "gpu", int(round(st.util)))
+        _SET(o, "memory", int(round(st.mem_util)))
         return OK
 
     def _codec_util(self, dev, util=None, period=None):
