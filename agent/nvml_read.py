@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import contextvars
 import ctypes
+import itertools
 import math
 import operator
 import struct
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -137,11 +139,51 @@ _DOUBLE = _UNION[pynvml.NVML_VALUE_TYPE_DOUBLE]
 _USHORT = _UNION[pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT]
 
 
+# The usual batch (every entry answered, every value an unsigned integer, no sentinel) is read
+# as 8-byte words: valueType and nvmlReturn share one word (little-endian: type low, code high),
+# the value union is the next. A few C-level passes for the whole batch, none per entry.
+_WORDS = (
+    _PACKED
+    and sys.byteorder == "little"
+    and ctypes.sizeof(_FV) % 8 == 0
+    and _FV.valueType.offset % 8 == 0
+    and _FV.value.offset % 8 == 0
+)
+_STRIDE = ctypes.sizeof(_FV) // 8
+_TYPE_WORD, _VALUE_WORD = _FV.valueType.offset // 8, _FV.value.offset // 8
+_UINT = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+_UNSIGNED = {_UINT, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG}
+if ctypes.sizeof(ctypes.c_ulong) == 8:
+    _UNSIGNED.add(pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG)
+_SENTINEL_SET = frozenset(_SENTINELS)
+
+
+def _decode_words(values: Any) -> list[tuple[int, int]] | None:
+    """The usual batch's answers, or None when any entry needs the per-entry path."""
+    words = memoryview(values).cast("B").cast("Q")
+    kinds = words[_TYPE_WORD::_STRIDE].tolist()  # valueType | nvmlReturn << 32
+    found = set(kinds)
+    if not found <= _UNSIGNED:  # an error code, a signed, short or double value
+        return None
+    numbers = words[_VALUE_WORD::_STRIDE].tolist()
+    if not _SENTINEL_SET.isdisjoint(numbers):
+        return None
+    # an unsigned int fills the low half of the union: the high half must be the zeroes pynvml
+    # allocated, or the per-entry path reads the low half alone
+    if _UINT in found and max(itertools.compress(numbers, map(_UINT.__eq__, kinds))) > 0xFFFFFFFF:
+        return None
+    return list(zip(itertools.repeat(pynvml.NVML_SUCCESS), numbers))
+
+
 def decode_batch(values: Any) -> list[tuple[int, int | float | None]]:
     """(nvmlReturn, value) for each entry of an nvmlDeviceGetFieldValues answer, in order; the
     value as ``field_value`` gives it (None on an error, an unknown type or a sentinel)."""
     if not _PACKED or not isinstance(values, ctypes.Array):
         return [(_get(fv, "nvmlReturn"), field_value(fv)) for fv in values]
+    if _WORDS and len(values):
+        answers = _decode_words(values)
+        if answers is not None:
+            return answers  # type: ignore[return-value]
     out: list[tuple[int, int | float | None]] = []
     append = out.append
     ok, unions, known = pynvml.NVML_SUCCESS, _UNIONS, len(_UNIONS)

@@ -97,3 +97,44 @@ def test_decode_batch_reads_every_entry_as_field_value_does():
             assert got == want and type(got) is type(want), (value_type, value, code, got, want)
     # and the answers are not all None: the fast path reads real values
     assert (pynvml.NVML_SUCCESS, 5) in decoded and (pynvml.NVML_SUCCESS, 1.5) in decoded
+
+
+def test_decode_batch_word_path_agrees_with_field_value():
+    """The usual batch (all answered, unsigned values) is read as 8-byte words; it must give what
+    the per-entry reader gives, and hand anything unusual (a sentinel, an error, an unsigned int
+    whose union has a non-zero high half) to the per-entry path with the same result."""
+    import itertools
+
+    from gpuagent.nvml_read import _decode_words, decode_batch
+
+    def batch(entries):
+        array = (pynvml.c_nvmlFieldValue_t * len(entries))()
+        for entry, (value_type, member, value, code) in zip(array, entries, strict=True):
+            entry.valueType, entry.nvmlReturn = value_type, code
+            setattr(entry.value, member, value)
+        return array
+
+    ui, ull = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    ok = pynvml.NVML_SUCCESS
+    usual = [(ui, "uiVal", i * 7, ok) if i % 3 == 0 else (ull, "ullVal", i * 1_000_003, ok) for i in range(97)]
+    array = batch(usual)
+    assert _decode_words(array) is not None  # the fast path is taken ...
+    assert decode_batch(array) == [(ok, field_value(fv)) for fv in array]  # ... and agrees
+    assert decode_batch(array)[3] == (ok, 21) and decode_batch(array)[4] == (ok, 4_000_012)
+
+    unusual = {
+        "sentinel": usual[:5] + [(ull, "ullVal", 0xFFFFFFFFFFFFFFFF, ok)],
+        "error": usual[:5] + [(ull, "ullVal", 5, pynvml.NVML_ERROR_NOT_SUPPORTED)],
+        "double": usual[:5] + [(pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", 2.5, ok)],
+    }
+    for name, entries in unusual.items():
+        array = batch(entries)
+        assert _decode_words(array) is None, name
+        assert decode_batch(array) == [(fv.nvmlReturn, field_value(fv)) for fv in array], name
+    # an unsigned int entry whose union's high half is not zero: only the low half is the value
+    array = batch(usual[:4])
+    array[0].value.ullVal = (5 << 32) | 9
+    array[0].valueType = ui
+    assert _decode_words(array) is None
+    assert decode_batch(array)[0] == (ok, 9) == (ok, field_value(array[0]))
+    assert list(itertools.islice(decode_batch(array), 1, None)) == [(ok, field_value(fv)) for fv in array[1:]]
