@@ -118,9 +118,7 @@ class DeviceHealth:
 
 def health_of(machine: Any, gpu: int) -> DeviceHealth:
     """GPU ``gpu``'s DeviceHealth (created on first use: a machine without health faults has none)."""
-    table = getattr(machine, "health_faults", None)
-    if table is None:
-        table = machine.health_faults = {}
+    table = machine.health_faults
     state = table.get(gpu)
     if state is None:
         state = table[gpu] = DeviceHealth()
@@ -129,8 +127,7 @@ def health_of(machine: Any, gpu: int) -> DeviceHealth:
 
 def peek(machine: Any, gpu: int) -> DeviceHealth | None:
     """GPU ``gpu``'s DeviceHealth if any health fault was ever set on it (the calls' fast path)."""
-    table = getattr(machine, "health_faults", None)
-    return table.get(gpu) if table else None
+    return machine.health_faults.get(gpu)
 
 
 @dataclass(frozen=True)

@@ -53,13 +53,7 @@ def device_call(fn=None, *, forced_on_mig_handles: bool = True):
             code = dev.fixed.get(name)
         else:
             dev.call_counts[slot] += 1
-            # _gpu_guard, inline: every call with a GPU handle passes here
-            if dev.lost_at is not None and _is_lost(m, dev):
-                return E_LOST
-            forced = m.forced
-            code = forced.get((name, dev.index), forced.get((name, None))) if forced else None
-            if code is None:
-                code = dev.fixed.get(name)
+            code = _gpu_guard(m, dev, name)
         if code is not None:
             return code
         return fn(self, dev, *args)
@@ -107,15 +101,9 @@ def _lost_or_forced(m: SimMachine, gpu: SimDevice, name: str) -> int | None:
 
 
 def _gpu_guard(m: SimMachine, gpu: SimDevice, name: str) -> int | None:
-    """_lost_or_forced, then the card's fixed code for the call (inline: the hot path)."""
-    if gpu.lost_at is not None and _is_lost(m, gpu):
-        return E_LOST
-    forced = m.forced
-    if forced:
-        code = forced.get((name, gpu.index), forced.get((name, None)))
-        if code is not None:
-            return code
-    return gpu.fixed.get(name)
+    """_lost_or_forced, then the card's fixed code for the call."""
+    code = _lost_or_forced(m, gpu, name)
+    return code if code is not None else gpu.fixed.get(name)
 
 
 def owned_call(resolver: str):

@@ -14,7 +14,7 @@ import struct
 
 import pynvml
 
-from gpuagent.sim.fakelib.args import E_INVALID, E_NS, OK, NvmlCalls, _int, _out
+from gpuagent.sim.fakelib.args import _GET, _SET, E_INVALID, E_NS, OK, NvmlCalls, _int, _out
 from gpuagent.sim.fakelib.calls import _gpu_guard, device_call
 from gpuagent.sim.fakelib.health import ecc_total, remapped_rows
 from gpuagent.sim.fakelib.nvlink import _link_active, _nvlink_bytes
@@ -76,8 +76,6 @@ ECC_TOTAL_FIELDS = {
 PCIE_COUNTER_WRAP = 1 << 32
 UI = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
 ULL = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-_GET = ctypes.Structure.__getattribute__
-_SET = ctypes.Structure.__setattr__
 _SET_UNION = ctypes.Union.__setattr__
 
 # nvmlFieldValue_t as nvml.h lays it out, written with one struct.pack_into per entry (ctypes
@@ -285,7 +283,7 @@ def _nvlink_link_count(calls, dev, st, scope):
 def _nvlink_state(calls, dev, st, scope):
     # nvml.h: "NVLink State - Active,Inactive", scopeId = the link; the value
     # nvmlDeviceGetNvLinkState answers for that link.
-    nv = dev.nvlink if not dev.mig_enabled else None  # _nvlink(dev), inline: one per link
+    nv = _nvlink(dev)
     if not nv:
         return None, E_NS
     if not 0 <= scope < int(nv["links"]):

@@ -15,6 +15,8 @@ from ctypes import addressof
 import pynvml
 
 from gpuagent.sim.fakelib.args import (
+    _GET,
+    _SET,
     E_INVALID,
     E_NOT_FOUND,
     E_NS,
@@ -76,8 +78,6 @@ _GPM_SHARE = {
 
 GPM_MIN_INTERVAL_S = 0.1
 E_NOT_READY = pynvml.NVML_ERROR_NOT_READY
-_GET = ctypes.Structure.__getattribute__
-_SET = ctypes.Structure.__setattr__
 
 
 class GpmCalls(NvmlCalls):

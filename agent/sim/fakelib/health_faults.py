@@ -112,9 +112,7 @@ def _nvlink_dl(kind):
             return None, E_NS
         if not 0 <= int(scope) < int(dev.nvlink["links"]):
             return None, E_INVALID
-        m = calls.m
-        state = m.health_faults.get(dev.index)  # counter(), inline: one per link and kind
-        return ULL, state.count(kind, int(scope), m.now()) if state is not None else 0
+        return ULL, counter(calls.m, dev, kind, int(scope))
 
     return answer
 
