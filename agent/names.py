@@ -82,13 +82,18 @@ def _tag_problem(text: str) -> str | None:
     return "ends with a backslash (no line-protocol form can end a tag with one)"
 
 
-def tag_key_problem(name: object) -> str | None:
+def _key_problem(name: object) -> str | None:
+    """What tag keys and field keys share: the common checks, then InfluxDB's reserved keys."""
     problem = _common(name)
     if problem:
         return problem
     if name in RESERVED_KEYS:
         return f"{name!r} is reserved by InfluxDB"
-    return _tag_problem(name)
+    return None
+
+
+def tag_key_problem(name: object) -> str | None:
+    return _key_problem(name) or _tag_problem(name)
 
 
 def tag_value_problem(value: object) -> str | None:
@@ -96,11 +101,9 @@ def tag_value_problem(value: object) -> str | None:
 
 
 def field_key_problem(name: object) -> str | None:
-    problem = _common(name)
+    problem = _key_problem(name)
     if problem:
         return problem
-    if name in RESERVED_KEYS:
-        return f"{name!r} is reserved by InfluxDB"
     if name.startswith("\t"):
         return "starts with a tab (influxd strips it)"
     if _BACKSLASH_BEFORE_DELIMITER.search(name):

@@ -135,7 +135,6 @@ _UNION = {
     pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: struct.Struct("=H"),
 }
 _UNIONS = [_UNION.get(t) for t in range(max(_UNION) + 1)]  # by valueType: a list index, not a dict look-up
-_DOUBLE = _UNION[pynvml.NVML_VALUE_TYPE_DOUBLE]
 _USHORT = _UNION[pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT]
 
 
@@ -196,12 +195,7 @@ def decode_batch(values: Any) -> list[tuple[int, int | float | None]]:
             append((code, None))
             continue
         (value,) = union.unpack_from(raw)
-        if union is _DOUBLE:
-            append((code, value if math.isfinite(value) else None))
-        elif value in _SENTINELS or value < 0 or (union is _USHORT and value == 0xFFFF):
-            append((code, None))
-        else:
-            append((code, value))
+        append((code, None if union is _USHORT and value == 0xFFFF else valid(value)))
     return out
 
 

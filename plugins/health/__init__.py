@@ -541,9 +541,7 @@ class HealthCollector(gpuagent.Collector):
             counter = counters.get(name)
             if counter is None:
                 counter = counters[name] = CounterWindow()
-            growth = counter.add(now, int(value), window)
-            if threshold > 0 and growth >= threshold:
-                findings.append(growth_finding(what, growth, threshold, window))
+            findings.append(growth_finding(what, counter.add(now, int(value), window), threshold, window))
 
         grew("ecc", fields.get("ecc_uncorrected_volatile_total"), "uncorrectable ECC errors", cfg.ecc_uncorrected_errors)
         grew("pcie_replays", readings.get("pcie_replays"), "PCIe replays", cfg.pcie_replays)
@@ -558,10 +556,8 @@ class HealthCollector(gpuagent.Collector):
             per_link = counters.get(("nvlink", kind))
             if per_link is None:
                 per_link = counters[("nvlink", kind)] = LinkCounters()
-            for link, growth in per_link.growth(now, links, window).items():
-                if threshold > 0 and growth >= threshold:
-                    what = f"NVLink {kind} errors on link {link}"
-                    findings.append(growth_finding(what, growth, threshold, window))
+            for link, growth in per_link.growth(now, links, window).items():  # only links that grew
+                findings.append(growth_finding(f"NVLink {kind} errors on link {link}", growth, threshold, window))
         findings += self._xid_findings(st, now)
         notes = [
             f"XID {code} at {clock_text(wall)} UTC expired after the {window_text(cfg.xid_window)} window"

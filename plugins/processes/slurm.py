@@ -100,12 +100,13 @@ class ListPids:
                     check=False,
                 )
             except (OSError, subprocess.TimeoutExpired) as exc:
-                self.error = f"scontrol listpids: {exc}"
-                self._failed_until = self.clock() + self.retry_s
-                return None
+                return self._failed(str(exc))
             if done.returncode != 0:
-                self.error = f"scontrol listpids: {(done.stderr or done.stdout).strip()[:200]}"
-                self._failed_until = self.clock() + self.retry_s
-                return None
+                return self._failed((done.stderr or done.stdout).strip()[:200])
             self._cache = parse_listpids(done.stdout)
         return self._cache.get(pid)
+
+    def _failed(self, why: str) -> None:
+        """Name the failure; it stands for retry_s (the cache stays empty meanwhile)."""
+        self.error = f"scontrol listpids: {why}"
+        self._failed_until = self.clock() + self.retry_s

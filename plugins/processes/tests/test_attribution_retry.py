@@ -4,6 +4,7 @@ agent that is every other user's process, and each ask may fork `scontrol listpi
 from __future__ import annotations
 
 import os
+import time
 
 from gpuagent.plugins.processes.attribution import Attributor
 from gpuagent.plugins.processes.slurm import ENVIRON_UNREADABLE, LISTPIDS_FAILED, ListPids
@@ -64,12 +65,21 @@ def test_a_failed_look_up_stands_for_retry_s_then_is_asked_again(tmp_path):
 def test_a_failed_look_up_is_redone_at_once_for_a_new_process_with_the_same_pid(tmp_path):
     clock = Clock()
     proc = _proc_with_unreadable_environ(tmp_path, 77)
-    attribute = Attributor(proc=str(proc), listpids=None, retry_s=30, clock=clock)
-    assert attribute(77).reasons == []  # no Slurm here: the environment would name no job
-    # the pid is reused by a process whose environment can be read: /proc/77 is a new entry
-    (proc / "77" / "environ").rmdir()
-    (proc / "77" / "environ").write_bytes(b"SLURM_JOB_ID=9\x00SLURM_STEP_ID=0\x00")
-    st = os.stat(proc / "77")
-    os.utime(proc / "77", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # not ctime; touch the entry
-    (proc / "77" / "marker").write_text("")  # a new entry in the directory changes its ctime
-    assert attribute(77).tags.get("slurm_job_id") == "9"
+    scontrol, _runs_file = _failing_scontrol(tmp_path)
+    attribute = Attributor(proc=str(proc), listpids=ListPids(scontrol, timeout=5, clock=clock), retry_s=30, clock=clock)
+    assert attribute(77).reasons == [ENVIRON_UNREADABLE, LISTPIDS_FAILED]
+    # the pid is reused by a process whose environment can be read: /proc/77 is a new entry (its
+    # inode time moves; the file system's clock is coarse, so make sure it did)
+    entry = proc / "77"
+    before = os.stat(entry).st_ctime_ns
+    (entry / "environ").rmdir()
+    (entry / "environ").write_bytes(b"SLURM_JOB_ID=9\x00SLURM_STEP_ID=0\x00")
+    for n in range(1000):
+        if os.stat(entry).st_ctime_ns != before:
+            break
+        time.sleep(0.005)
+        (entry / f"marker{n}").write_text("")
+    assert os.stat(entry).st_ctime_ns != before
+    clock.t += 1  # well inside retry_s: the new process is looked up anyway
+    owner = attribute(77)
+    assert owner.reasons == [] and owner.tags.get("slurm_job_id") == "9"
