@@ -18,12 +18,18 @@ serialised as "", which every sink skips).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from gpuagent import names
 
 FieldValue = int | float | bool | str
+
+# Points that have no line (a measurement name InfluxDB cannot store, or every field refused):
+# counted once per point and exported as the `gpuagent` field points_unwritable_total.
+unwritable_total = 0
+_unwritable_lock = threading.Lock()
 
 _MEASUREMENT = str.maketrans({",": r"\,", " ": r"\ "})
 _KEY = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ "})
@@ -43,8 +49,16 @@ class Point:
     def to_line(self) -> str:
         """One line of line protocol, without the newline. Cached: points are immutable once built."""
         if self._line is None:
-            self._line = serialize(self.measurement, self.tags, self.fields, self.time_ns)
+            line = self._line = serialize(self.measurement, self.tags, self.fields, self.time_ns)
+            if not line:
+                _count_unwritable()
         return self._line
+
+
+def _count_unwritable() -> None:
+    global unwritable_total
+    with _unwritable_lock:
+        unwritable_total += 1
 
 
 def escape_measurement(name: str) -> str:

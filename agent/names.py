@@ -142,16 +142,21 @@ def prometheus_sanitise(name: str) -> str:
 _warned: set[tuple[str, str]] = set()
 _warned_lock = threading.Lock()
 _WARN_LIMIT = 1000  # bounded: a collector emitting random bad names must not grow memory
-refused_total = 0  # names left out of points since start (tags, fields) or points not written
+# Distinct names left out since start (tag keys and values, field keys, measurements), exported
+# as the `gpuagent` field names_refused_total so a refusal is never only a log line. Past
+# _WARN_LIMIT distinct names each further refusal counts (they can no longer be told apart).
+refused_total = 0
 
 
 def warn_once(kind: str, name: str, problem: str, action: str) -> None:
     """Log one warning per (kind, name): the refusal repeats every cycle, the log line must not."""
     global refused_total
-    refused_total += 1
     key = (kind, name[:200])
     with _warned_lock:
-        if key in _warned or len(_warned) >= _WARN_LIMIT:
+        if key in _warned:
+            return
+        refused_total += 1
+        if len(_warned) >= _WARN_LIMIT:
             return
         _warned.add(key)
     log.warning("%s %r %s: %s (warned once per name)", kind, name[:200], problem, action)

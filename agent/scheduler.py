@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 
+from gpuagent import metric, names
 from gpuagent.accumulator import Accumulator
 from gpuagent.collector import Collector
 from gpuagent.context import AgentContext
@@ -393,6 +394,9 @@ class Scheduler:
                 "collectors": len(self.runners),
                 "cpu_seconds_total": round(cpu.user + cpu.system, 3),
                 "rss_bytes": rss,
+                # Names InfluxDB cannot store are left out (warned once): counted here too.
+                "names_refused_total": names.refused_total,
+                "points_unwritable_total": metric.unwritable_total,
             },
         )
         return acc.points

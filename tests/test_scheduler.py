@@ -168,3 +168,43 @@ def test_nonfinite_counted_in_own_measurement(bad):
     own = next(p for p in points if p.tags.get("collector") == "weird")
     assert own.fields["nonfinite_dropped_total"] == 1
     assert sink.of("weird")[0].fields == {"y": 1.0}
+
+
+class BadNames(gpuagent.Collector):
+    name = "badnames"
+
+    def collect(self, acc):
+        acc.add_fields("fine", {"value": 1}, tags={"where": "ends-in-a-backslash-7f3\\"})
+        acc.add_fields("#not-a-measurement-7f3", {"value": 1})
+
+
+class Lines(Recorder):
+    """Serialises what it gets, as the file and InfluxDB sinks do."""
+
+    def write(self, points):
+        super().write(points)
+        gpuagent.metric.to_lines(points)
+
+
+def test_refused_names_and_unwritable_points_are_counted_in_the_agents_own_point():
+    ctx = AgentContext(hostname="test-host")
+    sink = Lines()
+    sched = Scheduler(ctx, [(BadNames(gpuagent.CollectorConfig(), ctx), 10, 5)], [sink], agent_interval=10)
+    first = sched.run_once()[-1].fields
+    second = sched.run_once()[-1].fields
+    third = sched.run_once()[-1].fields
+    # The tag and the measurement are each one name, refused once however often they come.
+    assert second["names_refused_total"] == first["names_refused_total"] == third["names_refused_total"]
+    # Every point that could not be written is counted, run after run.
+    assert third["points_unwritable_total"] - second["points_unwritable_total"] == 1
+    assert second["points_unwritable_total"] - first["points_unwritable_total"] == 1
+    lines = gpuagent.metric.to_lines(sink.of("fine"))
+    assert lines.count("fine,host=test-host value=1i ") == 3  # the tag is dropped, the point kept
+
+
+def test_a_new_refused_name_moves_the_count():
+    from gpuagent import metric, names
+
+    before = names.refused_total
+    metric.Point("m", {"t": f"new-{time.monotonic_ns()}\\"}, {"v": 1}, 1).to_line()
+    assert names.refused_total == before + 1
