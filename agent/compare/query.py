@@ -12,6 +12,7 @@ import base64
 import gzip
 import json
 import os
+import threading
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,12 +143,14 @@ class InfluxQL:
             pair = f"{conn.username}:{conn.password or ''}".encode()
             self._headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
         self.requests = 0
+        self._count_lock = threading.Lock()
 
     def _request(
         self, method: str, path: str, params: dict, body: bytes | None = None, headers=None
     ):
         url = f"{self.conn.url}{path}?{urllib.parse.urlencode(params)}"
-        self.requests += 1
+        with self._count_lock:  # a report asks several queries at once
+            self.requests += 1
         try:
             return self._pool.request(
                 method, url, body=body, headers={**self._headers, **(headers or {})}, retries=False

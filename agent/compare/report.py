@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,9 @@ from gpuagent.errors import AgentError
 from gpuagent.plugins.clocks import REASONS as CLOCK_REASONS
 
 GPU_TAGS = ("host", "uuid", "model", "gpu")
+# Queries asked at once: each runs on one of the server's cores, so a report takes about the time
+# of its longest queries rather than their sum (bench/RESULTS.md, compare at fleet scale).
+WORKERS = 4
 GROUP_TAGS = {"model": ("model",), "host": ("host",), "gpu": ("host", "uuid")}
 
 # The clock-event reason booleans of gpu_clocks, in NVML bit order: the collector's own names.
@@ -177,16 +181,26 @@ class Report:
             g["gpus"] = len(members)
             g["hosts"] = hosts
             g.update(self._energy(members))
-        self._power(groups)
-        self._clocks(groups)
-        self._throttle(groups)
-        self._memory(groups)
-        self._p2p(groups, gpus)
-        self._mig(groups, gpus)
-        self._vgpu(groups, gpus)
-        self._l2_probe(groups)
-        health_hours(self, groups)
-        series = self._series(groups)
+        # The sections are independent: each asks its own queries at once and writes its own keys
+        # into a fresh dict per group, merged afterwards in this order (the document's key order).
+        sections = (
+            self._power, self._clocks, self._throttle, self._memory,
+            lambda shadow: self._p2p(shadow, gpus),
+            lambda shadow: self._mig(shadow, gpus),
+            lambda shadow: self._vgpu(shadow, gpus),
+            self._l2_probe,
+            lambda shadow: health_hours(self, shadow),
+        )
+        shadows = [{gkey: {} for gkey in groups} for _ in sections]
+        with ThreadPoolExecutor(WORKERS) as pool:
+            done = [pool.submit(section, shadow) for section, shadow in zip(sections, shadows, strict=True)]
+            series_done = pool.submit(self._series, groups)  # reads the labels only
+            for future in done:
+                future.result()
+            series = series_done.result()
+        for shadow in shadows:
+            for gkey, fields in shadow.items():
+                groups[gkey].update(fields)
         source = {"url": self.client.conn.url, "database": self.client.conn.database}
         return report_document(self.range, self.by, self.where, source, DEFINITIONS, groups, series=series)
 
@@ -203,25 +217,35 @@ class Report:
     def _inventory(self) -> dict[tuple, dict]:
         """Every GPU (host, uuid, model, gpu) with readings in the range, with its per-GPU figures."""
         gpus: dict[tuple, dict] = defaultdict(dict)
-        for key, row in self._per_gpu("COUNT(power_w)", "gpu_power").items():
-            gpus[key]["power_samples"] = row["count"]
-        for key, row in self._per_gpu('MEAN("gpu_util_pct")', "gpu_memory").items():
-            gpus[key]["util_mean_pct"] = row["mean"]
-        for measurement in ("gpu_clocks", "gpu_memory"):  # a GPU with any reading there counts
-            for key in self._per_gpu("COUNT(*)", measurement):
-                gpus.setdefault(key, {})
-        first = self._per_gpu('FIRST("energy_j")', "gpu_power")
-        last = self._per_gpu('LAST("energy_j")', "gpu_power")
         inner = (
             f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "gpu_power" WHERE {self._where()} '
             f"GROUP BY {', '.join(GPU_TAGS)}"
         )
-        energy = {
-            _gpu_key(r): r
-            for r in self.client.rows(
-                f"SELECT SUM(d) FROM ({inner}) WHERE {self._where()} GROUP BY {', '.join(GPU_TAGS)}"
+        with ThreadPoolExecutor(WORKERS) as pool:
+            asked = [
+                pool.submit(self._per_gpu, select, measurement)
+                for select, measurement in (
+                    ("COUNT(power_w)", "gpu_power"),
+                    ('MEAN("gpu_util_pct")', "gpu_memory"),
+                    # A GPU with any reading there counts. FIRST(*) says so as COUNT(*) does, at a
+                    # third of the server's work (it need not read every value of every field).
+                    ("FIRST(*)", "gpu_clocks"),
+                    ("FIRST(*)", "gpu_memory"),
+                    ('FIRST("energy_j")', "gpu_power"),
+                    ('LAST("energy_j")', "gpu_power"),
+                )
+            ]
+            energy_rows = pool.submit(
+                self.client.rows, f"SELECT SUM(d) FROM ({inner}) WHERE {self._where()} GROUP BY {', '.join(GPU_TAGS)}"
             )
-        }
+            samples, util, clocks, memory, first, last = (a.result() for a in asked)
+            energy = {_gpu_key(r): r for r in energy_rows.result()}
+        for key, row in samples.items():
+            gpus[key]["power_samples"] = row["count"]
+        for key, row in util.items():
+            gpus[key]["util_mean_pct"] = row["mean"]
+        for key in (*clocks, *memory):
+            gpus.setdefault(key, {})
         for key, row in first.items():
             if key in last:
                 gpus[key]["observed_s"] = (last[key]["time"] - row["time"]) / 1e9
