@@ -94,6 +94,10 @@ def _http(
         return exc.code, exc.read()
 
 
+class _PortTaken(RuntimeError):
+    """The server could not bind its port: something took it after free_port() looked."""
+
+
 class _Server:
     """A child process on a fixed port and directory that can be stopped and started again."""
 
@@ -107,6 +111,7 @@ class _Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self._proc: subprocess.Popen | None = None
         self._log = self.root / f"{self.name}.log"
+        self._started_once = False
 
     def _argv(self) -> list[str]:
         raise NotImplementedError
@@ -121,6 +126,24 @@ class _Server:
     def start(self, timeout: float = 30.0) -> None:
         if self.running:
             return
+        for attempt in range(3):
+            try:
+                self._start_once(timeout)
+                self._started_once = True
+                return
+            except _PortTaken:
+                # free_port() only found a port free a moment ago: a client's ephemeral port may
+                # have taken it since. A first start moves to another; a restart keeps its URL.
+                if self._started_once or attempt == 2:
+                    raise
+                self._move_ports()
+
+    def _move_ports(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _start_once(self, timeout: float) -> None:
+        offset = self._log.stat().st_size if self._log.exists() else 0
         with open(self._log, "ab") as log:
             self._proc = subprocess.Popen(
                 self._argv(), stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True
@@ -128,8 +151,11 @@ class _Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                tail = self._log.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"{self.name} exited with {self._proc.returncode}:\n{tail}")
+                with open(self._log, "rb") as log:
+                    log.seek(offset)
+                    tail = log.read().decode(errors="replace")[-2000:]
+                error = _PortTaken if "address already in use" in tail else RuntimeError
+                raise error(f"{self.name} exited with {self._proc.returncode}:\n{tail}")
             try:
                 if self._ready():
                     return
@@ -170,6 +196,16 @@ class InfluxdServer(_Server):
         self.rpc_port = free_port()
         self.admin = ("admin", "admin-pass") if auth else None
         self.config_file = self.root / "influxdb.conf"
+        self._write_config()
+        self._initialised = False
+
+    def _move_ports(self) -> None:
+        super()._move_ports()
+        self.rpc_port = free_port()
+        self._write_config()
+
+    def _write_config(self) -> None:
+        auth = self.auth
         self.config_file.write_text(
             f"""reporting-disabled = true
 bind-address = "127.0.0.1:{self.rpc_port}"
@@ -200,7 +236,6 @@ bind-address = "127.0.0.1:{self.rpc_port}"
   enabled = false
 """
         )
-        self._initialised = False
 
     def _argv(self) -> list[str]:
         return [self.binary, "run", "-config", str(self.config_file)]

@@ -195,7 +195,7 @@ def facts_from_text(text: str) -> dict[str, Any]:
     ceiling = ceiling if isinstance(ceiling, dict) else {}
     counters = _g(gpu, "Clocks Event Reasons Counters")
     row = query_gpu_row(text)
-    return {
+    return _first_of_repeated({
         # 610 marks "Driver Version" deprecated in favour of "KMD Version".
         "driver_version": _version(tree.get("KMD Version")) or _version(tree.get("Driver Version")),
         "cuda_version": _version(tree.get("CUDA UMD Version"))
@@ -246,7 +246,20 @@ def facts_from_text(text: str) -> dict[str, Any]:
         "app_graphics": _g(gpu, "Applications Clocks", "Graphics"),
         "app_memory": _g(gpu, "Applications Clocks", "Memory"),
         "default_app_graphics": _g(gpu, "Default Applications Clocks", "Graphics"),
-    }
+    })
+
+
+# Facts that are lists by nature; every other fact is one value.
+_LIST_FACTS = frozenset({"nvml_symbols", "reason_counters", "mig_devices", "mig_list_names"})
+
+
+def _first_of_repeated(facts: dict[str, Any]) -> dict[str, Any]:
+    """A key nvidia-smi prints once but the file repeats (a damaged or concatenated capture) reads
+    as a list: the first, as the first GPU section shows it, is the fact."""
+    for key, value in facts.items():
+        if key not in _LIST_FACTS and isinstance(value, list):
+            facts[key] = next((v for v in value if isinstance(v, str)), None)
+    return facts
 
 
 # -- XML (-q -x) -------------------------------------------------------------
@@ -565,9 +578,8 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         "brand": "GeForce" if "geforce" in product.lower() else (f.get("brand") or "NVIDIA"),
         "architecture": arch,
         "pci_device_id": f"0x{pci_full:08X}",
-        "pci_subsystem_id": f.get("pci_subsystem_id")
-        if not _na(f.get("pci_subsystem_id"))
-        else None,
+        # Optional: a value that is not hex (N/A, a damaged line) is left out, as NVML's 0 would be.
+        "pci_subsystem_id": f"0x{sub:08X}" if (sub := _num_hex(f.get("pci_subsystem_id"))) is not None else None,
         "serial": serial,
         "board_part_number": board,
         "vbios_version": vbios,

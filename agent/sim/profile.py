@@ -136,6 +136,8 @@ def validate(data: Any, source: str = "profile") -> dict[str, Any]:
         )
     try:
         int(str(data["pci_device_id"]), 16)
+        if data.get("pci_subsystem_id") is not None:
+            int(str(data["pci_subsystem_id"]), 16)
         mem = data["memory"]
         int(mem["total_mib"])
         clocks = data["clocks_mhz"]
