@@ -94,8 +94,9 @@ def build(options: Options, config: Config | None = None, plugins: PluginHost | 
     if nvml is not None:
         context.nvml = nvml
         context.gpus = nvml.gpus
+    failed: dict[str, str] = {}
     try:
-        collectors = _make_collectors(config, plugins, context, enabled)
+        collectors = _make_collectors(config, plugins, context, enabled, failed)
         sinks = _make_sinks(config, plugins, context, options)
     except BaseException:
         if owns_nvml and nvml is not None:
@@ -106,11 +107,13 @@ def build(options: Options, config: Config | None = None, plugins: PluginHost | 
         cfg = c.config
         interval = cfg.interval or c.default_interval or config.agent.interval
         entries.append((c, interval, cfg.timeout or interval))
-    scheduler = Scheduler(context, entries, sinks, config.agent.interval)
+    scheduler = Scheduler(context, entries, sinks, config.agent.interval, failed_collectors=failed)
     return Agent(config, plugins, context, collectors, sinks, scheduler, nvml, options)
 
 
-def _make_collectors(config, plugins, context, enabled) -> list[Collector]:
+def _make_collectors(config, plugins, context, enabled, failed: dict[str, str]) -> list[Collector]:
+    """The enabled collectors. A config rejection stops the start (the operator must fix it); any
+    other failure costs that collector alone, kept in ``failed`` (name -> why) and reported."""
     out = []
     for name, cfg in enabled.items():
         cls = plugins.collectors[name]
@@ -126,8 +129,14 @@ def _make_collectors(config, plugins, context, enabled) -> list[Collector]:
             ) from None
         except AgentError:
             raise
-        except Exception as exc:
-            raise AgentError(f"collector {name} failed to start: {type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # a bad plugin must never take the agent down
+            owner = plugins.owner_of("collectors", name)
+            reason = (f"{type(exc).__name__}: {exc}".splitlines() or [""])[0][:300]
+            failed[name] = f"failed to start: {reason}"
+            log.error(
+                "collector %s (plugin %s) failed to start: %s; running without it",
+                name, owner.name if owner else "?", reason,
+            )
     return out
 
 

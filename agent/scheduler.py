@@ -161,8 +161,11 @@ class Scheduler:
         agent_interval: float,
         on_tick: Callable[[], None] | None = None,
         on_first_collection: Callable[[], None] | None = None,
+        failed_collectors: dict[str, str] | None = None,
     ):
         self.context = context
+        # Enabled collectors that could not be built (name -> why): reported, never run.
+        self.failed_collectors = dict(failed_collectors or {})
         self.sinks = list(sinks)
         self.agent_interval = agent_interval
         self.on_tick = on_tick
@@ -360,6 +363,8 @@ class Scheduler:
                 },
                 tags={"collector": r.name},
             )
+        for name, why in self.failed_collectors.items():
+            acc.add_fields("gpuagent", {"started": False, "last_error": why}, tags={"collector": name})
         for sink in self.sinks:
             try:
                 stats = dict(sink.stats())

@@ -173,3 +173,44 @@ def test_raising_and_hanging_collectors_from_the_command_line(plugin_file, plugi
     assert "timeouts_total=1i" in stuck
     assert "collector boom: OSError: boom: /dev/thing went away" in out.stderr
     assert "collector stuck: timed out after 0.3s" in out.stderr
+
+
+CANNOT_START = """
+import gpuagent
+
+class NoDevice(gpuagent.Collector):
+    name = "nodevice"
+    def __init__(self, config, context):
+        super().__init__(config, context)
+        raise OSError("/dev/widget0: No such device")
+    def collect(self, acc):
+        acc.add_fields("nodevice", {"never": 1})
+
+class Fine(gpuagent.Collector):
+    name = "fine"
+    def collect(self, acc):
+        acc.add_fields("fine", {"ok": True})
+
+@gpuagent.hookimpl
+def gpuagent_register_collectors(register):
+    register(NoDevice)
+    register(Fine)
+"""
+
+
+def test_a_collector_that_cannot_start_costs_itself_alone(plugin_file, plugins_dir, write_config, cli):
+    # Not a config rejection (that stops the start, above): the agent runs without it and says so.
+    plugin_file("cannot_start", CANNOT_START)
+    cfg = write_config("")
+    out = cli("run", "--once", "--test", "--plugins-dir", str(plugins_dir), "--config", str(cfg), timeout=30)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("fine,") for line in lines)
+    assert not any(line.startswith("nodevice,") for line in lines)
+    own = next(line for line in lines if line.startswith("gpuagent,collector=nodevice,"))
+    assert 'last_error="failed to start: OSError: /dev/widget0: No such device"' in own and "started=false" in own
+    assert (
+        "collector nodevice (plugin cannot_start) failed to start: OSError: /dev/widget0: No such device; "
+        "running without it"
+    ) in out.stderr
+    assert "Traceback" not in out.stderr
