@@ -9,24 +9,27 @@ from collections.abc import Mapping
 from gpuagent.metric import FieldValue, Point
 
 _PLAIN = frozenset({int, str, bool})
+# InfluxDB stores integers as int64: a value outside would get its whole line refused by the server.
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 
 
 class Accumulator:
     """Collects points for one collection run.
 
     None values are missing readings and are left out; NaN and infinities are
-    left out too and counted in `nonfinite_dropped` (the agent reports the
-    count in its own `gpuagent` measurement). A point left with no fields is
-    not emitted.
+    left out too and counted in `nonfinite_dropped`, integers outside int64 in
+    `out_of_range_dropped` (the agent reports both counts in its own `gpuagent`
+    measurement). A point left with no fields is not emitted.
     """
 
-    __slots__ = ("points", "default_tags", "time_ns", "nonfinite_dropped", "empty_dropped")
+    __slots__ = ("points", "default_tags", "time_ns", "nonfinite_dropped", "out_of_range_dropped", "empty_dropped")
 
     def __init__(self, default_tags: Mapping[str, str] | None = None, time_ns: int | None = None):
         self.points: list[Point] = []
         self.default_tags = dict(default_tags or {})
         self.time_ns = time_ns
         self.nonfinite_dropped = 0
+        self.out_of_range_dropped = 0
         self.empty_dropped = 0
 
     def add_fields(
@@ -45,6 +48,10 @@ class Accumulator:
                 if value - value != 0.0:  # NaN or ±inf: never written, counted
                     self.nonfinite_dropped += 1
                     continue
+            elif kind is int:
+                if value > INT_MAX or value < INT_MIN:
+                    self.out_of_range_dropped += 1
+                    continue
             elif kind not in _PLAIN:
                 if value is None:
                     continue
@@ -53,7 +60,13 @@ class Accumulator:
                         self.nonfinite_dropped += 1
                         continue
                     value = float(value)
-                elif isinstance(value, bool | int | str):
+                elif isinstance(value, bool):
+                    pass
+                elif isinstance(value, int):  # an int subclass, such as an IntEnum
+                    if value > INT_MAX or value < INT_MIN:
+                        self.out_of_range_dropped += 1
+                        continue
+                elif isinstance(value, str):
                     pass
                 else:
                     raise TypeError(

@@ -49,6 +49,7 @@ class CollectorStats:
     points_total: int = 0
     late_points_discarded_total: int = 0
     nonfinite_dropped_total: int = 0
+    out_of_range_dropped_total: int = 0
     gather_time_s: float = 0.0
     last_error: str = ""
     # The agent's own cost: NVML calls (through Gpu.query; a field-values batch is one) and the
@@ -86,6 +87,7 @@ class RunResult:
     nonfinite: int = 0
     nvml_calls: int = 0
     cpu_s: float = 0.0
+    out_of_range: int = 0
 
 
 @dataclass
@@ -147,7 +149,7 @@ class CollectorRunner:
             self.results.put(
                 RunResult(
                     self, seq, acc.points, duration, error, acc.nonfinite_dropped,
-                    calls_made.n - calls0, time.thread_time() - cpu0,
+                    calls_made.n - calls0, time.thread_time() - cpu0, acc.out_of_range_dropped,
                 )
             )
 
@@ -313,6 +315,7 @@ class Scheduler:
         stats.gather_time_s = result.duration
         stats.add_cost(time.monotonic(), result.nvml_calls, result.cpu_s)
         stats.nonfinite_dropped_total += result.nonfinite
+        stats.out_of_range_dropped_total += result.out_of_range
         if result.error is not None:
             stats.errors_total += 1
             stats.last_error = f"{type(result.error).__name__}: {result.error}"
@@ -355,6 +358,7 @@ class Scheduler:
                     "points_total": s.points_total,
                     "late_points_discarded_total": s.late_points_discarded_total,
                     "nonfinite_dropped_total": s.nonfinite_dropped_total,
+                    "out_of_range_dropped_total": s.out_of_range_dropped_total,
                     "last_error": s.last_error or None,
                     "nvml_calls": s.nvml_calls,
                     "cpu_time_ms": round(s.cpu_time_s * 1000, 3),

@@ -109,6 +109,18 @@ def test_nonfinite_floats_are_dropped_and_counted():
     assert to_lines(acc.points) == "m,host=h d=1.0 7\n"
 
 
+def test_integers_outside_int64_are_dropped_and_counted():
+    import enum
+
+    class Big(enum.IntEnum):
+        HUGE = 2**64 - 1  # an unsigned 64-bit counter's all-ones
+
+    acc = Accumulator({"host": "h"}, time_ns=7)
+    acc.add_fields("m", {"max": 2**63 - 1, "min": -(2**63), "over": 2**63, "under": -(2**63) - 1, "e": Big.HUGE})
+    assert acc.out_of_range_dropped == 3 and acc.nonfinite_dropped == 0
+    assert to_lines(acc.points) == f"m,host=h max={2**63 - 1}i,min={-(2**63)}i 7\n"
+
+
 def test_point_with_only_missing_fields_is_not_emitted():
     acc = Accumulator()
     assert acc.add_fields("m", {"a": None, "b": float("nan")}) is None

@@ -170,6 +170,22 @@ def test_nonfinite_counted_in_own_measurement(bad):
     assert sink.of("weird")[0].fields == {"y": 1.0}
 
 
+def test_out_of_range_integers_counted_in_own_measurement():
+    class Wide(gpuagent.Collector):
+        name = "wide"
+
+        def collect(self, acc):
+            acc.add_fields("wide", {"x": 2**64 - 1, "y": 1})
+
+    ctx = AgentContext(hostname="h")
+    sink = Recorder()
+    sched = Scheduler(ctx, [(Wide(gpuagent.CollectorConfig(), ctx), 1, 1)], [sink], 1)
+    sched.run_once()
+    own = next(p for p in sched.run_once() if p.tags.get("collector") == "wide")
+    assert (own.fields["out_of_range_dropped_total"], own.fields["nonfinite_dropped_total"]) == (2, 0)
+    assert [p.fields for p in sink.of("wide")] == [{"y": 1}, {"y": 1}]
+
+
 class BadNames(gpuagent.Collector):
     name = "badnames"
 
