@@ -31,5 +31,7 @@ def run(config_path, simulate, seed, once, test, plugins_dir, log_level, log_for
             agent.close()
         return
     from gpuagent.daemon import serve
+    from gpuagent.malloc_arenas import limit_arenas
 
+    limit_arenas()  # before the collector threads: a service keeps what its arenas take
     serve(options, config, host, log_level=log_level, log_format=log_format)
