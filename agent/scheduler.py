@@ -31,6 +31,7 @@ from gpuagent.gpu import calls_made, current_collector
 from gpuagent.metric import Point
 from gpuagent.nvml_read import current_tick
 from gpuagent.sink import Sink
+from gpuagent.sink_isolation import IsolatedSink, isolate
 
 log = logging.getLogger("gpuagent.scheduler")
 
@@ -38,6 +39,7 @@ TICK = 0.5  # longest sleep of the loop: bounds the watchdog and stop latency
 COST_WINDOW_S = 60.0  # `gpuagent inspect` shows each collector's cost over the last minute
 COST_FILE = "cost.json"  # in the state directory: the last minute's cost, for `inspect`
 COST_WRITE_EVERY_S = 10.0  # a last-minute figure needs no fresher file (at 1 s this is a tenth of the writes)
+RUN_ONCE_DRAIN_S = 10.0  # run_once waits this long at most for a sink's queued writes
 
 
 @dataclass
@@ -168,7 +170,7 @@ class Scheduler:
         self.context = context
         # Enabled collectors that could not be built (name -> why): reported, never run.
         self.failed_collectors = dict(failed_collectors or {})
-        self.sinks = list(sinks)
+        self.sinks = isolate(sinks, self._sink_failed)
         self.agent_interval = agent_interval
         self.on_tick = on_tick
         self.on_first_collection = on_first_collection
@@ -250,17 +252,28 @@ class Scheduler:
         own = self.self_points()
         self.deliver(own)
         self.write_cost(force=True)
+        for sink in self.sinks:  # "delivered": in the sinks' hands, not still queued for them
+            if isinstance(sink, IsolatedSink) and not sink.drain(RUN_ONCE_DRAIN_S):
+                log.error("sink %s: its writes have not returned within %gs", sink.name, RUN_ONCE_DRAIN_S)
         return delivered + own
 
     def close(self, flush_timeout: float = 10.0) -> None:
         deadline = time.monotonic() + flush_timeout
         for r in self.runners:
             r.stop()
-        for sink in self.sinks:
+
+        def flush(sink: Sink) -> None:
             try:
                 sink.flush(max(0.1, deadline - time.monotonic()))
             except Exception as exc:
                 log.error("sink %s: flush failed: %s", sink.name, exc)
+
+        # All at once: each sink has the whole deadline, a slow or stuck one takes none of another's.
+        flushing = [threading.Thread(target=flush, args=(s,), name=f"gpuagent-flush-{s.name}") for s in self.sinks]
+        for t in flushing:
+            t.start()
+        for t in flushing:
+            t.join(max(0.0, deadline - time.monotonic()) + 1.0)
         for sink in self.sinks:
             try:
                 sink.close()
@@ -339,8 +352,11 @@ class Scheduler:
             try:
                 sink.write(points)
             except Exception as exc:
-                self.sink_errors[sink.name] += 1
-                log.error("sink %s: write failed: %s", sink.name, exc)
+                self._sink_failed(sink.name, exc)
+
+    def _sink_failed(self, name: str, exc: BaseException) -> None:
+        self.sink_errors[name] = self.sink_errors.get(name, 0) + 1
+        log.error("sink %s: write failed: %s", name, exc)
 
     def self_points(self) -> list[Point]:
         """The agent's own health: the `gpuagent` measurement."""

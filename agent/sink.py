@@ -22,15 +22,19 @@ class SinkConfig(BaseModel):
 class Sink:
     """Base class of every sink.
 
-    ``write`` is called from the scheduler's loop and must not block: a sink
-    that talks to a network keeps its own buffer and thread, so one slow sink
-    never holds another back. ``flush(timeout)`` delivers or persists what is
+    ``write`` must not hold the scheduler's loop. A sink whose write never
+    blocks (it buffers and sends from its own thread) says so with
+    ``nonblocking = True`` and is called from the loop; any other sink is
+    called from a thread of its own behind a bounded queue
+    (gpuagent.sink_isolation), so one slow or stuck sink never holds the
+    others or the collection back. ``flush(timeout)`` delivers or persists what is
     buffered (to the server or a durable spool) before returning; ``close``
     stops threads. ``stats`` feeds the agent's own ``gpuagent`` measurement.
     """
 
     name: ClassVar[str] = ""
     Config: ClassVar[type[SinkConfig]] = SinkConfig
+    nonblocking: ClassVar[bool] = False  # True: write() only buffers (see the class docstring)
 
     def __init__(self, config: SinkConfig, context: AgentContext):
         self.config = config

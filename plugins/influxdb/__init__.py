@@ -329,6 +329,7 @@ def _describe(exc: BaseException) -> str:
 
 class InfluxDBSink(gpuagent.Sink):
     name = "influxdb"
+    nonblocking = True  # write() only buffers; its own thread sends
     Config = InfluxDBSinkConfig
 
     def __init__(self, config: InfluxDBSinkConfig, context):

@@ -70,6 +70,7 @@ class PrometheusSinkConfig(gpuagent.SinkConfig):
 
 class PrometheusSink(gpuagent.Sink):
     name = "prometheus"
+    nonblocking = True  # write() only updates the series; scrapes are served by its own threads
     Config = PrometheusSinkConfig
 
     def __init__(self, config: PrometheusSinkConfig, context):

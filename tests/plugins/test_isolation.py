@@ -214,3 +214,58 @@ def test_a_collector_that_cannot_start_costs_itself_alone(plugin_file, plugins_d
         "running without it"
     ) in out.stderr
     assert "Traceback" not in out.stderr
+
+
+STUCK_SINK = """
+import threading
+import gpuagent
+
+class Stuck(gpuagent.Sink):
+    name = "stuck"
+    def write(self, points):
+        threading.Event().wait()  # a server that never answers, with no timeout
+
+@gpuagent.hookimpl
+def gpuagent_register_sinks(register):
+    register(Stuck)
+"""
+
+
+def test_a_sink_whose_write_never_returns_holds_back_nothing_else(plugin_file, plugins_dir, write_config, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    plugin_file("stuck_sink", STUCK_SINK)
+    out = tmp_path / "out.lp"
+    state = tmp_path / "state"
+    cfg = write_config(
+        f'interval = "200ms"\nshutdown_timeout = "2s"\nstate_dir = "{state}"\n'
+        f'[sinks.stuck]\n[sinks.file]\npath = "{out}"\n'
+    )
+    env = {**os.environ, "GPUAGENT_CONFIG": ""}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuagent", "run", "--config", str(cfg), "--plugins-dir", str(plugins_dir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the file sink keeps receiving, cycle after cycle
+            lines = out.read_text().splitlines() if out.exists() else []
+            if sum(line.startswith("host,") for line in lines) >= 5:
+                break
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the file sink stopped receiving behind the stuck one")
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert time.monotonic() - stopped < 10  # shutdown_timeout, not forever
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read()
+    assert "sink stuck: a write has not returned within" in err, err
+    assert "Traceback" not in err
