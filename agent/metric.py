@@ -17,8 +17,8 @@ serialised as "", which every sink skips).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 

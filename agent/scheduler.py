@@ -40,6 +40,7 @@ COST_WINDOW_S = 60.0  # `gpuagent inspect` shows each collector's cost over the 
 COST_FILE = "cost.json"  # in the state directory: the last minute's cost, for `inspect`
 COST_WRITE_EVERY_S = 10.0  # a last-minute figure needs no fresher file (at 1 s this is a tenth of the writes)
 RUN_ONCE_DRAIN_S = 10.0  # run_once waits this long at most for a sink's queued writes
+FIRST_DRAIN_S = 2.0  # and the first collection (READY) this long: a stuck sink must not hold READY back
 
 
 @dataclass
@@ -249,13 +250,19 @@ class Scheduler:
                 continue
             delivered.extend(self._handle(result))
             pending.discard(result.runner.name)
+        self._drain(RUN_ONCE_DRAIN_S)  # the own point counts what the sinks did with the run's points
         own = self.self_points()
         self.deliver(own)
         self.write_cost(force=True)
-        for sink in self.sinks:  # "delivered": in the sinks' hands, not still queued for them
-            if isinstance(sink, IsolatedSink) and not sink.drain(RUN_ONCE_DRAIN_S):
-                log.error("sink %s: its writes have not returned within %gs", sink.name, RUN_ONCE_DRAIN_S)
+        self._drain(RUN_ONCE_DRAIN_S)
         return delivered + own
+
+    def _drain(self, timeout: float) -> None:
+        """Wait until the queued sinks have written what they were handed ("delivered" means in the
+        sinks' hands), at most ``timeout`` seconds each."""
+        for sink in self.sinks:
+            if isinstance(sink, IsolatedSink) and not sink.drain(timeout):
+                log.error("sink %s: its writes have not returned within %gs", sink.name, timeout)
 
     def close(self, flush_timeout: float = 10.0) -> None:
         deadline = time.monotonic() + flush_timeout
@@ -341,6 +348,8 @@ class Scheduler:
     def _mark_first(self, r: CollectorRunner) -> None:
         r.completed_once = True
         if not self.first_collection_done.is_set() and all(x.completed_once for x in self.runners):
+            # READY means the first collection is in the sinks: wait (once, briefly) for queued ones.
+            self._drain(FIRST_DRAIN_S)
             self.first_collection_done.set()
             if self.on_first_collection:
                 self.on_first_collection()

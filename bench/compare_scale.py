@@ -53,12 +53,16 @@ def _build(url: str, db: str, hosts: int, end_s: int, jobs: int) -> tuple[int, f
     return int(result.stderr.split("wrote ")[1].split()[0]), elapsed
 
 
+QUERY_TIMEOUT = "600s"  # a slow engine is measured, not cut off at compare's default 30 s
+
+
 def _compare(args: list[str], end_s: int) -> dict:
     cpu0, t0 = time.process_time(), time.perf_counter()
-    result = _cli("compare", *args, "--start", str(end_s - DURATION_S), "--end", str(end_s), "--format", "json")
+    result = _cli("compare", *args, "--start", str(end_s - DURATION_S), "--end", str(end_s), "--format", "json",
+                  "--timeout", QUERY_TIMEOUT)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    if result.exit_code != 0:
-        raise RuntimeError(result.output[-2000:])
+    if result.exit_code != 0:  # one engine failing still leaves the other's figure
+        return {"wall_s": round(wall, 2), "client_cpu_s": round(cpu, 2), "error": result.output.strip()[-300:]}
     doc = json.loads(result.stdout)
     return {"wall_s": round(wall, 2), "client_cpu_s": round(cpu, 2),
             "gpus": sum(g["gpus"] for g in doc["groups"]),
@@ -93,12 +97,13 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs: int = 2
         shutil.rmtree(root, ignore_errors=True)
     largest = rows[-1]
     worst = max(largest["influxql"]["wall_s"], largest["promql"]["wall_s"])
+    failed = any("error" in row[engine] for row in rows for engine in ("influxql", "promql"))
     return {
         "name": "compare_scale",
         "figure": worst,
         "unit": "s",
         "goal": f"<= {GOAL_S:g} s at 1,000 hosts x 8 GPUs x 1 h; client CPU flat",
-        "holds": worst <= GOAL_S and largest["hosts"] >= 1000,
+        "holds": worst <= GOAL_S and largest["hosts"] >= 1000 and not failed,
         "detail": {"rows": rows},
     }
 

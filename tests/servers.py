@@ -45,6 +45,7 @@ environment variable ``CI`` is set (CI must run these tests).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -164,6 +165,16 @@ class _Server:
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"{self.name} did not become ready on {self.url} within {timeout:g}s")
+
+    @contextlib.contextmanager
+    def suspended(self):
+        """The server stopped with SIGSTOP: connections are accepted by the kernel, never answered."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGSTOP)
+        try:
+            yield self
+        finally:
+            self._proc.send_signal(signal.SIGCONT)
 
     def stop(self, timeout: float = 15.0) -> None:
         proc, self._proc = self._proc, None

@@ -2,7 +2,14 @@
 
 import socket
 
-from servers import INFLUXD, VICTORIA_METRICS, InfluxdServer, VictoriaMetricsServer, _http, find_binary
+from servers import (
+    INFLUXD,
+    VICTORIA_METRICS,
+    InfluxdServer,
+    VictoriaMetricsServer,
+    _http,
+    find_binary,
+)
 
 
 def _taken(port: int) -> socket.socket:

@@ -6,6 +6,7 @@ on the `sim` group, so the backfill lives beside the report that reads it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 import sys
@@ -116,9 +117,15 @@ def time_range(since: str | None, start: str | None, end: str | None):
     help="Query a Prometheus-compatible server instead (Prometheus, VictoriaMetrics, vmselect, Mimir, Thanos); "
     "also [compare] promql_url in the config.",
 )
+@click.option(
+    "--timeout",
+    default=None,
+    metavar="DURATION",
+    help="Longest wait for one query's answer (default: the config's, else 30s for InfluxDB, 60s for PromQL).",
+)
 def compare(
     since, start, end, where, by, fmt, output, config_path, url, database, token, username, password,
-    promql_url=None,
+    promql_url=None, timeout=None,
 ) -> None:
     """Compare the fleet's GPUs side by side from the agent's measurements in InfluxDB.
 
@@ -131,6 +138,7 @@ def compare(
     from gpuagent.compare.report import Report
 
     rng = time_range(since, start, end)
+    wait = _timeout(timeout)
     from gpuagent.compare.promql import promql_url_from
 
     promql_url = promql_url_from(config_path, promql_url, url)
@@ -142,11 +150,12 @@ def compare(
         from gpuagent.compare.promql import PromQL, prom_connection_from
         from gpuagent.compare.promql_report import PromReport
 
-        client = PromQL(prom_connection_from(config_path, promql_url))
+        prom = prom_connection_from(config_path, promql_url)
+        client = PromQL(prom if wait is None else dataclasses.replace(prom, timeout=wait))
         report = PromReport(client, rng, by=by, where=where)
     else:
         conn = connection_from(config_path, url, database, token, username, password)
-        client = InfluxQL(conn)
+        client = InfluxQL(conn if wait is None else dataclasses.replace(conn, timeout=wait))
         if by in ("job", "pod"):
             _compare_jobs(client, rng, by, where, fmt, output)
             return
@@ -167,6 +176,18 @@ def compare(
         )
     else:
         sys.stdout.write(text)
+
+
+def _timeout(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise AgentError(f"--timeout: {exc}") from None
+    if seconds <= 0:
+        raise AgentError(f"--timeout: must be more than 0, got {text!r}")
+    return seconds
 
 
 def _compare_jobs(client, rng, by: str, where, fmt: str, output) -> None:

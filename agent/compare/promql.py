@@ -113,7 +113,15 @@ class PromQL:
         try:
             resp = self._pool.request("POST", url, body=urllib.parse.urlencode(params), headers=self._headers)
         except self._urllib3.exceptions.HTTPError as exc:
-            text = str(getattr(exc, "reason", None) or exc)
+            reason = getattr(exc, "reason", None) or exc
+            if isinstance(reason, self._urllib3.exceptions.ReadTimeoutError) or isinstance(
+                exc, self._urllib3.exceptions.ReadTimeoutError
+            ):  # connected, asked, no answer: the server is slow, not gone
+                raise AgentError(
+                    f"the PromQL server at {self.conn.url} did not answer within {self.conn.timeout:g}s ({purpose}; "
+                    "a long range or a large fleet: give it longer with --timeout)"
+                ) from None
+            text = str(reason)
             text = "connection refused" if "refused" in text else "timed out" if "timed out" in text.lower() else text
             raise AgentError(f"cannot reach the PromQL server at {self.conn.url} ({purpose}): {text}") from None
         try:
@@ -146,8 +154,8 @@ class PromQL:
             self.query("tlast_over_time(gpuagent_engine_probe[1m])", at_s, "detecting the engine")
             self.engine = "victoriametrics"
         except AgentError as exc:
-            if "cannot reach" in str(exc) or "credentials" in str(exc):
-                raise
+            if any(word in str(exc) for word in ("cannot reach", "credentials", "did not answer")):
+                raise  # not a refusal of the function: no engine can be told from it
             self.engine = "prometheus"
         return self.engine
 

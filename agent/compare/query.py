@@ -157,6 +157,13 @@ class InfluxQL:
             )
         except self._urllib3.exceptions.HTTPError as exc:
             reason = getattr(exc, "reason", None) or exc
+            if isinstance(reason, self._urllib3.exceptions.ReadTimeoutError) or isinstance(
+                exc, self._urllib3.exceptions.ReadTimeoutError
+            ):  # connected, asked, no answer: the server is slow, not gone
+                raise AgentError(
+                    f"InfluxDB at {self.conn.url} did not answer within {self.conn.timeout:g}s "
+                    "(a long range or a large fleet: give it longer with --timeout)"
+                ) from None
             text = str(reason)
             if "refused" in text:
                 text = "connection refused"

@@ -650,3 +650,22 @@ def test_credentials_from_the_config_reach_a_server_with_auth(influxdb_v1_factor
     refused = cli("compare", "--config", str(config), "--since", "1h")
     assert refused.exit_code == 1 and "refused the credentials" in refused.stderr, refused.output
     assert "wrong" not in refused.stderr
+
+
+def test_a_server_that_does_not_answer_in_time_is_one_line_that_says_so(influxdb_v1_factory, victoria_metrics, cli):
+    # A slow server is not an unreachable one: the line says which, and how to give it longer.
+    server = influxdb_v1_factory()
+    with server.suspended():
+        result = cli("compare", "--url", server.url, "--database", "gpuagent", "--since", "1h", "--timeout", "1s")
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip() == (
+        f"gpuagent: error: InfluxDB at {server.url} did not answer within 1s "
+        "(a long range or a large fleet: give it longer with --timeout)"
+    )
+    with victoria_metrics.suspended():
+        result = cli("compare", "--promql-url", victoria_metrics.url, "--since", "1h", "--timeout", "500ms")
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"the PromQL server at {victoria_metrics.url} did not answer within 0.5s (" in lines[0]
+    bad = cli("compare", "--url", server.url, "--since", "1h", "--timeout", "soon")
+    assert bad.exit_code == 1 and bad.stderr.strip().startswith("gpuagent: error: --timeout: ")

@@ -214,7 +214,8 @@ def test_server_down_error_and_timeout_are_one_line_naming_url_and_purpose(fleet
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
         config = tmp_path / "gpuagent.toml"
         config.write_text(f'[compare]\npromql_url = "{url}"\ntimeout = 1.0\n')
-        _one_line(cli("compare", "--config", str(config), "--since", "1h"), url, "timed out", "detecting the engine")
+        _one_line(cli("compare", "--config", str(config), "--since", "1h"), url, "did not answer within 1s",
+                  "detecting the engine")
 
 
 def test_bad_where_and_config_are_one_line(cli, tmp_path):
