@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from gpuagent.compare.query import SLOW, request_failure
 from gpuagent.errors import AgentError, ConfigError
 
 
@@ -113,17 +114,13 @@ class PromQL:
         try:
             resp = self._pool.request("POST", url, body=urllib.parse.urlencode(params), headers=self._headers)
         except self._urllib3.exceptions.HTTPError as exc:
-            reason = getattr(exc, "reason", None) or exc
-            if isinstance(reason, self._urllib3.exceptions.ReadTimeoutError) or isinstance(
-                exc, self._urllib3.exceptions.ReadTimeoutError
-            ):  # connected, asked, no answer: the server is slow, not gone
+            what = request_failure(exc, self.conn.timeout)
+            if what.startswith("did not answer"):
                 raise AgentError(
-                    f"the PromQL server at {self.conn.url} did not answer within {self.conn.timeout:g}s ({purpose}; "
-                    "a long range or a large fleet: give it longer with --timeout)"
+                    f"the PromQL server at {self.conn.url} did not answer within {self.conn.timeout:g}s "
+                    f"({purpose}; {SLOW})"
                 ) from None
-            text = str(reason)
-            text = "connection refused" if "refused" in text else "timed out" if "timed out" in text.lower() else text
-            raise AgentError(f"cannot reach the PromQL server at {self.conn.url} ({purpose}): {text}") from None
+            raise AgentError(f"cannot reach the PromQL server at {self.conn.url} ({purpose}): {what}") from None
         try:
             doc = json.loads(resp.data or b"{}")
         except ValueError:

@@ -121,6 +121,22 @@ def _sink_table(config_path: str | None) -> dict | None:
     return table
 
 
+SLOW = "a long range or a large fleet: give it longer with --timeout"
+
+
+def request_failure(exc: Exception, timeout: float) -> str:
+    """What went wrong with a request urllib3 gave up on, in words: "did not answer within 30s (...)"
+    for a server that took the request and stayed silent (slow, not gone), else why it could not be
+    reached ("connection refused", "timed out" connecting, ...)."""
+    import urllib3
+
+    reason = getattr(exc, "reason", None) or exc
+    if isinstance(exc, urllib3.exceptions.ReadTimeoutError) or isinstance(reason, urllib3.exceptions.ReadTimeoutError):
+        return f"did not answer within {timeout:g}s ({SLOW})"
+    text = str(reason)
+    return "connection refused" if "refused" in text else "timed out" if "timed out" in text.lower() else text
+
+
 class InfluxQL:
     """A thin InfluxQL client: `query(q)` -> the result's series; `write(body)` -> posts line protocol."""
 
@@ -156,20 +172,10 @@ class InfluxQL:
                 method, url, body=body, headers={**self._headers, **(headers or {})}, retries=False
             )
         except self._urllib3.exceptions.HTTPError as exc:
-            reason = getattr(exc, "reason", None) or exc
-            if isinstance(reason, self._urllib3.exceptions.ReadTimeoutError) or isinstance(
-                exc, self._urllib3.exceptions.ReadTimeoutError
-            ):  # connected, asked, no answer: the server is slow, not gone
-                raise AgentError(
-                    f"InfluxDB at {self.conn.url} did not answer within {self.conn.timeout:g}s "
-                    "(a long range or a large fleet: give it longer with --timeout)"
-                ) from None
-            text = str(reason)
-            if "refused" in text:
-                text = "connection refused"
-            elif "timed out" in text.lower():
-                text = "timed out"
-            raise AgentError(f"cannot reach InfluxDB at {self.conn.url}: {text}") from None
+            what = request_failure(exc, self.conn.timeout)
+            if what.startswith("did not answer"):
+                raise AgentError(f"InfluxDB at {self.conn.url} {what}") from None
+            raise AgentError(f"cannot reach InfluxDB at {self.conn.url}: {what}") from None
 
     def query(self, q: str) -> list[dict[str, Any]]:
         """Run one InfluxQL statement; the series of its result (`[]` when nothing matched)."""
