@@ -125,6 +125,13 @@ def test_rejected_config_from_the_command_line(plugin_file, plugins_dir, write_c
     assert "Traceback" not in out.stderr
 
 
+def run_once_cli(cli, plugins_dir, cfg):
+    """`gpuagent run --once --test` with the plugins of plugins_dir: (the process, its stdout lines)."""
+    out = cli("run", "--once", "--test", "--plugins-dir", str(plugins_dir), "--config", str(cfg), timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out, out.stdout.splitlines()
+
+
 def own_point(points, collector):
     return next(p for p in points if p.measurement == "gpuagent" and p.tags.get("collector") == collector)
 
@@ -161,10 +168,7 @@ def test_raising_and_hanging_collectors_are_isolated_and_counted(plugin_file, pl
 
 def test_raising_and_hanging_collectors_from_the_command_line(plugin_file, plugins_dir, write_config, cli):
     plugin_file("misbehaving", MISBEHAVING)
-    cfg = write_config('[collectors.stuck]\ntimeout = "300ms"\n')
-    out = cli("run", "--once", "--test", "--plugins-dir", str(plugins_dir), "--config", str(cfg), timeout=30)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    out, lines = run_once_cli(cli, plugins_dir, write_config('[collectors.stuck]\ntimeout = "300ms"\n'))
     assert any(line.startswith("fine,") for line in lines)
     assert any(line.startswith("host,") for line in lines)
     boom = next(line for line in lines if line.startswith("gpuagent,collector=boom,"))
@@ -195,10 +199,7 @@ def gpuagent_register_collectors(register):
 def test_a_collector_that_cannot_start_costs_itself_alone(plugin_file, plugins_dir, write_config, cli):
     # Not a config rejection (that stops the start, above): the agent runs without it and says so.
     plugin_file("cannot_start", CANNOT_START)
-    cfg = write_config("")
-    out = cli("run", "--once", "--test", "--plugins-dir", str(plugins_dir), "--config", str(cfg), timeout=30)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    out, lines = run_once_cli(cli, plugins_dir, write_config(""))
     assert any(line.startswith("host,") for line in lines)  # the others run
     assert not any(line.startswith("nodevice,") for line in lines)
     own = next(line for line in lines if line.startswith("gpuagent,collector=nodevice,"))
