@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -91,6 +92,7 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs: int = 2
                    "influxql": _compare(["--url", influx.url, "--database", db], end_s),
                    "promql": _compare(["--promql-url", vm.url, "--where", f'db="{db}"'], end_s)}
             rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)  # a long run's rows as they come
     finally:
         vm.stop()
         influx.stop()
@@ -109,7 +111,5 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs: int = 2
 
 
 if __name__ == "__main__":
-    import sys
-
     sizes = tuple(int(a) for a in sys.argv[1:]) or None
     print(json.dumps(run(sizes=sizes), indent=2))

@@ -414,6 +414,22 @@ def test_table_and_csv(fleet_db, influxdb_v1, cli):
     assert "health GPU-h" in table.stdout
 
 
+def test_queries_asked_at_once_give_the_document_asked_one_by_one(fleet_db, influxdb_v1, cli, monkeypatch):
+    from gpuagent.compare import report
+
+    db, end_ns = fleet_db
+    start_ns, stop_ns = _range(end_ns)
+    docs = {}
+    at_once = report.WORKERS
+    assert at_once > 1
+    for workers in (at_once, 1):
+        monkeypatch.setattr(report, "WORKERS", workers)
+        result = _compare(cli, influxdb_v1, db, start_ns, stop_ns, "--format", "json", "--by", "gpu")
+        assert result.exit_code == 0, result.output
+        docs[workers] = result.stdout
+    assert docs[at_once] == docs[1]  # byte for byte: the key order does not depend on timing
+
+
 def test_where_filters_by_tag(fleet_db, influxdb_v1, cli):
     db, end_ns = fleet_db
     start_ns, stop_ns = _range(end_ns)
