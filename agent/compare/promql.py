@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from gpuagent.compare.query import SLOW, request_failure
+from gpuagent.compare.query import SLOW, slow_answer, unreachable_reason
 from gpuagent.errors import AgentError, ConfigError
 
 
@@ -114,13 +114,14 @@ class PromQL:
         try:
             resp = self._pool.request("POST", url, body=urllib.parse.urlencode(params), headers=self._headers)
         except self._urllib3.exceptions.HTTPError as exc:
-            what = request_failure(exc, self.conn.timeout)
-            if what.startswith("did not answer"):
+            if slow_answer(exc):
                 raise AgentError(
                     f"the PromQL server at {self.conn.url} did not answer within {self.conn.timeout:g}s "
                     f"({purpose}; {SLOW})"
                 ) from None
-            raise AgentError(f"cannot reach the PromQL server at {self.conn.url} ({purpose}): {what}") from None
+            raise AgentError(
+                f"cannot reach the PromQL server at {self.conn.url} ({purpose}): {unreachable_reason(exc)}"
+            ) from None
         try:
             doc = json.loads(resp.data or b"{}")
         except ValueError:

@@ -124,16 +124,18 @@ def _sink_table(config_path: str | None) -> dict | None:
 SLOW = "a long range or a large fleet: give it longer with --timeout"
 
 
-def request_failure(exc: Exception, timeout: float) -> str:
-    """What went wrong with a request urllib3 gave up on, in words: "did not answer within 30s (...)"
-    for a server that took the request and stayed silent (slow, not gone), else why it could not be
-    reached ("connection refused", "timed out" connecting, ...)."""
+def slow_answer(exc: Exception) -> bool:
+    """urllib3 gave up reading: the server took the request and stayed silent (slow, not gone)."""
     import urllib3
 
-    reason = getattr(exc, "reason", None) or exc
-    if isinstance(exc, urllib3.exceptions.ReadTimeoutError) or isinstance(reason, urllib3.exceptions.ReadTimeoutError):
-        return f"did not answer within {timeout:g}s ({SLOW})"
-    text = str(reason)
+    timed_out = urllib3.exceptions.ReadTimeoutError
+    return isinstance(exc, timed_out) or isinstance(getattr(exc, "reason", None), timed_out)
+
+
+def unreachable_reason(exc: Exception) -> str:
+    """Why a request urllib3 gave up on could not reach the server: "connection refused",
+    "timed out" (connecting), or urllib3's own words."""
+    text = str(getattr(exc, "reason", None) or exc)
     return "connection refused" if "refused" in text else "timed out" if "timed out" in text.lower() else text
 
 
@@ -172,10 +174,11 @@ class InfluxQL:
                 method, url, body=body, headers={**self._headers, **(headers or {})}, retries=False
             )
         except self._urllib3.exceptions.HTTPError as exc:
-            what = request_failure(exc, self.conn.timeout)
-            if what.startswith("did not answer"):
-                raise AgentError(f"InfluxDB at {self.conn.url} {what}") from None
-            raise AgentError(f"cannot reach InfluxDB at {self.conn.url}: {what}") from None
+            if slow_answer(exc):
+                raise AgentError(
+                    f"InfluxDB at {self.conn.url} did not answer within {self.conn.timeout:g}s ({SLOW})"
+                ) from None
+            raise AgentError(f"cannot reach InfluxDB at {self.conn.url}: {unreachable_reason(exc)}") from None
 
     def query(self, q: str) -> list[dict[str, Any]]:
         """Run one InfluxQL statement; the series of its result (`[]` when nothing matched)."""
