@@ -104,14 +104,17 @@ def field_value(fv: Any) -> int | float | None:
     member = _DECODE.get(_get(fv, "valueType"))
     if member is None:
         return None
-    value = _get_union(_get(fv, "value"), member)
+    return member_value(member, _get_union(_get(fv, "value"), member))
+
+
+def member_value(member: str, value: Any) -> int | float | None:
+    """A field value read from the union as ``member``, or None for a not-available value."""
     if member == "dVal":
         return valid(float(value))
     value = int(value)
     if member == "usVal" and value == 0xFFFF:
         return None
     return valid(value)
-
 
 
 # A batch is decoded in one pass over its bytes (struct), not five ctypes attribute reads an
@@ -125,17 +128,15 @@ _PACKED = (
 _ENTRY = struct.Struct(
     f"={_FV.valueType.offset}xII8s{ctypes.sizeof(_FV) - _FV.value.offset - 8}x" if _PACKED else "x"
 )
-_UNION = {
-    pynvml.NVML_VALUE_TYPE_DOUBLE: struct.Struct("=d"),
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: struct.Struct("=I"),
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: struct.Struct("=Q" if ctypes.sizeof(ctypes.c_ulong) == 8 else "=I"),
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: struct.Struct("=Q"),
-    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: struct.Struct("=q"),
-    pynvml.NVML_VALUE_TYPE_SIGNED_INT: struct.Struct("=i"),
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: struct.Struct("=H"),
+# The struct format of each union member _DECODE names; by valueType, (member, Struct) in a list
+# (an index, not a dict look-up).
+_FORMATS = {
+    "dVal": "=d", "uiVal": "=I", "ulVal": "=Q" if ctypes.sizeof(ctypes.c_ulong) == 8 else "=I",
+    "ullVal": "=Q", "sllVal": "=q", "siVal": "=i", "usVal": "=H",
 }
-_UNIONS = [_UNION.get(t) for t in range(max(_UNION) + 1)]  # by valueType: a list index, not a dict look-up
-_USHORT = _UNION[pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT]
+_UNIONS = [
+    (_DECODE[t], struct.Struct(_FORMATS[_DECODE[t]])) if t in _DECODE else None for t in range(max(_DECODE) + 1)
+]
 
 
 # The usual batch (every entry answered, every value an unsigned integer, no sentinel) is read
@@ -190,12 +191,12 @@ def decode_batch(values: Any) -> list[tuple[int, int | float | None]]:
         if code != ok:
             append((code, None))
             continue
-        union = unions[value_type] if value_type < known else None
-        if union is None:
+        decoder = unions[value_type] if value_type < known else None
+        if decoder is None:
             append((code, None))
             continue
-        (value,) = union.unpack_from(raw)
-        append((code, None if union is _USHORT and value == 0xFFFF else valid(value)))
+        member, union = decoder
+        append((code, member_value(member, union.unpack_from(raw)[0])))
     return out
 
 
