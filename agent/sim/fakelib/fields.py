@@ -193,6 +193,9 @@ class FieldValueCalls(NvmlCalls):
         return handler(self, dev, st, scope) if handler else (None, E_NS)
 
 
+# nvml.h's power-limit fields (mW), the same numbers as their calls: CURRENT_LIMIT is the enforced
+# limit (nvmlDeviceGetEnforcedPowerLimit), REQUESTED_LIMIT the management limit
+# (nvmlDeviceGetPowerManagementLimit), MIN/MAX the constraints, DEFAULT the default.
 POWER_LIMIT_FIELDS = {
     pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: "limit",
     pynvml.NVML_FI_DEV_POWER_REQUESTED_LIMIT: "limit",
