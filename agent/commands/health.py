@@ -60,8 +60,14 @@ def judge(config_path, simulate, seed, watch: float, max_length: int):
             return evaluate(state, cfg.fail_on, f"agent pid {state['pid']}", max_length)
     else:
         why_not = "--simulate"
-    state = quick_read(config, host, cfg, simulate or config.agent.simulate or None,
-                       seed if seed is not None else config.agent.seed, watch)
+    try:
+        state = quick_read(config, host, cfg, simulate or config.agent.simulate or None,
+                           seed if seed is not None else config.agent.seed, watch)
+    except Exception as exc:
+        if simulate:
+            raise
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return unknown(f"{why_not}; reading NVML itself: {why}")
     return evaluate(state, cfg.fail_on, f"own read of NVML ({why_not})", max_length)
 
 
