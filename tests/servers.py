@@ -592,3 +592,73 @@ PartitionName=gpuq Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
             os.kill(self.munged_pid, signal.SIGTERM)
         except (OSError, AttributeError):
             pass
+
+
+# -- alerting without Prometheus: vmalert and Alertmanager -----------------------------------------
+ALERTMANAGER = "prometheus-alertmanager"
+VMALERT = "vmalert"
+
+
+class AlertmanagerServer(_Server):
+    """Alertmanager (Debian `prometheus-alertmanager`), one receiver that sends nowhere, no
+    clustering. ``alerts()`` is its v2 API's list of the alerts it holds."""
+
+    name = "alertmanager"
+
+    def __init__(self, binary: str, root: Path):
+        super().__init__(binary, root)
+        self.config_file = self.root / "alertmanager.yml"
+        self.config_file.write_text(
+            "route:\n  receiver: hold\n  group_wait: 0s\n  group_interval: 1s\n"
+            "receivers:\n  - name: hold\n"
+        )
+
+    def _argv(self) -> list[str]:
+        return [
+            self.binary,
+            f"--config.file={self.config_file}",
+            f"--storage.path={self.root / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ]
+
+    def _ready(self) -> bool:
+        return _http("GET", f"{self.url}/-/ready", timeout=1)[0] == 200
+
+    def alerts(self) -> list[dict]:
+        status, data = _http("GET", f"{self.url}/api/v2/alerts")
+        if status != 200:
+            raise RuntimeError(f"alertmanager /api/v2/alerts: {status} {data[:300]!r}")
+        return json.loads(data)
+
+
+class VmalertServer(_Server):
+    """vmalert (Debian `victoria-metrics`): evaluates ``rules`` against ``datasource`` (a
+    VictoriaMetrics URL) every ``interval`` and sends firing alerts to ``notifier``."""
+
+    name = "vmalert"
+
+    def __init__(self, binary: str, root: Path, rules: Path, datasource: str, notifier: str, interval: str = "1s"):
+        super().__init__(binary, root)
+        self.rules, self.datasource, self.notifier, self.interval = rules, datasource, notifier, interval
+
+    def _argv(self) -> list[str]:
+        return [
+            self.binary,
+            f"-rule={self.rules}",
+            f"-datasource.url={self.datasource}",
+            f"-notifier.url={self.notifier}",
+            f"-evaluationInterval={self.interval}",
+            f"-httpListenAddr=127.0.0.1:{self.port}",
+            "-loggerLevel=ERROR",
+        ]
+
+    def _ready(self) -> bool:
+        return _http("GET", f"{self.url}/health", timeout=1)[0] == 200
+
+    def alerts(self) -> list[dict]:
+        status, data = _http("GET", f"{self.url}/api/v1/alerts")
+        if status != 200:
+            raise RuntimeError(f"vmalert /api/v1/alerts: {status} {data[:300]!r}")
+        return json.loads(data)["data"]["alerts"]
