@@ -2,7 +2,8 @@
 # The test job: installs what the suite needs on a fresh Debian machine (the InfluxDB 1.x,
 # Prometheus (with promtool) and VictoriaMetrics servers the fixtures start, Chromium for the
 # HTML report test, systemd-analyze for the unit checks, Slurm and munge for the attribution
-# tests, vmalert and Alertmanager for the alerting tests), the package with its test extras and the example plugin, then runs pytest.
+# and health-action tests, vmalert and Alertmanager for the alerting tests), the package with
+# its test extras and the example plugin, then runs pytest.
 # Arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -14,8 +14,14 @@ from pathlib import Path
 
 import pytest
 from gpuagent_test_servers import (
-    ALERTMANAGER, VICTORIA_METRICS, VMALERT, AlertmanagerServer, VictoriaMetricsServer, VmalertServer,
-    find_binary, free_port,
+    ALERTMANAGER,
+    VICTORIA_METRICS,
+    VMALERT,
+    AlertmanagerServer,
+    VictoriaMetricsServer,
+    VmalertServer,
+    find_binary,
+    free_port,
 )  # fmt: skip
 
 pytestmark = [pytest.mark.servers, pytest.mark.slow]
@@ -102,7 +108,7 @@ def test_gpu_missing_fires_on_vmalert_scraping_and_reaches_alertmanager(tmp_path
 
 def test_gpu_missing_fires_on_data_written_through_the_influxdb_write_path(tmp_path, alerting):
     vm, vmalert, am = alerting(f"-relabelConfig={RELABEL}")
-    agent = start_agent(tmp_path, f'[sinks.influxdb]\nurl = "{{url}}"\napi = "v1"\ndatabase = "gpuagent"\nflush_interval = "1s"\n'.replace("{url}", vm.url))
+    agent = start_agent(tmp_path, '[sinks.influxdb]\nurl = "{url}"\napi = "v1"\ndatabase = "gpuagent"\nflush_interval = "1s"\n'.replace("{url}", vm.url))
     try:
         alert = wait_for_alert(am, "GpuMissing")
     finally:
