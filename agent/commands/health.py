@@ -25,17 +25,23 @@ from gpuagent.logsetup import setup_logging
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout instead of the line.")
 @click.option("--watch", default="2s", show_default=True, help="Without a running agent: how long to watch XID events before judging.")
 @click.option("--max-length", type=click.IntRange(20, 4096), default=256, show_default=True, help="Longest line (node-problem-detector's max_output_length).")
+@click.option("--slurm-drain", is_flag=True, help="On a problem, drain this Slurm node (unless already drained): for Slurm's HealthCheckProgram, which acts on nothing itself.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="error", show_default=True)
-def health(config_path, simulate, seed, as_json, watch, max_length, log_level):
+def health(config_path, simulate, seed, as_json, watch, max_length, slurm_drain, log_level):
     """Is this node's GPU fleet healthy? Exit 0 ok, 1 problem, 2 unknown (one line on stdout)."""
-    from gpuagent.plugins.health.check import UNKNOWN, unknown
+    from gpuagent.plugins.health.check import PROBLEM, UNKNOWN, unknown
 
     setup_logging(log_level, "text")
+    drainer = None
     try:
-        result = judge(config_path, simulate, seed, parse_duration(watch), max_length)
+        result, cfg = judge(config_path, simulate, seed, parse_duration(watch), max_length)
+        if slurm_drain and result.code == PROBLEM:
+            drainer = drain_node(cfg, result.line)
     except Exception as exc:  # any failure is "unknown" to a health checker, said in one line
         why = str(exc).strip().splitlines()
         result = unknown(why[0] if why else type(exc).__name__)
+    if drainer is not None and drainer.failures_total:
+        click.echo(f"gpuagent health: {drainer.last_action}", err=True)
     if as_json:
         from gpuagent.cli import print_json
 
@@ -43,6 +49,17 @@ def health(config_path, simulate, seed, as_json, watch, max_length, log_level):
     else:
         click.echo(result.line)
     sys.exit(result.code if result.code in (0, 1) else UNKNOWN)
+
+
+def drain_node(cfg, line: str):
+    """The health collector's drain action, once: drains unless the node is already drained."""
+    import socket
+
+    from gpuagent.plugins.health.slurm_drain import SlurmDrain
+
+    drainer = SlurmDrain(cfg.slurm_node or socket.gethostname().split(".")[0], cfg.scontrol)
+    drainer.update(line)
+    return drainer
 
 
 def judge(config_path, simulate, seed, watch: float, max_length: int):
@@ -53,11 +70,11 @@ def judge(config_path, simulate, seed, watch: float, max_length: int):
     config, host = load(Options(config_path=config_path, simulate=simulate, seed=seed))
     cfg = config.collectors.get("health")
     if cfg is None or "health" not in host.collectors:
-        return unknown("the health plugin is not loaded")
+        return unknown("the health plugin is not loaded"), None
     if not simulate:
         state, why_not = read_fresh(config.state_dir)
         if state is not None:
-            return evaluate(state, cfg.fail_on, f"agent pid {state['pid']}", max_length)
+            return evaluate(state, cfg.fail_on, f"agent pid {state['pid']}", max_length), cfg
     else:
         why_not = "--simulate"
     try:
@@ -67,8 +84,8 @@ def judge(config_path, simulate, seed, watch: float, max_length: int):
         if simulate:
             raise
         why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return unknown(f"{why_not}; reading NVML itself: {why}")
-    return evaluate(state, cfg.fail_on, f"own read of NVML ({why_not})", max_length)
+        return unknown(f"{why_not}; reading NVML itself: {why}"), cfg
+    return evaluate(state, cfg.fail_on, f"own read of NVML ({why_not})", max_length), cfg
 
 
 def quick_read(config, host, cfg, simulate, seed, watch: float) -> dict:

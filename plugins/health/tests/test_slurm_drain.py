@@ -102,3 +102,22 @@ def test_an_ok_fleet_never_touches_the_node(node, tmp_path):
     assert all(a["drains_total"] == 0 and a["in_episode"] is False for a in actions(points))
     assert node.sinfo_reasons().strip() == ""
     assert os.environ.get("SLURM_CONF") is None  # the test's own environment is not the cluster's
+
+
+def test_the_health_check_drains_the_node_itself_as_slurms_health_check_program(node, tmp_path):
+    """Slurm's HealthCheckProgram acts on nothing the program returns: `gpuagent health
+    --slurm-drain` drains on a problem, and leaves an ok node alone."""
+    env = {**node.env, "PYTHONUNBUFFERED": "1"}
+    env.pop("GPUAGENT_CONFIG", None)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[agent]\nstate_dir = "{tmp_path}"\n[collectors.health]\nslurm_node = "{node.host}"\n')
+
+    def check(spec):
+        return subprocess.run([sys.executable, "-m", "gpuagent", "health", "--slurm-drain", "--config", str(cfg),
+                               "--simulate", spec], capture_output=True, text=True, env=env, timeout=60)
+
+    ok = check("h100-sxm:2")
+    assert ok.returncode == 0 and node.sinfo_reasons().strip() == "", ok.stdout + ok.stderr
+    bad = check("h100-sxm:4@xid=1:48:1s")
+    assert bad.returncode == 1 and bad.stdout.startswith("GPU 1 reset_required: "), bad.stdout + bad.stderr
+    assert f"{node.host}|drained|gpuagent: GPU 1 reset_required: XID 48 " in node.sinfo_reasons()
