@@ -117,3 +117,30 @@ def test_gpu_missing_fires_on_data_written_through_the_influxdb_write_path(tmp_p
     assert alert["annotations"]["summary"] == "1 GPU(s) missing on n7"
     series = vm.export('{__name__="gpuagent_gpu_inventory_gpus_missing"}', min_samples=1)
     assert series and series[0]["values"][-1] == 1
+
+
+def test_the_rules_docs_say_run_on_the_influxdb_write_path_use_names_that_path_makes():
+    """docs/alerting.md lists the rules that run on line protocol written to VictoriaMetrics:
+    each reads only metrics whose name there (gpuagent_ + <measurement>_<field>, after
+    influx-relabel.yml) is the exposition's, and the rest are said not to."""
+    import re
+
+    from gpuagent.plugins.prometheus.naming import metric_for
+    from gpuagent.plugins.prometheus.readme_fields import documented
+
+    same = set()
+    for (measurement, field), doc in documented().items():
+        if doc.type == "string":
+            continue
+        name = f"{measurement}_{field}"
+        if metric_for("gpuagent", measurement, field).name == (name if name.startswith("gpuagent_") else f"gpuagent_{name}"):
+            same.add(metric_for("gpuagent", measurement, field).name)
+    works = set()
+    for block in re.split(r"- alert: ", RULES.read_text())[1:]:
+        expr = block.split("annotations:")[0]
+        names = set(re.findall(r"\bgpuagent_\w+", expr))
+        if names and names <= same:
+            works.add(block.split()[0])
+    text = (REPO / "docs" / "alerting.md").read_text()
+    said = set(re.findall(r"`(\w+)`", text[text.index("run unchanged:"): text.index("Not these")]))
+    assert said == works, said ^ works
