@@ -32,6 +32,10 @@ JOB_DEFINITIONS = {
     "sm_util_mean_pct": "mean of the job's SM activity samples (its processes' sm_util_pct on the "
     "GPU, summed per sample); where the driver gives no per-process samples, the GPU's gpu_util_pct",
     "peak_memory_bytes": "largest GPU memory the job's processes held on one GPU at one sample",
+    "idle_gpu_hours": "per GPU, the time the job's gpu_job points said allocated_idle (held with no "
+    "kernel activity for [collectors.processes] idle_after or longer): the increases of idle_s "
+    "between consecutive flagged samples, summed over its GPUs; the idle_after before the flag is "
+    "not counted",
 }
 
 
@@ -70,6 +74,16 @@ class JobReport:
                 f"SELECT SUM(d) FROM ({inner}) WHERE {self.range.clause()} GROUP BY {by}"
             )
         }
+        idle_inner = (
+            f'SELECT NON_NEGATIVE_DIFFERENCE("idle_s") AS d FROM "gpu_job" '
+            f'WHERE {self._where()} AND "allocated_idle" = true GROUP BY {by}'
+        )
+        idle = {
+            _key(r, series): r.get("sum") or 0.0
+            for r in self.client.rows(
+                f"SELECT SUM(d) FROM ({idle_inner}) WHERE {self.range.clause()} GROUP BY {by}"
+            )
+        }
         first = {_key(r, series): r["time"] for r in self._rows('FIRST("processes")', series)}
         last = {_key(r, series): r["time"] for r in self._rows('LAST("processes")', series)}
         if not first:
@@ -105,6 +119,7 @@ class JobReport:
                 "end": rfc3339(max(t1 for _, _, t1 in gpus)),
                 "gpu_hours": seconds / 3600.0,
                 "energy_wh": joules / 3600.0,
+                "idle_gpu_hours": sum(idle.get(_key(tags, series), 0.0) for tags, _, _ in gpus) / 3600.0,
                 "sm_util_mean_pct": m.get("sm") if m.get("sm") is not None else m.get("util"),
                 "peak_memory_bytes": m.get("peak"),
                 "per_gpu": [
@@ -112,6 +127,7 @@ class JobReport:
                         **{t: tags[t] for t in GPU_TAGS},
                         "energy_wh": energy.get(_key(tags, series), 0.0) / 3600.0,
                         "gpu_hours": (t1 - t0) / 3.6e12,
+                        "idle_gpu_hours": idle.get(_key(tags, series), 0.0) / 3600.0,
                     }
                     for tags, t0, t1 in sorted(gpus, key=lambda g: (g[0]["host"], g[0]["gpu"]))
                 ],
@@ -137,6 +153,7 @@ COLUMNS = (
     ("GPUs", lambda g: str(g["gpus"])),
     ("GPU-hours", lambda g: f"{g['gpu_hours']:.2f}"),
     ("energy Wh", lambda g: f"{g['energy_wh']:.1f}"),
+    ("idle GPU-h", lambda g: f"{g['idle_gpu_hours']:.2f}"),
     (
         "SM mean %",
         lambda g: "-" if g["sm_util_mean_pct"] is None else f"{g['sm_util_mean_pct']:.1f}",
