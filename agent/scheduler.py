@@ -210,7 +210,7 @@ class Scheduler:
             if now >= next_self:
                 self.deliver(self.self_points())
                 self.write_cost()
-                self.latest.write(self.context.state_dir, self.agent_interval, self.context.hostname)
+                self.latest.write(self.context.state_dir, self.agent_interval, self.context.hostname, self.cost())
                 next_self = now + self.agent_interval
             if self.on_tick:
                 self.on_tick()

@@ -3,7 +3,8 @@ each cycle, so that one-shot commands (`gpuagent health`, later `top` and `inspe
 the agent already knows instead of opening a second NVML session.
 
 The document: ``{"pid", "written" (epoch s), "interval" (s), "hostname", "gpus": {index:
-{"tags": {...}, measurement: {field: value}}}, "node": {measurement: {field: value}}}``. A GPU's
+{"tags": {...}, measurement: {field: value}}}, "node": {measurement: {field: value}},
+"cost": {collector: {runs, nvml_calls, cpu_ms} over the last minute}}``. A GPU's
 fields are the latest value of each, merged over the cycle's points (an XID point and the
 verdict point of one GPU both land in ``gpu_health``). Per-process and per-job points
 (``gpu_process``, ``gpu_job``) are left out: their cardinality is the jobs', not the GPUs'.
@@ -51,8 +52,9 @@ class LatestState:
             entry["tags"] = {k: p.tags[k] for k in ("host", "gpu", "uuid", "model", "pci_bus_id") if k in p.tags}
             entry.setdefault(m, {}).update(p.fields)
 
-    def document(self, interval: float, hostname: str) -> dict[str, Any]:
+    def document(self, interval: float, hostname: str, cost: dict | None = None) -> dict[str, Any]:
         return {
+            "cost": cost or {},
             "pid": os.getpid(),
             "written": time.time(),
             "interval": interval,
@@ -61,14 +63,14 @@ class LatestState:
             "node": self.node,
         }
 
-    def write(self, state_dir: Path, interval: float, hostname: str) -> None:
+    def write(self, state_dir: Path, interval: float, hostname: str, cost: dict | None = None) -> None:
         """Replace the file atomically; nothing when the agent has no state directory (a one-off run)."""
         path = Path(state_dir) / STATE_FILE
         if not path.parent.is_dir():
             return
         try:
             tmp = path.with_name(f".{STATE_FILE}.{os.getpid()}")
-            tmp.write_text(json.dumps(self.document(interval, hostname), default=str))
+            tmp.write_text(json.dumps(self.document(interval, hostname, cost), default=str))
             os.replace(tmp, path)
         except OSError as exc:
             if not self._warned:

@@ -151,6 +151,7 @@ def test_health_reads_the_running_agents_state_file(tmp_path, running_agent):
     doc = wait_for_state(tmp_path, gpu3_lost)
     assert doc["pid"] == agent.pid and set(doc["gpus"]) == {"0", "1", "2", "3"}
     assert doc["gpus"]["0"]["gpu_power"]["power_w"] > 0  # the latest readings, not only the verdict
+    assert doc["cost"]["health"]["runs"] >= 1  # and the agent's own cost per collector
     done = health("--config", str(cfg), "--json")
     out = json.loads(done.stdout)
     assert done.returncode == 1 and out["source"] == f"agent pid {agent.pid}", done.stdout + done.stderr
