@@ -434,7 +434,8 @@ class HealthCollector(gpuagent.Collector):
         unavailable = len(getattr(self.context.nvml, "unavailable", None) or ())
         present = len(self.context.gpus) + unavailable
         inventory = inventory_fields(self.expected, present)
-        acc.add_fields("gpu_inventory", inventory, tags={})
+        if self.expected is not None:
+            acc.add_fields("gpu_inventory", inventory, tags={})
         if self.drainer is None:
             return
         level = self.config.drain_on
