@@ -121,3 +121,16 @@ def test_the_health_check_drains_the_node_itself_as_slurms_health_check_program(
     bad = check("h100-sxm:4@xid=1:48:1s")
     assert bad.returncode == 1 and bad.stdout.startswith("GPU 1 reset_required: "), bad.stdout + bad.stderr
     assert f"{node.host}|drained|gpuagent: GPU 1 reset_required: XID 48 " in node.sinfo_reasons()
+
+
+def test_a_failing_scontrol_is_counted_and_tried_again_next_run(tmp_path):
+    from gpuagent.plugins.health.slurm_drain import SlurmDrain
+
+    drainer = SlurmDrain("n1", scontrol=str(tmp_path / "no-scontrol"))
+    drainer.update("GPU 3 lost: XID 79")
+    drainer.update("GPU 3 lost: XID 79")
+    fields = drainer.fields()
+    assert fields["failures_total"] == 2 and fields["drains_total"] == 0 and fields["in_episode"] is False
+    assert fields["last_action"].startswith("failed: ")
+    drainer.update(None)  # the GPU is back: nothing to do, nothing counted
+    assert drainer.fields()["failures_total"] == 2
