@@ -180,6 +180,7 @@ def expected_report(server, db, start_ns, end_ns, by):
             "gpu_mig",
             "gpu_vgpu",
             "gpu_l2_probe",
+            "gpu_health",
         )
     }
     gpus = {_gpu(r) for m in ("gpu_power", "gpu_clocks", "gpu_memory") for r in raw[m]}
@@ -297,8 +298,27 @@ def expected_report(server, db, start_ns, end_ns, by):
             if probe
             else None
         )
+        e["health_gpu_hours"] = _health_hours(rows("gpu_health", members), start_ns, end_ns)
         out[key] = e
     return out, raw
+
+
+def _health_hours(rows, start_ns, end_ns):
+    """Per GPU and epoch-aligned bucket (whole minutes, about 1000 at most), the bucket's time inside
+    the range, shared among its verdicts by their count of samples."""
+    from gpuagent.compare.health import VERDICTS
+
+    bucket = max(60, math.ceil((end_ns - start_ns) / 1e9 / 1000 / 60) * 60) * 10**9
+    per = defaultdict(list)
+    for r in rows:
+        if r.get("verdict") is not None:
+            per[(_gpu(r), r["time"] // bucket * bucket)].append(r["verdict"])
+    hours = dict.fromkeys(VERDICTS, 0.0)
+    for (_, b), verdicts in per.items():
+        inside = (min(b + bucket, end_ns) - max(b, start_ns)) / 1e9
+        for v in set(verdicts):
+            hours[v] = hours.get(v, 0.0) + inside * verdicts.count(v) / len(verdicts) / 3600
+    return hours
 
 
 def expected_series(raw, start_ns, end_ns, bucket_s, by, labels):
