@@ -23,7 +23,8 @@ from gpuagent.compare.report import THROTTLE_REASONS, finite
 esc = html.escape
 
 TOP_N = 20  # bars per chart; more groups: the highest TOP_N and a row for the rest
-LINES = 8  # lines in the power-over-time chart; more groups: the highest 7 and the rest's mean
+LINES = 8  # a line per group in the power-over-time chart up to LINES groups; more: HIGHEST and the fleet
+HIGHEST = 3
 # A value above OUTLIER_FACTOR × the median of its chart (and above the interquartile fence) is
 # drawn to the edge and marked: one idle GPU's 27,847 Wh per busy GPU-hour must not squash 15 bars.
 OUTLIER_FACTOR = 3.0
@@ -307,7 +308,8 @@ def throttle_chart(doc: dict) -> str:
 
 
 def power_over_time(doc: dict) -> str:
-    """Mean power per group per bucket: an SVG of at most LINES lines (the highest, then the rest's mean)."""
+    """Mean power per group per bucket, one SVG: a line per group up to LINES groups; beyond, the band
+    from the lowest to the highest group in each bucket, the groups' mean and the HIGHEST groups."""
     series: dict[str, list] = doc["series"]["power_mean_w"]
     bucket = doc["series"]["bucket_s"]
     title = f"Power per {doc['by']} over time (mean per GPU, {bucket} s buckets, UTC)"
@@ -316,20 +318,22 @@ def power_over_time(doc: dict) -> str:
     shown = display_labels(doc)
     means = {k: sum(v for _, v in pts) / len(pts) for k, pts in series.items() if pts}
     ranked = sorted(means, key=lambda k: -means[k])
-    lines = [(k, series[k], PALETTE[i % len(PALETTE)], f"{shown.get(k, k)} ({number(means[k])} W)")
-             for i, k in enumerate(ranked if len(ranked) <= LINES else ranked[: LINES - 1])]
-    if len(ranked) > LINES:
-        others = ranked[LINES - 1:]
+    many = len(ranked) > LINES
+    lines = [(series[k], PALETTE[i % len(PALETTE)], f"{shown.get(k, k)}: mean {number(means[k])} W")
+             for i, k in enumerate(ranked[:HIGHEST] if many else ranked)]
+    band: list[tuple[int, float, float]] = []
+    if many:
         acc: dict[int, list[float]] = {}
-        for k in others:
+        for k in ranked:
             for t, v in series[k]:
                 acc.setdefault(t, []).append(v)
-        pts = [[t, sum(vs) / len(vs)] for t, vs in sorted(acc.items())]
-        lines.append(("rest", pts, REST_COLOR, f"mean of the other {len(others)}"))
+        band = [(t, min(vs), max(vs)) for t, vs in sorted(acc.items())]
+        lines.append(([[t, sum(vs) / len(vs)] for t, vs in sorted(acc.items())], "#555555",
+                      f"mean of the {len(ranked)} groups"))
     w, h, left, right, top_m, bottom = 960, 260, 60, 16, 14, 36
     r = doc["range"]
     t0, t1 = r["start_ns"] / 1e9, r["end_ns"] / 1e9
-    ymax = max(v for _, pts, _, _ in lines for _, v in pts) or 1.0
+    ymax = max([v for pts, _, _ in lines for _, v in pts] + [hi for _, _, hi in band]) or 1.0
     yticks = nice_ticks(ymax * 1.05)
     ytop = max(yticks[-1], ymax)
 
@@ -352,13 +356,17 @@ def power_over_time(doc: dict) -> str:
         parts.append(f'<text x="{x(tick * 1e9):.1f}" y="{h - bottom + 18}" text-anchor="middle">{esc(label)}</text>')
         tick += step
     parts.append(f'<text x="{left - 6}" y="{top_m - 2}" text-anchor="end" class="unit">W</text>')
-    for _, pts, color, _ in lines:
+    if band:
+        outline = [f"{x(t):.1f},{y(hi):.1f}" for t, _, hi in band] + [f"{x(t):.1f},{y(lo):.1f}" for t, lo, _ in band[::-1]]
+        parts.append(f'<polygon points="{" ".join(outline)}" fill="#d9d9d9" fill-opacity="0.7" stroke="none"/>')
+    for pts, color, _ in lines:
         path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in pts)
         parts.append(f'<polyline points="{path}" stroke="{color}" fill="none" stroke-width="1.6"/>')
     parts.append("</svg>")
     legend = '<ul class="legend">' + "".join(
-        f'<li><span class="sw" style="background:{c}"></span>{esc(text)}</li>' for _, _, c, text in lines
-    ) + "</ul>"
+        f'<li><span class="sw" style="background:{c}"></span>{esc(text)}</li>' for _, c, text in lines
+    ) + (f'<li><span class="sw" style="background:#d9d9d9"></span>lowest to highest of the {len(ranked)} groups</li>'
+         if band else "") + "</ul>"
     return f'<figure class="chart wide"><figcaption>{esc(title)}</figcaption>{"".join(parts)}{legend}</figure>'
 
 

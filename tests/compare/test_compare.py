@@ -385,6 +385,10 @@ def test_every_json_figure_matches_the_raw_points(fleet_db, influxdb_v1, cli, by
             compared += 1
         assert g["p2p_summary"]  # derived from p2p, checked below for the model grouping
     assert compared >= len(expected) * 25
+    span_h = (stop_ns - start_ns) / 3.6e12
+    for g in doc["groups"]:  # no figure holds more time than the group's GPUs × the range
+        bound = g["gpus"] * span_h * (1 + 1e-9)
+        assert g["busy_gpu_hours"] <= g["gpu_hours"] <= bound and sum(g["health_gpu_hours"].values()) <= bound
     labels = {tuple(g["key"].values()): g["label"] for g in doc["groups"]}
     assert_same(
         doc["series"]["power_mean_w"],
