@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuagent.compare.render import _TEXT_COLUMNS, COLUMNS, EFFICIENCY_NOTE
 from gpuagent.compare.report import THROTTLE_REASONS, finite
 
 esc = html.escape
@@ -226,8 +227,6 @@ def header_section(doc: dict) -> str:
     models = sorted({m for g in groups for m in g["models"]})
     fleet = f"all {models[0]}" if len(models) == 1 else f"{len(models)} models"
     where = f" · where {doc['where']}" if doc.get("where") else ""
-    from gpuagent.compare.render import EFFICIENCY_NOTE
-
     return (
         "<header><h1>GPU fleet comparison</h1>"
         f'<p class="range">{esc(start)} – {esc(end)} UTC ({esc(span_text((r["end_ns"] - r["start_ns"]) / 1e9))})'
@@ -249,8 +248,6 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def tables_section(doc: dict) -> str:
-    from gpuagent.compare.render import _TEXT_COLUMNS, COLUMNS
-
     columns = dict(COLUMNS[1:])
     named = {t for _, titles in TABLES for t in titles}
     themes = [(name, [t for t in titles if t in columns]) for name, titles in TABLES]
