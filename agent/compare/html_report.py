@@ -279,9 +279,10 @@ def power_chart(doc: dict) -> str:
 
 def efficiency_chart(doc: dict) -> str:
     bars = bars_of(doc, lambda g: g["energy_wh_per_busy_gpu_hour"])
-    return bar_chart("Energy per busy GPU-hour (lower is better)", "Wh", bars, color=PALETTE[2],
-                     note="A GPU that is hardly busy draws its idle power over little busy time: its figure is "
-                     "high by construction.")
+    idle = any(finite(g["gpu_util_mean_pct"]) and g["gpu_util_mean_pct"] < 5 for g in doc["groups"])
+    note = ("A GPU that is hardly busy draws its idle power over little busy time: its figure is high by "
+            "construction." if idle else "")
+    return bar_chart("Energy per busy GPU-hour (lower is better)", "Wh", bars, color=PALETTE[2], note=note)
 
 
 def dram_chart(doc: dict) -> str:

@@ -72,10 +72,17 @@ LAYOUT_CHECK = """
     if ((cs.overflowX === 'auto' || cs.overflowX === 'scroll') && el.scrollWidth > el.clientWidth + 1)
       scrollers.push(el.tagName);
   }
+  // A group's label stays on one line, in the tables (first cell of a row) and beside the bars.
+  const wrapped = [];
+  for (const el of document.querySelectorAll('tbody tr > :first-child, .bl')) {
+    const rg = document.createRange(); rg.selectNodeContents(el);
+    const lines = new Set([...rg.getClientRects()].map(r => Math.round(r.top)));
+    if (lines.size > 1) wrapped.push(el.textContent.slice(0, 40));
+  }
   const root = document.documentElement;
   const out = {page_width: root.scrollWidth, window_width: root.clientWidth, texts: boxes.length,
                overlaps: overlaps.slice(0, 20), overlap_count: overlaps.length, scrollers: scrollers,
-               bars: document.querySelectorAll('.track').length};
+               bars: document.querySelectorAll('.track').length, wrapped: wrapped};
   const pre = document.createElement('pre');
   pre.id = 'layout-check';
   pre.textContent = JSON.stringify(out);
@@ -152,7 +159,7 @@ def test_report_is_readable_at_16_and_104_groups(big_fleet, influxdb_v1, cli, tm
     print(f"\n{hosts * 8} groups: {found['texts']} text boxes, {found['bars']} bars, page {found['page_width']} px")
     assert found["overlap_count"] == 0, found["overlaps"]
     assert found["page_width"] <= found["window_width"], found
-    assert found["scrollers"] == []
+    assert found["scrollers"] == [] and found["wrapped"] == []
     # 4 bar charts of one bar per group up to TOP_N, then TOP_N and a row for the rest
     assert found["bars"] == 4 * (len(doc["groups"]) if hosts == 2 else TOP_N + 1)
     text = page.read_text()
