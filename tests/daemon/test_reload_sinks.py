@@ -1,11 +1,14 @@
-"""SIGHUP with the real /metrics server on: the agent stays up, /metrics answers, stop is quick.
+"""SIGHUP and the sinks: the real /metrics server across a reload, a removed sink's spool.
 
-Issue 28, item 2: the server's thread blocked in accept() was not woken by
-close(), so a reload could not bind the port again and the agent exited 1.
+Issue 28, item 2: the /metrics server's thread blocked in accept() was not
+woken by close(), so a reload could not bind the port again and the agent
+exited 1. Item 12: a reload that removes a sink whose spool holds points said
+nothing about them.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import time
@@ -62,3 +65,24 @@ def test_sighup_with_metrics_keeps_the_agent_up_and_stop_is_within_shutdown_time
     took = time.monotonic() - t0
     assert took <= SHUTDOWN_TIMEOUT, f"stop took {took:.1f}s"  # before: request_timeout + 1 s = 31 s
     print(f"reload gap {gap:.2f}s, stop {took:.2f}s")
+
+
+def test_a_reload_that_removes_a_sink_says_how_many_spooled_points_stay_and_where(agent_run, tmp_path):
+    # Nobody listens on port 9: every collection waits in the influxdb sink's spool.
+    influx = '\n[sinks.influxdb]\napi = "v1"\nurl = "http://127.0.0.1:9"\ndatabase = "d"\n'
+    proc, notes = agent_run.start(extra=influx)
+    ready = notes.wait_for("READY=1")
+    deadline = time.monotonic() + 15
+    while not re.search(r"influxdb spooling [1-9]", notes.messages[-1][1]):
+        assert time.monotonic() < deadline, notes.messages[-1][1]
+        time.sleep(0.1)
+
+    agent_run.write_config()  # the file sink only
+    proc.send(signal.SIGHUP)
+    notes.wait_for("READY=1", start=notes.wait_for("RELOADING=1", start=ready + 1))
+    said = [line for line in proc.stderr().splitlines() if "no longer configured" in line]
+    assert len(said) == 1, proc.stderr()
+    spool_dir = tmp_path / "state" / "spool" / "influxdb"
+    match = re.search(r"sink influxdb is no longer configured; (\d+) points stay in its spool in (\S+),", said[0])
+    assert match and int(match.group(1)) > 0 and match.group(2) == str(spool_dir), said[0]
+    assert proc.stop(signal.SIGTERM) == 0, proc.stderr()
