@@ -100,7 +100,7 @@ def classify_http(status: int, body: bytes | str | None, headers=None) -> Result
     """Turn an HTTP answer from an InfluxDB-compatible /write into a Result."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
     text = text.strip()
-    message = text[:MESSAGE_CHARS]
+    message = " ".join(text[: MESSAGE_CHARS * 2].split())[:MESSAGE_CHARS]  # one log line, even from an HTML page
     if 200 <= status < 300:
         return Result(Outcome.ACCEPTED, status)
     if status in (400, 422):
