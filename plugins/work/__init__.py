@@ -13,11 +13,12 @@ spans, so a GPU's share is the counter's increase divided by ``gpus``; a decreas
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 import gpuagent
+from gpuagent.plugins.mig import SHARED_NAME as MIG_DEVICES
 from gpuagent.plugins.processes import SHARED_NAME as PROCESSES
 from gpuagent.plugins.processes import GpuProcess, slurm
 from gpuagent.plugins.work import families, scrape
@@ -25,7 +26,6 @@ from gpuagent.plugins.work.discovery import Discovery, Endpoint
 from gpuagent.plugins.work.jobfiles import JobFiles
 
 MEASUREMENT = "gpu_work"
-MIG_SHARED_NAME = "mig"  # the mig collector's MIG devices: (GPU uuid, gi_id) -> tags, share
 JOB_TAGS = ("slurm_job_id", "k8s_pod_uid")
 
 
@@ -36,7 +36,7 @@ class EndpointConfig(BaseModel):
 
     url: str  # its /metrics, e.g. "http://10.1.2.3:8000/metrics"
     gpus: list[str]  # the GPUs it runs on: NVML indices ("0") or UUIDs
-    source: str | None = None  # vllm, sglang, triton, tgi; None: found from the answer
+    source: Literal["vllm", "sglang", "triton", "tgi"] | None = None  # None: found from the answer
     workload: str | None = None  # the served model, where its families name none (TGI)
 
 
@@ -80,11 +80,6 @@ class WorkCollector(gpuagent.Collector):
 
     def __init__(self, config: WorkConfig, context):
         super().__init__(config, context)
-        for ep in config.endpoints:
-            if ep.source is not None and ep.source not in families.SOURCES:
-                raise ValueError(
-                    f"endpoints: source {ep.source!r} is not one of {', '.join(families.SOURCES)}"
-                )
         self.discovery = Discovery(
             config.ancestors, config.ports_per_process, config.request_timeout, config.rescan
         )
@@ -96,7 +91,7 @@ class WorkCollector(gpuagent.Collector):
         procs: tuple[GpuProcess, ...] = (
             self.context.shared.latest(PROCESSES, wait=self.config.processes_wait) or ()
         )
-        mig = self.context.shared.latest(MIG_SHARED_NAME) or {}
+        mig = self.context.shared.latest(MIG_DEVICES) or {}
         live = {g.uuid for g in self.gpus}
         procs = tuple(p for p in procs if p.gpu.uuid in live)
         if self.config.discover:

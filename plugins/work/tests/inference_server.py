@@ -45,6 +45,11 @@ class Counts:
 
             self.running = Gauge("vllm:num_requests_running", "Number of requests currently running on GPU.", labels, registry=self.registry)
             self.running.labels(MODEL["vllm"]).set(0)
+            # vLLM's V1 logger makes each labelled child at start, so a fresh server shows zeros.
+            for counter in (self.prompt, self.generation):
+                counter.labels(MODEL["vllm"])
+            for reason in ("stop", "length", "abort"):
+                self.success.labels(MODEL["vllm"], reason)
 
     def work(self, n: int) -> None:
         with self.lock:

@@ -5,37 +5,17 @@ tensor-parallel over the two H100s (GPUs 2 and 3)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from lineprotocol_parser import parse
 
-HERE = Path(__file__).resolve().parent
 ONLY = ("processes", "work")  # the rest of the agent has its own tests; two cores are shared
-
-
-def start_server(tmp_path: Path, kind: str, *args: str) -> tuple[subprocess.Popen, dict]:
-    state = tmp_path / f"{kind}.json"
-    proc = subprocess.Popen([sys.executable, str(HERE / "inference_server.py"), kind, str(state), *args])
-    deadline = time.monotonic() + 30
-    while not state.exists():
-        assert proc.poll() is None, f"{kind} server exited with {proc.returncode}"
-        assert time.monotonic() < deadline, f"{kind} server did not start"
-        time.sleep(0.05)
-    return proc, json.loads(state.read_text())
-
-
-def call(port: int, path: str, method: str = "GET") -> dict:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method, data=b"" if method == "POST" else None)
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read())
 
 
 def agent_config(tmp_path: Path, out: Path) -> Path:
@@ -109,24 +89,8 @@ def increase(values: list[float]) -> float:
     return total
 
 
-@pytest.fixture
-def servers(tmp_path):
-    started = []
-
-    def start(kind, *args):
-        proc, state = start_server(tmp_path, kind, *args)
-        started.append(proc)
-        return proc, state
-
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(10)
-
-
 @pytest.mark.slow
-def test_servers_work_on_their_gpus_through_restart_and_stop(tmp_path, servers):
+def test_servers_work_on_their_gpus_through_restart_and_stop(tmp_path, servers, call):
     vllm, v = servers("vllm", "--workers", "2", "--other-port")
     triton, t = servers("triton", "--workers", "1")
     spec = f"l40s:2@proc=0:{t['workers'][0]}:4096,h100-sxm:2@proc=0:{v['workers'][0]}:30000@proc=1:{v['workers'][1]}:30000"
