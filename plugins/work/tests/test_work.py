@@ -253,3 +253,37 @@ def test_the_work_collector_makes_no_nvml_call(
     assert sum(calls.values()) == 0, calls
     points = recording_accumulator.by_measurement("gpu_work")
     assert {p.tags["gpu"] for p in points} == {"0", "1"} and all(p.fields["gpus"] == 2 for p in points)
+
+
+def test_the_prometheus_sink_names_it_gpuagent_gpu_work_units_total(
+    simulated_fleet, recording_accumulator, tmp_path, servers, call
+):
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpuagent.plugins.prometheus import PrometheusSink
+
+    _, t = servers("triton", "--workers", "1")
+    call(t["port"], "/work?n=2", "POST")
+    machine = simulated_fleet(f"l40s:1@proc=0:{t['workers'][0]}")
+    points = cycle(parts(machine, tmp_path), recording_accumulator)
+    sink = PrometheusSink(
+        PrometheusSink.Config.model_validate({"listen": "127.0.0.1:0"}),
+        AgentContext(hostname="testhost", state_dir=tmp_path),
+    )  # fmt: skip
+    sink.start()
+    try:
+        sink.write(points)
+        host, port = sink.address
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    finally:
+        sink.close()
+    family = next(f for f in text_string_to_metric_families(text) if f.name == "gpuagent_gpu_work_units")
+    assert family.type == "counter"
+    got = {s.labels["unit"]: s for s in family.samples if s.name == "gpuagent_gpu_work_units_total"}
+    assert got["inferences"].value == 16.0
+    labels = got["inferences"].labels
+    assert labels["workload"] == "resnet50" and labels["source"] == "triton"
+    assert labels["work_id"] == f"{t['pid']}:{t['port']}" and labels["gpu"] == "0"
