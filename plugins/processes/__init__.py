@@ -45,7 +45,7 @@ JOB_KEYS = (
 )
 
 
-# The name the cycle's process list is published under (AgentContext.shared).
+# The cycle's process list is published under the collector's name (AgentContext.shared).
 SHARED_NAME = "processes"
 
 
@@ -169,7 +169,6 @@ class ProcessesCollector(gpuagent.Collector):
         self._pods: dict[str, list[kubelet_api.PodDevice]] = {}
         self._seen: set[int] = set()
         self._listed: list[GpuProcess] = []
-        context.shared.will_publish(SHARED_NAME)
 
     def collect(self, acc: gpuagent.Accumulator) -> None:
         self._seen = set()

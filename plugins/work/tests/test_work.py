@@ -223,12 +223,24 @@ def test_a_job_file_outside_slurm_counts_on_the_gpus_of_its_process_tree(
 
 
 # -- the shared board, and no NVML ------------------------------------------------------------
-def test_a_reader_waits_for_this_ticks_value_only_where_a_producer_is_enabled():
+def test_a_reader_waits_for_this_ticks_value_only_where_its_producer_started_on_it():
+    class Counted(threading.Condition):
+        waits = 0
+
+        def wait_for(self, *a, **kw):
+            Counted.waits += 1
+            return super().wait_for(*a, **kw)
+
     board = Shared()
+    board._cond = Counted()
+    board.publish("processes", ("an earlier tick",))
     token = current_tick.set("tick-2")
     try:
-        assert board.latest("processes", wait=5.0) is None  # no producer: no wait
-        board.will_publish("processes")
+        # The producer was not started on this tick (a longer interval, disabled): no wait.
+        board.starting("tick-2", {"work"})
+        assert board.latest("processes", wait=30.0) == ("an earlier tick",)
+        assert Counted.waits == 0
+        board.starting("tick-2", {"processes", "work"})
 
         def produce():
             current_tick.set("tick-2")
@@ -236,7 +248,8 @@ def test_a_reader_waits_for_this_ticks_value_only_where_a_producer_is_enabled():
             board.publish("processes", ("this tick",))
 
         threading.Thread(target=produce).start()
-        assert board.latest("processes", wait=10.0) == ("this tick",)
+        assert board.latest("processes", wait=30.0) == ("this tick",)
+        assert Counted.waits == 1
     finally:
         current_tick.reset(token)
 
