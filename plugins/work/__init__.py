@@ -51,6 +51,8 @@ class WorkConfig(gpuagent.CollectorConfig):
     request_timeout: gpuagent.Duration = 2.0
     # A process with no port that answered is looked at again after this long.
     rescan: gpuagent.Duration = 60.0
+    # At most this long a run spends finding new servers (the rest wait for the next run).
+    discovery_budget: gpuagent.Duration = 5.0
     # How long a run waits for this cycle's process list from the processes collector.
     processes_wait: gpuagent.Duration = 2.0
     endpoints: list[EndpointConfig] = []
@@ -81,8 +83,9 @@ class WorkCollector(gpuagent.Collector):
     def __init__(self, config: WorkConfig, context):
         super().__init__(config, context)
         self.discovery = Discovery(
-            config.ancestors, config.ports_per_process, config.request_timeout, config.rescan
-        )
+            config.ancestors, config.ports_per_process, config.request_timeout, config.rescan,
+            config.discovery_budget,
+        )  # fmt: skip
         self.jobs = JobFiles(config.jobs_dir)
         self._warned: set[str] = set()
         self._configured_sources: dict[str, str] = {}

@@ -51,13 +51,16 @@ class Discovery:
         ports_per_process: int,
         timeout: float,
         rescan_s: float,
+        budget_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.ancestors = ancestors
         self.ports_per_process = ports_per_process
         self.timeout = timeout
         self.rescan_s = rescan_s
+        self.budget_s = budget_s
         self.clock = clock
+        self._stop_at = 0.0
         self.own = os.getpid()
         self._known: dict[tuple[int, float], Listener] = {}
         self._seen: set[tuple[int, float]] = set()
@@ -65,6 +68,7 @@ class Discovery:
 
     def new_cycle(self) -> None:
         self._seen = set()
+        self._stop_at = self.clock() + self.budget_s
 
     def end_cycle(self) -> None:
         """Forget the processes no GPU process led to this cycle (gone, or no longer a parent)."""
@@ -78,7 +82,7 @@ class Discovery:
             listener = self._known.get(key)
             if listener is None:
                 listener = self._known[key] = Listener()
-            if listener.endpoint is None and self._due(listener):
+            if listener.endpoint is None and self._due(listener) and self.clock() < self._stop_at:
                 self._scan(key, listener)
             if listener.endpoint is not None:
                 return listener.endpoint
@@ -131,6 +135,9 @@ class Discovery:
         unanswered = 0
         for port in sorted(ports):
             if port in listener.other:
+                continue
+            if self.clock() >= self._stop_at:
+                unanswered += 1  # out of time this cycle: asked at the next rescan
                 continue
             if port not in listener.asked and len(listener.asked) >= self.ports_per_process:
                 unanswered += 1

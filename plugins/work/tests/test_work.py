@@ -142,6 +142,21 @@ def test_ports_that_answer_something_else_are_asked_once_and_a_few_per_process(
         proc.wait()
 
 
+def test_discovery_stops_for_the_cycle_when_its_budget_is_spent(servers):
+    from gpuagent.plugins.work.discovery import Discovery
+
+    _, v = servers("vllm", "--workers", "1")
+    now = [0.0]
+    found = Discovery(3, 4, 1.0, rescan_s=60, budget_s=5, clock=lambda: now[0])
+    found.new_cycle()
+    now[0] = 6.0  # the cycle's budget spent before this process came up
+    assert found.endpoint_for(v["workers"][0]) is None and found.gets_total == 0
+    found.end_cycle()
+    found.new_cycle()  # the next cycle has a budget again
+    endpoint = found.endpoint_for(v["workers"][0])
+    assert endpoint is not None and endpoint.source == "vllm" and found.gets_total == 1
+
+
 # -- MIG, configured endpoints ---------------------------------------------------------------
 def test_a_server_on_a_mig_device_is_tagged_with_it_and_charged_its_share(
     simulated_fleet, recording_accumulator, tmp_path, servers, call
