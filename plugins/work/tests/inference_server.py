@@ -6,7 +6,8 @@ processes that the simulator is told run on GPUs (@proc=GPU:PID).
 
     python inference_server.py KIND STATE_FILE [--workers N] [--other-port]
 
-KIND is vllm or triton. Once listening it writes STATE_FILE (JSON: pid, port, workers,
+KIND is vllm, sglang (prometheus_client, python/sglang/srt/metrics/collector.py's names),
+triton or tgi (the router's metrics-exporter-prometheus text, and its GET /info). Once listening it writes STATE_FILE (JSON: pid, port, workers,
 other_port, restarts). POST /work?n=N counts N requests' worth of work; GET /state answers the
 counters. SIGHUP is a restart: the process execs itself (same pid, the workers stay), its
 counters start again from zero on the same port. --other-port also listens on a port that
@@ -25,7 +26,12 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-MODEL = {"vllm": "meta-llama/Llama-3.1-8B-Instruct", "triton": "resnet50"}
+MODEL = {
+    "vllm": "meta-llama/Llama-3.1-8B-Instruct",
+    "sglang": "Qwen/Qwen2.5-7B-Instruct",
+    "triton": "resnet50",
+    "tgi": "bigcode/starcoder2-3b",
+}
 
 
 class Counts:
@@ -51,9 +57,27 @@ class Counts:
             for reason in ("stop", "length", "abort"):
                 self.success.labels(MODEL["vllm"], reason)
 
+        elif kind == "sglang":
+            from prometheus_client import CollectorRegistry, Counter
+
+            self.registry = CollectorRegistry()
+            labels = ["model_name", "engine_type"]
+            self.prompt = Counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.", labels, registry=self.registry)
+            self.generation = Counter("sglang:generation_tokens_total", "Number of generation tokens processed.", labels, registry=self.registry)
+            self.requests = Counter("sglang:num_requests_total", "Number of requests processed.", labels, registry=self.registry)
+
     def work(self, n: int) -> None:
         with self.lock:
-            if self.kind == "vllm":
+            if self.kind in ("sglang", "tgi"):
+                if self.kind == "sglang":
+                    labels = (MODEL["sglang"], "unified")
+                    self.requests.labels(*labels).inc(n)
+                    self.prompt.labels(*labels).inc(50 * n)
+                    self.generation.labels(*labels).inc(20 * n)
+                self.values["requests"] += n
+                self.values["tokens_in"] += 50 * n
+                self.values["tokens_out"] += 20 * n
+            elif self.kind == "vllm":
                 model = MODEL["vllm"]
                 # vLLM labels each finished request by why it stopped: the reader adds them up.
                 stops = n // 2
@@ -70,7 +94,26 @@ class Counts:
                 self.values["executions"] += n
 
     def exposition(self) -> bytes:
-        if self.kind == "vllm":
+        if self.kind == "tgi":
+            v, n = self.values, self.values["requests"]
+            return (
+                "# TYPE tgi_request_count counter\n"
+                f"tgi_request_count {n}\n"
+                "# TYPE tgi_request_success counter\n"
+                f"tgi_request_success {n}\n"
+                "# TYPE tgi_request_generated_tokens histogram\n"
+                f'tgi_request_generated_tokens_bucket{{le="1"}} 0\n'
+                f'tgi_request_generated_tokens_bucket{{le="+Inf"}} {n}\n'
+                f"tgi_request_generated_tokens_sum {v['tokens_out']}\n"
+                f"tgi_request_generated_tokens_count {n}\n"
+                "# TYPE tgi_request_input_length histogram\n"
+                f'tgi_request_input_length_bucket{{le="+Inf"}} {n}\n'
+                f"tgi_request_input_length_sum {v['tokens_in']}\n"
+                f"tgi_request_input_length_count {n}\n"
+                "# TYPE tgi_queue_size gauge\n"
+                "tgi_queue_size 0\n"
+            ).encode()
+        if self.kind in ("vllm", "sglang"):
             from prometheus_client import generate_latest
 
             return generate_latest(self.registry)
@@ -118,6 +161,9 @@ def main() -> None:
             path = urlsplit(self.path).path
             if path == "/metrics":
                 self._send(200, counts.exposition())
+            elif path == "/info" and kind == "tgi":
+                info = {"model_id": MODEL["tgi"], "model_dtype": "torch.float16", "version": "2.4.1"}
+                self._send(200, json.dumps(info).encode(), "application/json")
             elif path == "/state":
                 self._send(200, json.dumps(dict(counts.values, restarts=state["restarts"])).encode(), "application/json")
             elif path == "/asked":

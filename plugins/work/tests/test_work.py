@@ -101,6 +101,34 @@ def test_each_servers_families_are_read_and_summed_over_their_other_labels():
     assert families.read("vllm:generation_tokens_total{model_name=\"m\"} NaN\nvllm:prompt_tokens_total{model_name=\"m\"} -1\n", "vllm", "v") == {}
 
 
+UNITS = {
+    "vllm": ("tokens_out", "tokens_in", "requests"),
+    "sglang": ("tokens_out", "tokens_in", "requests"),
+    "triton": ("requests", "inferences", "executions"),
+    "tgi": ("tokens_out", "tokens_in", "requests"),
+}
+WORKLOAD = {
+    "vllm": "meta-llama/Llama-3.1-8B-Instruct", "sglang": "Qwen/Qwen2.5-7B-Instruct",
+    "triton": "resnet50", "tgi": "bigcode/starcoder2-3b",  # TGI's from its GET /info
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNITS))
+def test_each_server_is_found_from_its_gpu_process_and_counted(
+    kind, simulated_fleet, recording_accumulator, tmp_path, servers, call
+):
+    _, server = servers(kind, "--workers", "1")
+    call(server["port"], "/work?n=3", "POST")
+    want = call(server["port"], "/state")
+    machine = simulated_fleet(f"l40s:1@proc=0:{server['workers'][0]}")
+    points = cycle(parts(machine, tmp_path), recording_accumulator)
+    got = {p.tags["unit"]: p for p in points}
+    assert set(got) == set(UNITS[kind])
+    for unit, p in got.items():
+        assert p.tags["source"] == kind and p.tags["workload"] == WORKLOAD[kind]
+        assert p.fields == {"units_total": float(want[unit]), "gpus": 1}
+
+
 # -- discovery's bounds -----------------------------------------------------------------------
 MANY_PORTS = """
 import sys, threading, time
