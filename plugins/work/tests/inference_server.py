@@ -193,22 +193,30 @@ def main() -> None:
             self.wfile.write(body)
 
     ThreadingHTTPServer.allow_reuse_address = True
-    port = state["port"] if state else 0
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    other = None
     if state is None:
+        if "--other-port" in args:
+            # The other port first, and below the main one: discovery asks ports in order, so
+            # it meets the port that is not a server before the one that is.
+            other = ThreadingHTTPServer(("127.0.0.1", 0), Other)
+        for _ in range(100):
+            server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            if other is None or server.server_address[1] > other.server_address[1]:
+                break
+            server.server_close()
         workers = [
             subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"]).pid
             for _ in range(workers_n)
         ]
         state = {"pid": os.getpid(), "port": server.server_address[1], "workers": workers, "restarts": 0}
-        if "--other-port" in args:
-            state["other_port"] = 0
+        if other is not None:
+            state["other_port"] = other.server_address[1]
     else:
         state["restarts"] += 1
-    other = None
-    if "other_port" in state:
-        other = ThreadingHTTPServer(("127.0.0.1", state["other_port"]), Other)
-        state["other_port"] = other.server_address[1]
+        server = ThreadingHTTPServer(("127.0.0.1", state["port"]), Handler)
+        if "other_port" in state:
+            other = ThreadingHTTPServer(("127.0.0.1", state["other_port"]), Other)
+    if other is not None:
         threading.Thread(target=other.serve_forever, daemon=True).start()
 
     def restart(*_):
