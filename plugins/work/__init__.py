@@ -91,9 +91,14 @@ class WorkCollector(gpuagent.Collector):
         self._configured_sources: dict[str, str] = {}
 
     def collect(self, acc: gpuagent.Accumulator) -> None:
-        procs: tuple[GpuProcess, ...] = (
-            self.context.shared.latest(PROCESSES, wait=self.config.processes_wait) or ()
-        )
+        listed = self.context.shared.latest(PROCESSES, wait=self.config.processes_wait)
+        if listed is None and (self.config.discover or self.config.jobs_dir):
+            self._warn(
+                "no-processes",
+                "work: no process list from the processes collector (disabled?): servers are "
+                "not found and job files not attributed; only configured endpoints are counted",
+            )  # fmt: skip
+        procs: tuple[GpuProcess, ...] = listed or ()
         mig = self.context.shared.latest(MIG_DEVICES) or {}
         live = {g.uuid for g in self.gpus}
         procs = tuple(p for p in procs if p.gpu.uuid in live)

@@ -3,6 +3,7 @@ counted on its GPUs under its Slurm job id, through `gpuagent run --once --test`
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -60,3 +61,25 @@ def test_a_slurm_job_reporting_its_samples_is_counted_on_its_gpus(slurm_cluster,
         assert tags["slurm_job_id"] == job and tags["work_id"] == f"job:{job}"
         assert tags["source"] == "job" and tags["unit"] == "samples" and tags["workload"] == "train"
         assert fields == {"units_total": 640.0, "gpus": 2}
+
+
+def test_a_server_run_as_a_slurm_job_carries_its_job_id(slurm_cluster, tmp_path):
+    """The vLLM stand-in (plugins/work/tests/inference_server.py) as a batch job: its GPU
+    workers inherit the job's environment, so its work points name the job."""
+    server = REPO / "plugins" / "work" / "tests" / "inference_server.py"
+    state = tmp_path / "vllm.json"
+    job = slurm_cluster.submit(f"{sys.executable} {server} vllm {state} --workers 2", job_name="serve")
+    try:
+        deadline = time.monotonic() + 30
+        while not state.exists():
+            assert time.monotonic() < deadline, "the server job did not start"
+            time.sleep(0.1)
+        s = json.loads(state.read_text())
+        lines = run_once(f"h100-sxm:2@proc=0:{s['workers'][0]}@proc=1:{s['workers'][1]}")
+    finally:
+        slurm_cluster.cancel(job)
+    work = [(t, f) for m, t, f in lines if m == "gpu_work"]
+    assert sorted({t["gpu"] for t, _ in work}) == ["0", "1"]
+    for tags, fields in work:
+        assert tags["slurm_job_id"] == job and tags["source"] == "vllm"
+        assert tags["work_id"] == f"{s['pid']}:{s['port']}" and fields["gpus"] == 2
