@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import psutil
 from pydantic import BaseModel, ConfigDict
 
 import gpuagent
@@ -135,19 +136,17 @@ class WorkCollector(gpuagent.Collector):
             work.placements.setdefault((gpu.uuid, None, None), gpu)
         if not work.placements:
             return
-        source = ep.source or self._configured_sources.get(ep.url)
+        answer = scrape.get(ep.url, self.config.request_timeout)
+        if answer.status != 200:
+            why = answer.error or f"HTTP {answer.status}"
+            self._warn(f"get:{ep.url}", f"work: endpoint {ep.url}: {why}; asked again each cycle")
+            return
+        source = ep.source or self._configured_sources.get(ep.url) or families.detect(answer.body)
         if source is None:
-            answer = scrape.get(ep.url, self.config.request_timeout)
-            source = families.detect(answer.body) if answer.status == 200 else None
-            if source is None:
-                why = answer.error or f"HTTP {answer.status}" if answer.status != 200 else "no known family"
-                self._warn(f"detect:{ep.url}", f"work: endpoint {ep.url}: {why}; asked again next cycle")
-                return
-            self._configured_sources[ep.url] = source
-        work.source = source
-        counts = self._scrape(ep.url, source, ep.workload or "")
-        if counts is not None:
-            self._emit(acc, work, counts, mig)
+            self._warn(f"detect:{ep.url}", f"work: endpoint {ep.url}: no known server's families; asked again each cycle")
+            return
+        self._configured_sources[ep.url] = work.source = source
+        self._emit(acc, work, families.read(answer.body, source, ep.workload or source), mig)
 
     def _scrape(self, url: str, source: str, workload: str) -> dict[tuple[str, str], float] | None:
         answer = scrape.get(url, self.config.request_timeout)
@@ -214,8 +213,6 @@ class WorkCollector(gpuagent.Collector):
 
 
 def _descends(pid: int, ancestor: int, depth: int = 8) -> bool:
-    import psutil
-
     try:
         proc = psutil.Process(pid).parent()
         while proc is not None and depth > 0:

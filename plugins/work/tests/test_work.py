@@ -343,3 +343,23 @@ def test_the_prometheus_sink_names_it_gpuagent_gpu_work_units_total(
     labels = got["inferences"].labels
     assert labels["workload"] == "resnet50" and labels["source"] == "triton"
     assert labels["work_id"] == f"{t['pid']}:{t['port']}" and labels["gpu"] == "0"
+
+
+def test_a_configured_endpoint_that_does_not_answer_is_one_line_and_costs_nothing_else(
+    simulated_fleet, recording_accumulator, tmp_path, caplog, servers, call
+):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/metrics"
+    _, t = servers("triton", "--workers", "1")
+    machine = simulated_fleet(f"l40s:2@proc=0:{t['workers'][0]}")
+    collectors = parts(machine, tmp_path, endpoints=[{"url": dead, "gpus": ["1"]}])
+    with caplog.at_level(logging.WARNING, logger="gpuagent.collector.work"):
+        for _ in range(3):
+            points = cycle(collectors, recording_accumulator)
+    assert [r.getMessage() for r in caplog.records if dead in r.getMessage()] == [
+        f"work: endpoint {dead}: [Errno 111] Connection refused; asked again each cycle"
+    ]
+    assert {p.tags["gpu"] for p in points} == {"0"}  # the found server's points, unchanged
