@@ -113,8 +113,9 @@ class WorkCollector(gpuagent.Collector):
     def _servers(self, acc, procs, mig) -> None:
         found: dict[str, tuple[Endpoint, Work]] = {}
         self.discovery.new_cycle()
+        endpoints = self.discovery.endpoints_for([p.pid for p in procs])
         for proc in procs:
-            endpoint = self.discovery.endpoint_for(proc.pid)
+            endpoint = endpoints.get(proc.pid)
             if endpoint is None:
                 continue
             if endpoint.work_id not in found:

@@ -1,7 +1,9 @@
 """Finds the inference server behind a GPU process: the listening TCP ports of the process or
-of its nearest ancestors (vLLM's API server, TGI's router and SGLang's server listen in a parent
-of the processes that hold the GPUs) are asked once for /metrics, and kept when a known family
-answers.
+of its nearest ancestors (vLLM's API server and SGLang's server listen in a parent of the
+processes that hold the GPUs) are asked once for /metrics, and kept when a known family
+answers. TGI's launcher starts its router beside the GPU shards, so where no ancestor serves,
+the other children of the parent and grandparent are looked at too, those that are neither a
+GPU process nor above one (a server with GPU processes of its own is theirs, not this one's).
 
 Bounded: at most ``ports_per_process`` ports are ever asked per process, each with a timeout; a
 port that answers something else is never asked again; a process is looked at again only when
@@ -20,6 +22,8 @@ from dataclasses import dataclass, field
 import psutil
 
 from gpuagent.plugins.work import families, scrape
+
+MAX_KIN = 16  # children of one parent looked at for a side-by-side server
 
 log = logging.getLogger("gpuagent.collector.work")
 
@@ -42,6 +46,8 @@ class Listener:
     scanned_at: float | None = None
     settled: bool = False  # every port it listens on answered: nothing more to learn
     warned: bool = False
+    kin: list[tuple[int, float]] = field(default_factory=list)  # its children, as last listed
+    kin_at: float | None = None
 
 
 class Discovery:
@@ -75,18 +81,53 @@ class Discovery:
         for key in self._known.keys() - self._seen:
             del self._known[key]
 
-    def endpoint_for(self, pid: int) -> Endpoint | None:
-        """The server of GPU process ``pid``: its own or its nearest ancestor's endpoint."""
-        for key in self._chain(pid):
-            self._seen.add(key)
-            listener = self._known.get(key)
-            if listener is None:
-                listener = self._known[key] = Listener()
-            if listener.endpoint is None and self._due(listener) and self.clock() < self._stop_at:
-                self._scan(key, listener)
-            if listener.endpoint is not None:
-                return listener.endpoint
+    def endpoints_for(self, pids) -> dict[int, Endpoint]:
+        """GPU process pid -> its server: its own or its nearest ancestor's endpoint, else (TGI:
+        the launcher starts the router and the GPU shards side by side) one of its parent's or
+        grandparent's other children that is neither a GPU process nor above one."""
+        chains = {pid: self._chain(pid) for pid in set(pids)}
+        out = {}
+        for pid, chain in chains.items():
+            endpoint = self._direct(chain)
+            if endpoint is not None:
+                out[pid] = endpoint
+        above = {key for chain in chains.values() for key in chain}
+        for pid, chain in chains.items():
+            if pid not in out:
+                endpoint = self._kin(chain, above)
+                if endpoint is not None:
+                    out[pid] = endpoint
+        return out
+
+    def _direct(self, chain: list[tuple[int, float]]) -> Endpoint | None:
+        for key in chain:
+            endpoint = self._look(key)
+            if endpoint is not None:
+                return endpoint
         return None
+
+    def _kin(self, chain: list[tuple[int, float]], above: set[tuple[int, float]]) -> Endpoint | None:
+        for key in chain[1:3]:
+            parent = self._known[key]
+            if parent.kin_at is None or self.clock() - parent.kin_at >= self.rescan_s:
+                parent.kin_at = self.clock()
+                parent.kin = _children(key[0])
+            for kin in parent.kin:
+                if kin in above or kin[0] == self.own:
+                    continue
+                endpoint = self._look(kin)
+                if endpoint is not None:
+                    return endpoint
+        return None
+
+    def _look(self, key: tuple[int, float]) -> Endpoint | None:
+        self._seen.add(key)
+        listener = self._known.get(key)
+        if listener is None:
+            listener = self._known[key] = Listener()
+        if listener.endpoint is None and self._due(listener) and self.clock() < self._stop_at:
+            self._scan(key, listener)
+        return listener.endpoint
 
     def _chain(self, pid: int) -> list[tuple[int, float]]:
         """(pid, start time) of the process and up to ``ancestors`` parents; init and the
@@ -161,3 +202,16 @@ class Discovery:
             log.info("work: pid %d port %d is a %s server", pid, port, source)
             return
         listener.settled = bool(ports) and unanswered == 0
+
+
+def _children(pid: int) -> list[tuple[int, float]]:
+    out = []
+    try:
+        for child in psutil.Process(pid).children()[:MAX_KIN]:
+            try:
+                out.append((child.pid, child.create_time()))
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
+    return out

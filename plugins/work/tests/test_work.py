@@ -129,6 +129,60 @@ def test_each_server_is_found_from_its_gpu_process_and_counted(
         assert p.fields == {"units_total": float(want[unit]), "gpus": 1}
 
 
+LAUNCHER_TGI = """
+import json, subprocess, sys, time
+server, state = sys.argv[1], sys.argv[2]
+# vLLM first: the launcher's first child is a server, but one with a GPU worker of its own.
+vllm = subprocess.Popen([sys.executable, server, "vllm", state + "/vllm.json", "--workers", "1"])
+router = subprocess.Popen([sys.executable, server, "tgi", state + "/tgi.json", "--workers", "0"])
+shard = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+json.dump({"router": router.pid, "vllm": vllm.pid, "shard": shard.pid}, open(state + "/launched.tmp", "w"))
+import os; os.replace(state + "/launched.tmp", state + "/launched.json")
+time.sleep(120)
+"""
+
+
+def test_a_tgi_router_beside_its_shards_is_found_and_a_server_with_gpus_of_its_own_is_not_taken(
+    simulated_fleet, recording_accumulator, tmp_path, call
+):
+    import json
+    import os
+    import signal
+    from pathlib import Path
+
+    server = Path(__file__).resolve().parent / "inference_server.py"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER_TGI, str(server), str(tmp_path)])
+    want = [tmp_path / "launched.json", tmp_path / "tgi.json", tmp_path / "vllm.json"]
+    launched = {}
+    try:
+        deadline = time.monotonic() + 30
+        while not all(p.exists() for p in want):
+            assert time.monotonic() < deadline, "the launcher did not start its children"
+            time.sleep(0.05)
+        launched = json.loads(want[0].read_text())
+        tgi, vllm = (json.loads(p.read_text()) for p in want[1:])
+        call(tgi["port"], "/work?n=2", "POST")
+        # The shard and the vLLM worker are both the launcher's grandchildren or children.
+        spec = f"l40s:2@proc=0:{launched['shard']}@proc=1:{vllm['workers'][0]}"
+        machine = simulated_fleet(spec)
+        points = cycle(parts(machine, tmp_path), recording_accumulator)
+    finally:
+        for pid in (launched.get("router"), launched.get("vllm"), launched.get("shard")):
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except OSError:
+                    pass
+        launcher.kill()
+        launcher.wait()
+    by_gpu = {(p.tags["gpu"], p.tags["unit"]): p for p in points}
+    shard = by_gpu[("0", "tokens_out")]
+    assert shard.tags["source"] == "tgi" and shard.tags["workload"] == "bigcode/starcoder2-3b"
+    assert shard.tags["work_id"] == f"{launched['router']}:{tgi['port']}"
+    assert shard.fields == {"units_total": 40.0, "gpus": 1}
+    assert {p.tags["source"] for p in points if p.tags["gpu"] == "1"} == {"vllm"}
+
+
 # -- discovery's bounds -----------------------------------------------------------------------
 MANY_PORTS = """
 import sys, threading, time
@@ -178,10 +232,10 @@ def test_discovery_stops_for_the_cycle_when_its_budget_is_spent(servers):
     found = Discovery(3, 4, 1.0, rescan_s=60, budget_s=5, clock=lambda: now[0])
     found.new_cycle()
     now[0] = 6.0  # the cycle's budget spent before this process came up
-    assert found.endpoint_for(v["workers"][0]) is None and found.gets_total == 0
+    assert found.endpoints_for([v["workers"][0]]) == {} and found.gets_total == 0
     found.end_cycle()
     found.new_cycle()  # the next cycle has a budget again
-    endpoint = found.endpoint_for(v["workers"][0])
+    endpoint = found.endpoints_for([v["workers"][0]]).get(v["workers"][0])
     assert endpoint is not None and endpoint.source == "vllm" and found.gets_total == 1
 
 
