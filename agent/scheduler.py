@@ -235,6 +235,7 @@ class Scheduler:
         """Run every collector once (in parallel), deliver, and return all points."""
         now = time.monotonic()
         pending = set()
+        self.context.shared.starting(now, {r.name for r in self.runners})
         for r in self.runners:
             r.start_run(now)
             pending.add(r.name)
@@ -304,6 +305,7 @@ class Scheduler:
         return r.next_due
 
     def _start_due(self, now: float) -> None:
+        due = []
         for r in self.runners:
             if now < r.next_due:
                 continue
@@ -313,6 +315,11 @@ class Scheduler:
                 r.stats.skipped_total += 1
                 log.warning("collector %s: still running, skipping this run", r.name)
                 continue
+            due.append(r)
+        if due:
+            # Before any starts: a collector reading another's value of this tick knows to wait.
+            self.context.shared.starting(now, {r.name for r in due})
+        for r in due:
             r.start_run(now)
 
     def _check_timeouts(self, now: float) -> None:

@@ -33,7 +33,7 @@ repository's root ``conftest.py``:
     samples are visible, as new series take about a second), ``stop()``,
     ``start()``. Line protocol posted to its ``/write?db=NAME`` gets a label
     ``db="NAME"``; ``/api/v2/write`` (the sink's v2 path) adds no db label. VictoriaMetrics takes
-    ``/api/v2/write`` (what influxdb-client sends), names a series
+    ``/api/v2/write``, names a series
     ``<measurement>_<field>``, keeps numbers only (bool -> 1/0, strings are
     dropped) and stores millisecond timestamps. It is started with
     ``-search.latencyOffset=0s`` so the newest points are queryable at once.

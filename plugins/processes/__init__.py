@@ -8,6 +8,10 @@ utilisation samples and accounting record; kubelet.py asks the kubelet which pod
 GPU. ``pid`` is a tag: points are keyed by series and timestamp, so with pid as a field every
 process on a GPU would overwrite the others.
 
+Each cycle's list (GpuProcess: GPU, pid, MIG instance, owner tags) is published on the
+agent's shared board as ``processes`` (gpuagent.shared), so the work collector attributes
+work to GPUs and jobs without asking NVML again.
+
 On a MIG GPU an unprivileged agent is refused the parent's process list (NO_PERMISSION, nvml.h);
 then each MIG device handle is asked for its own instance's processes.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
@@ -39,6 +44,21 @@ JOB_KEYS = (
     ("slurm_job_id", ("slurm_job_id", "slurm_user", "slurm_account", "slurm_partition")),
     ("k8s_pod_uid", ("k8s_pod_uid",)),
 )
+
+
+# The cycle's process list is published under the collector's name (AgentContext.shared).
+SHARED_NAME = "processes"
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One process on one GPU (or MIG instance) this cycle, as the work collector reads it."""
+
+    gpu: gpuagent.Gpu
+    pid: int
+    gi_id: int | None = None
+    ci_id: int | None = None
+    owner: dict[str, str] = field(default_factory=dict)  # OWNER_TAGS that are known
 
 
 class ProcessesConfig(gpuagent.CollectorConfig):
@@ -152,6 +172,7 @@ class ProcessesCollector(gpuagent.Collector):
         self.reasons: Counter[str] = Counter()  # since start, written as gpu_attribution
         self._pods: dict[str, list[kubelet_api.PodDevice]] = {}
         self._seen: set[int] = set()
+        self._listed: list[GpuProcess] = []
         # (GPU index, job key) -> when it was last seen active (or first seen), on self.clock
         self._active_at: dict[tuple[int, Any], float] = {}
         self._held: set[tuple[int, Any]] = set()
@@ -159,6 +180,7 @@ class ProcessesCollector(gpuagent.Collector):
 
     def collect(self, acc: gpuagent.Accumulator) -> None:
         self._seen = set()
+        self._listed = []
         self._held = set()
         self.host.new_cycle()
         self._pods = {}
@@ -173,7 +195,10 @@ class ProcessesCollector(gpuagent.Collector):
                         held.append(holder)
             elif self.kubelet.error:
                 self.reasons[self.kubelet.error] += 1
-        super().collect(acc)
+        try:
+            super().collect(acc)
+        finally:
+            self.context.shared.publish(SHARED_NAME, tuple(self._listed))
         self.host.keep_only(self._seen)
         for gone in self._active_at.keys() - self._held:  # a job that let go of its GPU starts afresh
             del self._active_at[gone]
@@ -284,6 +309,9 @@ class ProcessesCollector(gpuagent.Collector):
             if ci is not None:
                 tags["ci_id"] = str(ci)
             tags.update((k, owner.tags[k]) for k in OWNER_TAGS if k in owner.tags)
+            self._listed.append(
+                GpuProcess(gpu, pid, gi, ci, {k: owner.tags[k] for k in OWNER_TAGS if k in owner.tags})
+            )
             proc_holder = mig_holders.get(gi, holder) if gi is not None else holder
             if proc_holder is not None:
                 tags.update(proc_holder.tags())
