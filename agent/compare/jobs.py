@@ -10,6 +10,7 @@ adds up the few per-GPU rows of each job.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from gpuagent.compare.query import InfluxQL
@@ -36,17 +37,24 @@ JOB_DEFINITIONS = {
     "kernel activity for [collectors.processes] idle_after or longer): the increases of idle_s "
     "between consecutive flagged samples, summed over its GPUs; the idle_after before the flag is "
     "not counted",
+    "idle_cost": "idle_gpu_hours × the GPU-hour price of each GPU's model ([compare.prices]); null "
+    "without a price",
 }
 
 
 class JobReport:
-    def __init__(self, client: InfluxQL, rng: Range, by: str = "job", where: str | None = None):
+    def __init__(
+        self, client: InfluxQL, rng: Range, by: str = "job", where: str | None = None,
+        gpu_hour_price: Callable[[str], float | None] | None = None,
+    ):  # fmt: skip
         if by not in JOB_GROUPS:
             raise AgentError(f"--by {by!r}: expected one of {', '.join(JOB_GROUPS)}")
         if where and (";" in where or "\n" in where):
             raise AgentError("--where: one InfluxQL condition, without ';'")
         self.client, self.range, self.by, self.where = client, rng, by, (where or "").strip()
         self.key_tags = JOB_GROUPS[by]
+        # The one way this report reads prices: model -> price of one GPU-hour, or None.
+        self.gpu_hour_price = gpu_hour_price
 
     def _where(self) -> str:
         parts = [self.range.clause()]
@@ -120,6 +128,7 @@ class JobReport:
                 "gpu_hours": seconds / 3600.0,
                 "energy_wh": joules / 3600.0,
                 "idle_gpu_hours": sum(idle.get(_key(tags, series), 0.0) for tags, _, _ in gpus) / 3600.0,
+                "idle_cost": self._idle_cost([(tags["model"], idle.get(_key(tags, series), 0.0)) for tags, _, _ in gpus]),
                 "sm_util_mean_pct": m.get("sm") if m.get("sm") is not None else m.get("util"),
                 "peak_memory_bytes": m.get("peak"),
                 "per_gpu": [
@@ -134,6 +143,20 @@ class JobReport:
             }
         source = {"url": self.client.conn.url, "database": self.client.conn.database}
         return report_document(self.range, self.by, self.where, source, JOB_DEFINITIONS, groups)
+
+    def _idle_cost(self, per_gpu: list[tuple[str, float]]) -> float | None:
+        """Idle GPU-hours in money, each GPU at its model's price; None when a GPU that idled has none."""
+        if self.gpu_hour_price is None:
+            return None
+        total = 0.0
+        for model, idle_s in per_gpu:
+            if not idle_s:
+                continue
+            price = self.gpu_hour_price(model)
+            if price is None:
+                return None
+            total += idle_s / 3600.0 * price
+        return total
 
     def _label(self, jkey: tuple) -> str:
         if self.by == "pod":
