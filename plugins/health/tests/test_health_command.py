@@ -195,7 +195,7 @@ def test_node_problem_detector_runs_the_shipped_rule_within_its_contract(tmp_pat
     limit = npd["pluginConfig"]["max_output_length"]
     timeout = float(rule["timeout"].rstrip("s"))
     results = {}
-    for name, spec in (("ok", "h100-sxm:2"), ("problem", "h100-sxm:4@xid=1:48:1s")):
+    for name, spec in (("ok", "h100-sxm:2"), ("problem", "h100-sxm:4@xid=1:48:1s"), ("unknown", "nosuchcard:1")):
         cfg = write_config(tmp_path / f"{name}.toml", f'[agent]\nstate_dir = "{tmp_path / name}"\nsimulate = "{spec}"\n')
         done = subprocess.run(
             [sys.executable, "-m", "gpuagent", *rule["args"]], capture_output=True, text=True,
@@ -205,3 +205,4 @@ def test_node_problem_detector_runs_the_shipped_rule_within_its_contract(tmp_pat
         results[name] = (done.returncode, done.stdout)
     assert results["ok"][0] == 0
     assert results["problem"][0] == 1 and results["problem"][1].startswith("GPU 1 reset_required: ")
+    assert results["unknown"][0] == 2 and results["unknown"][1].startswith("unknown: ")  # NPD: Unknown
