@@ -90,3 +90,15 @@ def test_bad_simulate_spec_is_one_line(tmp_path):
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "nosuchcard" in lines[0] and "l40s" in lines[0], proc.stderr
+
+
+def test_unknown_name_in_gpuagent_disable_plugins_is_said(tmp_path):
+    """A misspelt name would leave the plugin it meant running; the known ones still apply."""
+    proc = run_cli("run", "--once", "--test", "--config", str(host_only_config(tmp_path)),
+                   env={"GPUAGENT_DISABLE_PLUGINS": "hots, file"})
+    assert proc.returncode == 0, proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if "GPUAGENT_DISABLE_PLUGINS" in line]
+    assert len(warned) == 1 and "'hots'" in warned[0] and "host" in warned[0], proc.stderr
+    assert "'file'" not in warned[0]
+    plugins = json.loads(run_cli("plugins", "--json", env={"GPUAGENT_DISABLE_PLUGINS": "file"}).stdout)
+    assert {p["name"]: p["status"] for p in plugins["plugins"]}["file"] == "disabled"

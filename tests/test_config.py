@@ -161,6 +161,18 @@ def test_config_init_writes_a_file_that_checks(invoke, tmp_path):
     assert again.exit_code == 1 and "exists" in again.stderr
 
 
+@pytest.mark.parametrize("where", ["proc", "under-a-file"])
+def test_config_init_on_a_path_it_cannot_write_is_one_line(tmp_path, where):
+    """Root writes almost anywhere: /proc refuses every new file, and a file cannot hold one."""
+    (tmp_path / "afile").write_text("x")
+    path = "/proc/gpuagent-x.toml" if where == "proc" else str(tmp_path / "afile" / "gpuagent.toml")
+    proc = run_cli("config", "init", path)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuagent: error: ") and "cannot write" in lines[0], proc.stderr
+    assert ("/proc/gpuagent-x.toml" if where == "proc" else str(tmp_path / "afile")) in lines[0]
+
+
 def test_shipped_default_config_is_what_init_writes(invoke):
     from conftest import REPO
 

@@ -56,12 +56,16 @@ def init(file, force):
     path = Path(file)
     if path.exists() and not force:
         raise AgentError(f"{path}: exists; use --force to overwrite")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # 0644: the unit's DynamicUser must read it. It holds no secret; tokens belong in a
-    # token_file or systemd credential (the influxdb sink warns if a readable file holds one).
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # 0644: the unit's DynamicUser must read it. It holds no secret; tokens belong in a
+        # token_file or systemd credential (the influxdb sink warns if a readable file holds one).
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+    except OSError as exc:
+        where = exc.filename or path
+        raise AgentError(f"{where}: cannot write: {exc.strerror or exc}") from None
     click.echo(f"wrote {path}", err=True)
 
 
