@@ -173,6 +173,33 @@ def test_config_init_on_a_path_it_cannot_write_is_one_line(tmp_path, where):
     assert ("/proc/gpuagent-x.toml" if where == "proc" else str(tmp_path / "afile")) in lines[0]
 
 
+def test_config_init_comments_name_every_value_that_is_not_the_built_in_default(invoke):
+    """A key `config init` sets to something other than its model's default says so in its
+    comment (`built-in default ...`), and no comment calls the table it writes the default."""
+    import tomllib
+
+    from gpuagent.plugin_host import PluginHost
+
+    text = invoke("config", "init").stdout
+    doc = tomllib.loads(text)
+    host = PluginHost(load_entry_points=False).load()
+    models = {("sinks", n): c.Config for n, c in host.sinks.items()}
+    models.update({("collectors", n): c.Config for n, c in host.collectors.items()})
+    lines = {line.split("=", 1)[0].strip(): line for line in text.splitlines() if "=" in line and not line.startswith("#")}
+    checked = 0
+    for kind in ("sinks", "collectors"):
+        for name, table in doc.get(kind, {}).items():
+            written = models[(kind, name)].model_validate(table)
+            default = models[(kind, name)]()
+            for key in table:
+                if getattr(written, key) != getattr(default, key):
+                    checked += 1
+                    comment = lines[key].partition("#")[2]
+                    assert "built-in default" in comment, f"{kind}.{name}.{key}: differs from its default without saying so"
+    assert checked >= 2  # [sinks.file] path and keep
+    assert "The default sink when" not in text
+
+
 def test_shipped_default_config_is_what_init_writes(invoke):
     from conftest import REPO
 
