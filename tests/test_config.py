@@ -223,7 +223,8 @@ def test_subprocess_error_has_no_traceback(tmp_path):
     path.write_text('[collectors.host]\ninterval = "fast"\n')
     proc = run_cli("run", "--once", "--test", "--config", str(path))
     assert proc.returncode == 1
-    assert proc.stderr.strip() == 'gpuagent: error: gpuagent.toml: collectors.host.interval: expected a duration, got "fast"'
+    # The full path: an operator with several configs must know which one is wrong.
+    assert proc.stderr.strip() == f'gpuagent: error: {path}: collectors.host.interval: expected a duration, got "fast"'
     assert proc.stdout == ""
 
 
@@ -286,3 +287,27 @@ def test_log_lines_never_carry_credentials_inside_a_url():
     for fmt, journal in (("text", False), ("text", True), ("json", False)):
         line = make_formatter(fmt, journal=journal).format(record)
         assert "S3CRET" not in line and "admin:***@db:8086" in line, line
+
+
+@pytest.mark.parametrize(("table", "error"), [
+    ('[sinks.influxdb]\napi = "v1"\ndatabase = "gpu"\ntoken_file = "/nonexistent/tok"\n',
+     "sinks.influxdb.token_file: cannot read /nonexistent/tok: No such file or directory"),
+    ('[sinks.influxdb]\napi = "v1"\ndatabase = "gpu"\ntoken_file = "EMPTY"\n', "sinks.influxdb.token_file: EMPTY is empty"),
+    ('[sinks.file]\npath = "AFILE/metrics.lp"\n', "sinks.file: cannot open AFILE/metrics.lp: AFILE is not a directory"),
+    ('[sinks.file]\npath = "TMP"\n', "sinks.file: cannot open TMP: is a directory"),
+])
+def test_config_check_refuses_what_run_refuses_before_its_first_collection(tmp_path, table, error):
+    """The README's install runs `config check` before the service starts: a config it passes
+    must start. Both refuse with the same line, naming the config's full path."""
+    (tmp_path / "empty.tok").write_text("")
+    (tmp_path / "afile").write_text("x")
+    subst = {"EMPTY": str(tmp_path / "empty.tok"), "AFILE": str(tmp_path / "afile"), "TMP": str(tmp_path)}
+    for word, value in subst.items():
+        table, error = table.replace(word, value), error.replace(word, value)
+    path = tmp_path / "gpuagent.toml"
+    path.write_text('[agent]\nsimulate = "l40s:1"\n' + table)
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    check = run_cli("config", "check", str(path), env=env)
+    assert check.returncode == 1 and check.stderr == f"gpuagent: error: {path}: {error}\n", check.stderr
+    run = run_cli("run", "--once", "--config", str(path), env=env)
+    assert run.returncode == 1 and run.stderr.strip().splitlines()[-1] == f"gpuagent: error: {path}: {error}", run.stderr

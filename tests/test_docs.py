@@ -248,7 +248,7 @@ def test_tutorial_code_installs_and_runs(tmp_path):
     check = gpuagent_cmd(["config", "check", str(typo)])
     documented = re.search(r"^gpuagent: error: .*$", tutorial, re.M).group(0)
     assert check.returncode == 1
-    assert check.stderr.strip() == documented.replace("gpuagent.toml:", "typo.toml:")
+    assert check.stderr.strip() == documented.replace("gpuagent.toml:", f"{typo}:")  # the path as given
 
     # testing.md's test file, run with pytest against the installed tutorial plugin.
     tests = {title: body for _, title, body in blocks(read("testing.md")) if title}

@@ -9,7 +9,7 @@ import click
 
 from gpuagent.config import is_secret_key, mask_url
 from gpuagent.errors import AgentError
-from gpuagent.runtime import Options, load
+from gpuagent.runtime import Options, check_sinks, load
 
 
 @click.group()
@@ -21,8 +21,10 @@ def config():
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
 @click.option("--plugins-dir", type=click.Path(file_okay=False, exists=True))
 def check(file, plugins_dir):
-    """Validate FILE (every table, plugins' included); exit 1 with one line if it is wrong."""
+    """Validate FILE (every table, plugins' included, and what the sinks need at start:
+    files to read, folders to write); exit 1 with one line if it is wrong."""
     cfg, host = load(Options(config_path=file, plugins_dir=plugins_dir))
+    check_sinks(cfg, host)
     enabled = sorted(n for n, c in cfg.collectors.items() if c.enabled)
     sinks = sorted(n for n, c in cfg.sinks.items() if c.enabled) or ["file (stdout, default)"]
     where = str(cfg.path) if cfg.path else "built-in defaults"

@@ -357,6 +357,9 @@ class InfluxDBSink(gpuagent.Sink):
             return token
         return None
 
+    def check(self) -> None:
+        self._token()  # a token_file run cannot read or that is empty
+
     def start(self) -> None:
         c = self.config
         token = self._token()
