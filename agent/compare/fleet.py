@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import click
@@ -192,11 +191,9 @@ def backfill(plans: list[HostPlan], conn: Connection, jobs: int = 1) -> int:
     """Every host's history; in `jobs` processes when more than one. Returns points written."""
     if jobs <= 1 or len(plans) <= 1:
         return sum(backfill_host(p, conn) for p in plans)
-    import multiprocessing
+    from gpuagent.compare.workers import worker_pool
 
-    with ProcessPoolExecutor(
-        max_workers=min(jobs, len(plans)), mp_context=multiprocessing.get_context("spawn")
-    ) as pool:
+    with worker_pool(min(jobs, len(plans))) as pool:
         return sum(pool.map(_backfill_in_worker, plans, [conn] * len(plans)))
 
 
