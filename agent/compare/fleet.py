@@ -197,10 +197,32 @@ def backfill(plans: list[HostPlan], conn: Connection, jobs: int = 1) -> int:
         return sum(pool.map(_backfill_in_worker, plans, [conn] * len(plans)))
 
 
-def _check_reachable(conn: Connection) -> None:
+def check_database(conn: Connection) -> None:
+    """Before anything is simulated: the server answers and the database is there. A fresh
+    server (a new InfluxDB 1.x: no database but _internal) gets it created, with one line
+    saying so; where it cannot be, one line says how (before, 1.x said "database not found"
+    at the first write, after seconds of simulating)."""
+    from gpuagent.compare.query import quote_ident
+
     client = InfluxQL(conn)
     try:
-        client.query("SHOW MEASUREMENTS LIMIT 1")
+        try:
+            listed = client.query("SHOW DATABASES")
+        except AgentError:
+            client.query("SHOW MEASUREMENTS LIMIT 1")  # a server without SHOW DATABASES: the old check
+            return
+        names = {row[0] for series in listed for row in series.get("values") or []}
+        if conn.database in names:
+            return
+        try:
+            client.query(f"CREATE DATABASE {quote_ident(conn.database)}", post=True)
+        except AgentError as exc:
+            raise AgentError(
+                f"{exc}; the database {conn.database!r} is not on {conn.url} and could not be created: create it "
+                f"(InfluxDB 1.x: influx -execute 'CREATE DATABASE \"{conn.database}\"'; 2.x: influx bucket create "
+                f"-n {conn.database}) or pass another --database"
+            ) from None
+        click.echo(f"created database {conn.database!r} on {conn.url}", err=True)
     finally:
         client.close()
 
@@ -333,7 +355,7 @@ def fleet(
             f"--collectors: unknown GPU collector {', '.join(unknown) or '(none given)'}; known: {', '.join(sorted(known))}"
         )
     conn = connection_from(config_path, url, database, token)
-    _check_reachable(conn)
+    check_database(conn)
     step_ns = int(round(step_s * 1e9))
     end_ns = parse_time(end) if end else time.time_ns()
     end_ns -= end_ns % step_ns
