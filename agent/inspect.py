@@ -21,6 +21,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from gpuagent.cli_options import simulate_spec
 from gpuagent.errors import AgentError
 from gpuagent.facts import REASON_WORDS
 from gpuagent.gpu import Gpu
@@ -49,7 +50,7 @@ P2P_LEGEND = (
 
 
 @click.command()
-@click.option("--simulate", metavar="SPEC", help="Inspect a simulated fleet, e.g. l40s:2,h100-sxm:4.")
+@click.option("--simulate", metavar="SPEC", callback=simulate_spec, help="Inspect a simulated fleet, e.g. l40s:2,h100-sxm:4.")
 @click.option("--seed", type=int, default=None, help="Seed of the simulated fleet's load model.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout (schema: gpuagent/schemas/inspect.schema.json).")
 @click.option("--line-protocol", is_flag=True, help="One snapshot of every enabled collector as line protocol (= run --once --test).")
@@ -342,8 +343,8 @@ def l2_text(mem: dict[str, Any]) -> str:
     size = mem.get("l2_cache_bytes")
     if size is None:
         return NA
-    # MB as NVIDIA's datasheets count it: binary (the L40S's 96 MB is 100663296 bytes).
-    text = f"{number(round(size / MIB, 1))} MB"
+    # MiB, as probe and compare write it: NVIDIA's datasheets' "96 MB" L2 is 100663296 bytes.
+    text = f"{number(round(size / MIB, 1))} MiB"
     source = {"cuda": "CUDA", "spec": "spec"}.get(mem.get("l2_cache_source"))
     return f"{text} ({source})" if source else text
 
@@ -462,7 +463,7 @@ def l2_probe_text(probe: dict[str, Any]) -> str:
     head = f"L2 probe {probe.get('time') or NA}" + (f" ({probe['method']})" if probe.get("method") else "")
     if not probe.get("l2_effective_bytes"):
         return f"{head}: no knee found"
-    text = f"{head}: {number(round(probe['l2_effective_bytes'] / MIB, 1))} MB effective"
+    text = f"{head}: {number(round(probe['l2_effective_bytes'] / MIB, 1))} MiB effective"
     l2_bw, dram_bw, ratio = probe.get("l2_bw_gbps"), probe.get("dram_bw_gbps"), probe.get("l2_dram_ratio")
     if l2_bw is not None and dram_bw is not None:
         text += f"; L2 {l2_bw:.0f} GB/s, DRAM {dram_bw:.0f} GB/s"

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from lineprotocol_parser import parse
 
 from conftest import run_cli
@@ -90,6 +91,21 @@ def test_bad_simulate_spec_is_one_line(tmp_path):
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "nosuchcard" in lines[0] and "l40s" in lines[0], proc.stderr
+
+
+def test_a_negative_count_says_count_must_be_positive():
+    proc = run_cli("run", "--once", "--test", "--simulate", "l40s:-1")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert "COUNT '-1' must be a positive whole number (1..64)" in lines[0] and "not a number" not in lines[0]
+
+
+@pytest.mark.parametrize("command", [["run", "--once", "--test"], ["inspect"], ["probe", "l2"]])
+def test_an_empty_simulate_says_the_spec_is_empty(command):
+    """`--simulate "$UNSET"` once fell through to "no NVIDIA driver found"."""
+    proc = run_cli(*command, "--simulate", "")
+    assert proc.returncode == 1
+    assert proc.stderr == "gpuagent: error: --simulate: the SPEC is empty; give NAME[:COUNT],..., e.g. --simulate l40s:2\n"
 
 
 def test_unknown_name_in_gpuagent_disable_plugins_is_said(tmp_path):

@@ -62,7 +62,7 @@ MALFORMED = [
     # Tags InfluxDB would refuse: refused here, not on every point.
     ("tag-trailing-backslash", "[agent.tags]\nshare = '\\\\fileserver\\gpu\\'", "agent.tags.share: value '\\\\\\\\fileserver\\\\gpu\\\\' ends with a backslash"),
     ("tag-empty-key", '[agent.tags]\n"" = "x"', "agent.tags: tag key '' empty"),
-    ("tag-key-time", '[agent.tags]\ntime = "x"', "agent.tags: tag key 'time' 'time' is reserved by InfluxDB"),
+    ("tag-key-time", '[agent.tags]\ntime = "x"', "agent.tags: tag key 'time' is reserved by InfluxDB"),  # once, not 'time' 'time'
     ("tag-value-70000", '[agent.tags]\nbig = "' + "x" * 70000 + '"', "agent.tags.big: value 'xxxx"),
     ("tag-value-newline", '[agent.tags]\nnote = "a\\nb"', "agent.tags.note: value 'a\\nb' contains a line break"),
     ("hostname-backslash", '[agent]\nhostname = "node\\\\"', "agent.hostname: 'node\\\\' ends with a backslash"),

@@ -338,9 +338,13 @@ def fleet(
     if scenario is not None:
         check_scenario(scenario)
     try:
-        duration_s, step_s = parse_duration(duration), parse_duration(step)
+        duration_s = parse_duration(duration)
     except ValueError as exc:
-        raise AgentError(f"--duration/--step: {exc}") from None
+        raise AgentError(f"--duration: {exc}") from None
+    try:
+        step_s = parse_duration(step)
+    except ValueError as exc:
+        raise AgentError(f"--step: {exc}") from None
     if step_s > duration_s:
         raise AgentError("--step is longer than --duration")
     from gpuagent.plugin_host import PluginHost
