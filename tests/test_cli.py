@@ -118,3 +118,27 @@ def test_unknown_name_in_gpuagent_disable_plugins_is_said(tmp_path):
     assert "'file'" not in warned[0]
     plugins = json.loads(run_cli("plugins", "--json", env={"GPUAGENT_DISABLE_PLUGINS": "file"}).stdout)
     assert {p["name"]: p["status"] for p in plugins["plugins"]}["file"] == "disabled"
+
+
+def test_every_command_with_a_config_option_takes_dash_c_for_it():
+    """`compare` once lacked the -c the other commands have."""
+    import click
+
+    from gpuagent.cli import build_cli
+
+    def walk(group, ctx, path=()):
+        for name in group.list_commands(ctx):
+            cmd = group.get_command(ctx, name)
+            if isinstance(cmd, click.Group):
+                yield from walk(cmd, click.Context(cmd, parent=ctx), (*path, name))
+            else:
+                yield (*path, name), cmd
+
+    root = build_cli([])
+    found = {}
+    for path, cmd in walk(root, click.Context(root)):
+        for param in cmd.params:
+            if "--config" in getattr(param, "opts", []):
+                found[" ".join(path)] = param.opts
+    assert {"run", "compare", "sim fleet", "inspect", "probe l2"} <= set(found), found
+    assert all("-c" in opts for opts in found.values()), found

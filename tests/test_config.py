@@ -311,3 +311,21 @@ def test_config_check_refuses_what_run_refuses_before_its_first_collection(tmp_p
     assert check.returncode == 1 and check.stderr == f"gpuagent: error: {path}: {error}\n", check.stderr
     run = run_cli("run", "--once", "--config", str(path), env=env)
     assert run.returncode == 1 and run.stderr.strip().splitlines()[-1] == f"gpuagent: error: {path}: {error}", run.stderr
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("influx:8086", "influx:8086"),
+    ("http://influx:port", "http://influx:port"),
+    ("ftp://admin:hunter2@influx:8086", "ftp://admin:***@influx:8086"),
+    ("http//admin:hunter2@influx:8086", "***@influx:8086"),
+])
+def test_a_bad_url_is_echoed_with_its_credentials_masked(invoke, tmp_path, url, shown):
+    """Like every other error, the line shows the bad value; never a password inside it."""
+    path = tmp_path / "gpuagent.toml"
+    path.write_text(f'[sinks.influxdb]\nurl = "{url}"\napi = "v1"\ndatabase = "gpu"\n')
+    result = invoke("config", "check", str(path))
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f'gpuagent: error: {path}: sinks.influxdb: url: expected http://HOST:PORT or https://HOST:PORT, got "{shown}"\n'
+    )
+    assert "hunter2" not in result.stderr

@@ -90,6 +90,7 @@ def time_range(since: str | None, start: str | None, end: str | None):
     "-o", "--output", default=None, metavar="FILE", help="Write the report here instead of stdout."
 )
 @click.option(
+    "-c",
     "--config",
     "config_path",
     type=click.Path(dir_okay=False),

@@ -258,6 +258,7 @@ def check_database(conn: Connection) -> None:
     help="End of the history (RFC 3339 or epoch s; default: now).",
 )
 @click.option(
+    "-c",
     "--config",
     "config_path",
     type=click.Path(dir_okay=False),
