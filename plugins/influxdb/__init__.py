@@ -405,6 +405,7 @@ class InfluxDBSink(gpuagent.Sink):
             max_backoff=c.retry_max_backoff,
             write_ahead=c.write_ahead,
             log=self.log,
+            target=mask_url(c.url),
         )
         if spool.points:
             self.log.info("%s: %d points in the spool from an earlier run; replaying", self.name, spool.points)
