@@ -136,7 +136,7 @@ def compare(
     """
     from gpuagent.compare.query import InfluxQL, connection_from
     from gpuagent.compare.render import RENDERERS
-    from gpuagent.compare.report import Report
+    from gpuagent.compare.report import Report, check_where
 
     rng = time_range(since, start, end)
     wait = _timeout(timeout)
@@ -157,6 +157,7 @@ def compare(
     else:
         conn = connection_from(config_path, url, database, token, username, password)
         client = InfluxQL(conn if wait is None else dataclasses.replace(conn, timeout=wait))
+        check_where(client, where)
         if by in ("job", "pod"):
             _compare_jobs(client, rng, by, where, fmt, output)
             return
