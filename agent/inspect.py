@@ -526,13 +526,13 @@ def agent_cost(config_path: str | None = None) -> dict[str, Any] | None:
     import time
 
     from gpuagent.config import read_config
-    from gpuagent.scheduler import COST_FILE
+    from gpuagent.scheduler import COST_FILE, COST_WINDOW_S
 
     try:
         path = read_config(config_path).state_dir / COST_FILE
         doc = json.loads(path.read_text())
         age = time.time() - float(doc["written"])
-        if age > 2 * float(doc["window_s"]):  # no agent running: an old figure is not "the last minute"
+        if age > 2 * COST_WINDOW_S:  # no agent running: an old figure is not "the last minute"
             return None
         return {"window_s": doc["window_s"], "age_s": round(max(age, 0.0), 1), "collectors": doc["collectors"]}
     except (OSError, ValueError, KeyError, TypeError, AgentError):
@@ -542,7 +542,10 @@ def agent_cost(config_path: str | None = None) -> dict[str, Any] | None:
 def cost_table(cost: dict[str, Any] | None) -> Table | None:
     if not cost or not cost.get("collectors"):
         return None
-    table = Table(title=f"Agent cost, last {cost['window_s']:g} s", title_justify="left", box=None, pad_edge=False)
+    title = f"Agent cost, last {cost['window_s']:g} s"
+    if cost.get("age_s", 0) >= 1:  # the agent rewrites the file every 10 s
+        title += f" (as of {cost['age_s']:g} s ago)"
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     for name in ("collector", "runs", "NVML calls", "CPU ms"):
         table.add_column(name, justify="left" if name == "collector" else "right")
     rows = cost["collectors"]
