@@ -142,3 +142,14 @@ def test_every_command_with_a_config_option_takes_dash_c_for_it():
                 found[" ".join(path)] = param.opts
     assert {"run", "compare", "sim fleet", "inspect", "probe l2"} <= set(found), found
     assert all("-c" in opts for opts in found.values()), found
+
+
+def test_once_test_prints_the_readings_before_the_agents_own_measurement():
+    """A one-L40S `--once --test` is mostly the `gpuagent` self-measurement: the readings a
+    user looks for come first, the agent's own points after them."""
+    proc = run_cli("run", "--once", "--test", "--simulate", "l40s:1", "--log-level", "warning")
+    assert proc.returncode == 0, proc.stderr
+    names = [m for m, *_ in parse(proc.stdout)]
+    first_own = names.index("gpuagent")
+    assert {"gpu_power", "gpu_clocks", "gpu_memory", "host"} <= set(names[:first_own])
+    assert set(names[first_own:]) == {"gpuagent"}
