@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from gpuagent.collector import Collector
 from gpuagent.config import Config, bind, format_validation_error, read_config
 from gpuagent.context import AgentContext
 from gpuagent.errors import AgentError, ConfigError, NvmlUnavailable
+from gpuagent.logsetup import stream_is_journal
 from gpuagent.nvml import NvmlSession, open_nvml
 from gpuagent.plugin_host import PluginHost
 from gpuagent.scheduler import Scheduler
@@ -178,6 +180,11 @@ def _make_sinks(config, plugins, context, options) -> list[Sink]:
         if "file" not in plugins.sinks:
             raise AgentError("no sink is configured and the file sink is not loaded")
         configured = {"file": plugins.sinks["file"].Config(path="-")}
+        if stream_is_journal(sys.stdout):
+            log.warning(
+                "no [sinks.*] table in the config: line protocol goes to stdout, which is the journal here; "
+                "configure a sink (`gpuagent config init` writes a config with a file sink)"
+            )
     out = []
     try:
         for name, cfg in configured.items():

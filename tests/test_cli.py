@@ -153,3 +153,24 @@ def test_once_test_prints_the_readings_before_the_agents_own_measurement():
     first_own = names.index("gpuagent")
     assert {"gpu_power", "gpu_clocks", "gpu_memory", "host"} <= set(names[:first_own])
     assert set(names[first_own:]) == {"gpuagent"}
+
+
+def test_no_sink_configured_and_stdout_the_journal_is_warned(tmp_path):
+    """A service whose config has no sink would pour line protocol into the journal."""
+    import os
+    import subprocess
+    import sys
+
+    config = host_only_config(tmp_path)
+    out = tmp_path / "stdout"
+    with open(out, "w") as fh:
+        st = os.fstat(fh.fileno())
+        env = {**os.environ, "JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+        env.pop("GPUAGENT_CONFIG", None)
+        proc = subprocess.run([sys.executable, "-m", "gpuagent", "run", "--once", "--config", str(config)],
+                              stdout=fh, stderr=subprocess.PIPE, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "line protocol goes to stdout, which is the journal" in proc.stderr
+    assert parse(out.read_text())  # still written: a warning, not a refusal
+    quiet = run_cli("run", "--once", "--config", str(config), env={"JOURNAL_STREAM": "1:2"})
+    assert "journal" not in quiet.stderr
