@@ -6,14 +6,40 @@ the project keeps stable (see docs/plugins/reference.md).
 
 __version__ = "0.1.0"
 
-from gpuagent.accumulator import Accumulator
-from gpuagent.collector import Collector, CollectorConfig
-from gpuagent.durations import Duration
-from gpuagent.gpu import Gpu, GpuLost
-from gpuagent.hookspecs import hookimpl
-from gpuagent.metric import Point
-from gpuagent.nvml_read import Field, FieldReader, valid
-from gpuagent.sink import Sink, SinkConfig
+# Imported on first use (PEP 562), so that `import gpuagent` is instant: the command line
+# installs its Ctrl-C handling only once its first module is imported (gpuagent.__main__),
+# and a Ctrl-C before then would print a traceback from deep inside these imports.
+_EXPORTS = {
+    "Accumulator": "gpuagent.accumulator",
+    "Collector": "gpuagent.collector",
+    "CollectorConfig": "gpuagent.collector",
+    "Duration": "gpuagent.durations",
+    "Gpu": "gpuagent.gpu",
+    "GpuLost": "gpuagent.gpu",
+    "hookimpl": "gpuagent.hookspecs",
+    "Point": "gpuagent.metric",
+    "Field": "gpuagent.nvml_read",
+    "FieldReader": "gpuagent.nvml_read",
+    "valid": "gpuagent.nvml_read",
+    "Sink": "gpuagent.sink",
+    "SinkConfig": "gpuagent.sink",
+}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpuagent' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __all__ = [
     "Accumulator",

@@ -36,6 +36,35 @@ class AgentGroup(LazyGroup):
         except AgentError as exc:
             click.echo(f"gpuagent: error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            interrupted(at_once=False)
+
+
+def interrupted(at_once: bool = True) -> None:
+    """Ctrl-C, whatever the command and wherever it was: one line, exit 130 (128 + SIGINT),
+    as shells report it; not click's `Aborted!` (exit 1), nor a traceback. In a command, the
+    interpreter shuts down as usual (worker pools release what they hold); in start-up,
+    where nothing is open yet, at once: see exit_interrupted."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the exit short
+    click.echo("gpuagent: interrupted", err=True)
+    if not at_once:
+        sys.exit(130)
+    exit_interrupted()
+
+
+def exit_interrupted() -> None:
+    """Exit 130 now, skipping the interpreter's shutdown: an interrupt caught inside an
+    import can otherwise turn the status into death by SIGINT (exit -2)."""
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(130)
 
 
 @click.group(cls=AgentGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
@@ -92,9 +121,11 @@ def build_cli(argv: list[str] | None = None) -> click.Group:
 
 
 def main(argv: list[str] | None = None) -> None:
-    build_cli(argv)
     try:
+        build_cli(argv)
         cli.main(args=argv, prog_name="gpuagent")
+    except KeyboardInterrupt:  # in start-up, before a command runs
+        interrupted()
     except BrokenPipeError:
         # `gpuagent inspect | head`: the reader left; not an error worth a traceback.
         sys.stderr.close()

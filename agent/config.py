@@ -82,7 +82,7 @@ class Config:
 
     @property
     def label(self) -> str:
-        return self.path.name if self.path else "<defaults>"
+        return str(self.path) if self.path else "<defaults>"
 
     @property
     def hostname(self) -> str:
@@ -106,7 +106,7 @@ def read_config(path: str | Path | None) -> Config:
     """Parse and validate the host's own sections; plugin tables are checked by ``bind``."""
     resolved = resolve_path(path)
     raw: dict[str, Any] = {}
-    label = resolved.name if resolved else "<defaults>"
+    label = str(resolved) if resolved else "<defaults>"
     if resolved is not None:
         raw = _load_toml(resolved)
         raw = _expand(raw, label, ())
@@ -187,7 +187,7 @@ def _validate(model: type[BaseModel], table: Any, label: str, loc: tuple[str, ..
 
 
 def _load_toml(path: Path) -> dict[str, Any]:
-    label = path.name
+    label = str(path)
     try:
         data = path.read_bytes()
     except FileNotFoundError:

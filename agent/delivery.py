@@ -187,8 +187,11 @@ class Delivery:
         max_backoff: float = 60.0,
         write_ahead: bool = True,
         log: logging.Logger | None = None,
+        target: str = "",
     ):
         self.name = name
+        # Where the writes go (a URL, credentials masked), named in the lines about failed writes.
+        self.target = f" to {target}" if target else ""
         self.transport = transport
         self.spool = spool
         self.batch_size = max(1, int(batch_size))
@@ -347,6 +350,9 @@ class Delivery:
             return f"spooling {self.spool.points + len(self._buffer)} points ({self._last_error}){memory}"
         if self._catching_up and self.spool.points:
             return f"replaying {self.spool.points} spooled points{memory}"
+        if not self.points_written_total:
+            # Before the server has stored anything, "ok" would claim what nobody knows yet.
+            return "no point written yet" + memory
         return "ok" + memory
 
     @property
@@ -548,8 +554,8 @@ class Delivery:
                                    404: "the database / bucket / org does not exist"}.get(result.status or 0, "")
             if reason != self._last_error:
                 self.log.error(
-                    "%s: write refused, %s (%s); keeping %d points and retrying every %gs",
-                    self.name, hint, reason, points + self.spool.points, delay,
+                    "%s: write%s refused, %s (%s); keeping %d points and retrying every %gs",
+                    self.name, self.target, hint, reason, points + self.spool.points, delay,
                 )
         else:
             delay = self._backoff * random.uniform(0.8, 1.2)
@@ -560,7 +566,7 @@ class Delivery:
                 delay = max(delay, min(result.retry_after, max(self.max_backoff, 300.0)))
             if not self._outage:
                 self.log.warning(
-                    "%s: write failed (%s); spooling and retrying in %.1fs", self.name, reason, delay
+                    "%s: write%s failed (%s); spooling and retrying in %.1fs", self.name, self.target, reason, delay
                 )
             else:
                 self.log.debug("%s: retry failed (%s); next in %.1fs", self.name, reason, delay)

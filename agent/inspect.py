@@ -21,6 +21,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from gpuagent.cli_options import simulate_spec
 from gpuagent.errors import AgentError
 from gpuagent.facts import REASON_WORDS
 from gpuagent.gpu import Gpu
@@ -49,7 +50,7 @@ P2P_LEGEND = (
 
 
 @click.command()
-@click.option("--simulate", metavar="SPEC", help="Inspect a simulated fleet, e.g. l40s:2,h100-sxm:4.")
+@click.option("--simulate", metavar="SPEC", callback=simulate_spec, help="Inspect a simulated fleet, e.g. l40s:2,h100-sxm:4.")
 @click.option("--seed", type=int, default=None, help="Seed of the simulated fleet's load model.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout (schema: gpuagent/schemas/inspect.schema.json).")
 @click.option("--line-protocol", is_flag=True, help="One snapshot of every enabled collector as line protocol (= run --once --test).")
@@ -342,8 +343,8 @@ def l2_text(mem: dict[str, Any]) -> str:
     size = mem.get("l2_cache_bytes")
     if size is None:
         return NA
-    # MB as NVIDIA's datasheets count it: binary (the L40S's 96 MB is 100663296 bytes).
-    text = f"{number(round(size / MIB, 1))} MB"
+    # MiB, as probe and compare write it: NVIDIA's datasheets' "96 MB" L2 is 100663296 bytes.
+    text = f"{number(round(size / MIB, 1))} MiB"
     source = {"cuda": "CUDA", "spec": "spec"}.get(mem.get("l2_cache_source"))
     return f"{text} ({source})" if source else text
 
@@ -462,7 +463,7 @@ def l2_probe_text(probe: dict[str, Any]) -> str:
     head = f"L2 probe {probe.get('time') or NA}" + (f" ({probe['method']})" if probe.get("method") else "")
     if not probe.get("l2_effective_bytes"):
         return f"{head}: no knee found"
-    text = f"{head}: {number(round(probe['l2_effective_bytes'] / MIB, 1))} MB effective"
+    text = f"{head}: {number(round(probe['l2_effective_bytes'] / MIB, 1))} MiB effective"
     l2_bw, dram_bw, ratio = probe.get("l2_bw_gbps"), probe.get("dram_bw_gbps"), probe.get("l2_dram_ratio")
     if l2_bw is not None and dram_bw is not None:
         text += f"; L2 {l2_bw:.0f} GB/s, DRAM {dram_bw:.0f} GB/s"
@@ -525,13 +526,13 @@ def agent_cost(config_path: str | None = None) -> dict[str, Any] | None:
     import time
 
     from gpuagent.config import read_config
-    from gpuagent.scheduler import COST_FILE
+    from gpuagent.scheduler import COST_FILE, COST_WINDOW_S
 
     try:
         path = read_config(config_path).state_dir / COST_FILE
         doc = json.loads(path.read_text())
         age = time.time() - float(doc["written"])
-        if age > 2 * float(doc["window_s"]):  # no agent running: an old figure is not "the last minute"
+        if age > 2 * COST_WINDOW_S:  # no agent running: an old figure is not "the last minute"
             return None
         return {"window_s": doc["window_s"], "age_s": round(max(age, 0.0), 1), "collectors": doc["collectors"]}
     except (OSError, ValueError, KeyError, TypeError, AgentError):
@@ -541,7 +542,10 @@ def agent_cost(config_path: str | None = None) -> dict[str, Any] | None:
 def cost_table(cost: dict[str, Any] | None) -> Table | None:
     if not cost or not cost.get("collectors"):
         return None
-    table = Table(title=f"Agent cost, last {cost['window_s']:g} s", title_justify="left", box=None, pad_edge=False)
+    title = f"Agent cost, last {cost['window_s']:g} s"
+    if cost.get("age_s", 0) >= 1:  # the agent rewrites the file every 10 s
+        title += f" (as of {cost['age_s']:g} s ago)"
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     for name in ("collector", "runs", "NVML calls", "CPU ms"):
         table.add_column(name, justify="left" if name == "collector" else "right")
     rows = cost["collectors"]

@@ -88,7 +88,7 @@ def _key_problem(name: object) -> str | None:
     if problem:
         return problem
     if name in RESERVED_KEYS:
-        return f"{name!r} is reserved by InfluxDB"
+        return "is reserved by InfluxDB"  # callers name the key before the problem
     return None
 
 

@@ -77,7 +77,8 @@ class PluginHost:
         load_entry_points: bool = True,
     ):
         env_disabled = os.environ.get("GPUAGENT_DISABLE_PLUGINS", "")
-        self.disabled = set(disabled) | {n.strip() for n in env_disabled.split(",") if n.strip()}
+        self.env_disabled = {n.strip() for n in env_disabled.split(",") if n.strip()}
+        self.disabled = set(disabled) | self.env_disabled
         self.plugins_dir = Path(plugins_dir) if plugins_dir else None
         self.load_entry_points = load_entry_points
         self.pm = pluggy.PluginManager("gpuagent")
@@ -105,6 +106,13 @@ class PluginHost:
         if self.plugins_dir:
             for path in sorted(self.plugins_dir.glob("*.py")):
                 self._load(path.stem, str(path), lambda p=path: _import_file(p), source="plugins_dir")
+        unknown = sorted(self.env_disabled - set(self.plugins))
+        if unknown:
+            # A misspelt name would otherwise leave the plugin it meant running, silently.
+            log.warning(
+                "GPUAGENT_DISABLE_PLUGINS: no plugin named %s (known: %s)",
+                ", ".join(map(repr, unknown)), ", ".join(sorted(self.plugins)),
+            )
         # Each plugin passed its own check in _load; this is the safety net.
         self.pm.check_pending()
         self._register("collectors", self.pm.hook.gpuagent_register_collectors, self.collectors, Collector)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from gpuagent.collector import Collector
 from gpuagent.config import Config, bind, format_validation_error, read_config
 from gpuagent.context import AgentContext
 from gpuagent.errors import AgentError, ConfigError, NvmlUnavailable
+from gpuagent.logsetup import stream_is_journal
 from gpuagent.nvml import NvmlSession, open_nvml
 from gpuagent.plugin_host import PluginHost
 from gpuagent.scheduler import Scheduler
@@ -48,6 +50,31 @@ def load(options: Options) -> tuple[Config, PluginHost]:
     for warning in config.warnings:
         log.warning("%s", warning)
     return config, host
+
+
+def check_sinks(config: Config, plugins: PluginHost) -> None:
+    """What the configured sinks' start() would refuse (a token_file run cannot read, a
+    folder it cannot write), found without starting them: `gpuagent config check` runs the
+    check half of _start_sink, so a config that checks is one that starts."""
+    context = AgentContext(hostname=config.hostname, global_tags=dict(config.agent.tags),
+                           state_dir=config.state_dir, config_path=config.path)
+    for name, cfg in config.sinks.items():
+        if cfg.enabled:
+            _checked_sink(config, plugins, context, name, cfg)
+
+
+def _checked_sink(config, plugins, context, name, cfg) -> Sink:
+    """The sink, constructed and checked (not started); its refusal names the config."""
+    try:
+        sink = plugins.sinks[name](cfg, context)
+        sink.check()
+    except AgentError as exc:
+        raise type(exc)(f"{config.label}: {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{config.label}: sinks.{name}: {exc}") from None
+    except Exception as exc:  # a bad plugin: one line, never a traceback
+        raise AgentError(f"sink {name} failed to start: {type(exc).__name__}: {exc}") from None
+    return sink
 
 
 @dataclass
@@ -153,6 +180,11 @@ def _make_sinks(config, plugins, context, options) -> list[Sink]:
         if "file" not in plugins.sinks:
             raise AgentError("no sink is configured and the file sink is not loaded")
         configured = {"file": plugins.sinks["file"].Config(path="-")}
+        if stream_is_journal(sys.stdout):
+            log.warning(
+                "no [sinks.*] table in the config: line protocol goes to stdout, which is the journal here; "
+                "configure a sink (`gpuagent config init` writes a config with a file sink)"
+            )
     out = []
     try:
         for name, cfg in configured.items():
@@ -169,9 +201,8 @@ def _make_sinks(config, plugins, context, options) -> list[Sink]:
 
 
 def _start_sink(config, plugins, context, name, cfg) -> Sink:
-    cls = plugins.sinks[name]
+    sink = _checked_sink(config, plugins, context, name, cfg)
     try:
-        sink = cls(cfg, context)
         sink.start()
     except AgentError:
         raise

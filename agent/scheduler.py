@@ -170,6 +170,7 @@ class Scheduler:
         failed_collectors: dict[str, str] | None = None,
     ):
         self.context = context
+        self.born = time.monotonic()  # a young agent's "last minute" covers only its life so far
         # Enabled collectors that could not be built (name -> why): reported, never run.
         self.failed_collectors = dict(failed_collectors or {})
         self.sinks = isolate(sinks, self._sink_failed)
@@ -455,13 +456,17 @@ class Scheduler:
         """The last minute's cost per collector into the state directory, for `gpuagent inspect`
         (at most every COST_WRITE_EVERY_S unless ``force``)."""
         now = time.monotonic()
-        if not force and now - getattr(self, "_cost_written", -COST_WRITE_EVERY_S) < COST_WRITE_EVERY_S:
+        # 0.9: called once per agent interval, a 10 s interval must not skip every other write.
+        if not force and now - getattr(self, "_cost_written", -COST_WRITE_EVERY_S) < 0.9 * COST_WRITE_EVERY_S:
             return
         self._cost_written = now
         path = Path(self.context.state_dir) / COST_FILE
         if not path.parent.is_dir():  # the agent made no state dir (a one-off run): nothing to keep
             return
-        doc = {"written": time.time(), "window_s": COST_WINDOW_S, "collectors": self.cost()}
+        # The window the figures cover: a minute, or the agent's life so far when shorter (the
+        # table once said "last 60 s" over the one run of an agent started seconds before).
+        window = round(min(COST_WINDOW_S, max(now - self.born, 0.1)), 1)
+        doc = {"written": time.time(), "window_s": window, "collectors": self.cost()}
         try:
             tmp = path.with_name(f".{COST_FILE}.{os.getpid()}")
             tmp.write_text(json.dumps(doc))

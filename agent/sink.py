@@ -41,6 +41,11 @@ class Sink:
         self.context = context
         self.log = logging.getLogger(f"gpuagent.sink.{self.name}")
 
+    def check(self) -> None:
+        """Raise AgentError (ConfigError) with one line for what ``start`` would refuse, found
+        without side effects: a file to read, a folder to write. No thread, socket or file is
+        opened. Run calls it before ``start``; ``gpuagent config check`` calls it alone."""
+
     def start(self) -> None:
         """Start background work. Called once before the first write."""
 

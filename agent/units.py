@@ -48,6 +48,8 @@ def parse_duration(value: object, *, unitless: bool = False) -> float:
     elif isinstance(value, str):
         text = value.strip().replace(" ", "")
         if _NUMBER.fullmatch(text):
+            if float(text) <= 0:  # "0s" or "-5s" would be refused too: suggest one that is not
+                raise ValueError(f'expected a positive duration such as "10s", got "{value}"')
             if not unitless:
                 raise ValueError(f'expected a duration with a unit such as "{text}s", got "{value}"')
             seconds = float(text)

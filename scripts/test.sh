@@ -19,6 +19,6 @@ if [ "${#need[@]}" -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-./scripts/setup.sh "test,probe,bench"
+./scripts/setup.sh "test,testing,probe,bench"
 .venv/bin/python -m pip install -q -e examples/gpuagent-infiniband
 exec .venv/bin/python -m pytest "$@"

@@ -62,7 +62,7 @@ MALFORMED = [
     # Tags InfluxDB would refuse: refused here, not on every point.
     ("tag-trailing-backslash", "[agent.tags]\nshare = '\\\\fileserver\\gpu\\'", "agent.tags.share: value '\\\\\\\\fileserver\\\\gpu\\\\' ends with a backslash"),
     ("tag-empty-key", '[agent.tags]\n"" = "x"', "agent.tags: tag key '' empty"),
-    ("tag-key-time", '[agent.tags]\ntime = "x"', "agent.tags: tag key 'time' 'time' is reserved by InfluxDB"),
+    ("tag-key-time", '[agent.tags]\ntime = "x"', "agent.tags: tag key 'time' is reserved by InfluxDB"),  # once, not 'time' 'time'
     ("tag-value-70000", '[agent.tags]\nbig = "' + "x" * 70000 + '"', "agent.tags.big: value 'xxxx"),
     ("tag-value-newline", '[agent.tags]\nnote = "a\\nb"', "agent.tags.note: value 'a\\nb' contains a line break"),
     ("hostname-backslash", '[agent]\nhostname = "node\\\\"', "agent.hostname: 'node\\\\' ends with a backslash"),
@@ -161,6 +161,45 @@ def test_config_init_writes_a_file_that_checks(invoke, tmp_path):
     assert again.exit_code == 1 and "exists" in again.stderr
 
 
+@pytest.mark.parametrize("where", ["proc", "under-a-file"])
+def test_config_init_on_a_path_it_cannot_write_is_one_line(tmp_path, where):
+    """Root writes almost anywhere: /proc refuses every new file, and a file cannot hold one."""
+    (tmp_path / "afile").write_text("x")
+    path = "/proc/gpuagent-x.toml" if where == "proc" else str(tmp_path / "afile" / "gpuagent.toml")
+    proc = run_cli("config", "init", path)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuagent: error: ") and "cannot write" in lines[0], proc.stderr
+    assert ("/proc/gpuagent-x.toml" if where == "proc" else str(tmp_path / "afile")) in lines[0]
+
+
+def test_config_init_comments_name_every_value_that_is_not_the_built_in_default(invoke):
+    """A key `config init` sets to something other than its model's default says so in its
+    comment (`built-in default ...`), and no comment calls the table it writes the default."""
+    import tomllib
+
+    from gpuagent.plugin_host import PluginHost
+
+    text = invoke("config", "init").stdout
+    doc = tomllib.loads(text)
+    host = PluginHost(load_entry_points=False).load()
+    models = {("sinks", n): c.Config for n, c in host.sinks.items()}
+    models.update({("collectors", n): c.Config for n, c in host.collectors.items()})
+    lines = {line.split("=", 1)[0].strip(): line for line in text.splitlines() if "=" in line and not line.startswith("#")}
+    checked = 0
+    for kind in ("sinks", "collectors"):
+        for name, table in doc.get(kind, {}).items():
+            written = models[(kind, name)].model_validate(table)
+            default = models[(kind, name)]()
+            for key in table:
+                if getattr(written, key) != getattr(default, key):
+                    checked += 1
+                    comment = lines[key].partition("#")[2]
+                    assert "built-in default" in comment, f"{kind}.{name}.{key}: differs from its default without saying so"
+    assert checked >= 2  # [sinks.file] path and keep
+    assert "The default sink when" not in text
+
+
 def test_shipped_default_config_is_what_init_writes(invoke):
     from conftest import REPO
 
@@ -184,7 +223,8 @@ def test_subprocess_error_has_no_traceback(tmp_path):
     path.write_text('[collectors.host]\ninterval = "fast"\n')
     proc = run_cli("run", "--once", "--test", "--config", str(path))
     assert proc.returncode == 1
-    assert proc.stderr.strip() == 'gpuagent: error: gpuagent.toml: collectors.host.interval: expected a duration, got "fast"'
+    # The full path: an operator with several configs must know which one is wrong.
+    assert proc.stderr.strip() == f'gpuagent: error: {path}: collectors.host.interval: expected a duration, got "fast"'
     assert proc.stdout == ""
 
 
@@ -247,3 +287,45 @@ def test_log_lines_never_carry_credentials_inside_a_url():
     for fmt, journal in (("text", False), ("text", True), ("json", False)):
         line = make_formatter(fmt, journal=journal).format(record)
         assert "S3CRET" not in line and "admin:***@db:8086" in line, line
+
+
+@pytest.mark.parametrize(("table", "error"), [
+    ('[sinks.influxdb]\napi = "v1"\ndatabase = "gpu"\ntoken_file = "/nonexistent/tok"\n',
+     "sinks.influxdb.token_file: cannot read /nonexistent/tok: No such file or directory"),
+    ('[sinks.influxdb]\napi = "v1"\ndatabase = "gpu"\ntoken_file = "EMPTY"\n', "sinks.influxdb.token_file: EMPTY is empty"),
+    ('[sinks.file]\npath = "AFILE/metrics.lp"\n', "sinks.file: cannot open AFILE/metrics.lp: AFILE is not a directory"),
+    ('[sinks.file]\npath = "TMP"\n', "sinks.file: cannot open TMP: is a directory"),
+])
+def test_config_check_refuses_what_run_refuses_before_its_first_collection(tmp_path, table, error):
+    """The README's install runs `config check` before the service starts: a config it passes
+    must start. Both refuse with the same line, naming the config's full path."""
+    (tmp_path / "empty.tok").write_text("")
+    (tmp_path / "afile").write_text("x")
+    subst = {"EMPTY": str(tmp_path / "empty.tok"), "AFILE": str(tmp_path / "afile"), "TMP": str(tmp_path)}
+    for word, value in subst.items():
+        table, error = table.replace(word, value), error.replace(word, value)
+    path = tmp_path / "gpuagent.toml"
+    path.write_text('[agent]\nsimulate = "l40s:1"\n' + table)
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    check = run_cli("config", "check", str(path), env=env)
+    assert check.returncode == 1 and check.stderr == f"gpuagent: error: {path}: {error}\n", check.stderr
+    run = run_cli("run", "--once", "--config", str(path), env=env)
+    assert run.returncode == 1 and run.stderr.strip().splitlines()[-1] == f"gpuagent: error: {path}: {error}", run.stderr
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("influx:8086", "influx:8086"),
+    ("http://influx:port", "http://influx:port"),
+    ("ftp://admin:hunter2@influx:8086", "ftp://admin:***@influx:8086"),
+    ("http//admin:hunter2@influx:8086", "***@influx:8086"),
+])
+def test_a_bad_url_is_echoed_with_its_credentials_masked(invoke, tmp_path, url, shown):
+    """Like every other error, the line shows the bad value; never a password inside it."""
+    path = tmp_path / "gpuagent.toml"
+    path.write_text(f'[sinks.influxdb]\nurl = "{url}"\napi = "v1"\ndatabase = "gpu"\n')
+    result = invoke("config", "check", str(path))
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f'gpuagent: error: {path}: sinks.influxdb: url: expected http://HOST:PORT or https://HOST:PORT, got "{shown}"\n'
+    )
+    assert "hunter2" not in result.stderr

@@ -63,3 +63,14 @@ def test_the_check_finds_a_dead_path(tmp_path):
     doc.write_text("See `gpuagent/facts.py` and [here](nowhere.md); `agent/gpu.py` exists.\n```\nagent/nope.py\n```\n")
     found = [w for w, p in named_paths(doc) if not p.exists()]
     assert found == ["nowhere.md", "gpuagent/facts.py"]
+
+
+# Files beside the repository (the design contract, the captures) that a user's clone lacks.
+OUTSIDE = re.compile(r"DESIGN\.md|\.\./shared\b|\bshared/captures\b")
+
+
+@pytest.mark.parametrize("doc", markdown_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_no_doc_names_what_the_repository_does_not_hold(doc):
+    """Fenced blocks included: a user reads those too."""
+    hits = [line.strip() for line in doc.read_text().splitlines() if OUTSIDE.search(line)]
+    assert not hits, f"{doc.relative_to(REPO)} names files outside the repository: {hits}"

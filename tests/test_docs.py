@@ -125,6 +125,25 @@ def test_testing_page_documents_every_fixture_of_gpuagent_testing():
         assert re.search(rf"^#+ `{fixture}`", text, re.M), f"testing.md has no section for the fixture {fixture}"
 
 
+def test_the_test_kit_ships_its_dependencies_as_the_testing_extra():
+    """gpuagent.testing imports pytest, which gpuagent itself does not install: a plugin author
+    following testing.md gets it from the `testing` extra the page names."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    extras = cfg["options.extras_require"]
+    assert "testing" in extras, "setup.cfg has no `testing` extra"
+    testing = {re.split(r"[<>=!~ ]", r.strip())[0] for r in extras["testing"].strip().splitlines()}
+    installed = {re.split(r"[<>=!~ ]", r.strip())[0] for r in cfg["options"]["install_requires"].strip().splitlines()}
+    kit = (REPO / "agent" / "testing.py").read_text()
+    imported = set(re.findall(r"^\s*(?:import|from) (\w+)", kit, re.M)) - {"gpuagent", "__future__", *sys.stdlib_module_names}
+    assert imported, "found no third-party import in agent/testing.py"
+    missing = {m for m in imported if m not in testing | installed and m != "pynvml"}
+    assert not missing, f"gpuagent.testing imports {missing}, in neither install_requires nor the testing extra"
+    assert "gpuagent[testing]" in read("testing.md")
+
+
 def test_relative_links_resolve():
     for page in PAGES:
         for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", read(page)):
@@ -229,7 +248,7 @@ def test_tutorial_code_installs_and_runs(tmp_path):
     check = gpuagent_cmd(["config", "check", str(typo)])
     documented = re.search(r"^gpuagent: error: .*$", tutorial, re.M).group(0)
     assert check.returncode == 1
-    assert check.stderr.strip() == documented.replace("gpuagent.toml:", "typo.toml:")
+    assert check.stderr.strip() == documented.replace("gpuagent.toml:", f"{typo}:")  # the path as given
 
     # testing.md's test file, run with pytest against the installed tutorial plugin.
     tests = {title: body for _, title, body in blocks(read("testing.md")) if title}

@@ -56,3 +56,12 @@ def test_bad_sizes_name_the_grammar(bad):
 @given(st.integers(min_value=1, max_value=1 << 50))
 def test_integer_strings_are_bytes(n):
     assert parse_bytes(str(n)) == n and not math.isnan(n)
+
+
+@pytest.mark.parametrize("bad", ["0", "-5", "0.0"])
+def test_a_number_that_is_no_duration_is_not_told_to_add_a_unit(bad):
+    """`--step 0` once suggested "0s", itself refused: the suggestion must be a valid value."""
+    with pytest.raises(ValueError) as err:
+        parse_duration(bad)
+    assert str(err.value) == f'expected a positive duration such as "10s", got "{bad}"'
+    assert parse_duration("10s") == 10

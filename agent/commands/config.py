@@ -9,7 +9,7 @@ import click
 
 from gpuagent.config import is_secret_key, mask_url
 from gpuagent.errors import AgentError
-from gpuagent.runtime import Options, load
+from gpuagent.runtime import Options, check_sinks, load
 
 
 @click.group()
@@ -21,8 +21,10 @@ def config():
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
 @click.option("--plugins-dir", type=click.Path(file_okay=False, exists=True))
 def check(file, plugins_dir):
-    """Validate FILE (every table, plugins' included); exit 1 with one line if it is wrong."""
+    """Validate FILE (every table, plugins' included, and what the sinks need at start:
+    files to read, folders to write); exit 1 with one line if it is wrong."""
     cfg, host = load(Options(config_path=file, plugins_dir=plugins_dir))
+    check_sinks(cfg, host)
     enabled = sorted(n for n, c in cfg.collectors.items() if c.enabled)
     sinks = sorted(n for n, c in cfg.sinks.items() if c.enabled) or ["file (stdout, default)"]
     where = str(cfg.path) if cfg.path else "built-in defaults"
@@ -56,12 +58,16 @@ def init(file, force):
     path = Path(file)
     if path.exists() and not force:
         raise AgentError(f"{path}: exists; use --force to overwrite")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # 0644: the unit's DynamicUser must read it. It holds no secret; tokens belong in a
-    # token_file or systemd credential (the influxdb sink warns if a readable file holds one).
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # 0644: the unit's DynamicUser must read it. It holds no secret; tokens belong in a
+        # token_file or systemd credential (the influxdb sink warns if a readable file holds one).
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+    except OSError as exc:
+        where = exc.filename or path
+        raise AgentError(f"{where}: cannot write: {exc.strerror or exc}") from None
     click.echo(f"wrote {path}", err=True)
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import click
 
+from gpuagent.cli_options import simulate_spec
 from gpuagent.logsetup import setup_logging
 from gpuagent.runtime import Options, build, load
 
 
 @click.command()
 @click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="Config file (default: $GPUAGENT_CONFIG or /etc/gpuagent/gpuagent.toml).")
-@click.option("--simulate", metavar="SPEC", help="Run on a simulated fleet, e.g. l40s:2,h100-sxm:1.")
+@click.option("--simulate", metavar="SPEC", callback=simulate_spec, help="Run on a simulated fleet, e.g. l40s:2,h100-sxm:1.")
 @click.option("--seed", type=int, default=None, help="Seed of the simulated fleet's load model.")
 @click.option("--once", is_flag=True, help="Collect every enabled collector once, flush the sinks and exit.")
 @click.option("--test", is_flag=True, help="Print line protocol on stdout instead of sending it.")

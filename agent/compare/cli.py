@@ -90,6 +90,7 @@ def time_range(since: str | None, start: str | None, end: str | None):
     "-o", "--output", default=None, metavar="FILE", help="Write the report here instead of stdout."
 )
 @click.option(
+    "-c",
     "--config",
     "config_path",
     type=click.Path(dir_okay=False),
@@ -135,7 +136,7 @@ def compare(
     """
     from gpuagent.compare.query import InfluxQL, connection_from
     from gpuagent.compare.render import RENDERERS
-    from gpuagent.compare.report import Report
+    from gpuagent.compare.report import Report, check_where
 
     rng = time_range(since, start, end)
     wait = _timeout(timeout)
@@ -156,6 +157,7 @@ def compare(
     else:
         conn = connection_from(config_path, url, database, token, username, password)
         client = InfluxQL(conn if wait is None else dataclasses.replace(conn, timeout=wait))
+        check_where(client, where)
         if by in ("job", "pod"):
             _compare_jobs(client, rng, by, where, fmt, output)
             return

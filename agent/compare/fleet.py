@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import click
@@ -192,18 +191,38 @@ def backfill(plans: list[HostPlan], conn: Connection, jobs: int = 1) -> int:
     """Every host's history; in `jobs` processes when more than one. Returns points written."""
     if jobs <= 1 or len(plans) <= 1:
         return sum(backfill_host(p, conn) for p in plans)
-    import multiprocessing
+    from gpuagent.compare.workers import worker_pool
 
-    with ProcessPoolExecutor(
-        max_workers=min(jobs, len(plans)), mp_context=multiprocessing.get_context("spawn")
-    ) as pool:
+    with worker_pool(min(jobs, len(plans))) as pool:
         return sum(pool.map(_backfill_in_worker, plans, [conn] * len(plans)))
 
 
-def _check_reachable(conn: Connection) -> None:
+def check_database(conn: Connection) -> None:
+    """Before anything is simulated: the server answers and the database is there. A fresh
+    server (a new InfluxDB 1.x: no database but _internal) gets it created, with one line
+    saying so; where it cannot be, one line says how (before, 1.x said "database not found"
+    at the first write, after seconds of simulating)."""
+    from gpuagent.compare.query import quote_ident
+
     client = InfluxQL(conn)
     try:
-        client.query("SHOW MEASUREMENTS LIMIT 1")
+        try:
+            listed = client.query("SHOW DATABASES")
+        except AgentError:
+            client.query("SHOW MEASUREMENTS LIMIT 1")  # a server without SHOW DATABASES: the old check
+            return
+        names = {row[0] for series in listed for row in series.get("values") or []}
+        if conn.database in names:
+            return
+        try:
+            client.query(f"CREATE DATABASE {quote_ident(conn.database)}", post=True)
+        except AgentError as exc:
+            raise AgentError(
+                f"{exc}; the database {conn.database!r} is not on {conn.url} and could not be created: create it "
+                f"(InfluxDB 1.x: influx -execute 'CREATE DATABASE \"{conn.database}\"'; 2.x: influx bucket create "
+                f"-n {conn.database}) or pass another --database"
+            ) from None
+        click.echo(f"created database {conn.database!r} on {conn.url}", err=True)
     finally:
         client.close()
 
@@ -239,6 +258,7 @@ def _check_reachable(conn: Connection) -> None:
     help="End of the history (RFC 3339 or epoch s; default: now).",
 )
 @click.option(
+    "-c",
     "--config",
     "config_path",
     type=click.Path(dir_okay=False),
@@ -319,9 +339,13 @@ def fleet(
     if scenario is not None:
         check_scenario(scenario)
     try:
-        duration_s, step_s = parse_duration(duration), parse_duration(step)
+        duration_s = parse_duration(duration)
     except ValueError as exc:
-        raise AgentError(f"--duration/--step: {exc}") from None
+        raise AgentError(f"--duration: {exc}") from None
+    try:
+        step_s = parse_duration(step)
+    except ValueError as exc:
+        raise AgentError(f"--step: {exc}") from None
     if step_s > duration_s:
         raise AgentError("--step is longer than --duration")
     from gpuagent.plugin_host import PluginHost
@@ -336,7 +360,7 @@ def fleet(
             f"--collectors: unknown GPU collector {', '.join(unknown) or '(none given)'}; known: {', '.join(sorted(known))}"
         )
     conn = connection_from(config_path, url, database, token)
-    _check_reachable(conn)
+    check_database(conn)
     step_ns = int(round(step_s * 1e9))
     end_ns = parse_time(end) if end else time.time_ns()
     end_ns -= end_ns % step_ns

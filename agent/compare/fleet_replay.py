@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 from gpuagent.compare.fleet import HostPlan, backfill, simulate_host
 from gpuagent.compare.query import Connection, InfluxQL
@@ -60,9 +60,9 @@ def backfill_replayed(plans: list[HostPlan], conn: Connection, jobs: int, distin
         return backfill(plans, conn, jobs)
     protos = plans[:period]
     if jobs > 1:
-        import multiprocessing
+        from gpuagent.compare.workers import worker_pool
 
-        with ProcessPoolExecutor(max_workers=min(jobs, period), mp_context=multiprocessing.get_context("spawn")) as pool:
+        with worker_pool(min(jobs, period)) as pool:
             batches = list(pool.map(_simulate_in_worker, protos))
     else:
         batches = [simulate_host(p, None, keep=True) for p in protos]
@@ -83,9 +83,13 @@ def backfill_replayed(plans: list[HostPlan], conn: Connection, jobs: int, distin
             client.write(body.encode())
         return sum(b.count("\n") for b in bodies)
 
+    pool = ThreadPoolExecutor(max(2, jobs))
     try:
-        with ThreadPoolExecutor(max(2, jobs)) as pool:
-            return sum(pool.map(write, range(len(plans))))
+        return sum(pool.map(write, range(len(plans))))
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)  # Ctrl-C: the queued writes are not made
+        raise
     finally:
+        pool.shutdown(wait=True)
         for client in clients:
             client.close()

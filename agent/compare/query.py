@@ -180,12 +180,13 @@ class InfluxQL:
                 ) from None
             raise AgentError(f"cannot reach InfluxDB at {self.conn.url}: {unreachable_reason(exc)}") from None
 
-    def query(self, q: str) -> list[dict[str, Any]]:
-        """Run one InfluxQL statement; the series of its result (`[]` when nothing matched)."""
+    def query(self, q: str, post: bool = False) -> list[dict[str, Any]]:
+        """Run one InfluxQL statement; the series of its result (`[]` when nothing matched).
+        ``post``: a statement that changes the server (CREATE ...), which 1.x takes by POST only."""
         params = {"db": self.conn.database, "q": q, "epoch": "ns"}
         if self.conn.retention_policy:
             params["rp"] = self.conn.retention_policy
-        resp = self._request("GET", "/query", params)
+        resp = self._request("POST" if post else "GET", "/query", params)
         try:
             doc = json.loads(resp.data or b"{}")
         except ValueError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -87,6 +88,30 @@ def rfc3339(ns: int) -> str:
     seconds, rest = divmod(int(ns), 1_000_000_000)
     stamp = dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{stamp}.{rest:09d}Z"
+
+
+_PARSE_ERROR = re.compile(r"^error parsing query: (?P<what>.*) at line 1, char (?P<char>\d+)$")
+
+
+def check_where(client: InfluxQL, where: str | None) -> None:
+    """A --where the server cannot parse, told against the user's own text: asked alone (the
+    condition last in a query of its own), before the report's queries, whose positions count
+    characters of the generated query (issue 29) and whose tokens the user never wrote."""
+    where = (where or "").strip()
+    if not where:
+        return
+    prefix = 'SELECT * FROM "gpu_power" WHERE '
+    try:
+        client.query(f"{prefix}{where} LIMIT 1")
+    except AgentError as exc:
+        m = _PARSE_ERROR.match(str(exc).split(": ", 1)[-1].removeprefix("refused a query: "))
+        if m is None:
+            raise
+        at, what = int(m["char"]) - len(prefix), m["what"]
+        if 1 <= at <= len(where):
+            raise AgentError(f"--where {where!r}: at character {at} ({where[at - 1:at + 9]!r}): {what}") from None
+        expected = what.partition("expected ")[2] or what  # what was "found" is this query's, not the user's
+        raise AgentError(f"--where {where!r}: it ends where InfluxQL expects {expected}") from None
 
 
 def report_document(rng: Range, by: str, where: str | None, source: dict, definitions: dict,

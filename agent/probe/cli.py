@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import click
 
+from gpuagent.cli_options import simulate_spec
 from gpuagent.errors import AgentError, NvmlUnavailable
 from gpuagent.gpu import GpuLost
 from gpuagent.probe.backends import (
@@ -319,6 +320,7 @@ def probe() -> None:
 @click.option(
     "--simulate",
     metavar="SPEC",
+    callback=simulate_spec,
     help="Use a simulated fleet (a modelled curve, not a measurement).",
 )
 @click.option(

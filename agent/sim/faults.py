@@ -29,7 +29,11 @@ parsed and scheduled by gpuagent.sim.health_faults.
 
 from __future__ import annotations
 
+import difflib
+import functools
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pynvml
 
@@ -114,6 +118,27 @@ def error_code(value: str | int) -> int:
     return code
 
 
+@functools.cache
+def known_symbols() -> frozenset[str]:
+    """The libnvidia-ml functions a fault may name: every one the simulated library defines
+    (each takes a call slot when defined) and every one gpuagent calls (nvml_conformance.json,
+    from nvml.h). A symbol outside both would be forced on a call nothing ever makes."""
+    import gpuagent.sim.fakelib  # noqa: F401 - defining the library registers its symbols
+    from gpuagent.sim.machine import CALL_SYMBOLS
+
+    table = json.loads((Path(__file__).resolve().parents[1] / "nvml_conformance.json").read_text())
+    return frozenset(CALL_SYMBOLS) | frozenset(table["functions"])
+
+
+def check_symbol(symbol: str) -> str:
+    """``symbol`` if libnvidia-ml has it; else AgentError with the nearest name."""
+    if symbol in known_symbols():
+        return symbol
+    near = difflib.get_close_matches(symbol, sorted(known_symbols()), n=1, cutoff=0.7)
+    hint = f"did you mean {near[0]}?" if near else "e.g. nvmlDeviceGetPowerUsage"
+    raise AgentError(f"no NVML function {symbol!r} in libnvidia-ml ({hint})")
+
+
 def parse_fault(text: str, offset: int = 0, count: int | None = None) -> Fault:
     """One SPEC fault; GPU numbers are local to the SPEC item and shifted by ``offset``."""
     kind, sep, rest = text.partition("=")
@@ -137,7 +162,11 @@ def parse_fault(text: str, offset: int = 0, count: int | None = None) -> Fault:
             return LostFault(gpu_no(parts[0]), parse_seconds(parts[1], "fault time"))
         if kind == "force" and len(parts) in (2, 3):
             gpu = gpu_no(parts[2]) if len(parts) == 3 else None
-            return ForceFault(parts[0].strip(), error_code(parts[1]), gpu)
+            try:
+                symbol = check_symbol(parts[0].strip())
+            except AgentError as exc:
+                raise AgentError(f"bad fault {text!r}: {exc}") from None
+            return ForceFault(symbol, error_code(parts[1]), gpu)
         if kind == "proc" and len(parts) in (2, 3):
             return _proc_fault(text, gpu_no(parts[0]), parts[1:])
         health = parse_health_fault(kind, parts, gpu_no, lambda t: parse_seconds(t, "fault time"))
@@ -181,7 +210,11 @@ def faults_from_profile(entries: list, offset: int, count: int, source: str) -> 
             elif kind == "lost":
                 out.append(LostFault(g + offset, parse_seconds(entry.get("at", 0))))
             elif kind == "force":
-                out.append(ForceFault(entry["symbol"], error_code(entry["code"]), g + offset))
+                try:
+                    symbol = check_symbol(str(entry.get("symbol", "")))
+                except AgentError as exc:
+                    raise AgentError(f"{source}: {exc}") from None
+                out.append(ForceFault(symbol, error_code(entry["code"]), g + offset))
             else:
                 raise AgentError(f"{source}: unknown fault type {kind!r} (xid, lost or force)")
     return out

@@ -66,7 +66,7 @@ def parse_spec(spec: str) -> list[FleetItem]:
             if sep and tail.strip().isdigit():
                 name, count = base, int(tail)
             elif sep and not ("/" in head or head.endswith(".json")):
-                raise AgentError(f"COUNT {tail!r} is not a number")
+                raise AgentError(f"COUNT {tail!r} must be a positive whole number (1..{MAX_GPUS})")
             name = name.strip()
             if not name:
                 raise AgentError("missing profile name")

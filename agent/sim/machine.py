@@ -638,7 +638,11 @@ class SimMachine:
         reset_gpu(self, gpu, at)
 
     def force(self, symbol: str, code: int | str, gpu: int | None = None) -> None:
-        """Make ``symbol`` answer ``code`` (on one GPU, or everywhere); SUCCESS/0 clears it."""
+        """Make ``symbol`` answer ``code`` (on one GPU, or everywhere); SUCCESS/0 clears it.
+        A symbol libnvidia-ml does not have is refused: forcing it would test nothing."""
+        from gpuagent.sim.faults import check_symbol
+
+        check_symbol(symbol)
         if gpu is not None:
             self._gpu(gpu)
         code = error_code(code)

@@ -45,6 +45,21 @@ class FileSink(gpuagent.Sink):
     def path(self) -> Path | None:
         return None if self.config.path == "-" else Path(os.path.expanduser(self.config.path))
 
+    def check(self) -> None:
+        """The file, or the nearest folder above it that exists (start creates the rest), is writable."""
+        path = self.path
+        if path is None:
+            return
+        if path.is_dir():
+            raise AgentError(f"sinks.file: cannot open {path}: is a directory")
+        target = path
+        while not target.exists() and target != target.parent:
+            target = target.parent
+        if target != path and not target.is_dir():
+            raise AgentError(f"sinks.file: cannot open {path}: {target} is not a directory")
+        if not os.access(target, os.W_OK):
+            raise AgentError(f"sinks.file: cannot open {path}: permission denied ({target})")
+
     def start(self) -> None:
         if self.path is None:
             self._fh = sys.stdout

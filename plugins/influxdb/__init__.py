@@ -72,14 +72,15 @@ class InfluxDBSinkConfig(gpuagent.SinkConfig):
 
     @model_validator(mode="after")
     def _check(self):
-        # Messages name keys, never values: a value here may be a secret.
+        # Messages name keys, never values (a value here may be a secret); the url alone is
+        # echoed, its credentials masked, since which part of it is wrong is the whole message.
         try:
             parts = urllib.parse.urlsplit(self.url)
             parts.port  # noqa: B018 - raises on a port that is not a number
         except ValueError:
-            raise ValueError("url: expected http://HOST:PORT or https://HOST:PORT") from None
+            raise ValueError(f'url: expected http://HOST:PORT or https://HOST:PORT, got "{shown_url(self.url)}"') from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError('url: expected http://HOST:PORT or https://HOST:PORT')
+            raise ValueError(f'url: expected http://HOST:PORT or https://HOST:PORT, got "{shown_url(self.url)}"')
         if self.api == "v2" and not self.bucket:
             raise ValueError('bucket: required with api = "v2" (or set api = "v1" and database)')
         if self.api == "v1" and not self.database:
@@ -95,6 +96,15 @@ class InfluxDBSinkConfig(gpuagent.SinkConfig):
         if bool(self.username) != (self.password is not None):
             raise ValueError("username, password: set both or neither")
         return self
+
+
+def shown_url(url: str) -> str:
+    """``url`` fit for an error line: credentials masked, even where it is too broken for
+    mask_url to find them (no scheme: everything before the last @ goes)."""
+    shown = mask_url(url)
+    if "@" in shown and shown == url:
+        shown = "***@" + url.rsplit("@", 1)[1]
+    return shown[:200]
 
 
 def check_secret_file_permissions(path: Path | str | None, secrets: Sequence[str], logger=log) -> bool:
@@ -328,6 +338,9 @@ class InfluxDBSink(gpuagent.Sink):
             return token
         return None
 
+    def check(self) -> None:
+        self._token()  # a token_file run cannot read or that is empty
+
     def start(self) -> None:
         c = self.config
         token = self._token()
@@ -363,6 +376,7 @@ class InfluxDBSink(gpuagent.Sink):
             max_backoff=c.retry_max_backoff,
             write_ahead=c.write_ahead,
             log=self.log,
+            target=mask_url(c.url),
         )
         if spool.points:
             self.log.info("%s: %d points in the spool from an earlier run; replaying", self.name, spool.points)

@@ -68,7 +68,7 @@ def test_human_view_fits_100_columns_and_shows_every_section():
     for expected in (
         "Driver 550.54.15   CUDA 12.4   NVML 12.550.54.15",
         "GPU 0  NVIDIA L40S  Ada Lovelace",
-        "96 MB",
+        "96 MiB",
         "864 GB/s",
         "384-bit",
         "210 / 2520 MHz",

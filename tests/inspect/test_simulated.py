@@ -68,7 +68,7 @@ def test_mixed_fleet_names_all_eight_cards_with_their_l2(mixed_facts):
     by_gpu = blocks(text)
     assert sorted(by_gpu) == list(range(8))
     expected = ["NVIDIA L40S"] * 2 + ["NVIDIA GeForce RTX 4090"] * 2 + ["NVIDIA H100 80GB HBM3"] * 4
-    l2 = ["96 MB"] * 2 + ["72 MB"] * 2 + ["50 MB"] * 4
+    l2 = ["96 MiB"] * 2 + ["72 MiB"] * 2 + ["50 MiB"] * 4  # MiB, as probe and compare
     for index, (name, size) in enumerate(zip(expected, l2, strict=True)):
         block = by_gpu[index]
         assert block.startswith(f"GPU {index}  {name}  "), block
@@ -194,7 +194,7 @@ def test_gpu_lost_from_the_cli(invoke):
     assert result.exit_code == 0, result.output
     by_gpu = blocks(result.stdout)
     assert "LOST" in by_gpu[2].splitlines()[0]
-    assert "96 MB" in by_gpu[0] and "96 MB" in by_gpu[1]
+    assert "96 MiB" in by_gpu[0] and "96 MiB" in by_gpu[1]
 
 
 # -- the command: --json, --gpu, --line-protocol -----------------------------------
@@ -329,7 +329,7 @@ def test_recent_l2_probe_result_gets_a_line(invoke, influxdb_v1, tmp_path):
 
     text = invoke("inspect", "--simulate", spec, "--config", str(config)).stdout
     by_gpu = blocks(text)
-    assert re.search(r"L2 probe \S+ \(simulated\): 96 MB effective; L2 2500 GB/s, DRAM 780 GB/s \(3\.2x\)", by_gpu[0])
+    assert re.search(r"L2 probe \S+ \(simulated\): 96 MiB effective; L2 2500 GB/s, DRAM 780 GB/s \(3\.2x\)", by_gpu[0])
     assert "L2 probe" not in by_gpu[1]
 
 

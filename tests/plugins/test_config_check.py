@@ -21,13 +21,13 @@ def test_third_party_table_errors_are_one_line(table, error, plugin_file, plugin
     cfg = write_config(f"[collectors.hello_tp]\n{table}\n", gpus_off=False)
     result = invoke("config", "check", str(cfg), "--plugins-dir", str(plugins_dir))
     assert result.exit_code == 1
-    assert result.stderr == f"gpuagent: error: gpuagent.toml: {error}\n"
+    assert result.stderr == f"gpuagent: error: {cfg}: {error}\n"
 
 
 def test_builtin_table_error_has_the_same_shape(write_config, invoke):
     cfg = write_config('[collectors.host]\nper_cpu = "often"\n', gpus_off=False)
     result = invoke("config", "check", str(cfg))
-    assert result.stderr == 'gpuagent: error: gpuagent.toml: collectors.host.per_cpu: expected true or false, got "often"\n'
+    assert result.stderr == f'gpuagent: error: {cfg}: collectors.host.per_cpu: expected true or false, got "often"\n'
 
 
 def test_valid_third_party_table_passes(plugin_file, plugins_dir, write_config, good_plugin, invoke):
@@ -46,8 +46,8 @@ def test_entry_point_plugin_table_checked_from_the_command_line(site, cli, write
     cfg = write_config("[collectors.hello_tp]\nlimit = 1.5\n", gpus_off=False)
     out = cli("config", "check", str(cfg), site=site)
     assert out.returncode == 1
-    assert out.stderr == "gpuagent: error: gpuagent.toml: collectors.hello_tp.limit: expected an integer, got 1.5\n"
+    assert out.stderr == f"gpuagent: error: {cfg}: collectors.hello_tp.limit: expected an integer, got 1.5\n"
     # Without the plugin installed the table is unknown: the same check says so, naming what is known.
     out = cli("config", "check", str(cfg))
     assert out.returncode == 1
-    assert out.stderr.startswith("gpuagent: error: gpuagent.toml: collectors.hello_tp: unknown collector (known: ")
+    assert out.stderr.startswith(f"gpuagent: error: {cfg}: collectors.hello_tp: unknown collector (known: ")

@@ -98,7 +98,7 @@ def test_collector_rejecting_its_config_stops_the_start_naming_plugin_and_key(pl
     with pytest.raises(ConfigError) as err:
         build(Options(config_path=cfg, plugins_dir=str(plugins_dir), test=True))
     assert str(err.value) == (
-        "gpuagent.toml: collectors.picky: rejected by plugin picky_plugin: threshold: must be below 100, got 150"
+        f"{cfg}: collectors.picky: rejected by plugin picky_plugin: threshold: must be below 100, got 150"
     )
 
 
@@ -108,7 +108,7 @@ def test_pydantic_error_from_init_is_one_line(plugin_file, plugins_dir, write_co
     with pytest.raises(ConfigError) as err:
         build(Options(config_path=cfg, plugins_dir=str(plugins_dir), test=True))
     assert str(err.value) == (
-        'gpuagent.toml: collectors.strict: rejected by plugin strict_plugin: high: expected an integer, got "lots"'
+        f'{cfg}: collectors.strict: rejected by plugin strict_plugin: high: expected an integer, got "lots"'
     )
 
 
@@ -119,7 +119,7 @@ def test_rejected_config_from_the_command_line(plugin_file, plugins_dir, write_c
     assert out.returncode == 1
     assert out.stdout == ""
     assert out.stderr.strip().splitlines()[-1] == (
-        "gpuagent: error: gpuagent.toml: collectors.picky: rejected by plugin picky_plugin: "
+        f"gpuagent: error: {cfg}: collectors.picky: rejected by plugin picky_plugin: "
         "threshold: must be below 100, got 100"
     )
     assert "Traceback" not in out.stderr

@@ -164,6 +164,27 @@ def test_bad_fault_text(text):
         parse_fault(text, count=2)
 
 
+@pytest.mark.parametrize(("symbol", "hint"), [
+    ("nvmlFoo", "e.g. nvmlDeviceGetPowerUsage"),
+    ("nvmlDeviceGetPowerUsag", "did you mean nvmlDeviceGetPowerUsage?"),
+    ("nvmlDeviceGetTemprature", "did you mean nvmlDeviceGetTemperature?"),
+])
+def test_a_fault_on_a_symbol_libnvidia_ml_lacks_is_refused(simulated_fleet, tmp_path, symbol, hint):
+    """Accepted, it would force a call nothing makes, and the test using it would test nothing."""
+    with pytest.raises(AgentError, match=f"bad fault .*no NVML function '{symbol}'.*{hint}"):
+        parse_fault(f"force={symbol}:NOT_SUPPORTED", count=1)
+    machine = simulated_fleet("l40s:1")
+    with pytest.raises(AgentError, match=f"no NVML function '{symbol}'.*{hint}"):
+        machine.force(symbol, "NOT_SUPPORTED")
+    assert machine.forced == {}
+    p = load_profile("l40s")
+    p["faults"] = [{"type": "force", "symbol": symbol, "code": "UNKNOWN"}]
+    path = tmp_path / "faulty.json"
+    path.write_text(json.dumps(p))
+    with pytest.raises(AgentError, match=f"faulty.json.*no NVML function '{symbol}'"):
+        simulated_fleet(str(path))
+
+
 def test_durations():
     assert parse_seconds("500ms") == 0.5
     assert parse_seconds("2m") == 120

@@ -495,3 +495,28 @@ def test_an_unusable_state_dir_starts_anyway_delivers_from_memory_and_says_so_on
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "memory" in errors[0] and "Not a directory" in errors[0], errors
     assert_all_in_v1(influxdb_v1, points, "no_spool")
+
+
+def test_state_and_failed_writes_say_what_is_known_and_where(tmp_path, influxdb_v1, caplog):
+    """Issue 29: the first status line said `influxdb ok` before any write, and the
+    "write failed (connection refused)" warning did not say where to."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    down = make_sink(tmp_path / "down", api="v1", url=closed, database="gpuagent")
+    up = make_sink(tmp_path / "up", api="v1", url=influxdb_v1.url, database=influxdb_v1.database)
+    try:
+        assert up.describe() == "no point written yet" and down.describe() == "no point written yet"
+        with caplog.at_level(logging.WARNING, logger="gpuagent"):
+            down.write(fleet_points(intervals=1, gpus=1))
+            wait_for(lambda: down.delivery.outage, what="the failed write")
+        failed = [r.getMessage() for r in caplog.records if "write" in r.getMessage() and "failed" in r.getMessage()]
+        assert failed and failed[0].startswith(f"influxdb: write to {closed} failed (connection refused)"), failed
+        up.write(fleet_points(intervals=1, gpus=1))
+        wait_for(lambda: up.stats()["points_written_total"] > 0, what="the first write")
+        assert up.describe() == "ok"
+    finally:
+        down.close()
+        up.close()
