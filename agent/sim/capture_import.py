@@ -793,7 +793,10 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     uuid = f.get("uuid")
     if _na(uuid) or not re.match(r"^GPU-[0-9a-fA-F-]{36}$", str(uuid)) or set(str(uuid)[4:]) <= {"0", "-"}:
         uuid = None  # masked with zeros (nvidia_gpu_exporter captures): derived from the seed
-    bus_id = str(f.get("bus_id") or "").upper() or None
+    bus_id = str(f.get("bus_id") or "").upper()
+    if not re.match(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$", bus_id):
+        bus_id = None  # absent or damaged: the simulator's own slot
+        lacks("PCI bus id")
     cuda = _num(f.get("cuda_version"))
     cuda_int = None
     if cuda is not None:
