@@ -32,6 +32,15 @@ KNOWN_CARDS = {
     0x20B0: (5120, 40 * MiB),  # A100-SXM4-40GB
     0x20F1: (5120, 40 * MiB),  # A100-PCIE-40GB
     0x20B5: (5120, 40 * MiB),  # A100 80GB PCIe
+    # Cards of the captures without a built-in profile; bus widths and L2 sizes from NVIDIA's
+    # product pages and the Turing/Ampere whitepapers (not in any capture: unverified here).
+    0x1E81: (256, 4 * MiB),  # GeForce RTX 2080 SUPER (TU104)
+    0x2184: (192, 1536 * 1024),  # GeForce GTX 1660 Ti (TU116)
+    0x1C30: (160, 1280 * 1024),  # Quadro P2000 (GP106)
+    0x2487: (192, 3 * MiB),  # GeForce RTX 3060 (GA104)
+    0x2503: (192, 3 * MiB),  # GeForce RTX 3060 (GA106)
+    0x2216: (320, 5 * MiB),  # GeForce RTX 3080 LHR (GA102)
+    0x2206: (320, 5 * MiB),  # GeForce RTX 3080 (GA102)
 }
 ARCH_ALIASES = {"Ada": "Ada Lovelace"}
 

@@ -104,6 +104,20 @@ class PowerThermalCalls(NvmlCalls):
         return self._put(out, 2)
 
     @device_call
+    def nvmlDeviceGetTargetFanSpeed(self, dev, fan=None, out=None):
+        # Exported by the 590 driver (the H100 capture's nvml-symbols); the simulated fan is
+        # always at its target. Fan-less cards answer NOT_SUPPORTED (FAN_CALLS).
+        if _int(fan) not in (0, 1):
+            return E_INVALID
+        return self._put(out, dev.state().fan_pct or 0)
+
+    @device_call
+    def nvmlDeviceGetFanSpeedRPM(self, dev, out=None):
+        # Exported by the 590 driver, but no capture shows an RPM: NOT_SUPPORTED rather than an
+        # invented speed (fan-less cards answer it through FAN_CALLS).
+        return E_NS
+
+    @device_call
     def nvmlDeviceGetMarginTemperature(self, dev, out=None):
         # nvml.h: "thermal margin temperature (distance to nearest slowdown threshold)",
         # versioned struct; NOT_SUPPORTED where the platform has none (thermal_margin: pre-Ada).
