@@ -199,7 +199,7 @@ class LoadModel:
         self.captured_load = captured.get("load")
         if self.captured_load and self.captured_load.get("power_w") is not None:
             for name in ("training", "inference"):
-                demand.setdefault(name, float(self.captured_load["power_w"]))
+                demand[name] = float(self.captured_load["power_w"])
         self.peak_demand_w = float(
             demand.get(
                 self.scenario,

@@ -36,6 +36,11 @@ class PowerThermalCalls(NvmlCalls):
 
     @device_call
     def nvmlDeviceGetPowerManagementMode(self, dev, out=None):
+        # nvml.h: DEPRECATED(13.0); every capture from driver 590 on prints "Power Management:
+        # Requested functionality has been deprecated" (H100 590.48.01, L40S 595.80, RTX 2080
+        # SUPER 595.71.05 and 610.62), i.e. NVML_ERROR_DEPRECATED.
+        if int(self.m.driver_version.split(b".")[0] or 0) >= 590:
+            return pynvml.NVML_ERROR_DEPRECATED
         return self._put(out, 1)
 
     @device_call
