@@ -820,6 +820,11 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         "pci_bus_id": bus_id,
         "cuda_driver_version": cuda_int,
         "captured": captured,
+        # None where the capture says N/A: those calls answer NOT_SUPPORTED.
+        "inforom": {k: (None if _na(v) else str(v)) for k, v in (f.get("inforom") or {}).items()},
+        "persistence_mode": None
+        if _na(f.get("persistence_mode"))
+        else str(f.get("persistence_mode")).lower().startswith("enabled"),
         "pstate": {
             k: v
             for k, v in (("idle", idle.get("pstate")), ("active", loaded.get("pstate")))
