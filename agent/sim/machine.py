@@ -330,7 +330,12 @@ class SimDevice:
         run = (p.get("captured") or {}).get("idle" if self.model.scenario == "idle" else "load")
         # The processes the replayed run lists ("C" compute, "G" graphics, "C+G" both).
         self.captured_procs = [
-            (int(q["pid"]), int(q.get("used_mib") or 0) << 20, str(q.get("type") or "C"))
+            # "Used GPU Memory: N/A" (WDDM on Windows) is NVML_VALUE_NOT_AVAILABLE, not 0.
+            (
+                int(q["pid"]),
+                int(q["used_mib"]) << 20 if q.get("used_mib") is not None else (1 << 64) - 1,
+                str(q.get("type") or "C"),
+            )
             for q in (run or {}).get("processes") or []
         ] if run is not None else None
         for q in (run or {}).get("processes") or []:
