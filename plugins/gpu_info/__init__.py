@@ -88,7 +88,8 @@ class GpuInfoCollector(gpuagent.Collector):
 
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
         fields = read_gpu(gpu, self.context.nvml)
-        now = self.clock()
+        # The batch's own time where it has one (`sim fleet` backfills), else the monotonic clock.
+        now = acc.time_ns / 1e9 if getattr(acc, "time_ns", None) else self.clock()
         last = self._sent.get(gpu.uuid)
         if last is not None and last[0] == fields and now - last[1] < self.config.resend_every:
             return
