@@ -81,7 +81,9 @@ class IdentityCalls(NvmlCalls):
         name = key.get(_int(obj))
         if name is None:
             return E_INVALID
-        value = _inforom(dev).get(name, {"oem": "2.1", "ecc": "7.16", "power": None}[name])
+        gpu = dev.gpu if dev.is_mig else dev
+        # Cards without ECC have no ECC object ("ECC Object: N/A" on the GeForce captures).
+        value = _inforom(dev).get(name, {"oem": "2.1", "ecc": "7.16" if gpu.ecc else None, "power": None}[name])
         return E_NS if value is None else _put_str(buf, value.encode(), size)
 
     @device_call
