@@ -12,7 +12,7 @@ from __future__ import annotations
 import pynvml
 
 import gpuagent
-from gpuagent.nvml_read import CYCLE, Field, FieldReader, poll, poll_first, valid
+from gpuagent.nvml_read import CYCLE, Field, FieldReader, current_tick, poll, poll_first, valid
 
 MEASUREMENT = "gpu_power"
 
@@ -141,8 +141,16 @@ def thermal_margin(gpu: gpuagent.Gpu) -> int | None:
     "GPU T.Limit Temp"). Negative past the limit; None where the card has no margin (pre-Ada)."""
     if gpu.arch not in TLIMIT_ARCHS or not hasattr(pynvml, "nvmlDeviceGetMarginTemperature"):
         return None
+    # Asked once per scheduler tick: power and health (its verdict) both read it.
+    tick = current_tick.get()
+    last = gpu.remember("power.margin", dict)
+    if tick is not None and last.get("tick") == tick:
+        return last["value"]
     margin = gpu.query(pynvml.nvmlDeviceGetMarginTemperature)
-    return int(margin) if isinstance(margin, int) and -300 < margin < 300 else None
+    value = int(margin) if isinstance(margin, int) and -300 < margin < 300 else None
+    if tick is not None:
+        last.update(tick=tick, value=value)
+    return value
 
 
 def read_gpu(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:

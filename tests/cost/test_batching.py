@@ -58,7 +58,7 @@ class LibraryCalls:
 BATCHED = {
     "clocks": 56,  # 4 clocks, P-state, reasons, the cycle batch: 7 a GPU
     "power": 16,  # GPU temperature and thermal margin (no field ids); the rest in the cycle batch
-    "memory": 40,  # memory info, BAR1, utilisation, GPM sample + metrics
+    "memory": 48,  # memory info, BAR1, utilisation, encoder utilisation, GPM sample + metrics
     "pcie": 32,  # link gen and width, TX and RX throughput
     "p2p": 8,  # one batch of the NVLink states a GPU; pair facts and far ends read once
     "nvlink": 24,  # one batch of the link states, GPM sample + metrics
@@ -106,9 +106,10 @@ def test_default_cycle_of_the_batched_collectors(cycle_calls):
     # Before batching these made 249.1 calls a cycle (bench/RESULTS.md); the agent's total,
     # health and processes included, is what `python -m bench` reports.
     mine = sum(calls * weight for name, (calls, weight) in cycle_calls.items() if name in BATCHED)
-    assert mine == pytest.approx(56 + 16 + 40 + 32 / 3 + 8 / 30 + 24 / 3 + 8)
-    # 131 before issue 32; + 1 a GPU for the thermal margin (nvmlDeviceGetMarginTemperature).
-    assert mine <= 131 + 8
+    assert mine == pytest.approx(56 + 16 + 48 + 32 / 3 + 8 / 30 + 24 / 3 + 8)
+    # 131 before issue 32; + 2 a GPU for its readings: the thermal margin (power; health takes
+    # the tick's value) and the encoder's utilisation (memory).
+    assert mine <= 131 + 2 * 8
 
 
 # -- the simulator's fields answer what their calls answer --------------------------------
