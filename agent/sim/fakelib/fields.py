@@ -299,6 +299,13 @@ def _reason_time(bit):
     return answer
 
 
+def _violation_time(calls, dev, st, scope):
+    # NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT / LOW_UTILIZATION / RELIABILITY, answered where the
+    # reason counters are (the same perf-policy family, nvml.h). The load model never holds a GPU
+    # below its application clocks for these (it has no such limiter): 0 ns, a healthy card's.
+    return (ULL, 0) if dev.reason_counters else (None, E_NS)
+
+
 def _pcie_bytes(share):
     def answer(calls, dev, st, scope):
         total = int(st.util_s / 100 * dev.model.pcie_kbps * 1000 * share)
@@ -367,6 +374,9 @@ FieldValueCalls.FIELD_HANDLERS = {
     pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: _pcie_replays,
     pynvml.NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER: _pcie_rollovers,
     **{f: _reason_time(bit) for f, bit in REASON_TIME_FIELDS.items()},
+    pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT: _violation_time,
+    pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION: _violation_time,
+    pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY: _violation_time,
     pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: _pcie_bytes(0.12),
     pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: _pcie_bytes(0.2),
     pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT: _nvlink_link_count,
