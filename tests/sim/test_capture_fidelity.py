@@ -99,6 +99,13 @@ def test_inspect_says_what_the_capture_says(inspected):
         _check(bad, f"max {key} clock", _stated(f[f"max_{key}"]), clocks[f"max_{key}_clock_mhz"])
     _check(bad, "P-state", idle["pstate"], clocks["pstate"])
 
+    # utilisation, the GPU-level video engines (decoder by its call on cards without GPM)
+    _check(bad, "GPU utilisation", idle["util"]["gpu"], memory.get("gpu_util_pct"))
+    _check(bad, "memory utilisation", idle["util"]["memory"], memory.get("memory_util_pct"))
+    _check(bad, "encoder", idle["util"]["encoder"], memory.get("encoder_util_pct"))
+    if not profile.get("gpm"):
+        _check(bad, "decoder", idle["util"]["decoder"], memory.get("decoder_util_pct"))
+
     # fan and temperatures, thresholds and margins
     _check(bad, "fan", idle["fan_pct"], power["fan_speed_pct"])
     _check(bad, "GPU temperature", idle["temp_c"], power["temperature_c"])
@@ -167,3 +174,5 @@ def test_processes_and_identity_are_the_captures(inspected, simulated_fleet, tmp
     hist = _stated(_facts(name).get("histogram_max"))
     if hist is not None and profile.get("remapped_rows"):
         assert pynvml.nvmlDeviceGetRowRemapperHistogram(h).max == hist
+        # "Correctable Error 0, Uncorrectable Error 0, Pending No, Remapping Failure Occurred No"
+        assert tuple(pynvml.nvmlDeviceGetRemappedRows(h)) == (0, 0, 0, 0)
