@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -96,3 +97,17 @@ def prometheus_factory(tmp_path_factory):
     yield make
     for server in made:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm test cluster needs root (slurmd starts jobs as their user)")
+    cluster = servers.SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.stop()
+        raise
+    yield cluster
+    cluster.stop()

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuagent.shared import Shared
+
 if TYPE_CHECKING:
     from gpuagent.gpu import Gpu
     from gpuagent.nvml import NvmlSession
@@ -19,6 +21,8 @@ class AgentContext:
     nvml: NvmlSession | None = None
     state_dir: Path = Path("/var/lib/gpuagent")
     config_path: Path | None = None
+    # What collectors hand each other per cycle (the processes collector's list, for work).
+    shared: Shared = field(default_factory=Shared)
 
     @property
     def simulated(self) -> bool:

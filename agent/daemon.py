@@ -222,6 +222,7 @@ class Daemon:
                 self._ping()
                 self._retire(old, keep_nvml=True)
                 self._adopt(new)
+                _say_spools_left_behind(old, new)
                 return
         # The simulator is process-wide: a different spec means closing the old session first.
         self._retire(old, keep_nvml=same_nvml)
@@ -240,6 +241,7 @@ class Daemon:
             self.agent = new
             return
         self._adopt(new)
+        _say_spools_left_behind(old, new)
 
     def _adopt(self, new: Agent) -> None:
         self._note = ""
@@ -270,6 +272,26 @@ class Daemon:
         if agent is not None:
             self._retire(agent, keep_nvml=False)
         log.info("stopped")
+
+
+def _say_spools_left_behind(old: Agent, new: Agent) -> None:
+    """A sink the reload removed leaves its spooled points on disk: say how many, and where."""
+    kept = {sink.name for sink in new.scheduler.sinks}
+    for sink in old.scheduler.sinks:
+        if sink.name in kept:
+            continue
+        try:
+            points = int(sink.stats().get("spool_points", 0))
+        except Exception:  # noqa: BLE001 - a closed third-party sink: nothing to say
+            continue
+        if points:
+            spool = getattr(getattr(sink, "delivery", None), "spool", None)
+            where = getattr(spool, "directory", None) or "its spool"
+            log.warning(
+                "reload: sink %s is no longer configured; %d points stay in its spool in %s, "
+                "sent when [sinks.%s] is configured again",
+                sink.name, points, where, sink.name,
+            )
 
 
 def _nvml_key(options: Options, config) -> tuple:

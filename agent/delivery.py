@@ -23,12 +23,15 @@ exponential backoff; a Retry-After header can lengthen the wait, never
 shorten it. Once the server takes the probe, the spool is replayed oldest
 first.
 
-A 400/422 answer means the server refused lines, not that it is down: a
-"partial write" stored the rest, so only the refused lines are dropped; a
-refusal of the whole request is split in halves until the offending lines
+A 400/422 answer whose body is InfluxDB's own line error means the server
+refused lines, not that it is down: a "partial write" stored the rest, so
+only the refused lines are dropped (counted from the server's whole message);
+a refusal of the whole request is split in halves until the offending lines
 are alone. Refusals are counted in ``rejected_total`` and logged once per
 kind per minute with a count. A 413 is split the same way without dropping
-anything.
+anything. Any other 400 (a proxy, a WAF, http:// sent to a TLS port), or one
+that refuses both halves of a split with the same words as the whole, is a
+server problem: the lines stay spooled and are retried slowly, as for a 401.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class Result:
     message: str = ""
     retry_after: float | None = None
     rejected: int = 0
+    hint: str = ""  # what the operator should check, for a FATAL answer (replaces the status's own hint)
 
 
 class Transport(Protocol):
@@ -78,24 +82,43 @@ class Transport(Protocol):
 
 _UNABLE_TO_PARSE = re.compile(r"unable to parse")
 _DROPPED = re.compile(r"dropped=(\d+)")
+# The words of InfluxDB's own refusals of lines (1.x models/points.go and tsdb, 2.x's "invalid"):
+# only a 400 that says one of these may cost lines.
+_LINE_ERROR = re.compile(
+    r"unable to parse|partial write|field type conflict|failed to parse|invalid field|bad timestamp"
+    r"|line protocol|missing (?:fields|tag value|measurement)|invalid (?:number|boolean|tag)",
+    re.IGNORECASE,
+)
+MESSAGE_CHARS = 2000  # what a Result keeps of the server's words (logs quote less)
+BAD_REQUEST_HINT = (
+    "the server refuses the request itself, not its lines (is the url right? http:// sent to an https "
+    "port, a proxy or a firewall answers 400 like this)"
+)
 
 
 def classify_http(status: int, body: bytes | str | None, headers=None) -> Result:
     """Turn an HTTP answer from an InfluxDB-compatible /write into a Result."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
-    text = text.strip()[:2000]
+    text = text.strip()
+    message = " ".join(text[: MESSAGE_CHARS * 2].split())[:MESSAGE_CHARS]  # one log line, even from an HTML page
     if 200 <= status < 300:
         return Result(Outcome.ACCEPTED, status)
     if status in (400, 422):
         if "partial write" in text:
+            # Counted from the whole message: each refused line has its "unable to parse".
             rejected = len(_UNABLE_TO_PARSE.findall(text)) + sum(int(n) for n in _DROPPED.findall(text))
-            return Result(Outcome.PARTIAL, status, text, rejected=max(rejected, 1))
-        return Result(Outcome.REJECTED, status, text)
+            return Result(Outcome.PARTIAL, status, message, rejected=max(rejected, 1))
+        if status == 422 or _LINE_ERROR.search(text):
+            return Result(Outcome.REJECTED, status, message)
+        return Result(Outcome.FATAL, status, message, hint=BAD_REQUEST_HINT)
     if status == 413:
-        return Result(Outcome.TOO_LARGE, status, text)
+        return Result(Outcome.TOO_LARGE, status, message)
     if status in (401, 403, 404):
-        return Result(Outcome.FATAL, status, text)
-    return Result(Outcome.RETRY, status, text, retry_after=parse_retry_after(headers))
+        return Result(Outcome.FATAL, status, message)
+    if 300 <= status < 400:
+        where = headers.get("Location") if headers is not None and hasattr(headers, "get") else None
+        message = f"redirected to {where or '(no Location)'}, not followed: set url to where it points"
+    return Result(Outcome.RETRY, status, message, retry_after=parse_retry_after(headers))
 
 
 def parse_retry_after(headers) -> float | None:
@@ -448,7 +471,7 @@ class Delivery:
             if result.outcome is Outcome.PARTIAL:
                 self._reject(result.rejected, result)
             self.points_written_total += stored
-            if replay and self._outage_replay:
+            if replay and (self._outage or self._outage_replay):  # the probe ending an outage too
                 self.replayed_total += stored
             self._recovered()
             return True
@@ -473,10 +496,19 @@ class Delivery:
         mid = len(lines) // 2
         # A transient failure of either half keeps the whole batch: resending a half
         # the server already took only writes the same points again.
-        first, second = lines[:mid], lines[mid:]
-        return self._deliver(_encode(first), len(first), replay) and self._deliver(
-            _encode(second), len(second), replay
-        )
+        first, second = _encode(lines[:mid]), _encode(lines[mid:])
+        got_first = self._send(first, mid)
+        if result.outcome is Outcome.REJECTED and _alike(got_first, result):
+            got_second = self._send(second, len(lines) - mid)
+            if _alike(got_second, result):
+                # Both halves refused in the words of the whole: the server refuses requests,
+                # not lines (InfluxDB names each bad line). Keep everything, as for a 401.
+                self._failed(Result(Outcome.FATAL, result.status, result.message, hint=BAD_REQUEST_HINT),
+                             len(lines))
+                return False
+            return self._handle(got_first, first, mid, replay) and self._handle(
+                got_second, second, len(lines) - mid, replay)
+        return self._handle(got_first, first, mid, replay) and self._deliver(second, len(lines) - mid, replay)
 
     def _send(self, body: bytes, count: int) -> Result:
         try:
@@ -512,8 +544,8 @@ class Delivery:
         fatal = result.outcome is Outcome.FATAL
         if fatal:
             delay = self.max_backoff
-            hint = {401: "check the token / credentials", 403: "the token lacks write permission",
-                    404: "the database / bucket / org does not exist"}.get(result.status or 0, "")
+            hint = result.hint or {401: "check the token / credentials", 403: "the token lacks write permission",
+                                   404: "the database / bucket / org does not exist"}.get(result.status or 0, "")
             if reason != self._last_error:
                 self.log.error(
                     "%s: write refused, %s (%s); keeping %d points and retrying every %gs",
@@ -602,6 +634,10 @@ class Delivery:
                 f"{self.name}: memory buffer is full ({self.max_buffer_points} points) and the spool cannot "
                 "take more: dropped the oldest points",
             )
+
+
+def _alike(got: Result, whole: Result) -> bool:
+    return got.outcome is Outcome.REJECTED and got.status == whole.status and got.message == whole.message
 
 
 def _encode(lines: list[str]) -> bytes:

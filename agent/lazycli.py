@@ -1,7 +1,7 @@
 """A click group whose subcommands are imported only when used.
 
 `gpuagent run` on every node should not pay, in start-up time and resident
-memory, for the modules behind inspect, compare or probe (rich, matplotlib
+memory, for the modules behind inspect, compare or probe (rich, numpy
 paths, report code).
 """
 

@@ -40,6 +40,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "gpuagent.plugins.vgpu",
     "gpuagent.plugins.health",
     "gpuagent.plugins.gpu_info",
+    "gpuagent.plugins.work",
 )
 
 

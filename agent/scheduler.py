@@ -32,6 +32,7 @@ from gpuagent.metric import Point
 from gpuagent.nvml_read import current_tick
 from gpuagent.sink import Sink
 from gpuagent.sink_isolation import IsolatedSink, isolate
+from gpuagent.state_file import LatestState
 
 log = logging.getLogger("gpuagent.scheduler")
 
@@ -189,6 +190,8 @@ class Scheduler:
         self.hang = threading.Event()
         # Longest sleep of the loop; the daemon shortens it when the watchdog interval is short.
         self.tick = TICK
+        # The latest readings and verdict per GPU, written to the state dir each cycle (state_file).
+        self.latest = LatestState()
 
     # -- the loop ------------------------------------------------------------
 
@@ -207,6 +210,7 @@ class Scheduler:
             if now >= next_self:
                 self.deliver(self.self_points())
                 self.write_cost()
+                self.latest.write(self.context.state_dir, self.agent_interval, self.context.hostname, self.cost())
                 next_self = now + self.agent_interval
             if self.on_tick:
                 self.on_tick()
@@ -231,6 +235,7 @@ class Scheduler:
         """Run every collector once (in parallel), deliver, and return all points."""
         now = time.monotonic()
         pending = set()
+        self.context.shared.starting(now, {r.name for r in self.runners})
         for r in self.runners:
             r.start_run(now)
             pending.add(r.name)
@@ -300,6 +305,7 @@ class Scheduler:
         return r.next_due
 
     def _start_due(self, now: float) -> None:
+        due = []
         for r in self.runners:
             if now < r.next_due:
                 continue
@@ -309,6 +315,11 @@ class Scheduler:
                 r.stats.skipped_total += 1
                 log.warning("collector %s: still running, skipping this run", r.name)
                 continue
+            due.append(r)
+        if due:
+            # Before any starts: a collector reading another's value of this tick knows to wait.
+            self.context.shared.starting(now, {r.name for r in due})
+        for r in due:
             r.start_run(now)
 
     def _check_timeouts(self, now: float) -> None:
@@ -341,6 +352,7 @@ class Scheduler:
             stats.last_error = f"{type(result.error).__name__}: {result.error}"
             log.error("collector %s: %s", r.name, stats.last_error, exc_info=log.isEnabledFor(logging.DEBUG))
         stats.points_total += len(result.points)
+        self.latest.record(result.points)
         self.deliver(result.points)
         self._mark_first(r)  # after delivery: on_first_collection means "handed to the sinks"
         return result.points

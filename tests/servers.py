@@ -33,7 +33,7 @@ repository's root ``conftest.py``:
     samples are visible, as new series take about a second), ``stop()``,
     ``start()``. Line protocol posted to its ``/write?db=NAME`` gets a label
     ``db="NAME"``; ``/api/v2/write`` (the sink's v2 path) adds no db label. VictoriaMetrics takes
-    ``/api/v2/write`` (what influxdb-client sends), names a series
+    ``/api/v2/write``, names a series
     ``<measurement>_<field>``, keeps numbers only (bool -> 1/0, strings are
     dropped) and stores millisecond timestamps. It is started with
     ``-search.latencyOffset=0s`` so the newest points are queryable at once.
@@ -432,3 +432,233 @@ class PrometheusServer(_Server):
         if time_s is not None:
             params["time"] = f"{time_s:.3f}"
         return self._api("/api/v1/query", params)
+
+
+# -- Slurm ---------------------------------------------------------------------------------------
+def _wait(check, what: str, timeout: float, logs: list[Path]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    tails = "\n".join(
+        f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in logs if p.exists()
+    )
+    raise RuntimeError(f"{what} within {timeout:g}s\n{tails}")
+
+
+class SlurmCluster:
+    def __init__(self, root: Path):
+        self.root = root
+        self.host = socket.gethostname().split(".")[0]
+        self.conf = root / "slurm.conf"
+        self.munge_socket = root / "munge.socket"
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        munged = find_binary("munged", "munge")
+        ctld = find_binary("slurmctld", "slurmctld")
+        slurmd = find_binary("slurmd", "slurmd")
+        self.sbatch = find_binary("sbatch", "slurm-client")
+        self.scontrol = find_binary("scontrol", "slurm-client")
+        r = self.root
+        for d in ("state", "spool", "munge"):
+            (r / d).mkdir(mode=0o700, exist_ok=True)
+        key = r / "munge" / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        subprocess.run(
+            [munged, f"--socket={self.munge_socket}", f"--key-file={key}",
+             f"--pid-file={r / 'munge' / 'munged.pid'}", f"--log-file={r / 'munge.log'}",
+             f"--seed-file={r / 'munge' / 'seed'}", "--force"],
+            check=True, capture_output=True, timeout=30,
+        )  # fmt: skip
+        self.munged_pid = int((r / "munge" / "munged.pid").read_text())
+        cpus = os.cpu_count() or 1
+        self.conf.write_text(
+            f"""ClusterName=gpuagenttest
+SlurmctldHost={self.host}(127.0.0.1)
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={self.munge_socket}
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={r / "state"}
+SlurmdSpoolDir={r / "spool"}
+SlurmctldPidFile={r / "slurmctld.pid"}
+SlurmdPidFile={r / "slurmd.pid"}
+SlurmctldLogFile={r / "slurmctld.log"}
+SlurmdLogFile={r / "slurmd.log"}
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SchedulerType=sched/builtin
+SelectType=select/linear
+ReturnToService=2
+SlurmctldParameters=enable_configless
+NodeName={self.host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
+PartitionName=gpuq Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
+"""
+        )
+        for argv in ([ctld, "-D", "-i"], [slurmd, "-D", "-N", self.host]):
+            self.procs.append(
+                subprocess.Popen(
+                    argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )  # fmt: skip
+        logs = [r / "slurmctld.log", r / "slurmd.log", r / "munge.log"]
+
+        def node_up() -> bool:
+            for p in self.procs:
+                if p.poll() is not None:
+                    raise RuntimeError(
+                        f"{p.args[0]} exited with {p.returncode}: "
+                        + "".join(x.read_text(errors="replace")[-1500:] for x in logs if x.exists())
+                    )
+            out = self.run(self.scontrol, "show", "node", self.host, check=False)
+            return "State=IDLE" in out.stdout or "State=MIXED" in out.stdout
+
+        _wait(node_up, "the Slurm node did not come up", 60, logs)
+
+    def run(self, *argv, check=True, timeout=30):
+        return subprocess.run(
+            argv, env=self.env, capture_output=True, text=True, check=check, timeout=timeout
+        )
+
+    def submit(self, command: str, **options: str) -> str:
+        args = [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
+        out = self.run(
+            self.sbatch, "--parsable", f"--output={self.root / 'job-%j.out'}", *args,
+            f"--wrap={command}",
+        )  # fmt: skip
+        return out.stdout.strip().split(";")[0]
+
+    def pids(self, job_id: str) -> list[int]:
+        out = self.run(self.scontrol, "listpids", job_id, check=False)
+        return [int(line.split()[0]) for line in out.stdout.splitlines()[1:] if line.split()]
+
+    def wait_running(self, job_id: str, match: str, timeout: float = 30) -> int:
+        """The pid of the job's process whose command line contains ``match``, once it runs."""
+        found: list[int] = []
+
+        def running() -> bool:
+            for pid in self.pids(job_id):
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                except OSError:
+                    continue
+                if match.encode() in cmd:
+                    found.append(pid)
+                    return True
+            return False
+
+        _wait(running, f"job {job_id} did not start {match!r}", timeout,
+              [self.root / "slurmctld.log", self.root / "slurmd.log"])  # fmt: skip
+        return found[0]
+
+    def cancel(self, job_id: str) -> None:
+        self.run(find_binary("scancel", "slurm-client"), job_id, check=False)
+
+    def sinfo_reasons(self) -> str:
+        """`sinfo -R` as an operator reads it: the drained nodes with their reasons."""
+        sinfo = find_binary("sinfo", "slurm-client")
+        return self.run(sinfo, "-R", "--noheader", "--format=%N|%T|%E").stdout
+
+    def drain(self, reason: str) -> None:
+        self.run(self.scontrol, "update", f"nodename={self.host}", "state=drain", f"reason={reason}")
+
+    def resume(self) -> None:
+        """Back to service (tests that drain the node must leave it usable for the next)."""
+        self.run(self.scontrol, "update", f"nodename={self.host}", "state=resume", check=False)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+        try:
+            os.kill(self.munged_pid, signal.SIGTERM)
+        except (OSError, AttributeError):
+            pass
+
+
+# -- alerting without Prometheus: vmalert and Alertmanager -----------------------------------------
+ALERTMANAGER = "prometheus-alertmanager"
+VMALERT = "vmalert"
+
+
+class AlertmanagerServer(_Server):
+    """Alertmanager (Debian `prometheus-alertmanager`), one receiver that sends nowhere, no
+    clustering. ``alerts()`` is its v2 API's list of the alerts it holds."""
+
+    name = "alertmanager"
+
+    def __init__(self, binary: str, root: Path):
+        super().__init__(binary, root)
+        self.config_file = self.root / "alertmanager.yml"
+        self.config_file.write_text(
+            "route:\n  receiver: hold\n  group_wait: 0s\n  group_interval: 1s\n"
+            "receivers:\n  - name: hold\n"
+        )
+
+    def _argv(self) -> list[str]:
+        return [
+            self.binary,
+            f"--config.file={self.config_file}",
+            f"--storage.path={self.root / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ]
+
+    def _ready(self) -> bool:
+        return _http("GET", f"{self.url}/-/ready", timeout=1)[0] == 200
+
+    def alerts(self) -> list[dict]:
+        status, data = _http("GET", f"{self.url}/api/v2/alerts")
+        if status != 200:
+            raise RuntimeError(f"alertmanager /api/v2/alerts: {status} {data[:300]!r}")
+        return json.loads(data)
+
+
+class VmalertServer(_Server):
+    """vmalert (Debian `victoria-metrics`): evaluates ``rules`` against ``datasource`` (a
+    VictoriaMetrics URL) every ``interval`` and sends firing alerts to ``notifier``."""
+
+    name = "vmalert"
+
+    def __init__(self, binary: str, root: Path, rules: Path, datasource: str, notifier: str, interval: str = "1s"):
+        super().__init__(binary, root)
+        self.rules, self.datasource, self.notifier, self.interval = rules, datasource, notifier, interval
+
+    def _argv(self) -> list[str]:
+        return [
+            self.binary,
+            f"-rule={self.rules}",
+            f"-datasource.url={self.datasource}",
+            f"-notifier.url={self.notifier}",
+            f"-evaluationInterval={self.interval}",
+            f"-httpListenAddr=127.0.0.1:{self.port}",
+            "-loggerLevel=ERROR",
+        ]
+
+    def _ready(self) -> bool:
+        return _http("GET", f"{self.url}/health", timeout=1)[0] == 200
+
+    def alerts(self) -> list[dict]:
+        status, data = _http("GET", f"{self.url}/api/v1/alerts")
+        if status != 200:
+            raise RuntimeError(f"vmalert /api/v1/alerts: {status} {data[:300]!r}")
+        return json.loads(data)["data"]["alerts"]

@@ -73,6 +73,10 @@ def test_bad_sizes(text):
         (400, b'{"error":"partial write: field type conflict: input field \\"v\\" dropped=3"}', Outcome.PARTIAL, 3),
         (400, b'{"error":"field type conflict"}', Outcome.REJECTED, 0),
         (422, b'{"code":"unprocessable entity"}', Outcome.REJECTED, 0),
+        (400, b'{"error":"unable to parse \'x y\': invalid field format"}', Outcome.REJECTED, 0),
+        # Not InfluxDB's line error: a server problem, nothing dropped (issue 28).
+        (400, b"<html><title>400 The plain HTTP request was sent to HTTPS port</title></html>", Outcome.FATAL, 0),
+        (400, b"", Outcome.FATAL, 0),
         (413, b"", Outcome.TOO_LARGE, 0),
         (401, b"", Outcome.FATAL, 0),
         (403, b"", Outcome.FATAL, 0),
@@ -85,6 +89,14 @@ def test_bad_sizes(text):
 def test_http_answers(status, body, outcome, rejected):
     result = classify_http(status, body, {})
     assert result.outcome is outcome and result.rejected == rejected
+
+
+def test_a_partial_write_is_counted_from_the_whole_message_and_a_redirect_names_its_location():
+    refused = "\n".join(f"unable to parse 'gpu_power,gpu={i},host=node-1 {'x' * 300}': bad timestamp" for i in range(40))
+    result = classify_http(400, f'{{"error":"partial write: {refused} dropped=0"}}'.encode(), {})
+    assert result.rejected == 40 and len(result.message) == 2000  # before: 6, counted after the cut
+    moved = classify_http(307, b"", {"Location": "https://influx:8086/write"})
+    assert moved.outcome is Outcome.RETRY and "redirected to https://influx:8086/write" in moved.message
 
 
 def test_retry_after_seconds_and_http_date():

@@ -1,19 +1,25 @@
 """GPU-hours per health verdict per group: how long each model (host, GPU) spent ok, degraded,
 waiting for a reset, and so on, from the health collector's `verdict` field (gpu_health).
 
-Per GPU, the range is cut into buckets (GROUP BY time); a bucket counts for the last verdict the GPU
-reported in it, for the bucket's length. Buckets without a verdict count for nothing.
+Per GPU, the range is cut into buckets aligned to the epoch (GROUP BY time); a bucket counts its
+time inside the range (the first and last buckets only their part of it), shared among the verdicts
+the GPU reported in it by their count of samples. A GPU's hours are so bounded by the range and a
+group's by its GPUs × the range, whatever its edges. Buckets without a verdict count for nothing.
+The InfluxQL report (health_hours) and the PromQL one (promql_report) compute the same figure.
 """
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from typing import Any
 
 VERDICTS = ("ok", "degraded", "reset_required", "reboot_required", "drain", "lost")
 DEFINITION = (
-    "per GPU, the range in buckets of bucket_s (GROUP BY time); each bucket counts its length for the "
-    "last verdict the GPU reported in it (gpu_health verdict); GPU-hours summed over the group's GPUs"
+    "per GPU, the range in buckets of whole minutes aligned to the epoch (GROUP BY time); each bucket "
+    "counts its time inside the range (the first and last only their part), shared among the verdicts "
+    "the GPU reported in it (gpu_health verdict) by their count of samples; GPU-hours summed over the "
+    "group's GPUs, so at most GPUs × the range"
 )
 
 
@@ -22,22 +28,57 @@ def bucket_for(span_s: float) -> int:
     return max(60, math.ceil(span_s / 1000 / 60) * 60)
 
 
+def inside_s(bucket_ns: int, bucket_s: int, start_ns: int, end_ns: int) -> float:
+    """Seconds of the bucket starting at bucket_ns that lie in [start_ns, end_ns)."""
+    return max(0, min(bucket_ns + bucket_s * 10**9, end_ns) - max(bucket_ns, start_ns)) / 1e9
+
+
+def pieces(start_ns: int, end_ns: int, bucket_s: int) -> list[tuple[int, int]]:
+    """[start, end) cut at the epoch-aligned bucket edges: [(from_ns, to_ns), ...]."""
+    step = bucket_s * 10**9
+    out, a = [], start_ns
+    while a < end_ns:
+        b = min((a // step + 1) * step, end_ns)
+        out.append((a, b))
+        a = b
+    return out
+
+
+def _literal(word: str) -> str:
+    return "'" + word.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def health_hours(report: Any, groups: dict[tuple, dict[str, Any]]) -> int:
     """Add ``health_gpu_hours`` ({verdict: GPU-hours}, every verdict listed) to each group; the bucket (s)."""
     from gpuagent.compare.report import GPU_TAGS, _gpu_key
 
-    span = (report.range.end_ns - report.range.start_ns) / 1e9
-    bucket = bucket_for(span)
+    rng = report.range
+    bucket = bucket_for((rng.end_ns - rng.start_ns) / 1e9)
     for g in groups.values():
         g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
-    rows = report._rows('LAST("verdict")', "gpu_health", GPU_TAGS, tail=f", time({bucket}s) fill(none)")
-    for r in rows:
-        verdict = r.get("last")
-        group = groups.get(report._group_of(_gpu_key(r)))
-        if group is None or verdict is None:
-            continue
-        hours = group["health_gpu_hours"]
-        hours[verdict] = hours.get(verdict, 0.0) + bucket / 3600  # an unknown word is kept, not lost
+    words = sorted({r["distinct"] for r in report.client.rows(
+        f'SELECT DISTINCT("verdict") FROM "gpu_health" WHERE {report._where()}') if r.get("distinct")})
+    if not words:
+        return bucket
+    tail = f", time({bucket}s) fill(none)"
+
+    def counts(extra: str = "") -> dict[tuple, float]:
+        rows = report._rows('COUNT("verdict")', "gpu_health", GPU_TAGS, extra, tail=tail)
+        return {(_gpu_key(r), r["time"]): r["count"] for r in rows if r.get("count")}
+
+    total = counts()
+    # Samples per verdict per GPU and bucket; one word alone has them all (no query for it).
+    per_word = {w: counts(f'"verdict" = {_literal(w)}') for w in words} if len(words) > 1 else {words[0]: total}
+    hours: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for word, found in per_word.items():
+        for (gpu, t), n in found.items():
+            share = n / total[(gpu, t)] if total.get((gpu, t)) else 0.0
+            hours[report._group_of(gpu)][word] += share * inside_s(t, bucket, rng.start_ns, rng.end_ns) / 3600
+    for gkey, by_word in hours.items():
+        group = groups.get(gkey)
+        if group is not None:
+            for word, h in sorted(by_word.items()):
+                group["health_gpu_hours"][word] = group["health_gpu_hours"].get(word, 0.0) + h  # unknown words kept
     return bucket
 
 

@@ -10,6 +10,7 @@ adds up the few per-GPU rows of each job.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from gpuagent.compare.query import InfluxQL
@@ -32,17 +33,28 @@ JOB_DEFINITIONS = {
     "sm_util_mean_pct": "mean of the job's SM activity samples (its processes' sm_util_pct on the "
     "GPU, summed per sample); where the driver gives no per-process samples, the GPU's gpu_util_pct",
     "peak_memory_bytes": "largest GPU memory the job's processes held on one GPU at one sample",
+    "idle_gpu_hours": "per GPU, the time the job's gpu_job points said allocated_idle (held with no "
+    "kernel activity for [collectors.processes] idle_after or longer): the increases of idle_s "
+    "between consecutive flagged samples, summed over its GPUs; the idle_after before the flag is "
+    "not counted",
+    "idle_cost": "idle_gpu_hours × the GPU-hour price of each GPU's model ([compare.prices]); null "
+    "without a price",
 }
 
 
 class JobReport:
-    def __init__(self, client: InfluxQL, rng: Range, by: str = "job", where: str | None = None):
+    def __init__(
+        self, client: InfluxQL, rng: Range, by: str = "job", where: str | None = None,
+        gpu_hour_price: Callable[[str], float | None] | None = None,
+    ):  # fmt: skip
         if by not in JOB_GROUPS:
             raise AgentError(f"--by {by!r}: expected one of {', '.join(JOB_GROUPS)}")
         if where and (";" in where or "\n" in where):
             raise AgentError("--where: one InfluxQL condition, without ';'")
         self.client, self.range, self.by, self.where = client, rng, by, (where or "").strip()
         self.key_tags = JOB_GROUPS[by]
+        # The one way this report reads prices: model -> price of one GPU-hour, or None.
+        self.gpu_hour_price = gpu_hour_price
 
     def _where(self) -> str:
         parts = [self.range.clause()]
@@ -68,6 +80,16 @@ class JobReport:
             _key(r, series): r.get("sum") or 0.0
             for r in self.client.rows(
                 f"SELECT SUM(d) FROM ({inner}) WHERE {self.range.clause()} GROUP BY {by}"
+            )
+        }
+        idle_inner = (
+            f'SELECT NON_NEGATIVE_DIFFERENCE("idle_s") AS d FROM "gpu_job" '
+            f'WHERE {self._where()} AND "allocated_idle" = true GROUP BY {by}'
+        )
+        idle = {
+            _key(r, series): r.get("sum") or 0.0
+            for r in self.client.rows(
+                f"SELECT SUM(d) FROM ({idle_inner}) WHERE {self.range.clause()} GROUP BY {by}"
             )
         }
         first = {_key(r, series): r["time"] for r in self._rows('FIRST("processes")', series)}
@@ -105,6 +127,8 @@ class JobReport:
                 "end": rfc3339(max(t1 for _, _, t1 in gpus)),
                 "gpu_hours": seconds / 3600.0,
                 "energy_wh": joules / 3600.0,
+                "idle_gpu_hours": sum(idle.get(_key(tags, series), 0.0) for tags, _, _ in gpus) / 3600.0,
+                "idle_cost": self._idle_cost([(tags["model"], idle.get(_key(tags, series), 0.0)) for tags, _, _ in gpus]),
                 "sm_util_mean_pct": m.get("sm") if m.get("sm") is not None else m.get("util"),
                 "peak_memory_bytes": m.get("peak"),
                 "per_gpu": [
@@ -112,12 +136,27 @@ class JobReport:
                         **{t: tags[t] for t in GPU_TAGS},
                         "energy_wh": energy.get(_key(tags, series), 0.0) / 3600.0,
                         "gpu_hours": (t1 - t0) / 3.6e12,
+                        "idle_gpu_hours": idle.get(_key(tags, series), 0.0) / 3600.0,
                     }
                     for tags, t0, t1 in sorted(gpus, key=lambda g: (g[0]["host"], g[0]["gpu"]))
                 ],
             }
         source = {"url": self.client.conn.url, "database": self.client.conn.database}
         return report_document(self.range, self.by, self.where, source, JOB_DEFINITIONS, groups)
+
+    def _idle_cost(self, per_gpu: list[tuple[str, float]]) -> float | None:
+        """Idle GPU-hours in money, each GPU at its model's price; None when a GPU that idled has none."""
+        if self.gpu_hour_price is None:
+            return None
+        total = 0.0
+        for model, idle_s in per_gpu:
+            if not idle_s:
+                continue
+            price = self.gpu_hour_price(model)
+            if price is None:
+                return None
+            total += idle_s / 3600.0 * price
+        return total
 
     def _label(self, jkey: tuple) -> str:
         if self.by == "pod":
@@ -137,6 +176,7 @@ COLUMNS = (
     ("GPUs", lambda g: str(g["gpus"])),
     ("GPU-hours", lambda g: f"{g['gpu_hours']:.2f}"),
     ("energy Wh", lambda g: f"{g['energy_wh']:.1f}"),
+    ("idle GPU-h", lambda g: f"{g['idle_gpu_hours']:.2f}"),
     (
         "SM mean %",
         lambda g: "-" if g["sm_util_mean_pct"] is None else f"{g['sm_util_mean_pct']:.1f}",

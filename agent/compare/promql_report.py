@@ -22,6 +22,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
+from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
 from gpuagent.compare.promql import PromQL
 from gpuagent.compare.report import (
     DEFINITIONS,
@@ -40,9 +41,8 @@ GPU = "host, uuid, model, gpu"
 
 PROMQL_DEFINITIONS = {
     **DEFINITIONS,
-    "health_gpu_hours": "per GPU, the range in buckets (as the InfluxQL report), each counting its length for "
-    "every verdict the GPU's verdict _info series shows in it (/metrics names only: line protocol in "
-    "VictoriaMetrics keeps no string fields, so there it is {})",
+    "health_gpu_hours": HEALTH_DEFINITION + "; from the verdict _info series (count_over_time per bucket; "
+    "/metrics names only: line protocol in VictoriaMetrics keeps no string fields, so there it is {})",
     "power_p95_w": "the highest of the group's per-GPU 95th percentiles of power_w (quantile_over_time, "
     "interpolated): an upper bound of the 95th percentile over all the group's samples, which PromQL "
     "cannot compute across series",
@@ -174,8 +174,11 @@ class PromReport:
         return report_document(self.range, self.by, self.where, source, PROMQL_DEFINITIONS, groups, series=series)
 
     def _health(self, groups) -> None:
-        """health_gpu_hours per group from the verdict's _info series, in the InfluxQL report's buckets."""
-        from gpuagent.compare.health import VERDICTS, bucket_for
+        """health_gpu_hours per group from the verdict's _info series, as the InfluxQL report computes it
+        (gpuagent.compare.health): epoch-aligned buckets cut at the range's edges, each shared among
+        the verdicts of a GPU by their samples in it. Whole buckets in one range query; the partial
+        first and last ones each in an instant query over their own part."""
+        from gpuagent.compare.health import VERDICTS, bucket_for, pieces
 
         for g in groups.values():
             g["health_gpu_hours"] = {}
@@ -188,18 +191,33 @@ class PromReport:
             g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
         bucket = bucket_for((self.range.end_ns - self.range.start_ns) / 1e9)
         sel = f"{spec.name}{{{self.where}}}" if self.where else spec.name
-        query = f"count by ({self.group}, {spec.label}) (count_over_time({sel}[{bucket}s]))"
-        start = self.range.start_ns / 1e9 + bucket
-        rows = self.client.query_range(query, start, self.at, bucket, "GPU-hours per health verdict")
+
+        def shares(window_ms: int) -> str:
+            # Per GPU and verdict: its samples / the GPU's samples in the window; summed per group.
+            c = f"count_over_time({sel}[{max(1, window_ms)}ms])"
+            return f"sum by ({self.group}, {spec.label}) ({c} / on ({GPU}) group_left () sum by ({GPU}) ({c}))"
+
+        purpose = "GPU-hours per health verdict"
+        cut = pieces(self.range.start_ns, self.range.end_ns, bucket)
+        whole = [(a, b) for a, b in cut if b - a == bucket * 10**9]
+        answers: list[tuple[list[tuple[dict, float]], float]] = []  # ([(labels, GPUs)], seconds each)
+        if whole:  # the point at b - 1 ms covers [a, b), as in _series
+            rows = self.client.query_range(shares(bucket * 1000), whole[0][1] / 1e9 - 0.001,
+                                           whole[-1][1] / 1e9 - 0.001, bucket, purpose)
+            answers.append(([(r["metric"], float(v)) for r in rows for _, v in r["values"]], float(bucket)))
+        for a, b in cut:
+            if (a, b) not in whole:
+                rows = self.client.query(shares((b - a) // 1_000_000), b / 1e9 - 0.001, purpose)
+                answers.append(([(r["metric"], float(r["value"][1])) for r in rows], (b - a) / 1e9))
         tags = GROUP_TAGS[self.by]
-        for r in rows:
-            group = groups.get(tuple(r["metric"].get(t, "") for t in tags))
-            verdict = r["metric"].get(spec.label)
-            if group is None or not verdict:
-                continue
-            gpu_buckets = sum(float(v[1]) for v in r["values"])
-            hours = group["health_gpu_hours"]
-            hours[verdict] = hours.get(verdict, 0.0) + gpu_buckets * bucket / 3600
+        for found, seconds in answers:
+            for metric, gpus in found:
+                group = groups.get(tuple(metric.get(t, "") for t in tags))
+                verdict = metric.get(spec.label)
+                if group is None or not verdict or not math.isfinite(gpus):
+                    continue
+                hours = group["health_gpu_hours"]
+                hours[verdict] = hours.get(verdict, 0.0) + gpus * seconds / 3600
 
     def _span_per_gpu(self) -> str:
         e = self._r("gpu_power", "energy_j")

@@ -8,19 +8,23 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pynvml
 
 import gpuagent
 from gpuagent.gpu import MISSING_CODES, Gpu, GpuLost
 from gpuagent.nvml_read import CYCLE, Field, FieldReader, field_value, poll
-from gpuagent.plugins.health.catalog import LOST_XID, load_catalog
+from gpuagent.plugins.health.catalog import LOST_XID, SEVERITY, load_catalog
+from gpuagent.plugins.health.inventory import AT_FIRST_START, expected_count, inventory_fields
+from gpuagent.plugins.health.levels import Level, reaches
+from gpuagent.plugins.health.slurm_drain import SlurmDrain
 from gpuagent.plugins.health.verdict import (
     CounterWindow,
     Finding,
@@ -347,9 +351,29 @@ class HealthCollector(gpuagent.Collector):
         nvlink_crc_errors: int = 100
         nvlink_replay_errors: int = 100
         nvlink_recovery_errors: int = 1
+        # How many GPUs this node has: a count, or "at_first_start" (remembered in the state dir).
+        # Fewer is a lost-grade finding (gpu_inventory) and fails `gpuagent health`.
+        expected_gpus: int | Literal["at_first_start"] | None = None
+        # `gpuagent health` fails (exit 1) at this level: degraded, drain (drain, reset_required,
+        # reboot_required, lost) or lost.
+        fail_on: Level = "drain"
+        # Drain the Slurm node when a GPU reaches drain_on (opt-in); never resumes it.
+        slurm_drain: bool = False
+        drain_on: Level = "drain"
+        slurm_node: str = ""  # default: this machine's short host name
+        scontrol: str = "scontrol"
 
     def __init__(self, config, context):
         super().__init__(config, context)
+        if config.expected_gpus is not None and not isinstance(config.expected_gpus, str) and config.expected_gpus < 1:
+            raise ValueError(f"expected_gpus must be at least 1 or \"{AT_FIRST_START}\", not {config.expected_gpus}")
+        unavailable = len(getattr(context.nvml, "unavailable", None) or ())
+        self.expected = expected_count(config.expected_gpus, context.state_dir, len(context.gpus) + unavailable)
+        self.drainer = (
+            SlurmDrain(config.slurm_node or socket.gethostname().split(".")[0], config.scontrol)
+            if config.slurm_drain
+            else None
+        )
         self._watcher: XidWatcher | None = None
         self._watcher_started = False
         self._start_lock = threading.Lock()
@@ -358,6 +382,10 @@ class HealthCollector(gpuagent.Collector):
         self._state: dict[int, GpuHealth] = {}
         self._nvlink_refused: set[int] = set()
         self.clock = monotonic_clock()
+
+    def start_watching(self) -> None:
+        """Register for XID events now (a run does it too): `gpuagent health` watches before judging."""
+        self._ensure_watcher()
 
     def _ensure_watcher(self) -> None:
         if not self.config.xid_events or self._watcher_started:
@@ -382,25 +410,48 @@ class HealthCollector(gpuagent.Collector):
             for event in self._watcher.drain():
                 self._add_xid(acc, event)
         newly_lost = []
+        verdicts: list[tuple[int, str, str]] = []  # (gpu index, verdict, reason)
         for gpu in self.context.gpus:
             if gpu.lost and self._recovered(gpu):
                 self._reported_lost.discard(gpu.uuid)
             if not gpu.lost:
                 try:
-                    self.collect_gpu(acc, gpu)
+                    verdicts.append((gpu.index, *self.collect_gpu(acc, gpu)))
                     continue
                 except GpuLost:
                     pass
             first = gpu.uuid not in self._reported_lost
-            self._add_lost(acc, gpu, first)
+            verdicts.append((gpu.index, "lost", self._add_lost(acc, gpu, first)))
             if first:
                 self._reported_lost.add(gpu.uuid)
                 newly_lost.append(gpu)
+        self._node(acc, verdicts)
         if newly_lost:
             raise GpuLostError(
                 "; ".join(f"GPU {g.index} ({g.uuid}) is lost: {g.lost_reason or 'GPU_IS_LOST'}" for g in newly_lost)
                 + "; skipping it until it answers again"
             )
+
+    def _node(self, acc: gpuagent.Accumulator, verdicts: list[tuple[int, str, str]]) -> None:
+        """The node's findings: GPUs missing against expected_gpus (gpu_inventory), and the drain action."""
+        unavailable = len(getattr(self.context.nvml, "unavailable", None) or ())
+        present = len(self.context.gpus) + unavailable
+        inventory = inventory_fields(self.expected, present)
+        if self.expected is not None:
+            acc.add_fields("gpu_inventory", inventory, tags={})
+        if self.drainer is None:
+            return
+        level = self.config.drain_on
+        worst = sorted((v for v in verdicts if reaches(v[1], level)), key=lambda v: (-SEVERITY[v[1]], v[0]))
+        if worst:
+            index, verdict, reason = worst[0]
+            problem = f"GPU {index} {verdict}: {reason}"
+        elif inventory.get("gpus_missing"):
+            problem = f"GPU {present} lost: {inventory['reason']}"
+        else:
+            problem = None
+        self.drainer.update(problem)
+        acc.add_fields("gpu_action", self.drainer.fields(), tags={"action": "slurm_drain", "node": self.drainer.node})
 
     def _recovered(self, gpu: Gpu) -> bool:
         """A lost GPU answering again: back to what the evidence says; XIDs before it came back are
@@ -415,7 +466,7 @@ class HealthCollector(gpuagent.Collector):
             self._watcher.register(gpu)
         return True
 
-    def _add_lost(self, acc: gpuagent.Accumulator, gpu: Gpu, first: bool) -> None:
+    def _add_lost(self, acc: gpuagent.Accumulator, gpu: Gpu, first: bool) -> str:
         st = self.state(gpu)
         if st.lost_since_ns is None:
             st.lost_since_ns = time.time_ns()
@@ -429,6 +480,7 @@ class HealthCollector(gpuagent.Collector):
         if first:
             fields["lost_reason"] = gpu.lost_reason or None
         acc.add_fields("gpu_health", fields, tags=gpu.tags)
+        return reason
 
     def _add_xid(self, acc: gpuagent.Accumulator, event: XidEvent) -> None:
         gpu = event.gpu
@@ -442,7 +494,7 @@ class HealthCollector(gpuagent.Collector):
             time_ns=event.time_ns,
         )
 
-    def collect_gpu(self, acc: gpuagent.Accumulator, gpu: Gpu) -> None:
+    def collect_gpu(self, acc: gpuagent.Accumulator, gpu: Gpu) -> tuple[str, str]:
         fields: dict[str, Any] = {"lost": False}
         readings = HEALTH_FIELDS.read(gpu)
         if "ecc_current" in readings and "ecc_pending" in readings:
@@ -504,6 +556,7 @@ class HealthCollector(gpuagent.Collector):
         verdict, reason = self.verdict(gpu, fields, readings, nvlink, fabric)
         fields["verdict"], fields["verdict_reason"] = verdict, reason
         acc.add_fields("gpu_health", fields, tags=gpu.tags)
+        return verdict, reason
 
     def _nvlink_errors(self, gpu: Gpu) -> dict[str, dict[int, int]]:
         """kind -> link -> count, from one field-values call (scopeId = link); {} without NVLink."""

@@ -1,4 +1,4 @@
-"""influxdb sink: line protocol to InfluxDB (api v2 through influxdb-client, or v1 /write).
+"""influxdb sink: line protocol to InfluxDB (api v2 /api/v2/write, or v1 /write), over http.client.
 
 Delivery is at-least-once through gpuagent.delivery (buffer, batches, retries)
 and a durable spool in <state_dir>/spool/influxdb (gpuagent.spool).
@@ -123,12 +123,27 @@ def check_secret_file_permissions(path: Path | str | None, secrets: Sequence[str
     return True
 
 
-class _V1Transport:
-    """POST /write?db=&rp=&precision=ns (InfluxDB 1.x) over http.client, with a whole-request deadline.
+ANSWER_BYTES = 4096  # the most read of an answer's body; more is never needed to tell what happened
+REFUSAL_BYTES_PER_LINE = 256  # a 400/422 may quote every refused line: "unable to parse '<line>': <why>"
 
-    A per-read socket timeout never fires against a server that answers one
-    byte at a time; a timer shuts the socket down when the request as a whole
-    has taken `timeout`, so the send fails (and is retried) by then. Up to two
+
+def answer_limit(status: int, sent: int, lines: int) -> int:
+    """How much of an answer's body to read. A refusal of lines may list each of them (the count
+    of a partial write comes from that list), so it may be as long as what was sent; any other
+    body is read up to ANSWER_BYTES (a 500 with a 1 GiB body must not cost 1 GiB)."""
+    if status in (400, 422):
+        return ANSWER_BYTES + sent + REFUSAL_BYTES_PER_LINE * lines
+    return ANSWER_BYTES
+
+
+class _HTTPTransport:
+    """POST line protocol over http.client, with a whole-request deadline and a bounded answer.
+
+    v1: /write?db=&rp=&precision=ns (InfluxDB 1.x); v2: /api/v2/write?org=&bucket=&precision=ns
+    (InfluxDB 2.x, 3.x, Cloud, 1.8+, VictoriaMetrics). A per-read socket timeout never fires
+    against a server that answers one byte at a time or never ends a chunked answer; a timer
+    shuts the socket down when the request as a whole has taken `timeout`, so the send fails
+    (and is retried) by then, in the calling thread: no thread is left behind. Up to two
     keep-alive connections (a replay keeps two requests in flight).
     """
 
@@ -136,16 +151,25 @@ class _V1Transport:
         import http.client  # here, not at import: it loads ssl (4 MB) on agents that never send to InfluxDB
 
         self._http = http.client
-        params = {"db": cfg.database, "precision": "ns"}
-        if cfg.retention_policy:
-            params["rp"] = cfg.retention_policy
+        self._v2 = cfg.api == "v2"
         parts = urllib.parse.urlsplit(cfg.url)
+        base = parts.path.rstrip("/") or ""
+        if self._v2:
+            params = {"org": cfg.org or "-", "bucket": cfg.bucket, "precision": "ns"}
+            self._path = base + "/api/v2/write?" + urllib.parse.urlencode(params)
+        else:
+            params = {"db": cfg.database, "precision": "ns"}
+            if cfg.retention_policy:
+                params["rp"] = cfg.retention_policy
+            self._path = base + "/write?" + urllib.parse.urlencode(params)
         self._https = parts.scheme == "https"
         self._host, self._port = parts.hostname or "127.0.0.1", parts.port
-        self._path = (parts.path.rstrip("/") or "") + "/write?" + urllib.parse.urlencode(params)
-        self._headers = {"Content-Type": "text/plain; charset=utf-8"}
+        self._headers = {"Content-Type": "text/plain; charset=utf-8", "Accept": "application/json",
+                         "User-Agent": f"gpuagent/{gpuagent.__version__}"}
         if cfg.gzip:
             self._headers["Content-Encoding"] = "gzip"
+        if self._v2 and not token and cfg.username:  # InfluxDB 1.8's v2 compatibility takes "user:password"
+            token = f"{cfg.username}:{cfg.password.get_secret_value()}"
         if token:
             self._headers["Authorization"] = f"Token {token}"
         elif cfg.username:
@@ -181,12 +205,13 @@ class _V1Transport:
         data = gzip.compress(body, compresslevel=1) if self._gzip else body
         for _attempt in (1, 2):
             conn, reused = self._connection()
-            result, retry = self._request(conn, data, reused)
+            result, retry = self._request(conn, data, len(body), lines, reused)
             if not retry:
                 return result
         return result
 
-    def _request(self, conn: http.client.HTTPConnection, data: bytes, reused: bool) -> tuple[Result, bool]:
+    def _request(self, conn: http.client.HTTPConnection, data: bytes, sent: int, lines: int,
+                 reused: bool) -> tuple[Result, bool]:
         """One request on conn: (result, whether to try once more on a fresh connection)."""
         fired = threading.Event()
 
@@ -206,7 +231,8 @@ class _V1Transport:
             conn.request("POST", self._path, body=data, headers=self._headers)
             resp = conn.getresponse()
             got_answer = True
-            payload = resp.read()
+            payload = resp.read(answer_limit(resp.status, sent, lines))
+            whole = resp.isclosed()  # http.client closes the response once its body is all read
         except (OSError, self._http.HTTPException) as exc:
             conn.close()
             if fired.is_set():
@@ -219,9 +245,9 @@ class _V1Transport:
             timer.cancel()
             with self._lock:
                 self._active.discard(conn)
-        if fired.is_set():  # the answer completed just as the deadline passed: the socket is gone
-            conn.close()
-        elif resp.will_close:
+        if fired.is_set() or not whole or resp.will_close:
+            # The deadline passed as the answer completed (the socket is gone), or the rest
+            # of a long body is not worth reading: this connection cannot be used again.
             conn.close()
         else:
             with self._lock:
@@ -229,7 +255,12 @@ class _V1Transport:
                     conn.close()
                 else:
                     self._idle.append(conn)
-        return classify_http(resp.status, payload, resp.headers), False
+        result = classify_http(resp.status, payload, resp.headers)
+        if self._v2 and resp.status == 404 and payload.strip() == b"404 page not found":
+            # Go's default answer for a path the server does not route, as influxd before 1.8
+            # gives for /api/v2/write: no database is missing, the API is.
+            result.hint = 'the server has no v2 write API (/api/v2/write); InfluxDB 1.x before 1.8: set api = "v1"'
+        return result, False
 
     def abort(self) -> None:
         """Cut requests in flight short (stop must not wait on a slow server)."""
@@ -254,66 +285,6 @@ def _shutdown(conn: http.client.HTTPConnection) -> None:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-
-
-class _V2Transport:
-    """influxdb-client's synchronous write API: /api/v2/write, gzip, no automatic retries."""
-
-    def __init__(self, cfg: InfluxDBSinkConfig, token: str | None):
-        from influxdb_client import InfluxDBClient, WritePrecision
-        from influxdb_client.client.write_api import SYNCHRONOUS
-        from influxdb_client.rest import ApiException
-
-        if not token and cfg.username:  # InfluxDB 1.8's v2 compatibility takes "user:password"
-            token = f"{cfg.username}:{cfg.password.get_secret_value()}"
-        self._ApiException = ApiException
-        self._timeout = cfg.timeout
-        self._precision = WritePrecision.NS
-        self._bucket, self._org = cfg.bucket, cfg.org or "-"
-        self._client = InfluxDBClient(
-            url=cfg.url,
-            token=token or "",
-            org=self._org,
-            timeout=int(cfg.timeout * 1000),
-            verify_ssl=cfg.verify_tls,
-            enable_gzip=cfg.gzip,
-            retries=False,
-        )
-        self._write = self._client.write_api(write_options=SYNCHRONOUS)
-
-    def send(self, body: bytes, lines: int) -> Result:
-        # influxdb-client's timeout is per socket read: the whole request is bounded here, in a
-        # helper thread (left to finish on its own when a server drips its answer).
-        box: list[Result] = []
-        done = threading.Event()
-
-        def work() -> None:
-            try:
-                box.append(self._send(body))
-            except BaseException as exc:  # noqa: BLE001 - reported as a failed send, never lost
-                box.append(Result(Outcome.RETRY, None, _describe(exc)))
-            finally:
-                done.set()
-
-        threading.Thread(target=work, name="gpuagent-influxdb-v2-send", daemon=True).start()
-        if not done.wait(self._timeout):
-            return Result(Outcome.RETRY, None, f"no complete answer within {self._timeout:g}s")
-        return box[0]
-
-    def _send(self, body: bytes) -> Result:
-        try:
-            self._write.write(self._bucket, self._org, record=body, write_precision=self._precision)
-        except self._ApiException as exc:
-            return classify_http(exc.status or 0, exc.body, exc.headers)
-        except Exception as exc:  # urllib3 connection / timeout errors
-            return Result(Outcome.RETRY, None, _describe(exc))
-        return Result(Outcome.ACCEPTED, 204)
-
-    def close(self) -> None:
-        try:
-            self._write.close()
-        finally:
-            self._client.close()
 
 
 def _describe(exc: BaseException) -> str:
@@ -363,7 +334,7 @@ class InfluxDBSink(gpuagent.Sink):
         secrets = [s for s in (token, c.password.get_secret_value() if c.password else None) if s]
         if c.token is not None or c.password is not None:
             check_secret_file_permissions(self.context.config_path, secrets, self.log)
-        transport = _V1Transport(c, token) if c.api == "v1" else _V2Transport(c, token)
+        transport = _HTTPTransport(c, token)
         spool_dir = Path(self.context.state_dir) / "spool" / self.name
         # Never refuses to start: a damaged file heals itself, and a spool that cannot be
         # opened at all leaves delivery in memory (said once here, retried now and then).

@@ -12,6 +12,9 @@ from gpuagent.gpu import Gpu, GpuLost, as_str
 from gpuagent.plugins.mig.names import mig_profile_name
 
 MEASUREMENT = "gpu_mig"
+# Published each cycle on the agent's shared board (gpuagent.shared) for the work collector:
+# (GPU uuid, gi_id) -> {"tags": the MIG device's tags, "share": its compute slices / the GPU's}.
+SHARED_NAME = "mig"
 
 # GPM metrics read per GPU instance: field name -> metric id (all percentages).
 GPM_FIELDS = {
@@ -120,6 +123,23 @@ def mig_device(gpu: Gpu, index: int, handle: Any) -> dict[str, Any]:
     return {"gi_id": gi_id, "tags": tags, "fields": fields}
 
 
+def shared_devices(states: list[tuple[Gpu, dict[str, Any]]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """The MIG devices as the work collector charges them: a GPU instance's share of the GPU is
+    its compute slices over the GPU's (max_mig_devices: 7 on A100, H100 and H200)."""
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for gpu, state in states:
+        total = state["fields"].get("max_mig_devices")
+        for device in state["devices"]:
+            if device["gi_id"] is None:
+                continue
+            slices = device["fields"].get("gi_slices")
+            out[(gpu.uuid, device["gi_id"])] = {
+                "tags": {k: str(v) for k, v in device["tags"].items() if v is not None},
+                "share": round(slices / total, 6) if slices and total else None,
+            }
+    return out
+
+
 class MigCollector(gpuagent.Collector):
     """MIG mode of each MIG-capable GPU and one point per MIG device.
 
@@ -149,6 +169,7 @@ class MigCollector(gpuagent.Collector):
                 continue
             if state is not None:
                 states.append((gpu, state))
+        self.context.shared.publish(SHARED_NAME, shared_devices(states))
         self._prime_gpm(states)
         for gpu, state in states:
             try:

@@ -8,6 +8,10 @@ utilisation samples and accounting record; kubelet.py asks the kubelet which pod
 GPU. ``pid`` is a tag: points are keyed by series and timestamp, so with pid as a field every
 process on a GPU would overwrite the others.
 
+Each cycle's list (GpuProcess: GPU, pid, MIG instance, owner tags) is published on the
+agent's shared board as ``processes`` (gpuagent.shared), so the work collector attributes
+work to GPUs and jobs without asking NVML again.
+
 On a MIG GPU an unprivileged agent is refused the parent's process list (NO_PERMISSION, nvml.h);
 then each MIG device handle is asked for its own instance's processes.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
@@ -28,6 +33,7 @@ from gpuagent.plugins.processes import kubelet as kubelet_api
 from gpuagent.plugins.processes import slurm
 from gpuagent.plugins.processes.attribution import OWNER_TAGS, PID_VANISHED, Attributor, Owner
 from gpuagent.plugins.processes.usage import ProcessUsage
+from gpuagent.timebase import monotonic_clock
 
 KINDS = (
     (pynvml.nvmlDeviceGetComputeRunningProcesses_v3, "C"),
@@ -38,6 +44,21 @@ JOB_KEYS = (
     ("slurm_job_id", ("slurm_job_id", "slurm_user", "slurm_account", "slurm_partition")),
     ("k8s_pod_uid", ("k8s_pod_uid",)),
 )
+
+
+# The cycle's process list is published under the collector's name (AgentContext.shared).
+SHARED_NAME = "processes"
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One process on one GPU (or MIG instance) this cycle, as the work collector reads it."""
+
+    gpu: gpuagent.Gpu
+    pid: int
+    gi_id: int | None = None
+    ci_id: int | None = None
+    owner: dict[str, str] = field(default_factory=dict)  # OWNER_TAGS that are known
 
 
 class ProcessesConfig(gpuagent.CollectorConfig):
@@ -57,6 +78,9 @@ class ProcessesConfig(gpuagent.CollectorConfig):
     # scontrol for `scontrol listpids` when a process's environment cannot be read;
     # None: found on PATH, "": never run.
     scontrol: str | None = None
+    # A job or pod holding a GPU with no kernel activity (the GPU's busy time, else its processes'
+    # SM samples, at 0) for this long is flagged allocated_idle on its gpu_job point; 0: never.
+    idle_after: gpuagent.Duration = 1800.0
 
 
 def describe(pid: int) -> dict[str, str] | None:
@@ -148,9 +172,16 @@ class ProcessesCollector(gpuagent.Collector):
         self.reasons: Counter[str] = Counter()  # since start, written as gpu_attribution
         self._pods: dict[str, list[kubelet_api.PodDevice]] = {}
         self._seen: set[int] = set()
+        self._listed: list[GpuProcess] = []
+        # (GPU index, job key) -> when it was last seen active (or first seen), on self.clock
+        self._active_at: dict[tuple[int, Any], float] = {}
+        self._held: set[tuple[int, Any]] = set()
+        self.clock = monotonic_clock()
 
     def collect(self, acc: gpuagent.Accumulator) -> None:
         self._seen = set()
+        self._listed = []
+        self._held = set()
         self.host.new_cycle()
         self._pods = {}
         if self.kubelet is not None:
@@ -164,8 +195,13 @@ class ProcessesCollector(gpuagent.Collector):
                         held.append(holder)
             elif self.kubelet.error:
                 self.reasons[self.kubelet.error] += 1
-        super().collect(acc)
+        try:
+            super().collect(acc)
+        finally:
+            self.context.shared.publish(SHARED_NAME, tuple(self._listed))
         self.host.keep_only(self._seen)
+        for gone in self._active_at.keys() - self._held:  # a job that let go of its GPU starts afresh
+            del self._active_at[gone]
         if self.reasons:
             acc.add_fields(
                 "gpu_attribution", {f"{r}_total": n for r, n in sorted(self.reasons.items())}
@@ -273,6 +309,9 @@ class ProcessesCollector(gpuagent.Collector):
             if ci is not None:
                 tags["ci_id"] = str(ci)
             tags.update((k, owner.tags[k]) for k in OWNER_TAGS if k in owner.tags)
+            self._listed.append(
+                GpuProcess(gpu, pid, gi, ci, {k: owner.tags[k] for k in OWNER_TAGS if k in owner.tags})
+            )
             proc_holder = mig_holders.get(gi, holder) if gi is not None else holder
             if proc_holder is not None:
                 tags.update(proc_holder.tags())
@@ -333,6 +372,7 @@ class ProcessesCollector(gpuagent.Collector):
         # job's energy is the increase of energy_j over its own series (see the README).
         energy_mj = valid(poll(gpu, pynvml.nvmlDeviceGetTotalEnergyConsumption))
         rates = poll(gpu, pynvml.nvmlDeviceGetUtilizationRates)
+        gpu_util = valid(rates.gpu) if rates is not None else None
         pods = [k for k in jobs if k[0] == "k8s_pod_uid"]
         for key, job in jobs.items():
             tags = dict(gpu.tags, **job["tags"])
@@ -346,11 +386,28 @@ class ProcessesCollector(gpuagent.Collector):
                     "processes": job["processes"],
                     "used_memory_bytes": job["used"],
                     "sm_util_pct": job["sm"],
-                    "gpu_util_pct": valid(rates.gpu) if rates is not None else None,
+                    "gpu_util_pct": gpu_util,
                     "energy_j": energy_mj / 1000.0 if energy_mj is not None else None,
+                    **self._idle((gpu.index, key), gpu_util, job["sm"]),
                 },
                 tags=tags,
             )
+
+    def _idle(self, key: tuple[int, Any], gpu_util: int | None, sm_util: int | None) -> dict[str, Any]:
+        """idle_s (since the job's last kernel activity on this GPU, or since it was first seen
+        holding it) and allocated_idle; nothing without evidence (no busy time, no samples)."""
+        if not self.config.idle_after:
+            return {}
+        self._held.add(key)
+        activity = gpu_util if gpu_util is not None else sm_util
+        if activity is None:
+            return {}
+        now = self.clock()
+        since = self._active_at.setdefault(key, now)
+        if activity > 0:
+            since = self._active_at[key] = now
+        idle_s = now - since
+        return {"idle_s": round(idle_s, 3), "allocated_idle": idle_s >= self.config.idle_after}
 
 
 @gpuagent.hookimpl

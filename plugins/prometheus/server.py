@@ -8,6 +8,10 @@ for reading the request and writing the answer together, so a client that
 drips or never reads is cut off. The body is the renderer's cached bytes:
 scrapes never wait for a collection and a collection never waits for them.
 The listen backlog is 128 (the kernel's usual somaxconn floor), not 5.
+close() is quick whatever the clients do (a reload builds a new server on the
+same port at once): it shuts the listening socket down, which wakes the
+thread blocked in accept() (a plain close() does not, on Linux), and cuts the
+connections being served.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable
 BACKLOG = 128
 MAX_REQUEST_HEAD = 16 * 1024
 _CHUNK = 64 * 1024
+CLOSE_TIMEOUT = 2.0  # seconds close() waits for its threads
 
 log = logging.getLogger("gpuagent.sink.prometheus")
 
@@ -47,8 +52,12 @@ class MetricsServer:
         self.address = self.socket.getsockname()[:2]
         self.render, self.render_gzip, self.content_type = render, render_gzip, content_type
         self.request_timeout = request_timeout
-        self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
+        # Room for the workers' stop sentinels beyond the bound the accept thread keeps (it alone puts).
+        self._queue_size = queue_size
+        self._queue: queue.Queue = queue.Queue(maxsize=queue_size + max_connections)
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._serving: set[socket.socket] = set()  # connections a worker holds, cut at close()
         self.requests_total = 0
         self.refused_total = 0
         self.timeouts_total = 0
@@ -71,11 +80,11 @@ class MetricsServer:
                     return
                 time.sleep(0.01)  # EMFILE and the like: do not spin
                 continue
-            try:
-                self._queue.put_nowait((conn, time.monotonic()))
-            except queue.Full:
+            if self._queue.qsize() >= self._queue_size:
                 self.refused_total += 1
                 _refuse(conn)
+            else:
+                self._queue.put_nowait((conn, time.monotonic()))
 
     def _work(self) -> None:
         while True:
@@ -83,6 +92,11 @@ class MetricsServer:
             if item is None:
                 return
             conn, accepted = item
+            with self._lock:
+                if self._stop.is_set():
+                    conn.close()
+                    continue
+                self._serving.add(conn)
             try:
                 self._serve(conn, accepted + self.request_timeout)
             except DeadlineExceeded:
@@ -92,6 +106,8 @@ class MetricsServer:
             except Exception as exc:  # never lose a worker
                 log.error("/metrics: %s", exc)
             finally:
+                with self._lock:
+                    self._serving.discard(conn)
                 conn.close()
 
     def _serve(self, conn: socket.socket, deadline: float) -> None:
@@ -129,18 +145,31 @@ class MetricsServer:
         extra = "Content-Encoding: gzip\r\n" if gz else ""
         _send(conn, _response(200, body, self.content_type, extra, method == "HEAD"), deadline)
 
-    def close(self) -> None:
-        self._stop.set()
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Stop serving and free the port within `timeout` (the threads are daemons: one that a
+        stuck send still holds past it cannot keep the port, nor the agent, from going on)."""
+        with self._lock:
+            self._stop.set()
+            serving = list(self._serving)
+        for sock in (self.socket, *serving):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes accept() / recv() / send() in their threads
+            except OSError:
+                pass
         try:
             self.socket.close()
         except OSError:
             pass
-        for _ in self._threads[1:]:
+        while True:  # connections still queued: nobody will serve them
             try:
-                self._queue.put((None), timeout=1)
-            except queue.Full:
+                item = self._queue.get_nowait()
+            except queue.Empty:
                 break
-        deadline = time.monotonic() + self.request_timeout + 1
+            if item is not None:
+                item[0].close()
+        for _ in self._threads[1:]:
+            self._queue.put_nowait(None)  # the queue is empty and holds more than the workers
+        deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
 

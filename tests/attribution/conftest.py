@@ -1,7 +1,8 @@
 """Real parts for the attribution tests: a one-node Slurm cluster, Kubernetes-shaped cgroups,
 a kubelet pod-resources server.
 
-- ``slurm_cluster`` (session): Debian's munged, slurmctld and slurmd on localhost, each on
+- ``slurm_cluster`` (session; the repository's conftest.py, tests/servers.py SlurmCluster, shared
+  with the health actions' tests): Debian's munged, slurmctld and slurmd on localhost, each on
   its own socket or free port, all state in a temporary directory (proctrack/linuxproc,
   task/none: no cgroup or systemd needed). ``submit(command) -> job id`` runs a batch job;
   ``pids(job_id)`` its processes. Needs root (slurmd starts jobs as their user); skipped with
@@ -18,180 +19,14 @@ a kubelet pod-resources server.
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from gpuagent_test_servers import find_binary, free_port
 
 HERE = Path(__file__).resolve().parent
-
-
-
-
-def _wait(check, what: str, timeout: float, logs: list[Path]) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    tails = "\n".join(
-        f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in logs if p.exists()
-    )
-    raise RuntimeError(f"{what} within {timeout:g}s\n{tails}")
-
-
-class SlurmCluster:
-    def __init__(self, root: Path):
-        self.root = root
-        self.host = socket.gethostname().split(".")[0]
-        self.conf = root / "slurm.conf"
-        self.munge_socket = root / "munge.socket"
-        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self) -> None:
-        munged = find_binary("munged", "munge")
-        ctld = find_binary("slurmctld", "slurmctld")
-        slurmd = find_binary("slurmd", "slurmd")
-        self.sbatch = find_binary("sbatch", "slurm-client")
-        self.scontrol = find_binary("scontrol", "slurm-client")
-        r = self.root
-        for d in ("state", "spool", "munge"):
-            (r / d).mkdir(mode=0o700, exist_ok=True)
-        key = r / "munge" / "munge.key"
-        key.write_bytes(os.urandom(1024))
-        key.chmod(0o400)
-        subprocess.run(
-            [munged, f"--socket={self.munge_socket}", f"--key-file={key}",
-             f"--pid-file={r / 'munge' / 'munged.pid'}", f"--log-file={r / 'munge.log'}",
-             f"--seed-file={r / 'munge' / 'seed'}", "--force"],
-            check=True, capture_output=True, timeout=30,
-        )  # fmt: skip
-        self.munged_pid = int((r / "munge" / "munged.pid").read_text())
-        cpus = os.cpu_count() or 1
-        self.conf.write_text(
-            f"""ClusterName=gpuagenttest
-SlurmctldHost={self.host}(127.0.0.1)
-SlurmctldPort={free_port()}
-SlurmdPort={free_port()}
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket={self.munge_socket}
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={r / "state"}
-SlurmdSpoolDir={r / "spool"}
-SlurmctldPidFile={r / "slurmctld.pid"}
-SlurmdPidFile={r / "slurmd.pid"}
-SlurmctldLogFile={r / "slurmctld.log"}
-SlurmdLogFile={r / "slurmd.log"}
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MpiDefault=none
-SchedulerType=sched/builtin
-SelectType=select/linear
-ReturnToService=2
-SlurmctldParameters=enable_configless
-NodeName={self.host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
-PartitionName=gpuq Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
-"""
-        )
-        for argv in ([ctld, "-D", "-i"], [slurmd, "-D", "-N", self.host]):
-            self.procs.append(
-                subprocess.Popen(
-                    argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            )  # fmt: skip
-        logs = [r / "slurmctld.log", r / "slurmd.log", r / "munge.log"]
-
-        def node_up() -> bool:
-            for p in self.procs:
-                if p.poll() is not None:
-                    raise RuntimeError(
-                        f"{p.args[0]} exited with {p.returncode}: "
-                        + "".join(x.read_text(errors="replace")[-1500:] for x in logs if x.exists())
-                    )
-            out = self.run(self.scontrol, "show", "node", self.host, check=False)
-            return "State=IDLE" in out.stdout or "State=MIXED" in out.stdout
-
-        _wait(node_up, "the Slurm node did not come up", 60, logs)
-
-    def run(self, *argv, check=True, timeout=30):
-        return subprocess.run(
-            argv, env=self.env, capture_output=True, text=True, check=check, timeout=timeout
-        )
-
-    def submit(self, command: str, **options: str) -> str:
-        args = [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
-        out = self.run(
-            self.sbatch, "--parsable", f"--output={self.root / 'job-%j.out'}", *args,
-            f"--wrap={command}",
-        )  # fmt: skip
-        return out.stdout.strip().split(";")[0]
-
-    def pids(self, job_id: str) -> list[int]:
-        out = self.run(self.scontrol, "listpids", job_id, check=False)
-        return [int(line.split()[0]) for line in out.stdout.splitlines()[1:] if line.split()]
-
-    def wait_running(self, job_id: str, match: str, timeout: float = 30) -> int:
-        """The pid of the job's process whose command line contains ``match``, once it runs."""
-        found: list[int] = []
-
-        def running() -> bool:
-            for pid in self.pids(job_id):
-                try:
-                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-                except OSError:
-                    continue
-                if match.encode() in cmd:
-                    found.append(pid)
-                    return True
-            return False
-
-        _wait(running, f"job {job_id} did not start {match!r}", timeout,
-              [self.root / "slurmctld.log", self.root / "slurmd.log"])  # fmt: skip
-        return found[0]
-
-    def cancel(self, job_id: str) -> None:
-        self.run(find_binary("scancel", "slurm-client"), job_id, check=False)
-
-    def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
-        try:
-            os.kill(self.munged_pid, signal.SIGTERM)
-        except (OSError, AttributeError):
-            pass
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("the Slurm test cluster needs root (slurmd starts jobs as their user)")
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
-    try:
-        cluster.start()
-    except BaseException:
-        cluster.stop()
-        raise
-    yield cluster
-    cluster.stop()
 
 
 # -- cgroups ------------------------------------------------------------------------------------

@@ -126,3 +126,52 @@ def test_pods_grouped_by_uid_and_labelled_by_name(influxdb_v1, cli):
     assert trainer["peak_memory_bytes"] == 4 * 2**30
     assert trainer["sm_util_mean_pct"] == pytest.approx(50.5)
     assert got["uid-b"]["energy_wh"] == pytest.approx(3 * 18000.0 / 3600)
+
+
+def test_idle_gpu_hours_count_the_time_a_job_held_a_gpu_flagged_allocated_idle(influxdb_v1, cli):
+    """gpu_job points as the processes collector writes them (idle_after = 180 s, a sample a
+    minute): the flagged time, and none for the idle_after before the flag or a busy job."""
+    db = f"idle_{uuid.uuid4().hex[:8]}"
+    influxdb_v1.create_database(db)
+    t0 = (int(time.time()) // 60 - 30) * 60
+    idle_after = 180
+    ramps = {
+        "4711": [60 * i for i in range(10)],  # never active: flagged from 180 s to 540 s
+        "4712": [0] * 10,  # computing all along
+        "4713": [0, 60, 120, 180, 240, 0, 60, 120, 180, 240],  # two flagged runs of 60 s
+    }
+    lines = []
+    for gpu, (job, ramp) in enumerate(ramps.items()):
+        for i, idle_s in enumerate(ramp):
+            flagged = "true" if idle_s >= idle_after else "false"
+            lines.append(
+                f"gpu_job,host=n1,gpu={gpu},uuid=GPU-{gpu},model=H100,slurm_job_id={job} processes=1i,"
+                f"used_memory_bytes=1024i,gpu_util_pct={0 if idle_s or job == '4711' else 90}i,energy_j={1000.0 * i},"
+                f"idle_s={float(idle_s)},allocated_idle={flagged} {(t0 + 60 * i) * 10**9}"
+            )
+    influxdb_v1.write(lines, db=db)
+    try:
+        result = compare(cli, influxdb_v1, db, (t0 - 60) * 10**9, (t0 + 660) * 10**9, "--by", "job", "--format", "json")
+        assert result.exit_code == 0, result.output
+        got = {g["key"]["slurm_job_id"]: g for g in json.loads(result.stdout)["groups"]}
+        assert got["4711"]["idle_gpu_hours"] == pytest.approx(360 / 3600)
+        assert got["4712"]["idle_gpu_hours"] == 0
+        assert got["4713"]["idle_gpu_hours"] == pytest.approx(120 / 3600)
+        assert got["4711"]["per_gpu"][0]["idle_gpu_hours"] == pytest.approx(360 / 3600)
+        table = compare(cli, influxdb_v1, db, (t0 - 60) * 10**9, (t0 + 660) * 10**9, "--by", "job")
+        assert "idle GPU-h" in table.stdout.splitlines()[0], table.stdout
+        assert got["4711"]["idle_cost"] is None  # no prices given
+        # In money, through the one price function the report takes (model -> GPU-hour price).
+        from gpuagent.compare.jobs import JobReport
+        from gpuagent.compare.query import Connection, InfluxQL
+        from gpuagent.compare.report import Range
+
+        client = InfluxQL(Connection(url=influxdb_v1.url, database=db))
+        rng = Range((t0 - 60) * 10**9, (t0 + 660) * 10**9)
+        priced = JobReport(client, rng, gpu_hour_price={"H100": 2.5}.get).build()
+        costs = {g["key"]["slurm_job_id"]: g["idle_cost"] for g in priced["groups"]}
+        assert costs["4711"] == pytest.approx(360 / 3600 * 2.5) and costs["4712"] == 0
+        unpriced = JobReport(client, rng, gpu_hour_price={"A100": 1.0}.get).build()
+        assert {g["idle_cost"] for g in unpriced["groups"] if g["idle_gpu_hours"]} == {None}
+    finally:
+        influxdb_v1.drop_database(db)

@@ -42,10 +42,21 @@ def fleet(influxdb_v1, victoria_metrics, cli):
     influxdb_v1.create_database(db)
     end_s = int(time.time()) // STEP_S * STEP_S - 60
     _backfill(cli, influxdb_v1.url, db, end_s)
+    _degrade_one_gpu(influxdb_v1, db, end_s)
     _backfill(cli, victoria_metrics.url, db, end_s)  # /write?db= labels each series db="<db>"
     victoria_metrics.export(f'{{__name__="gpu_power_power_w",db="{db}"}}', min_samples=8 * (DURATION_S // STEP_S))
     yield db, end_s
     influxdb_v1.drop_database(db)
+
+
+def _degrade_one_gpu(server, db, end_s):
+    """One GPU also reports `degraded` 3 s after each of its samples for 3 minutes: buckets that hold
+    two verdicts, each for half of the samples (the health figure shares the bucket by samples)."""
+    first = server.query('SELECT LAST("verdict") FROM "gpu_health" GROUP BY *', db=db)[0]["tags"]
+    tags = ",".join(f"{k}={v.replace(' ', chr(92) + ' ')}" for k, v in sorted(first.items()) if v)
+    t0 = (end_s - 600) // 60 * 60  # on a minute: three whole buckets of 6 + 6 samples
+    server.write([f'gpu_health,{tags} verdict="degraded",lost=false {(t0 + s + 3) * 10**9}' for s in range(0, 180, 10)],
+                 db=db)
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +180,50 @@ def test_victoria_metrics_with_metrics_names_is_found_and_agrees(fleet, influxdb
     promql = _report(cli, "--promql-url", victoria_metrics.url, "--where", f'db="{label}"', *_range(end_s))
     assert promql["source"]["database"] == "PromQL (victoriametrics, prometheus names)"
     _agree(promql, influx, vgpu_modes=True)
+
+
+@pytest.fixture(scope="module")
+def vm_metrics_names(fleet, influxdb_v1, victoria_metrics):
+    """The fleet under the /metrics names in VictoriaMetrics, labelled db="<db>_metrics"."""
+    import urllib.request
+
+    db, end_s = fleet
+    label = f"{db}_metrics"
+    text = openmetrics_from_influx(influxdb_v1, db, end_s, ms=True)
+    req = urllib.request.Request(f"{victoria_metrics.url}/api/v1/import/prometheus?extra_label=db={label}",
+                                 data=text.encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.status == 204
+    victoria_metrics.export(f'{{__name__="gpuagent_gpu_health_verdict_info",db="{label}"}}', min_samples=8 * 100)
+    return label
+
+
+@pytest.mark.parametrize("engine", ["prometheus", "victoriametrics"])
+@pytest.mark.parametrize("by", ["model", "gpu"])
+def test_health_hours_equal_influxql_and_fit_the_range_off_the_bucket_edges(
+    fleet, influxdb_v1, prometheus_fleet, victoria_metrics, vm_metrics_names, cli, engine, by
+):
+    """Issue 29, item 1, over PromQL: buckets aligned to the epoch as InfluxQL's, the partial first
+    and last ones counted for their part (the range is 5 s off the 10 s grid, so off every minute)."""
+    db, end_s = fleet
+    rng = _range(end_s)
+    span_h = (int(rng[3]) - int(rng[1])) / 3600
+    influx = _report(cli, "--url", influxdb_v1.url, "--database", db, "--by", by, *rng)
+    if engine == "prometheus":
+        promql = _report(cli, "--promql-url", prometheus_fleet.url, "--by", by, *rng)
+    else:
+        promql = _report(cli, "--promql-url", victoria_metrics.url, "--where", f'db="{vm_metrics_names}"',
+                         "--by", by, *rng)
+    want = {g["label"]: g for g in influx["groups"]}
+    degraded = 0.0
+    for g in promql["groups"]:
+        hours, expected = g["health_gpu_hours"], want[g["label"]]["health_gpu_hours"]
+        assert set(hours) == set(expected)
+        for verdict, h in expected.items():
+            assert hours[verdict] == pytest.approx(h, rel=1e-6, abs=1e-9), (g["label"], verdict, hours, expected)
+        assert sum(hours.values()) <= g["gpus"] * span_h * (1 + 1e-9)
+        degraded += hours["degraded"]
+    assert degraded == pytest.approx(0.5 * 3 / 60, rel=1e-6)  # 3 minutes, half of the samples
 
 
 @pytest.mark.parametrize("by", ["host", "gpu"])

@@ -112,6 +112,11 @@ def test_default_cycle_of_the_batched_collectors(cycle_calls):
     assert mine <= 131 + 2 * 8
 
 
+def test_the_work_collector_adds_no_call_to_the_cycle(cycle_calls):
+    # It reads the processes collector's list of the cycle (AgentContext.shared), never NVML.
+    assert cycle_calls["work"][0] == 0
+
+
 # -- the simulator's fields answer what their calls answer --------------------------------
 
 

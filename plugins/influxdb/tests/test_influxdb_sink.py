@@ -217,7 +217,7 @@ def test_auth_errors_are_loud_and_keep_the_data_spooled(tmp_path, influxdb_v1_fa
     assert_all_in_v1(server, points)
 
 
-# -- api v2 (influxdb-client) -> VictoriaMetrics --------------------------------------------
+# -- api v2 -> VictoriaMetrics ------------------------------------------------------------
 
 
 def test_v2_every_point_of_an_8_gpu_run_reaches_victoria_metrics(tmp_path, victoria_metrics):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuagent.plugins.prometheus.naming import influx_to_prometheus, metric_for
+from gpuagent.plugins.prometheus.readme_fields import documented
 
 pytestmark = pytest.mark.servers
 
@@ -45,5 +46,7 @@ def test_the_rules_name_metrics_the_agent_exposes():
     # The health verdict (issue 17) is a string field: exposed as an _info gauge by the same rule.
     exposed |= {metric_for("gpuagent", "gpu_health", f, True).name for f in ("verdict", "verdict_reason", "last_error")}
     exposed.add(metric_for("gpuagent", "gpuagent", "last_error", True).name)
+    # Every documented string field is an _info gauge (gpu_action.last_action, ...).
+    exposed |= {metric_for("gpuagent", m, f, True).name for (m, f), doc in documented().items() if doc.type == "string"}
     named = set(re.findall(r"\bgpuagent_\w+", (RULES / "alerts.yml").read_text()))
     assert named and named <= exposed, named - exposed

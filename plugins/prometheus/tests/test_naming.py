@@ -21,7 +21,7 @@ def test_the_readmes_document_the_fields_of_every_built_in_measurement():
     docs = documented()
     measurements = {m for m, _ in docs}
     assert {"gpu_power", "gpu_clocks", "gpu_memory", "gpu_pcie", "gpu_p2p", "gpu_nvlink", "gpu_mig",
-            "gpu_vgpu", "gpu_health", "gpu_process", "host", "gpuagent"} <= measurements
+            "gpu_vgpu", "gpu_health", "gpu_process", "gpu_work", "host", "gpuagent"} <= measurements
     assert len(docs) > 150
     assert docs[("gpu_power", "energy_j")].counter and not docs[("gpu_power", "power_w")].counter
 
@@ -59,6 +59,8 @@ def test_every_documented_field_maps_to_a_valid_unique_base_unit_name():
     ("gpuagent", "gather_time_ms", "gpuagent_gather_time_seconds", "gauge", 1e-3),
     ("gpuagent", "errors_total", "gpuagent_errors_total", "counter", 1.0),
     ("gpu_health", "verdict", "gpuagent_gpu_health_verdict_info", "info", 1.0),
+    ("gpu_work", "units_total", "gpuagent_gpu_work_units_total", "counter", 1.0),
+    ("gpu_work", "gpus", "gpuagent_gpu_work_gpus", "gauge", 1.0),
 ])
 def test_named_examples(measurement, field, name, kind, scale):
     spec = metric_for("gpuagent", measurement, field, field == "verdict")

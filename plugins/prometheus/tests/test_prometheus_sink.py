@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 import urllib.request
 
 import pytest
@@ -136,3 +137,27 @@ def test_agent_serves_an_8_gpu_machine_with_valid_names(tmp_path):
     assert power == {str(i) for i in range(8)}
     assert any(kind == "counter" for kind, _ in got.values())
     assert proc.returncode == 0, proc.stderr.read().decode()[-2000:]
+
+
+@pytest.mark.parametrize("client", ["none", "mid-request"])
+def test_close_frees_the_port_at_once_whatever_the_clients_do(tmp_path, client):
+    # Before: close() did not wake the thread in accept() and waited request_timeout + 1 s (31 s here),
+    # with the port still bound, so a reload could not start the new server on it.
+    sink = make(tmp_path, request_timeout="30s")
+    host, port = sink.address
+    slow = None
+    if client == "mid-request":
+        slow = socket.create_connection((host, port))
+        slow.sendall(b"GET /metrics HTTP/1.1\r\n")  # a head that never ends
+        time.sleep(0.3)  # a worker is serving it
+    t0 = time.monotonic()
+    sink.close()
+    took = time.monotonic() - t0
+    again = make(tmp_path, listen=f"{host}:{port}")
+    try:
+        scrape(again)  # the new server answers on the same port (urlopen raises otherwise)
+    finally:
+        again.close()
+        if slow is not None:
+            slow.close()
+    assert took < 10, took  # within the agent's default shutdown_timeout

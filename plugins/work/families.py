@@ -1,0 +1,138 @@
+"""The inference servers' own /metrics families that count work, and a reader for them.
+
+Names as each server exposes them in the Prometheus text format (0.0.4); the versions they
+hold for are in this plugin's README. A counter is read from its sample; a histogram
+(TGI's token counts) from its ``_sum``. Samples of one (workload, unit) are added up over
+their other labels (vLLM's ``finished_reason``, Triton's ``version``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Family:
+    sample: str  # the sample name on the wire
+    unit: str
+    workload_label: str | None  # the label naming the served model; None: one model a server
+
+
+# Order matters only for detection: the first source with a family in the answer is the server.
+SOURCES: dict[str, tuple[Family, ...]] = {
+    # vLLM (prometheus_client; vllm/engine/metrics.py, vllm/v1/metrics/loggers.py)
+    "vllm": (
+        Family("vllm:generation_tokens_total", "tokens_out", "model_name"),
+        Family("vllm:prompt_tokens_total", "tokens_in", "model_name"),
+        Family("vllm:request_success_total", "requests", "model_name"),
+    ),
+    # SGLang (prometheus_client; python/sglang/srt/metrics/collector.py)
+    "sglang": (
+        Family("sglang:generation_tokens_total", "tokens_out", "model_name"),
+        Family("sglang:prompt_tokens_total", "tokens_in", "model_name"),
+        Family("sglang:num_requests_total", "requests", "model_name"),
+    ),
+    # NVIDIA Triton (prometheus-cpp; docs/user_guide/metrics.md, "Inference Request Metrics")
+    "triton": (
+        Family("nv_inference_request_success", "requests", "model"),
+        Family("nv_inference_count", "inferences", "model"),
+        Family("nv_inference_exec_count", "executions", "model"),
+    ),
+    # Hugging Face TGI (the router's `metrics` crate; router/src/server.rs). One model a
+    # server: its name comes from GET /info (model_id).
+    "tgi": (
+        Family("tgi_request_generated_tokens_sum", "tokens_out", None),
+        Family("tgi_request_input_length_sum", "tokens_in", None),
+        Family("tgi_request_success", "requests", None),
+    ),
+}
+
+# A family named on a # TYPE line also identifies a server that has served nothing yet
+# (prometheus_client writes HELP and TYPE before any labelled sample exists).
+_TYPE_NAMES = {
+    source: {re.sub(r"_sum$", "", f.sample) for f in families}
+    for source, families in SOURCES.items()
+}
+_WANTED = {f.sample: (source, f) for source, families in SOURCES.items() for f in families}
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def detect(text: str) -> str | None:
+    """The source whose families this /metrics answer holds; None: not a server we know."""
+    found: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            parts = line.split()
+            name = parts[2] if len(parts) > 2 else ""
+            found.update(s for s, names in _TYPE_NAMES.items() if name in names)
+        elif line and not line.startswith("#"):
+            name = _sample_name(line)
+            if name in _WANTED:
+                found.add(_WANTED[name][0])
+    return next((s for s in SOURCES if s in found), None)
+
+
+def read(text: str, source: str, default_workload: str) -> dict[tuple[str, str], float]:
+    """(workload, unit) -> the counter's value, over the source's families in ``text``."""
+    out: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name = _sample_name(line)
+        hit = _WANTED.get(name)
+        if hit is None or hit[0] != source:
+            continue
+        family = hit[1]
+        labels, value = _labels_and_value(line, len(name))
+        if value is None:
+            continue
+        workload = labels.get(family.workload_label, "") if family.workload_label else ""
+        key = (workload or default_workload, family.unit)
+        out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def _sample_name(line: str) -> str:
+    end = len(line)
+    for stop in ("{", " ", "\t"):
+        i = line.find(stop)
+        if i != -1:
+            end = min(end, i)
+    return line[:end]
+
+
+def _labels_and_value(line: str, start: int) -> tuple[dict[str, str], float | None]:
+    labels: dict[str, str] = {}
+    rest = line[start:]
+    if rest.startswith("{"):
+        close = _closing_brace(rest)
+        if close == -1:
+            return labels, None
+        for key, raw in _LABEL.findall(rest[1:close]):
+            labels[key] = raw.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+        rest = rest[close + 1 :]
+    parts = rest.split()
+    if not parts:
+        return labels, None
+    try:
+        value = float(parts[0])
+    except ValueError:
+        return labels, None
+    return labels, value if math.isfinite(value) and value >= 0 else None
+
+
+def _closing_brace(text: str) -> int:
+    """Index of the ``}`` that ends the label set (braces inside quoted values skipped)."""
+    quoted = escaped = False
+    for i, ch in enumerate(text):
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == '"':
+            quoted = not quoted
+        elif ch == "}" and not quoted:
+            return i
+    return -1

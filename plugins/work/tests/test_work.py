@@ -1,0 +1,419 @@
+"""The work collector in process, on the simulator, with real server and job processes: the
+families of each server, the bounds on discovery, MIG devices, configured endpoints, job
+files outside Slurm, the shared board, and no NVML call."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from gpuagent.context import AgentContext
+from gpuagent.nvml import NvmlSession
+from gpuagent.nvml_read import current_tick
+from gpuagent.plugins.mig import MigCollector
+from gpuagent.plugins.processes import ProcessesCollector
+from gpuagent.plugins.work import WorkCollector, families
+from gpuagent.shared import Shared
+
+
+def parts(machine, tmp_path, *extra, **work):
+    """Collectors sharing one agent context, as the agent builds them: processes, extra, work."""
+    context = AgentContext(
+        hostname="testhost", gpus=machine.gpus,
+        nvml=NvmlSession(gpus=machine.gpus, simulated=True, machine=machine),
+    )  # fmt: skip
+    work.setdefault("jobs_dir", str(tmp_path / "jobs"))
+    work.setdefault("request_timeout", 1.0)
+    procs = ProcessesCollector(ProcessesCollector.Config(), context)
+    others = [cls(cls.Config(), context) for cls in extra]
+    return [procs, *others, WorkCollector(WorkCollector.Config(**work), context)]
+
+
+def cycle(collectors, acc):
+    for c in collectors:
+        c.collect(acc)
+    return [p for p in acc.points if p.measurement == "gpu_work"]
+
+
+# -- the families -----------------------------------------------------------------------------
+SGLANG = """# HELP sglang:prompt_tokens_total Number of prefill tokens processed.
+# TYPE sglang:prompt_tokens_total counter
+sglang:prompt_tokens_total{model_name="meta-llama/Llama-3.1-8B-Instruct"} 8.128902e+06
+# HELP sglang:generation_tokens_total Number of generation tokens processed.
+# TYPE sglang:generation_tokens_total counter
+sglang:generation_tokens_total{model_name="meta-llama/Llama-3.1-8B-Instruct"} 7.557572e+06
+# HELP sglang:num_requests_total Number of requests processed.
+# TYPE sglang:num_requests_total counter
+sglang:num_requests_total{model_name="meta-llama/Llama-3.1-8B-Instruct"} 12345.0
+sglang:time_to_first_token_seconds_sum{model_name="meta-llama/Llama-3.1-8B-Instruct"} 2.35e+06
+"""
+TGI = """# TYPE tgi_request_success counter
+tgi_request_success 42
+# TYPE tgi_request_generated_tokens histogram
+tgi_request_generated_tokens_bucket{le="1"} 0
+tgi_request_generated_tokens_bucket{le="+Inf"} 42
+tgi_request_generated_tokens_sum 5000
+tgi_request_generated_tokens_count 42
+# TYPE tgi_request_input_length histogram
+tgi_request_input_length_sum 9000
+tgi_request_input_length_count 42
+"""
+TRITON = """# TYPE nv_inference_count counter
+nv_inference_count{model="resnet50",version="1"} 80
+nv_inference_count{model="resnet50",version="2"} 16
+nv_inference_count{model="bert \\"base\\", {uncased}",version="1"} 3
+# TYPE nv_inference_exec_count counter
+nv_inference_exec_count{model="resnet50",version="1"} 10
+# TYPE nv_inference_request_success counter
+nv_inference_request_success{model="resnet50",version="1"} 10
+"""
+
+
+def test_each_servers_families_are_read_and_summed_over_their_other_labels():
+    assert families.detect(SGLANG) == "sglang"
+    assert families.read(SGLANG, "sglang", "sglang") == {
+        ("meta-llama/Llama-3.1-8B-Instruct", "tokens_in"): 8128902.0,
+        ("meta-llama/Llama-3.1-8B-Instruct", "tokens_out"): 7557572.0,
+        ("meta-llama/Llama-3.1-8B-Instruct", "requests"): 12345.0,
+    }
+    assert families.detect(TGI) == "tgi"
+    assert families.read(TGI, "tgi", "bigcode/starcoder") == {
+        ("bigcode/starcoder", "requests"): 42.0,
+        ("bigcode/starcoder", "tokens_out"): 5000.0,
+        ("bigcode/starcoder", "tokens_in"): 9000.0,
+    }
+    assert families.detect(TRITON) == "triton"
+    assert families.read(TRITON, "triton", "triton") == {
+        ("resnet50", "inferences"): 96.0,  # versions 1 and 2 of one model
+        ('bert "base", {uncased}', "inferences"): 3.0,
+        ("resnet50", "executions"): 10.0,
+        ("resnet50", "requests"): 10.0,
+    }
+    # A server that has served nothing yet shows its families on TYPE lines only.
+    assert families.detect("# HELP vllm:generation_tokens_total x\n# TYPE vllm:generation_tokens_total counter\n") == "vllm"
+    assert families.detect("# TYPE http_requests_total counter\nhttp_requests_total 3\n") is None
+    # Another family's samples, negative or non-finite values are not work.
+    assert families.read("vllm:generation_tokens_total{model_name=\"m\"} NaN\nvllm:prompt_tokens_total{model_name=\"m\"} -1\n", "vllm", "v") == {}
+
+
+UNITS = {
+    "vllm": ("tokens_out", "tokens_in", "requests"),
+    "sglang": ("tokens_out", "tokens_in", "requests"),
+    "triton": ("requests", "inferences", "executions"),
+    "tgi": ("tokens_out", "tokens_in", "requests"),
+}
+WORKLOAD = {
+    "vllm": "meta-llama/Llama-3.1-8B-Instruct", "sglang": "Qwen/Qwen2.5-7B-Instruct",
+    "triton": "resnet50", "tgi": "bigcode/starcoder2-3b",  # TGI's from its GET /info
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNITS))
+def test_each_server_is_found_from_its_gpu_process_and_counted(
+    kind, simulated_fleet, recording_accumulator, tmp_path, servers, call
+):
+    _, server = servers(kind, "--workers", "1")
+    call(server["port"], "/work?n=3", "POST")
+    want = call(server["port"], "/state")
+    machine = simulated_fleet(f"l40s:1@proc=0:{server['workers'][0]}")
+    points = cycle(parts(machine, tmp_path), recording_accumulator)
+    got = {p.tags["unit"]: p for p in points}
+    assert set(got) == set(UNITS[kind])
+    for unit, p in got.items():
+        assert p.tags["source"] == kind and p.tags["workload"] == WORKLOAD[kind]
+        assert p.fields == {"units_total": float(want[unit]), "gpus": 1}
+
+
+LAUNCHER_TGI = """
+import json, subprocess, sys, time
+server, state = sys.argv[1], sys.argv[2]
+# vLLM first: the launcher's first child is a server, but one with a GPU worker of its own.
+vllm = subprocess.Popen([sys.executable, server, "vllm", state + "/vllm.json", "--workers", "1"])
+router = subprocess.Popen([sys.executable, server, "tgi", state + "/tgi.json", "--workers", "0"])
+shard = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+json.dump({"router": router.pid, "vllm": vllm.pid, "shard": shard.pid}, open(state + "/launched.tmp", "w"))
+import os; os.replace(state + "/launched.tmp", state + "/launched.json")
+time.sleep(120)
+"""
+
+
+def test_a_tgi_router_beside_its_shards_is_found_and_a_server_with_gpus_of_its_own_is_not_taken(
+    simulated_fleet, recording_accumulator, tmp_path, call
+):
+    import json
+    import os
+    import signal
+    from pathlib import Path
+
+    server = Path(__file__).resolve().parent / "inference_server.py"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER_TGI, str(server), str(tmp_path)])
+    want = [tmp_path / "launched.json", tmp_path / "tgi.json", tmp_path / "vllm.json"]
+    launched = {}
+    try:
+        deadline = time.monotonic() + 30
+        while not all(p.exists() for p in want):
+            assert time.monotonic() < deadline, "the launcher did not start its children"
+            time.sleep(0.05)
+        launched = json.loads(want[0].read_text())
+        tgi, vllm = (json.loads(p.read_text()) for p in want[1:])
+        call(tgi["port"], "/work?n=2", "POST")
+        # The shard and the vLLM worker are both the launcher's grandchildren or children.
+        spec = f"l40s:2@proc=0:{launched['shard']}@proc=1:{vllm['workers'][0]}"
+        machine = simulated_fleet(spec)
+        points = cycle(parts(machine, tmp_path), recording_accumulator)
+    finally:
+        for pid in (launched.get("router"), launched.get("vllm"), launched.get("shard")):
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except OSError:
+                    pass
+        launcher.kill()
+        launcher.wait()
+    by_gpu = {(p.tags["gpu"], p.tags["unit"]): p for p in points}
+    shard = by_gpu[("0", "tokens_out")]
+    assert shard.tags["source"] == "tgi" and shard.tags["workload"] == "bigcode/starcoder2-3b"
+    assert shard.tags["work_id"] == f"{launched['router']}:{tgi['port']}"
+    assert shard.fields == {"units_total": 40.0, "gpus": 1}
+    assert {p.tags["source"] for p in points if p.tags["gpu"] == "1"} == {"vllm"}
+
+
+# -- discovery's bounds -----------------------------------------------------------------------
+MANY_PORTS = """
+import sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+hits = open(sys.argv[1], "a", buffering=1)
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def do_GET(self):
+        hits.write(f"{self.server.server_address[1]}\\n")
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers()
+        self.wfile.write(b"ok")
+for _ in range(6):
+    s = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=s.serve_forever, daemon=True).start()
+open(sys.argv[2], "w").write("up")
+time.sleep(120)
+"""
+
+
+def test_ports_that_answer_something_else_are_asked_once_and_a_few_per_process(
+    simulated_fleet, recording_accumulator, tmp_path
+):
+    hits, up = tmp_path / "hits", tmp_path / "up"
+    proc = subprocess.Popen([sys.executable, "-c", MANY_PORTS, str(hits), str(up)])
+    try:
+        deadline = time.monotonic() + 20
+        while not up.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        machine = simulated_fleet(f"l40s:1@proc=0:{proc.pid}")
+        collectors = parts(machine, tmp_path, rescan=0.001)
+        for _ in range(4):
+            assert cycle(collectors, recording_accumulator) == []
+        asked = hits.read_text().split()
+        assert len(asked) == 4 and len(set(asked)) == 4  # ports_per_process, each once
+        assert collectors[-1].discovery.gets_total == 4
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_discovery_stops_for_the_cycle_when_its_budget_is_spent(servers):
+    from gpuagent.plugins.work.discovery import Discovery
+
+    _, v = servers("vllm", "--workers", "1")
+    now = [0.0]
+    found = Discovery(3, 4, 1.0, rescan_s=60, budget_s=5, clock=lambda: now[0])
+    found.new_cycle()
+    now[0] = 6.0  # the cycle's budget spent before this process came up
+    assert found.endpoints_for([v["workers"][0]]) == {} and found.gets_total == 0
+    found.end_cycle()
+    found.new_cycle()  # the next cycle has a budget again
+    endpoint = found.endpoints_for([v["workers"][0]]).get(v["workers"][0])
+    assert endpoint is not None and endpoint.source == "vllm" and found.gets_total == 1
+
+
+# -- MIG, configured endpoints ---------------------------------------------------------------
+def test_a_server_on_a_mig_device_is_tagged_with_it_and_charged_its_share(
+    simulated_fleet, recording_accumulator, tmp_path, servers, call
+):
+    _, v = servers("vllm", "--workers", "1")
+    call(v["port"], "/work?n=4", "POST")
+    machine = simulated_fleet(f"h100-sxm-mig:1@proc=0:{v['workers'][0]}")
+    collectors = parts(machine, tmp_path, MigCollector)
+    cycle(collectors, recording_accumulator)  # the mig collector publishes its devices
+    points = cycle(collectors, recording_accumulator)
+    mig = {p.tags["mig_uuid"]: p for p in recording_accumulator.by_measurement("gpu_mig") if "mig_uuid" in p.tags}
+    tokens = [p for p in points if p.tags["unit"] == "tokens_out"]
+    assert tokens and all(p.fields["units_total"] == 4 * 37 for p in tokens)
+    p = tokens[-1]
+    assert p.tags["mig_uuid"] in mig and p.tags["gi_id"] == str(mig[p.tags["mig_uuid"]].tags["gi_id"])
+    assert p.tags["mig_profile"].startswith("3g.")
+    assert p.fields["gpu_share"] == pytest.approx(3 / 7, abs=1e-6) and p.fields["gpus"] == 1
+
+
+def test_a_configured_endpoint_is_read_on_the_gpus_it_names(
+    simulated_fleet, recording_accumulator, tmp_path, servers, call
+):
+    _, t = servers("triton", "--workers", "1")
+    call(t["port"], "/work?n=6", "POST")
+    url = f"http://127.0.0.1:{t['port']}/metrics"
+    machine = simulated_fleet("l40s:2")
+    collectors = parts(machine, tmp_path, discover=False, endpoints=[{"url": url, "gpus": ["1"]}])
+    points = cycle(collectors, recording_accumulator)
+    got = {(p.tags["gpu"], p.tags["unit"]): p for p in points}
+    assert set(got) == {("1", "requests"), ("1", "inferences"), ("1", "executions")}
+    assert got[("1", "inferences")].fields == {"units_total": 48.0, "gpus": 1}
+    assert got[("1", "inferences")].tags["work_id"] == url
+    assert got[("1", "inferences")].tags["source"] == "triton"
+
+
+# -- job files --------------------------------------------------------------------------------
+LAUNCHER = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+open(sys.argv[1], "w").write(str(child.pid))
+time.sleep(120)
+"""
+
+
+def test_a_job_file_outside_slurm_counts_on_the_gpus_of_its_process_tree(
+    simulated_fleet, recording_accumulator, tmp_path, caplog
+):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    child_file = tmp_path / "child"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(child_file)])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        deadline = time.monotonic() + 20
+        while not child_file.exists() or not child_file.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        worker = int(child_file.read_text())
+        (jobs / "render.work").write_text(f"pid={launcher.pid}\nunit=images\ntotal=640\n")
+        (jobs / "stale.work").write_text(f"pid={dead.pid}\nunit=images\ntotal=5\n")
+        (jobs / "bad.work").write_text(f"pid={launcher.pid}\nunit=images\ntotal=lots\n")
+        machine = simulated_fleet(f"l40s:2@proc=1:{worker}")
+        collectors = parts(machine, tmp_path)
+        with caplog.at_level(logging.WARNING, logger="gpuagent.collector.work"):
+            cycle(collectors, recording_accumulator)
+            points = cycle(collectors, recording_accumulator)
+    finally:
+        launcher.kill()
+        launcher.wait()
+    mine = [p for p in points if p.tags["source"] == "job"]
+    assert len(mine) == 2  # one a cycle, on GPU 1 only
+    p = mine[-1]
+    assert p.tags["gpu"] == "1" and p.tags["workload"] == "render" and p.tags["unit"] == "images"
+    assert p.tags["work_id"] == f"pid:{launcher.pid}" and "slurm_job_id" not in p.tags
+    assert p.fields == {"units_total": 640.0, "gpus": 1}
+    warned = [r.getMessage() for r in caplog.records if "bad.work" in r.getMessage()]
+    assert warned == [f"work: {jobs / 'bad.work'}: total='lots' is not a number; skipped"]
+
+
+# -- the shared board, and no NVML ------------------------------------------------------------
+def test_a_reader_waits_for_this_ticks_value_only_where_its_producer_started_on_it():
+    class Counted(threading.Condition):
+        waits = 0
+
+        def wait_for(self, *a, **kw):
+            Counted.waits += 1
+            return super().wait_for(*a, **kw)
+
+    board = Shared()
+    board._cond = Counted()
+    board.publish("processes", ("an earlier tick",))
+    token = current_tick.set("tick-2")
+    try:
+        # The producer was not started on this tick (a longer interval, disabled): no wait.
+        board.starting("tick-2", {"work"})
+        assert board.latest("processes", wait=30.0) == ("an earlier tick",)
+        assert Counted.waits == 0
+        board.starting("tick-2", {"processes", "work"})
+
+        def produce():
+            current_tick.set("tick-2")
+            time.sleep(0.2)
+            board.publish("processes", ("this tick",))
+
+        threading.Thread(target=produce).start()
+        assert board.latest("processes", wait=30.0) == ("this tick",)
+        assert Counted.waits == 1
+    finally:
+        current_tick.reset(token)
+
+
+def test_the_work_collector_makes_no_nvml_call(
+    simulated_fleet, recording_accumulator, tmp_path, servers, call, nvml_calls
+):
+    _, v = servers("vllm", "--workers", "2")
+    machine = simulated_fleet(f"h100-sxm:2@proc=0:{v['workers'][0]}@proc=1:{v['workers'][1]}")
+    procs, work = parts(machine, tmp_path)
+    procs.collect(recording_accumulator)
+    calls = nvml_calls()
+    work.collect(recording_accumulator)
+    assert sum(calls.values()) == 0, calls
+    points = recording_accumulator.by_measurement("gpu_work")
+    assert {p.tags["gpu"] for p in points} == {"0", "1"} and all(p.fields["gpus"] == 2 for p in points)
+
+
+def test_the_prometheus_sink_names_it_gpuagent_gpu_work_units_total(
+    simulated_fleet, recording_accumulator, tmp_path, servers, call
+):
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpuagent.plugins.prometheus import PrometheusSink
+
+    _, t = servers("triton", "--workers", "1")
+    call(t["port"], "/work?n=2", "POST")
+    machine = simulated_fleet(f"l40s:1@proc=0:{t['workers'][0]}")
+    points = cycle(parts(machine, tmp_path), recording_accumulator)
+    sink = PrometheusSink(
+        PrometheusSink.Config.model_validate({"listen": "127.0.0.1:0"}),
+        AgentContext(hostname="testhost", state_dir=tmp_path),
+    )  # fmt: skip
+    sink.start()
+    try:
+        sink.write(points)
+        host, port = sink.address
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    finally:
+        sink.close()
+    family = next(f for f in text_string_to_metric_families(text) if f.name == "gpuagent_gpu_work_units")
+    assert family.type == "counter"
+    got = {s.labels["unit"]: s for s in family.samples if s.name == "gpuagent_gpu_work_units_total"}
+    assert got["inferences"].value == 16.0
+    labels = got["inferences"].labels
+    assert labels["workload"] == "resnet50" and labels["source"] == "triton"
+    assert labels["work_id"] == f"{t['pid']}:{t['port']}" and labels["gpu"] == "0"
+
+
+def test_a_configured_endpoint_that_does_not_answer_is_one_line_and_costs_nothing_else(
+    simulated_fleet, recording_accumulator, tmp_path, caplog, servers, call
+):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/metrics"
+    _, t = servers("triton", "--workers", "1")
+    machine = simulated_fleet(f"l40s:2@proc=0:{t['workers'][0]}")
+    collectors = parts(machine, tmp_path, endpoints=[{"url": dead, "gpus": ["1"]}])
+    with caplog.at_level(logging.WARNING, logger="gpuagent.collector.work"):
+        for _ in range(3):
+            points = cycle(collectors, recording_accumulator)
+    assert [r.getMessage() for r in caplog.records if dead in r.getMessage()] == [
+        f"work: endpoint {dead}: [Errno 111] Connection refused; asked again each cycle"
+    ]
+    assert {p.tags["gpu"] for p in points} == {"0"}  # the found server's points, unchanged
