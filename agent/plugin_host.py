@@ -39,6 +39,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "gpuagent.plugins.mig",
     "gpuagent.plugins.vgpu",
     "gpuagent.plugins.health",
+    "gpuagent.plugins.gpu_info",
     "gpuagent.plugins.work",
 )
 

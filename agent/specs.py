@@ -36,7 +36,8 @@ SPECS: tuple[GpuSpec, ...] = (
     GpuSpec("a100-sxm4", "NVIDIA A100-SXM4-80GB", "Ampere", 0x20B2, "80 GB HBM2e", 5120, 2039.0, 40 * MIB, 400),
     GpuSpec("h100-pcie", "NVIDIA H100 PCIe", "Hopper", 0x2331, "80 GB HBM2e", 5120, 2039.0, 50 * MIB, 350),
     GpuSpec("h100-sxm", "NVIDIA H100 80GB HBM3", "Hopper", 0x2330, "80 GB HBM3", 5120, 3352.0, 50 * MIB, 700),
-    GpuSpec("h200", "NVIDIA H200", "Hopper", 0x2335, "141 GB HBM3e", 6144, 4800.0, 60 * MIB, 700),
+    # L2: 50 MB as GH100 in the H100 SXM; NVIDIA publishes no H200 figure (unverified).
+    GpuSpec("h200", "NVIDIA H200", "Hopper", 0x2335, "141 GB HBM3e", 6144, 4800.0, 50 * MIB, 700),
 )
 # fmt: on
 

@@ -100,6 +100,8 @@ def recording_accumulator() -> RecordingAccumulator:
 
 IDENTITY_TAGS = frozenset({"host", "gpu", "uuid", "model", "pci_bus_id", "arch"})
 NVML_SENTINELS = frozenset({0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFFFFFFFFFF})
+# Fields whose NVML value is signed (nvml.h's T.Limit thresholds and the thermal margin).
+SIGNED_FIELD_SUFFIXES = ("_tlimit_c", "thermal_margin_c")
 
 
 def make_collector(machine: Any, cls: type, hostname: str = "testhost", **config: Any) -> Any:
@@ -115,6 +117,9 @@ def make_collector(machine: Any, cls: type, hostname: str = "testhost", **config
 def assert_no_sentinels(fields: dict[str, Any]) -> None:
     """Fail on NVML's "not available" numbers (0xFFFFFFFF …) or negatives leaking into fields."""
     for name, value in fields.items():
+        signed = name.endswith(SIGNED_FIELD_SUFFIXES)  # T.Limit values and margins may be negative
         assert not (
-            isinstance(value, int) and not isinstance(value, bool) and (value < 0 or value in NVML_SENTINELS)
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and ((value < 0 and not signed) or value in NVML_SENTINELS)
         ), f"{name}={value} is a sentinel"

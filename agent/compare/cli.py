@@ -74,10 +74,10 @@ def time_range(since: str | None, start: str | None, end: str | None):
 )
 @click.option(
     "--by",
-    type=click.Choice(["model", "host", "gpu", "job", "pod"]),
+    type=click.Choice(["model", "host", "gpu", "driver", "job", "pod"]),
     default="model",
     show_default=True,
-    help="Group by GPU model, host or GPU; or by Slurm job / Kubernetes pod (from gpu_job).",
+    help="Group by GPU model, host or GPU; by driver version and model (from gpu_info); or by Slurm job / Kubernetes pod (from gpu_job).",
 )
 @click.option(
     "--format",
@@ -144,9 +144,10 @@ def compare(
 
     promql_url = promql_url_from(config_path, promql_url, url)
     if promql_url:  # the same report over the Prometheus query API (gpuagent.compare.promql_report)
-        if by in ("job", "pod"):
+        if by in ("job", "pod", "driver"):
+            source = "gpu_info records" if by == "driver" else "gpu_job points"
             raise AgentError(
-                f"--by {by} reads the gpu_job points through InfluxQL; use --url (InfluxDB), not --promql-url"
+                f"--by {by} reads the {source} through InfluxQL; use --url (InfluxDB), not --promql-url"
             )
         from gpuagent.compare.promql import PromQL, prom_connection_from
         from gpuagent.compare.promql_report import PromReport
@@ -161,9 +162,14 @@ def compare(
         if by in ("job", "pod"):
             _compare_jobs(client, rng, by, where, fmt, output)
             return
-        report = Report(client, rng, by=by, where=where)
+        report = Report(client, rng, by=by, where=where) if by != "driver" else None
     try:
-        doc = report.build()
+        if report is None:  # per driver version (gpuagent.compare.drivers)
+            from gpuagent.compare.drivers import build_by_driver
+
+            doc = build_by_driver(client, rng, where)
+        else:
+            doc = report.build()
     finally:
         client.close()
     text = RENDERERS[fmt](doc)

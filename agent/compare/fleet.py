@@ -25,7 +25,7 @@ from gpuagent.errors import AgentError
 log = logging.getLogger("gpuagent.sim.fleet")
 
 # What `gpuagent compare` reads; `--collectors all` adds every other GPU collector.
-DEFAULT_COLLECTORS = ("power", "clocks", "memory", "p2p", "mig", "vgpu", "health")
+DEFAULT_COLLECTORS = ("power", "clocks", "memory", "p2p", "mig", "vgpu", "health", "gpu_info")
 BATCH_LINES = 20_000
 # Simulated time at the first step: the driver loads as the history starts, so fault times in a
 # SPEC (`l40s:2@lost=1:30m`) count from the start of the history.

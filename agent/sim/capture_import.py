@@ -32,6 +32,15 @@ KNOWN_CARDS = {
     0x20B0: (5120, 40 * MiB),  # A100-SXM4-40GB
     0x20F1: (5120, 40 * MiB),  # A100-PCIE-40GB
     0x20B5: (5120, 40 * MiB),  # A100 80GB PCIe
+    # Cards of the captures without a built-in profile; bus widths and L2 sizes from NVIDIA's
+    # product pages and the Turing/Ampere whitepapers (not in any capture: unverified here).
+    0x1E81: (256, 4 * MiB),  # GeForce RTX 2080 SUPER (TU104)
+    0x2184: (192, 1536 * 1024),  # GeForce GTX 1660 Ti (TU116)
+    0x1C30: (160, 1280 * 1024),  # Quadro P2000 (GP106)
+    0x2487: (192, 3 * MiB),  # GeForce RTX 3060 (GA104)
+    0x2503: (192, 3 * MiB),  # GeForce RTX 3060 (GA106)
+    0x2216: (320, 5 * MiB),  # GeForce RTX 3080 LHR (GA102)
+    0x2206: (320, 5 * MiB),  # GeForce RTX 3080 (GA102)
 }
 ARCH_ALIASES = {"Ada": "Ada Lovelace"}
 
@@ -43,14 +52,23 @@ _KV = re.compile(r"^(.*?\S)\s+:\s?(.*)$")
 
 def first_q_section(text: str) -> str:
     """The first ``nvidia-smi -q`` section of a capture file (the whole text when there are no headers)."""
+    sections = q_sections(text)
+    return sections[0] if sections else text
+
+
+def q_sections(text: str) -> list[str]:
+    """Every ``nvidia-smi -q`` section of a capture file, in order: the idle run first, the
+    loaded run second (the captures' README); [] when the text has no section headers."""
     lines = text.splitlines()
-    start = None
-    for i, line in enumerate(lines):
-        if re.match(r"^#\s*\$\s*nvidia-smi\s+-q\s*$", line.strip()):
-            start = i + 1
-            break
-    if start is None:
-        return text
+    starts = [
+        i + 1
+        for i, line in enumerate(lines)
+        if re.match(r"^#\s*\$\s*nvidia-smi\s+-q\s*$", line.strip())
+    ]
+    return [_section_from(lines, start) for start in starts]
+
+
+def _section_from(lines: list[str], start: int) -> str:
     out: list[str] = []
     for line in lines[start:]:
         if line.startswith("# $ ") or (
@@ -161,14 +179,107 @@ def _version(value: Any) -> str | None:
     return value.split("[")[0].strip() or None
 
 
-def facts_from_text(text: str) -> dict[str, Any]:
-    tree = parse_text_tree(first_q_section(text))
+def _text_gpu(section: str) -> tuple[dict[str, Any], dict[str, Any], str] | None:
+    """(tree, first GPU's node, the GPU header's bus id) of one ``-q`` section; None without a GPU."""
+    tree = parse_text_tree(section)
     gpus = [k for k in tree if k.startswith("GPU ") and isinstance(tree[k], dict | list)]
     if not gpus:
-        raise AgentError("no GPU section found (expected `nvidia-smi -q` output)")
+        return None
     gpu = tree[gpus[0]]
     if isinstance(gpu, list):
         gpu = gpu[0]
+    return tree, gpu, gpus[0][4:].strip()
+
+
+def _pstate(value: Any) -> int | None:
+    """'P8' -> 8; None for N/A."""
+    match = re.match(r"^\s*P(\d+)", str(value or ""))
+    return int(match.group(1)) if match else None
+
+
+def _as_list(value: Any) -> list:
+    return value if isinstance(value, list) else ([] if value is None else [value])
+
+
+def _text_processes(node: Any) -> list[dict[str, Any]]:
+    """`Processes` of ``-q``: its KV lines repeat per process (Process ID, Type, Name, Used GPU
+    Memory, with GPU/Compute instance ID under MIG); "None" when there are none."""
+    if not isinstance(node, dict):
+        return []
+    pids = _as_list(node.get("Process ID"))
+    kinds = _as_list(node.get("Type"))
+    names = _as_list(node.get("Name"))
+    used = _as_list(node.get("Used GPU Memory"))
+    gis = _as_list(node.get("GPU instance ID") or node.get("GPU Instance ID"))
+    out = []
+    for n, pid in enumerate(pids):
+        out.append(
+            {
+                "pid": _num(pid),
+                "type": kinds[n] if n < len(kinds) else "C",
+                "name": names[n] if n < len(names) else "",
+                "used_mib": _num(used[n]) if n < len(used) else None,
+                "gi_id": _num(gis[n]) if n < len(gis) else None,
+            }
+        )
+    return [p for p in out if p["pid"] is not None]
+
+
+def _text_readings(gpu: dict[str, Any]) -> dict[str, Any]:
+    """What one ``-q`` run showed changing with load: power, temperatures, clocks, P-state, fan,
+    utilisation, memory in use and the processes."""
+    power = _g(gpu, "GPU Power Readings") or _g(gpu, "Power Readings") or {}
+    temp = _g(gpu, "Temperature") or {}
+    clocks = _g(gpu, "Clocks") or {}
+    util = _g(gpu, "Utilization") or {}
+    return {
+        "power_average_w": _num(power.get("Average Power Draw")),
+        "power_instant_w": _num(power.get("Instantaneous Power Draw") or power.get("Power Draw")),
+        "temp_c": _num(temp.get("GPU Current Temp")),
+        "memory_temp_c": _num(temp.get("Memory Current Temp")),
+        "clocks": {
+            k: _num(clocks.get(label))
+            for k, label in (("graphics", "Graphics"), ("sm", "SM"), ("memory", "Memory"), ("video", "Video"))
+        },
+        "pstate": _pstate(gpu.get("Performance State")),
+        "fan_pct": _num(gpu.get("Fan Speed")),
+        "util": {
+            k: _num(util.get(label))
+            for k, label in (
+                ("gpu", "GPU"), ("memory", "Memory"), ("encoder", "Encoder"),
+                ("decoder", "Decoder"), ("jpeg", "JPEG"), ("ofa", "OFA"),
+            )
+        },
+        "memory_used_mib": _num(_g(gpu, "FB Memory Usage", "Used")),
+        "processes": _text_processes(gpu.get("Processes")),
+    }
+
+
+def nvlink_status(text: str) -> str | None:
+    """What ``nvidia-smi nvlink -s`` said: "inactive" (links present, all down), "absent"
+    (no NVLink), "mig" (not queried in MIG mode), "links" (a speed per link); None if not captured."""
+    body = " ".join(capture_section(text, "nvlink -s") or [])
+    if not body.strip():
+        return None
+    lowered = body.lower()
+    if "all links are inactive" in lowered:
+        return "inactive"
+    if "does not have or support nvlink" in lowered:
+        return "absent"
+    if "mig mode" in lowered:
+        return "mig"
+    return "links" if re.search(r"Link \d+:", body) else None
+
+
+def facts_from_text(text: str) -> dict[str, Any]:
+    sections = q_sections(text) or [text]
+    found = _text_gpu(sections[0])
+    if found is None:
+        raise AgentError("no GPU section found (expected `nvidia-smi -q` output)")
+    tree, gpu, header_bus = found
+    loaded = _text_gpu(sections[1]) if len(sections) > 1 else None
+    temp = _g(gpu, "Temperature") or {}
+    inforom = _g(gpu, "Inforom Version") or {}
     power = _g(gpu, "GPU Power Readings") or _g(gpu, "Power Readings") or {}
     migs = _g(gpu, "MIG Device")
     if isinstance(migs, dict):
@@ -246,17 +357,51 @@ def facts_from_text(text: str) -> dict[str, Any]:
         "app_graphics": _g(gpu, "Applications Clocks", "Graphics"),
         "app_memory": _g(gpu, "Applications Clocks", "Memory"),
         "default_app_graphics": _g(gpu, "Default Applications Clocks", "Graphics"),
+        "max_boost_graphics": _g(gpu, "Max Customer Boost Clocks", "Graphics"),
+        "uuid": gpu.get("GPU UUID"),
+        "bus_id": _g(gpu, "PCI", "Bus Id") or header_bus,
+        "persistence_mode": gpu.get("Persistence Mode"),
+        "inforom": {
+            "image": inforom.get("Image Version"),
+            "oem": inforom.get("OEM Object"),
+            "ecc": inforom.get("ECC Object"),
+            "power": inforom.get("Power Management Object") or inforom.get("Power Management"),
+        },
+        "power_management": (_g(gpu, "GPU Power Readings") or _g(gpu, "Power Readings") or {}).get(
+            "Power Management"
+        ) or row.get("power.management"),
+        "temp_gpu_max": temp.get("GPU Max Operating Temp"),
+        "temp_mem_max": temp.get("Memory Max Operating Temp"),
+        "tlimit": {
+            "margin": temp.get("GPU T.Limit Temp"),
+            "shutdown": temp.get("GPU Shutdown T.Limit Temp"),
+            "slowdown": temp.get("GPU Slowdown T.Limit Temp"),
+            "gpu_max": temp.get("GPU Max Operating T.Limit Temp"),
+            "memory_max": temp.get("Memory Max Operating T.Limit Temp"),
+        },
+        "histogram_max": _g(gpu, "Remapped Rows", "Bank Remap Availability Histogram", "Max"),
+        "nvlink_status": nvlink_status(text),
+        "idle": _text_readings(gpu),
+        "load": _text_readings(loaded[1]) if loaded else None,
     })
 
 
 # Facts that are lists by nature; every other fact is one value.
 _LIST_FACTS = frozenset({"nvml_symbols", "reason_counters", "mig_devices", "mig_list_names"})
+# Facts that are dicts of their own (a run's readings, the T.Limit lines, the InfoROM versions).
+_DICT_FACTS = frozenset({"idle", "load", "tlimit", "inforom"})
 
 
 def _first_of_repeated(facts: dict[str, Any]) -> dict[str, Any]:
     """A key nvidia-smi prints once but the file repeats (a damaged or concatenated capture) reads
     as a list: the first, as the first GPU section shows it, is the fact."""
     for key, value in facts.items():
+        if key in _DICT_FACTS:
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    if isinstance(v, list) and k not in ("processes",):
+                        value[k] = next((x for x in v if isinstance(x, str)), None)
+            continue
         if key not in _LIST_FACTS and isinstance(value, list):
             facts[key] = next((v for v in value if isinstance(v, str)), None)
     return facts
@@ -340,6 +485,31 @@ def facts_from_xml(text: str) -> dict[str, Any]:
         "app_graphics": t("applications_clocks/graphics_clock"),
         "app_memory": t("applications_clocks/mem_clock"),
         "default_app_graphics": t("default_applications_clocks/graphics_clock"),
+        "max_boost_graphics": t("max_customer_boost_clocks/graphics_clock"),
+        "uuid": t("uuid"),
+        "bus_id": t("pci/pci_bus_id") or gpu.get("id"),
+        "persistence_mode": t("persistence_mode"),
+        "inforom": {
+            "image": t("inforom_version/img_version"),
+            "oem": t("inforom_version/oem_object"),
+            "ecc": t("inforom_version/ecc_object"),
+            "power": t("inforom_version/pwr_object"),
+        },
+        "power_management": pw("power_management"),
+        "temp_gpu_max": t("temperature/gpu_temp_max_gpu_threshold"),
+        "temp_mem_max": t("temperature/gpu_temp_max_mem_threshold"),
+        # Schema v13 on Ada prints T.Limit margins instead of absolute thresholds.
+        "tlimit": {
+            "margin": t("temperature/gpu_temp_tlimit"),
+            "shutdown": t("temperature/gpu_temp_max_tlimit_threshold"),
+            "slowdown": t("temperature/gpu_temp_slow_tlimit_threshold"),
+            "gpu_max": t("temperature/gpu_temp_max_gpu_tlimit_threshold"),
+            "memory_max": t("temperature/gpu_temp_max_mem_tlimit_threshold"),
+        },
+        "histogram_max": t("remapped_rows/row_remapper_histogram/row_remapper_histogram_max"),
+        "nvlink_status": None,
+        "idle": _xml_readings(gpu, t, pw),
+        "load": None,  # an XML capture is one run
         "nvml_symbols": None,  # XML captures carry no symbol list
         "reasons_supported": None,
         "reason_counters": [
@@ -348,6 +518,42 @@ def facts_from_xml(text: str) -> dict[str, Any]:
             if el.text and el.text.strip()
         ]
         or None,
+    }
+
+
+def _xml_readings(gpu: ET.Element, t: Any, pw: Any) -> dict[str, Any]:
+    """What the XML snapshot showed changing with load (as _text_readings)."""
+    processes = []
+    for p in gpu.findall("processes/process_info"):
+        processes.append(
+            {
+                "pid": _num(t("pid", p)),
+                "type": t("type", p) or "C",
+                "name": t("process_name", p) or "",
+                "used_mib": _num(t("used_memory", p)),
+                "gi_id": _num(t("gpu_instance_id", p)),
+            }
+        )
+    return {
+        "power_average_w": _num(pw("average_power_draw")),
+        "power_instant_w": _num(pw("instant_power_draw") or pw("power_draw")),
+        "temp_c": _num(t("temperature/gpu_temp")),
+        "memory_temp_c": _num(t("temperature/memory_temp")),
+        "clocks": {
+            k: _num(t(f"clocks/{tag}"))
+            for k, tag in (
+                ("graphics", "graphics_clock"), ("sm", "sm_clock"),
+                ("memory", "mem_clock"), ("video", "video_clock"),
+            )
+        },
+        "pstate": _pstate(t("performance_state")),
+        "fan_pct": _num(t("fan_speed")),
+        "util": {
+            k: _num(t(f"utilization/{k}_util"))
+            for k in ("gpu", "memory", "encoder", "decoder", "jpeg", "ofa")
+        },
+        "memory_used_mib": _num(t("fb_memory_usage/used")),
+        "processes": [p for p in processes if p["pid"] is not None],
     }
 
 
@@ -460,12 +666,18 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
             or (ref or {}).get("power_w", {}).get("limit")
             or 100
         )
+    idle = f.get("idle") or {}
+    loaded = f.get("load") or {}
+    averaged = arch not in INSTANT_POWER_ARCHS and not 0x2080 <= device_id <= 0x20FF
+    idle_w = _draw(idle, averaged)
+    if idle_w is None:
+        lacks("idle power draw")
     power = {
         "limit": limit,
         "default": _num(f.get("power_default")) or limit,
         "min": _num(f.get("power_min")) or round(limit * 0.3),
         "max": _num(f.get("power_max")) or limit,
-        "idle": (ref or {}).get("power_w", {}).get("idle") or round(limit * 0.1),
+        "idle": idle_w if idle_w is not None else (ref or {}).get("power_w", {}).get("idle") or round(limit * 0.1),
     }
     maxc = {k: _num(f.get(f"max_{k}")) for k in ("graphics", "sm", "memory", "video")}
     if maxc["graphics"] is None or maxc["memory"] is None:
@@ -481,7 +693,10 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
             "graphics": _num(f["app_graphics"]),
             "memory": _num(f.get("app_memory")) or maxc["memory"],
         }
-    idle_clocks = copy.deepcopy((ref or {}).get("clocks_mhz", {}).get("idle")) or {}
+    idle_clocks = {k: v for k, v in (idle.get("clocks") or {}).items() if v is not None}
+    if len(idle_clocks) < 4:
+        lacks("idle clocks")
+        idle_clocks = {**(copy.deepcopy((ref or {}).get("clocks_mhz", {}).get("idle")) or {}), **idle_clocks}
     known = KNOWN_CARDS.get(device_id)
     bus_width = (ref or {}).get("memory", {}).get("bus_width_bits") or (known[0] if known else None)
     mem_total = _num(f.get("memory_total"))
@@ -504,7 +719,14 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         "max_width": _num(f.get("pcie_max_width")) or 16,
         "current_width": _num(f.get("pcie_current_width")) or _num(f.get("pcie_max_width")) or 16,
     }
-    fan = None if _na(f.get("fan")) else {"idle": min(_num(f.get("fan")) or 30, 40), "max": 80}
+    fan = None
+    if not _na(f.get("fan")):
+        fan = {"idle": _num(f.get("fan")) or 0}
+        if loaded.get("fan_pct") is not None:
+            fan["max"] = loaded["fan_pct"]
+        else:
+            fan["max"] = fan["idle"]  # no loaded run: the fan stays where the capture shows it
+            lacks("loaded fan speed")
     ecc_text = f.get("ecc_mode")
     ecc = None if _na(ecc_text) else {"enabled": str(ecc_text).lower().startswith("enabled")}
     mig_text = f.get("mig_mode")
@@ -542,11 +764,7 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         virtualization["host_vgpu_mode"] = "non_sriov" if "non" in host else "sriov"
         virtualization["vgpu_types"] = []
         virtualization["vgpu_instances"] = []
-    temps = {"idle": max(25, min(50, _num(f.get("temp_current")) or 32)), "max": 80}
-    for key, src in (("slowdown", "temp_slowdown"), ("shutdown", "temp_shutdown")):
-        value = _num(f.get(src))
-        if value is not None and value > 40:
-            temps[key] = value
+    temps = temperatures(f, ref, lacks)
     if apps is None:
         unsupported += ["nvmlDeviceGetApplicationsClock", "nvmlDeviceGetDefaultApplicationsClock"]
     # "Requested functionality has been deprecated" is NVML_ERROR_DEPRECATED, not N/A.
@@ -569,10 +787,49 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     name = _slug(product) + ("-mig" if mig and mig["enabled"] else "")
     reasons_mask = _num_hex(f.get("reasons_supported"))
     counters = f.get("reason_counters")
+    if f.get("max_boost_graphics") is not None and _na(f.get("max_boost_graphics")):
+        # "Max Customer Boost Clocks / Graphics: N/A" (the GeForce captures)
+        unsupported.append("nvmlDeviceGetMaxCustomerBoostClock")
+    if _deprecated(f.get("power_management")):
+        # 590+ captures: "Power Management: Requested functionality has been deprecated"
+        # (nvml.h: DEPRECATED(13.0) nvmlDeviceGetPowerManagementMode).
+        errors["nvmlDeviceGetPowerManagementMode"] = DEPRECATED_ANSWER
+    captured = {"idle": _captured_run(idle, averaged)}
+    if f.get("load"):
+        captured["load"] = _captured_run(loaded, averaged)
+    else:
+        lacks("loaded run")
+    uuid = f.get("uuid")
+    if _na(uuid) or not re.match(r"^GPU-[0-9a-fA-F-]{36}$", str(uuid)) or set(str(uuid)[4:]) <= {"0", "-"}:
+        uuid = None  # masked with zeros (nvidia_gpu_exporter captures): derived from the seed
+    bus_id = str(f.get("bus_id") or "").upper()
+    if not re.match(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$", bus_id):
+        bus_id = None  # absent or damaged: the simulator's own slot
+        lacks("PCI bus id")
+    cuda = _num(f.get("cuda_version"))
+    cuda_int = None
+    if cuda is not None:
+        major, _, minor = str(f.get("cuda_version")).split("[")[0].strip().partition(".")
+        cuda_int = int(major) * 1000 + int((minor or "0")[:2] or 0) * 10
     profile = {
         "schema": 1,
         "name": name,
         "source": f"imported from {source}",
+        "default_scenario": "idle",
+        "uuid": uuid,
+        "pci_bus_id": bus_id,
+        "cuda_driver_version": cuda_int,
+        "captured": captured,
+        # None where the capture says N/A: those calls answer NOT_SUPPORTED.
+        "inforom": {k: (None if _na(v) else str(v)) for k, v in (f.get("inforom") or {}).items()},
+        "persistence_mode": None
+        if _na(f.get("persistence_mode"))
+        else str(f.get("persistence_mode")).lower().startswith("enabled"),
+        "pstate": {
+            k: v
+            for k, v in (("idle", idle.get("pstate")), ("active", loaded.get("pstate")))
+            if v is not None
+        },
         "driver_version": f.get("driver_version"),
         "product_name": product,
         "brand": "GeForce" if "geforce" in product.lower() else (f.get("brand") or "NVIDIA"),
@@ -607,12 +864,97 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         "faults": [],
         "not_in_capture": not_found,
     }
+    hist_max = _num(f.get("histogram_max"))
+    if remapped and hist_max is not None:
+        profile["remap_histogram_banks"] = hist_max
+    status = f.get("nvlink_status")
+    if status == "inactive" and not profile["nvlink"]:
+        # "Unable to retrieve Nvlink information as all links are inActive" (RTX 2080 SUPER):
+        # the card has NVLink (one bridge link, TU104; unverified) and every link is down.
+        profile["nvlink"] = {"links": 1, "version": 2, "topology": "bridge", "all_inactive": True}
+    elif status == "absent":
+        profile["nvlink"] = None
     if counters is not None:
         # "Clocks Event Reasons Counters" with values (e.g. "0 us") means the time fields answer.
         profile["clocks_event_reason_counters"] = any(not _na(v) for v in counters)
     if f.get("nvml_symbols"):
         profile["nvml_symbols"] = f["nvml_symbols"]
     return validate(profile, source)
+
+
+# nvml.h (nvmlDeviceGetPowerUsage): averaged over 1 s on Ampere (except GA100) and newer,
+# instantaneous before; the power collector picks the same way.
+INSTANT_POWER_ARCHS = frozenset({"Kepler", "Maxwell", "Pascal", "Volta", "Turing", "unknown"})
+
+
+def _draw(run: dict[str, Any], averaged: bool) -> float | None:
+    """The power nvmlDeviceGetPowerUsage gave in that run (average or instantaneous by arch)."""
+    first, second = ("power_average_w", "power_instant_w") if averaged else ("power_instant_w", "power_average_w")
+    value = run.get(first)
+    return value if value is not None else run.get(second)
+
+
+def _captured_run(run: dict[str, Any], averaged: bool) -> dict[str, Any]:
+    """One captured run as the simulator replays it (None where the capture says N/A)."""
+    return {
+        "power_w": _draw(run, averaged),
+        "temp_c": run.get("temp_c"),
+        "memory_temp_c": run.get("memory_temp_c"),
+        "clocks": run.get("clocks") or {},
+        "pstate": run.get("pstate"),
+        "fan_pct": run.get("fan_pct"),
+        "util": run.get("util") or {},
+        "memory_used_mib": run.get("memory_used_mib"),
+        "processes": run.get("processes") or [],
+    }
+
+
+def temperatures(f: dict[str, Any], ref: dict | None, lacks: Any) -> dict[str, Any]:
+    """temperature_c: idle and loaded from the two runs; thresholds as the capture prints them.
+
+    Driver 590 on Hopper (and schema v13 on Ada) prints T.Limit margins, not thresholds: "GPU
+    T.Limit Temp 46 C" at "GPU Current Temp 41 C" puts max operating at 41 + 46 = 87 °C, and a
+    threshold printed as "-2 C" lies 2 °C past it (slowdown 89 °C). The margins are the facts
+    (tlimit); absolute thresholds derived from them are marked in thresholds_derived_from_tlimit.
+    """
+    idle = (f.get("idle") or {}).get("temp_c")
+    if idle is None:
+        idle = _num(f.get("temp_current"))
+    loaded = (f.get("load") or {}).get("temp_c")
+    temps: dict[str, Any] = {"idle": idle if idle is not None else 30}
+    if idle is None:
+        lacks("GPU temperature")
+    if loaded is not None:
+        temps["max"] = loaded
+    else:
+        ref_max = ((ref or {}).get("temperature_c") or {}).get("max")
+        temps["max"] = ref_max if ref_max is not None else temps["idle"]
+        temps["max_source"] = (
+            f"built-in profile {ref['name']!r}" if ref_max is not None and ref else "idle (no loaded run)"
+        )
+    for key, src in (
+        ("slowdown", "temp_slowdown"),
+        ("shutdown", "temp_shutdown"),
+        ("gpu_max", "temp_gpu_max"),
+        ("memory_max", "temp_mem_max"),
+    ):
+        value = _num(f.get(src))
+        if value is not None:
+            temps[key] = value
+    tl = {k: _num(v) for k, v in (f.get("tlimit") or {}).items()}
+    if tl.get("margin") is not None:
+        temps["tlimit"] = {k: v for k, v in tl.items() if v is not None}
+        current = _num(f.get("temp_current")) if idle is None else idle
+        if current is not None:
+            base = current + tl["margin"]
+            derived = []
+            for key in ("shutdown", "slowdown", "gpu_max"):
+                if key not in temps and tl.get(key) is not None:
+                    temps[key] = base - tl[key]
+                    derived.append(key)
+            if derived:
+                temps["thresholds_derived_from_tlimit"] = derived
+    return temps
 
 
 def _num_hex(value: Any) -> int | None:

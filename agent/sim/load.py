@@ -191,7 +191,15 @@ class LoadModel:
         power = profile["power_w"]
         self.limit_w = float(power["limit"])
         self.idle_w = float(power.get("idle") or self.limit_w * 0.1)
-        demand = load.get("demand_w") or {}
+        demand = dict(load.get("demand_w") or {})
+        # An imported capture's runs (gpuagent.sim.capture_import): the idle scenario replays the
+        # idle run as captured, no wobble; a load scenario moves between it and the loaded run.
+        captured = profile.get("captured") or {}
+        self.captured_idle = captured.get("idle") if self.scenario == "idle" else None
+        self.captured_load = captured.get("load")
+        if self.captured_load and self.captured_load.get("power_w") is not None:
+            for name in ("training", "inference"):
+                demand[name] = float(self.captured_load["power_w"])
         self.peak_demand_w = float(
             demand.get(
                 self.scenario,
@@ -212,17 +220,29 @@ class LoadModel:
         self.total_bytes = int(mem["total_mib"]) << 20
         self.reserved_bytes = int(mem.get("reserved_mib", 0)) << 20
         frac = (load.get("memory_used_frac") or {}).get(self.scenario)
+        used_load = (self.captured_load or {}).get("memory_used_mib")
+        if frac is None and used_load is not None and self.scenario != "idle":
+            frac = (used_load << 20) / max(1, self.total_bytes - self.reserved_bytes)
         if frac is None:
             frac = {"idle": 0.0, "training": 0.85, "inference": 0.55}[self.scenario]
         self.mem_frac = float(frac)
         self.pcie_kbps = float(load.get("pcie_kbps", 4_000_000))
         clocks = profile["clocks_mhz"]
         self.max_clk = clocks["max"]
+        if self.captured_load:  # a busy card runs at the loaded run's clocks
+            self.max_clk = {
+                k: v if v is not None else clocks["max"][k]
+                for k, v in {**clocks["max"], **(self.captured_load.get("clocks") or {})}.items()
+            }
         self.idle_clk = clocks["idle"]
         pcie = profile["pcie"]
         self.pcie_gen_active = int(pcie.get("current_gen", pcie["max_gen"]))
         self.pcie_gen_idle = int(pcie.get("idle_gen", self.pcie_gen_active))
         self.fan = profile.get("fan_pct")
+        self.fan_by_temp = not captured  # an import's fan moves with its runs' temperatures
+        pstates = profile.get("pstate") or {}
+        self.pstate_idle = pstates.get("idle")
+        self.pstate_active = pstates.get("active")
         self.supported_reasons = int(profile.get("clocks_event_reasons_supported", 0x1FF))
         self.datacenter_p0 = profile.get("architecture") in ("Hopper", "Ampere", "Blackwell")
         # Training jobs pause for checkpoints; each GPU gets its own period and phase.
@@ -238,6 +258,9 @@ class LoadModel:
     def _util_at(self, k: int) -> tuple[float, float]:
         t = k * STEP_S
         r = _hash01(self.seed, self.index, 1, k)
+        if self.captured_idle is not None:
+            util = self.captured_idle.get("util") or {}
+            return float(util.get("gpu") or 0), float(util.get("memory") or 0)
         if self.scenario == "idle":
             util = 0.0 if r < 0.9 else r * 3
             return util, 0.0
@@ -254,6 +277,8 @@ class LoadModel:
         return util, mem_util
 
     def _demand(self, k: int, util: float) -> float:
+        if self.captured_idle is not None:
+            return self.idle_w  # the captured idle draw, as captured
         wobble = 0.96 + 0.08 * _hash01(self.seed, self.index, 3, k)
         return (
             self.idle_w + (self.peak_demand_w - self.idle_w) * (util / 100.0) * wobble
@@ -362,10 +387,23 @@ class LoadModel:
             reasons |= REASON_IDLE
         if temp >= self.slowdown_c:
             reasons |= REASON_SW_THERMAL
+        if self.captured_idle is not None:  # the idle run's clocks and P-state, whatever its util
+            sm, gr, mem_clk, video = idle["sm"], idle["graphics"], idle["memory"], idle["video"]
+            active = False
+            reasons = REASON_IDLE if util < 5.0 else 0
+            if temp >= self.slowdown_c:
+                reasons |= REASON_SW_THERMAL
         reasons &= self.supported_reasons
-        pstate = 0 if (active or self.datacenter_p0) else 8
+        if active and self.pstate_active is not None:
+            pstate = int(self.pstate_active)
+        elif not active and self.pstate_idle is not None:
+            pstate = int(self.pstate_idle)
+        else:
+            pstate = 0 if (active or self.datacenter_p0) else 8
         usable = self.total_bytes - self.reserved_bytes
-        if self.mem_frac > 0:
+        if self.captured_idle is not None and self.captured_idle.get("memory_used_mib") is not None:
+            used = int(self.captured_idle["memory_used_mib"]) << 20
+        elif self.mem_frac > 0:
             wiggle = 0.98 + 0.02 * _hash01(self.seed, self.index, 5, int(t // 60))
             used = int(usable * self.mem_frac * wiggle)
         else:
@@ -373,7 +411,12 @@ class LoadModel:
         fan = None
         if self.fan:
             lo, hi = self.fan.get("idle", 30), self.fan.get("max", 80)
-            fan = int(lo + (hi - lo) * min(1.0, max(0.0, (temp - 45) / 30)))
+            if self.fan_by_temp:
+                fan = int(lo + (hi - lo) * min(1.0, max(0.0, (temp - 45) / 30)))
+            else:  # between the captured idle and loaded runs' speeds, as their temperatures
+                span = self.temp_max - self.temp_idle
+                frac = (temp - self.temp_idle) / span if span else 0.0
+                fan = int(round(lo + (hi - lo) * min(1.0, max(0.0, frac))))
         pcie_tx = int(self.pcie_kbps * util / 100 * (0.12 if self.scenario == "training" else 0.35))
         pcie_rx = (
             int(self.pcie_kbps * util / 100 * (0.2 if self.scenario == "training" else 0.5)) + 240

@@ -240,7 +240,7 @@ class SimMigDevice:
         # instance smaller than its GPU instance (nvidia-smi mig -lcip: "MIG 1c.3g.40gb").
         gi_name = gi.profile_name
         self.profile = gi_name if ci.slices == gi.slices else f"{ci.slices}c.{gi_name}"
-        self.name = f"{gpu.name} MIG {self.profile}".encode()
+        self.name = f"{gpu.name.decode()} MIG {self.profile}".encode()
         self.uuid = _uuid(gpu.machine.seed, gpu.index, "mig", gi.id, ci.id, prefix="MIG").encode()
         self.sm_count = int(spec.get("sm_count", 0))
         self.memory_bytes = int(spec.get("memory_mib", 0)) << 20
@@ -257,7 +257,7 @@ class SimDevice:
 
     is_mig = False
 
-    def __init__(self, machine: SimMachine, index: int, item: FleetItem, scenario: str):
+    def __init__(self, machine: SimMachine, index: int, item: FleetItem, scenario: str | None):
         self.machine = machine
         self.index = index
         self.local = index - item.first_index
@@ -265,7 +265,10 @@ class SimDevice:
         self.profile_name = item.name
         self.name = p["product_name"].encode()
         self.arch = ARCH_CODES.get(p["architecture"], pynvml.NVML_DEVICE_ARCH_UNKNOWN)
-        self.uuid = _uuid(machine.seed, index, p["product_name"]).encode()
+        # An imported capture's identity goes to the first GPU of its SPEC item; the others
+        # (COUNT > 1) derive distinct ones, as every GPU of a built-in profile does.
+        captured_uuid = p.get("uuid") if self.local == 0 else None
+        self.uuid = (captured_uuid or _uuid(machine.seed, index, p["product_name"])).encode()
         serial = p.get("serial")
         self.serial = str(int(serial) + index) if serial and str(serial).isdigit() else serial
         self.board_part_number = p.get("board_part_number")
@@ -276,6 +279,11 @@ class SimDevice:
         self.numa = slot.numa
         self.pci_bus = slot.bus
         self.bus_id = f"00000000:{slot.bus:02X}:00.0".encode()
+        captured_bus = p.get("pci_bus_id") if self.local == 0 else None
+        if captured_bus and captured_bus.encode() not in machine.taken_bus_ids:
+            self.bus_id = captured_bus.encode()
+            self.pci_bus = int(captured_bus.split(":")[1], 16)
+        machine.taken_bus_ids.add(self.bus_id)
         self.minor = index
         mem = p["memory"]
         self.total_bytes = int(mem["total_mib"]) << 20
@@ -317,7 +325,21 @@ class SimDevice:
         # Calls received with a handle of this GPU (its own, MIG, GPU/compute instance, vGPU),
         # one slot per C symbol (see call_slot).
         self.call_counts: list[int] = [0] * len(CALL_SYMBOLS)
-        self.model = LoadModel(p, machine.seed, index, scenario)
+        # No scenario given: a profile's own default (an imported capture replays its idle run).
+        self.model = LoadModel(p, machine.seed, index, scenario or p.get("default_scenario"))
+        run = (p.get("captured") or {}).get("idle" if self.model.scenario == "idle" else "load")
+        # The processes the replayed run lists ("C" compute, "G" graphics, "C+G" both).
+        self.captured_procs = [
+            # "Used GPU Memory: N/A" (WDDM on Windows) is NVML_VALUE_NOT_AVAILABLE, not 0.
+            (
+                int(q["pid"]),
+                int(q["used_mib"]) << 20 if q.get("used_mib") is not None else (1 << 64) - 1,
+                str(q.get("type") or "C"),
+            )
+            for q in (run or {}).get("processes") or []
+        ] if run is not None else None
+        for q in (run or {}).get("processes") or []:
+            machine.process_names[int(q["pid"])] = str(q.get("name") or "").encode()
         self.lost_at: float | None = None
         self.unprivileged = False  # set by the @unprivileged SPEC modifier
         self.lost_until: float | None = None  # set by a reset (gpuagent.sim.health_faults.reset_gpu)
@@ -408,6 +430,8 @@ class SimDevice:
         shown = self.shown_processes()
         if shown is not None:
             return [p for p in shown if gi_id is None or p[2] == gi_id]
+        if self.captured_procs is not None:
+            return self.captured_processes("C", gi_id)
         st = self.state()
         pids = self.machine.process_pids
         if self.mig_devices:
@@ -430,6 +454,21 @@ class SimDevice:
             ]
         return [(pids[0], st.mem_used_bytes, 0xFFFFFFFF, 0xFFFFFFFF)]
 
+
+    def captured_processes(self, kind: str, gi_id: int | None = None) -> list[tuple[int, int, int, int]]:
+        """The replayed run's processes of ``kind`` ("C" or "G"; "C+G" counts as both), spread
+        over the MIG instances in turn; [] for a profile that is no capture."""
+        out = []
+        for n, (pid, nbytes, types) in enumerate(self.captured_procs or []):
+            if kind not in types.split("+"):
+                continue
+            if self.mig_devices:
+                mig = self.mig_devices[n % len(self.mig_devices)]
+                if gi_id is None or mig.gi_id == gi_id:
+                    out.append((pid, nbytes, mig.gi_id, mig.ci_id))
+            elif gi_id is None:
+                out.append((pid, nbytes, 0xFFFFFFFF, 0xFFFFFFFF))
+        return out
 
     def shown_processes(self) -> list[tuple[int, int, int, int]] | None:
         """The processes ``@proc`` (real host processes) or a job book (``sim fleet``) put on
@@ -483,6 +522,7 @@ class SimMachine:
         self.exported_symbols = frozenset(symbols) if symbols else None
         self.process_pids = [os.getpid(), os.getppid() or os.getpid()]
         self.process_names = {os.getpid(): b"python3", os.getppid(): b"python3"}
+        self.taken_bus_ids: set[bytes] = set()
         # GPU index -> [(pid, MiB or None)]: real processes shown with @proc (see shown_processes).
         self.shown_procs: dict[int, list[tuple[int, int | None]]] = {}
         # Simulated jobs for `sim fleet --with-jobs`: .processes(gpu, t) -> [(pid, MiB)] or None.
@@ -496,7 +536,8 @@ class SimMachine:
         self.devices: list[SimDevice] = []
         for item in self.items:
             for local in range(item.count):
-                self.devices.append(SimDevice(self, item.first_index + local, item, self.scenario))
+                # None when no scenario was given: each profile's default_scenario, else mixed.
+                self.devices.append(SimDevice(self, item.first_index + local, item, scenario))
         self.gpus: list[Any] = []
         # Handle address -> object
         self.by_addr: dict[int, Any] = {}

@@ -47,6 +47,7 @@ NOT_SUPPORTED, as the real card does when nvidia-smi shows "N/A".
     nvml_symbols?          [C symbol, ...]: what the driver's libnvidia-ml exports (a capture's
                            `nvml-symbols` section); any other symbol answers FUNCTION_NOT_FOUND
     not_in_capture?        [fact, ...]: what an imported capture did not show (informational)
+    unverified?            {key path: why}: figures no capture or datasheet gives (informational)
     errors?                {C symbol: NVML error name}: any other fixed answer
     load                   {ambient_c?, thermal_tau_s?, demand_w?: {idle, training, inference},
                             memory_used_frac?: {idle, training, inference},

@@ -49,6 +49,12 @@ REASON_TIME_FIELDS = FieldReader(
         "hw_power_brake_slowdown_time_ns": Field(
             pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN
         ),
+        # The violation counters DCGM reads (DCGM_FI_DEV_BOARD_LIMIT_VIOLATION, LOW_UTIL_,
+        # RELIABILITY_): nvml.h's perf-policy fields, the family the reason fields above alias
+        # (NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP = NVML_FI_DEV_PERF_POLICY_POWER).
+        "board_limit_violation_time_ns": Field(pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT),
+        "low_util_violation_time_ns": Field(pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION),
+        "reliability_violation_time_ns": Field(pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY),
     },
     group=CYCLE,  # one field-values call per GPU per cycle with power's readings
 )

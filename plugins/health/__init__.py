@@ -344,6 +344,9 @@ class HealthCollector(gpuagent.Collector):
         # Growth within error_window at or above which the GPU is degraded (0 turns a rule off).
         ecc_uncorrected_errors: int = 1
         pcie_replays: int = 100
+        # Degrees of thermal margin (T.Limit; Ada and newer) at or below which the GPU is
+        # degraded: it is about to slow down (slowdown lies 2 degC past T.Limit 0 on H100). 0: off.
+        thermal_margin_c: int = 3
         pcie_errors: int = 100
         nvlink_crc_errors: int = 100
         nvlink_replay_errors: int = 100
@@ -545,6 +548,11 @@ class HealthCollector(gpuagent.Collector):
             fields["fabric_status"] = int(fabric.status)
             fields["fabric_clique_id"] = int(fabric.cliqueId)
             fields["fabric_health_mask"] = int(fabric.healthMask)
+        from gpuagent.plugins.power import thermal_margin
+
+        margin = thermal_margin(gpu)
+        if margin is not None:
+            fields["thermal_margin_c"] = margin
         verdict, reason = self.verdict(gpu, fields, readings, nvlink, fabric)
         fields["verdict"], fields["verdict_reason"] = verdict, reason
         acc.add_fields("gpu_health", fields, tags=gpu.tags)
@@ -611,6 +619,9 @@ class HealthCollector(gpuagent.Collector):
                 per_link = counters[("nvlink", kind)] = LinkCounters()
             for link, growth in per_link.growth(now, links, window).items():  # only links that grew
                 findings.append(growth_finding(f"NVLink {kind} errors on link {link}", growth, threshold, window))
+        margin = fields.get("thermal_margin_c")
+        if cfg.thermal_margin_c and margin is not None and margin <= cfg.thermal_margin_c:
+            findings.append(Finding("degraded", f"thermal margin {margin} °C (at most {cfg.thermal_margin_c} °C left before its max operating temperature)"))
         findings += self._xid_findings(st, now)
         notes = [
             f"XID {code} at {clock_text(wall)} UTC expired after the {window_text(cfg.xid_window)} window"

@@ -35,7 +35,24 @@ GPM_METRICS = {
     pynvml.NVML_GPM_METRIC_FP16_UTIL: "fp16_active_pct",
     pynvml.NVML_GPM_METRIC_FP32_UTIL: "fp32_active_pct",
     pynvml.NVML_GPM_METRIC_FP64_UTIL: "fp64_active_pct",
+    # The GPM metrics dcgm-exporter's profiling counters read (DCGM_FI_PROF_GR_ENGINE_ACTIVE,
+    # PIPE_*_ACTIVE) that were not read before issue 32.
+    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: "graphics_active_pct",
+    pynvml.NVML_GPM_METRIC_INTEGER_UTIL: "integer_active_pct",
+    pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL: "hmma_tensor_active_pct",
+    pynvml.NVML_GPM_METRIC_IMMA_TENSOR_UTIL: "imma_tensor_active_pct",
+    pynvml.NVML_GPM_METRIC_DFMA_TENSOR_UTIL: "dfma_tensor_active_pct",
 }
+
+
+# Video and optical-flow engines (nvml.h NVML_GPM_METRIC_NVDEC_0_UTIL ... NVOFA_1_UTIL): one
+# field each, the mean over the card's engines (H100: 7 NVDEC, 7 NVJPG, 1 NVOFA).
+ENGINE_METRICS = {
+    "nvdec_active_pct": tuple(range(pynvml.NVML_GPM_METRIC_NVDEC_0_UTIL, pynvml.NVML_GPM_METRIC_NVDEC_0_UTIL + 8)),
+    "nvjpg_active_pct": tuple(range(pynvml.NVML_GPM_METRIC_NVJPG_0_UTIL, pynvml.NVML_GPM_METRIC_NVJPG_0_UTIL + 8)),
+    "nvofa_active_pct": tuple(range(pynvml.NVML_GPM_METRIC_NVOFA_0_UTIL, pynvml.NVML_GPM_METRIC_NVOFA_0_UTIL + 2)),
+}
+ENGINE_METRIC_IDS = tuple(i for ids in ENGINE_METRICS.values() for i in ids)
 
 
 class MemoryConfig(gpuagent.CollectorConfig):
@@ -124,6 +141,15 @@ def read_gpu(
         fields["gpu_util_pct"] = valid(util.gpu)
         # The share of time memory was read or written (busy time), not bandwidth.
         fields["memory_util_pct"] = valid(util.memory)
+    # GPU-level video engines: the encoder through its call on every card (GPM has no NVENC
+    # metric); the decoder through its call where GPM is not read (with GPM: nvdec_active_pct).
+    encoder = poll(gpu, pynvml.nvmlDeviceGetEncoderUtilization)
+    if encoder is not None:
+        fields["encoder_util_pct"] = valid(encoder[0])
+    if gpm_read is None:
+        decoder = poll(gpu, pynvml.nvmlDeviceGetDecoderUtilization)
+        if decoder is not None:
+            fields["decoder_util_pct"] = valid(decoder[0])
 
     static = static_fields(gpu, use_cuda)
     fields.update(static)
@@ -131,8 +157,15 @@ def read_gpu(
     # DRAM bandwidth only where NVML measures it: GPM (Hopper and newer). Cards without GPM
     # carry no dram_bw_* field: their memory busy time is not bandwidth.
     if gpm_read is not None:
-        for metric_id, value in gpm_read(gpu, GPM_METRICS).items():
-            fields[GPM_METRICS[metric_id]] = valid(float(value))
+        values = gpm_read(gpu, [*GPM_METRICS, *ENGINE_METRIC_IDS])
+        for metric_id, value in values.items():
+            if metric_id in GPM_METRICS:
+                fields[GPM_METRICS[metric_id]] = valid(float(value))
+        for name, ids in ENGINE_METRICS.items():
+            # The mean over the engines the card has (an absent engine answers NOT_SUPPORTED).
+            answered = [float(values[i]) for i in ids if values.get(i) is not None]
+            if answered:
+                fields[name] = sum(answered) / len(answered)
         if fields.get("dram_bw_util_pct") is not None:
             fields["dram_bw_source"] = "gpm"
     util_pct = fields.get("dram_bw_util_pct")

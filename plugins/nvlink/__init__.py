@@ -63,8 +63,40 @@ def link_facts(gpu: Gpu, link: int) -> dict[str, object]:
     return facts
 
 
+# Without GPM (Ampere): nvml.h's throughput counters, KiB since the driver loaded, per link
+# (scopeId = link) and summed over all links (scopeId = UINT_MAX); rates between two runs.
+THROUGHPUT_FIELDS = {"rx": pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, "tx": pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX}
+ALL_LINKS = 0xFFFFFFFF
+
+
+def read_counters(gpu: Gpu, links: list[int]) -> tuple[float, dict[tuple[str, int], int]] | None:
+    """(seconds of the driver's timestamp, (direction, link or ALL_LINKS) -> KiB) in one
+    field-values call; None when the card refuses it."""
+    keys = [(d, link) for link in [*links, ALL_LINKS] for d in THROUGHPUT_FIELDS]
+    values = gpu.query(pynvml.nvmlDeviceGetFieldValues, [(THROUGHPUT_FIELDS[d], link) for d, link in keys])
+    if values is None:
+        return None
+    out, stamp = {}, None
+    for key, fv in zip(keys, values, strict=False):
+        if fv.nvmlReturn == pynvml.NVML_SUCCESS:
+            out[key] = int(fv.value.ullVal)
+            stamp = fv.timestamp / 1e6
+    return (stamp, out) if out and stamp is not None else None
+
+
+def counter_rates(before, after) -> dict[tuple[str, int], float]:
+    """Bytes/s per counter between two read_counters results (a counter that went back: none)."""
+    (t0, c0), (t1, c1) = before, after
+    dt = t1 - t0
+    if dt <= 0:
+        return {}
+    return {k: (v - c0[k]) * 1024 / dt for k, v in c1.items() if k in c0 and v >= c0[k]}
+
+
 def read_gpu(
-    gpu: Gpu, gpm_read: Callable[[Gpu, Iterable[int]], dict[int, float]] | None = None
+    gpu: Gpu,
+    gpm_read: Callable[[Gpu, Iterable[int]], dict[int, float]] | None = None,
+    counter_rate: dict[tuple[str, int], float] | None = None,
 ) -> list[tuple[dict[str, str], dict[str, object]]]:
     """(tags, fields) of one GPU's gpu_nvlink points: one per link, then the GPU's summary.
 
@@ -95,7 +127,10 @@ def read_gpu(
         if is_active:
             # Version, far end and capabilities hold while the link stays up: read once.
             fields.update(gpu.remember(f"nvlink_link:{link}", lambda link=link: link_facts(gpu, link)))
-        if link < GPM_LINKS:
+        if counter_rate is not None:
+            fields["rx_bytes_per_sec"] = counter_rate.get(("rx", link))
+            fields["tx_bytes_per_sec"] = counter_rate.get(("tx", link))
+        elif link < GPM_LINKS:
             rx_id, tx_id = gpm_link_metrics(link)
             fields["rx_bytes_per_sec"] = _bytes(throughput.get(rx_id))
             fields["tx_bytes_per_sec"] = _bytes(throughput.get(tx_id))
@@ -103,6 +138,9 @@ def read_gpu(
     summary: dict[str, object] = {"links": len(links), "links_active": active}
     for field, metric in GPM_TOTAL.items():
         summary[field] = _bytes(throughput.get(metric))
+    if counter_rate is not None:
+        summary["total_rx_bytes_per_sec"] = counter_rate.get(("rx", ALL_LINKS))
+        summary["total_tx_bytes_per_sec"] = counter_rate.get(("tx", ALL_LINKS))
     points.append((dict(gpu.tags), summary))
     return points
 
@@ -121,10 +159,13 @@ class NvlinkCollector(gpuagent.Collector):
         gpm: bool = True
         # GPM reports between two samples: the first run takes one, waits this long, takes the next.
         gpm_warmup: gpuagent.Duration = GPM_WARMUP_S
+        # Without GPM: throughput from NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_* between two runs.
+        throughput_counters: bool = True
 
     def __init__(self, config, context):
         super().__init__(config, context)
         self._gpm = GpmSamplers()
+        self._counters: dict[str, tuple] = {}  # uuid -> the previous run's throughput counters
 
     def _uses_gpm(self, gpu: Gpu) -> bool:
         return self.config.gpm and bool(card_links(gpu)) and gpm_supported(gpu)
@@ -138,7 +179,15 @@ class NvlinkCollector(gpuagent.Collector):
 
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: Gpu) -> None:
         gpm_read = self._gpm.read if self._uses_gpm(gpu) else None
-        for tags, fields in read_gpu(gpu, gpm_read):
+        rates = None
+        if gpm_read is None and self.config.throughput_counters and card_links(gpu):
+            # No GPM (Ampere and older): the throughput counters, one field-values call a run.
+            now = read_counters(gpu, card_links(gpu))
+            before = self._counters.get(gpu.uuid)
+            if now is not None:
+                self._counters[gpu.uuid] = now
+                rates = counter_rates(before, now) if before is not None else {}
+        for tags, fields in read_gpu(gpu, gpm_read, rates):
             acc.add_fields(MEASUREMENT, fields, tags=tags)
 
     def close(self) -> None:

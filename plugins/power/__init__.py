@@ -12,7 +12,7 @@ from __future__ import annotations
 import pynvml
 
 import gpuagent
-from gpuagent.nvml_read import CYCLE, Field, FieldReader, poll, poll_first, valid
+from gpuagent.nvml_read import CYCLE, Field, FieldReader, current_tick, poll, poll_first, valid
 
 MEASUREMENT = "gpu_power"
 
@@ -98,9 +98,59 @@ def static_fields(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
             fields[name] = valid(
                 gpu.query(pynvml.nvmlDeviceGetTemperatureThreshold, threshold), zero=False
             )
+        fields.update(tlimit_thresholds(gpu))
         return fields
 
     return gpu.remember("power.static", read)
+
+
+# nvml.h: "GPU T.Limit temperature thresholds ... supported on Ada and later architectures and
+# supersedes nvmlDeviceGetTemperatureThreshold". On the T.Limit scale 0 is max operating; the
+# H100 capture prints shutdown -8, slowdown -2 (degrees past it). Signed: valid() is not used.
+TLIMIT_FIELDS = (
+    (pynvml.NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, "temperature_shutdown_tlimit_c"),
+    (pynvml.NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT, "temperature_slowdown_tlimit_c"),
+    (pynvml.NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT, "temperature_gpu_max_tlimit_c"),
+    (pynvml.NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT, "temperature_memory_max_tlimit_c"),
+)
+TLIMIT_ARCHS = frozenset({"Ada Lovelace", "Hopper", "Blackwell"})
+
+
+def _signed(fv) -> int | None:
+    if fv.nvmlReturn != pynvml.NVML_SUCCESS:
+        return None
+    if fv.valueType == pynvml.NVML_VALUE_TYPE_SIGNED_INT:
+        return int(fv.value.siVal)
+    if fv.valueType == pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+        return int(fv.value.sllVal)
+    return valid(int(fv.value.uiVal)) if fv.valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT else None
+
+
+def tlimit_thresholds(gpu: gpuagent.Gpu) -> dict[str, int | None]:
+    """The T.Limit thresholds (Ada and newer), one field-values call per GPU, once."""
+    if gpu.arch not in TLIMIT_ARCHS:
+        return {}
+    values = gpu.query(pynvml.nvmlDeviceGetFieldValues, [f for f, _ in TLIMIT_FIELDS])
+    if values is None:
+        return {name: None for _, name in TLIMIT_FIELDS}
+    return {name: _signed(fv) for (_, name), fv in zip(TLIMIT_FIELDS, values, strict=False)}
+
+
+def thermal_margin(gpu: gpuagent.Gpu) -> int | None:
+    """Degrees left before the GPU reaches T.Limit 0 (nvmlDeviceGetMarginTemperature; nvidia-smi's
+    "GPU T.Limit Temp"). Negative past the limit; None where the card has no margin (pre-Ada)."""
+    if gpu.arch not in TLIMIT_ARCHS or not hasattr(pynvml, "nvmlDeviceGetMarginTemperature"):
+        return None
+    # Asked once per scheduler tick: power and health (its verdict) both read it.
+    tick = current_tick.get()
+    last = gpu.remember("power.margin", dict)
+    if tick is not None and last.get("tick") == tick:
+        return last["value"]
+    margin = gpu.query(pynvml.nvmlDeviceGetMarginTemperature)
+    value = int(margin) if isinstance(margin, int) and -300 < margin < 300 else None
+    if tick is not None:
+        last.update(tick=tick, value=value)
+    return value
 
 
 def read_gpu(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
@@ -113,6 +163,8 @@ def read_gpu(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
         "temperature_c": valid(poll_first(gpu, TEMPERATURE_CALLS, pynvml.NVML_TEMPERATURE_GPU)),
         "fan_speed_pct": valid(poll(gpu, pynvml.nvmlDeviceGetFanSpeed)),
     }
+    if gpu.arch in TLIMIT_ARCHS:
+        fields["thermal_margin_c"] = thermal_margin(gpu)
     fields.update(static_fields(gpu))
     if "energy_mj" in readings:
         fields["energy_j"] = readings["energy_mj"] / 1000.0

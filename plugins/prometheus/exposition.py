@@ -19,6 +19,9 @@ from gpuagent.metric import Point
 from gpuagent.plugins.prometheus.naming import MetricSpec, metric_for, sanitize
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Measurements sent seldom, kept on /metrics this much longer than expire_after: gpu_info is
+# sent at start, on change and hourly (plugins/gpu_info), and must be in every scrape.
+KEEP_LONGER = {"gpu_info": 2 * 3600.0}
 # A render is reused this long even without a change, so that series past expire_after leave.
 MAX_RENDER_AGE_S = 5.0
 
@@ -80,6 +83,7 @@ class LatestValues:
         with self._lock:
             for p in points:
                 text, labels = self._label_text(p.tags)
+                keep = KEEP_LONGER.get(p.measurement, 0.0)
                 for key, value in p.fields.items():
                     is_string = isinstance(value, str)
                     if is_string and not self.string_fields:
@@ -89,9 +93,9 @@ class LatestValues:
                     if is_string:
                         label = spec.label if spec.label not in labels else "field_" + spec.label
                         extra = f'{label}="{_escape_label(value)}"'
-                        self._series[(spec.name, text)] = [1.0, now, f"{text},{extra}" if text else extra]
+                        self._series[(spec.name, text)] = [1.0, now + keep, f"{text},{extra}" if text else extra]
                     else:
-                        self._series[(spec.name, text)] = [float(value) * spec.scale, now, text]
+                        self._series[(spec.name, text)] = [float(value) * spec.scale, now + keep, text]
                 self.points_total += 1
             self._version += 1
 

@@ -30,6 +30,7 @@ DOCS = {
     "gpu_mig": ["plugins/mig/README.md"],
     "gpu_vgpu": ["plugins/vgpu/README.md"],
     "gpu_health": ["plugins/health/README.md"],
+    "gpu_info": ["plugins/gpu_info/README.md"],
     "gpu_process": ["plugins/processes/README.md"],
     "gpu_job": ["plugins/processes/README.md"],
     "host": ["plugins/host/README.md"],

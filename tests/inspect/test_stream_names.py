@@ -27,6 +27,8 @@ STATIC = {
     "gpu_power": [
         "power_limit_w", "enforced_power_limit_w", "default_power_limit_w", "min_power_limit_w", "max_power_limit_w",
         "temperature_shutdown_c", "temperature_slowdown_c", "temperature_gpu_max_c", "temperature_memory_max_c",
+        "temperature_shutdown_tlimit_c", "temperature_slowdown_tlimit_c", "temperature_gpu_max_tlimit_c",
+        "temperature_memory_max_tlimit_c",
     ],
     "gpu_memory": [
         "fb_total_bytes", "bar1_total_bytes", "bus_width_bits", "dram_peak_gbps", "dram_peak_source",

@@ -259,7 +259,9 @@ GPU 00000000:01:00.0
     cap = tmp_path / "bare.txt"
     cap.write_text(text)
     profile = import_capture(cap)
-    assert profile["not_in_capture"] == ["power limit", "max clocks"]
+    assert profile["not_in_capture"] == [
+        "power limit", "idle power draw", "max clocks", "idle clocks", "GPU temperature", "loaded run",
+    ]
     out = tmp_path / "p.json"
     out.write_text(json.dumps(profile))
     simulated_fleet(str(out), scenario="idle")

@@ -68,10 +68,14 @@ def test_gpm_idle_is_zero_and_unknown_metric_not_supported(simulated_fleet, sim_
     sim_clock.advance(1)
     pynvml.nvmlGpmSampleGet(h, s2)
     got = metrics_between(
-        s1, s2, (pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, pynvml.NVML_GPM_METRIC_NVDEC_0_UTIL)
+        s1, s2, (pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, pynvml.NVML_GPM_METRIC_NVDEC_0_UTIL,
+                 pynvml.NVML_GPM_METRIC_NVDEC_7_UTIL, pynvml.NVML_GPM_METRIC_C2C_TOTAL_TX_PER_SEC)
     )
     assert got[pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL] == (0, 0.0)
-    assert got[pynvml.NVML_GPM_METRIC_NVDEC_0_UTIL][0] == pynvml.NVML_ERROR_NOT_SUPPORTED
+    # Hopper has 7 NVDECs (0-6): an idle one answers 0, the absent eighth NOT_SUPPORTED (issue 32).
+    assert got[pynvml.NVML_GPM_METRIC_NVDEC_0_UTIL] == (0, 0.0)
+    assert got[pynvml.NVML_GPM_METRIC_NVDEC_7_UTIL][0] == pynvml.NVML_ERROR_NOT_SUPPORTED
+    assert got[pynvml.NVML_GPM_METRIC_C2C_TOTAL_TX_PER_SEC][0] == pynvml.NVML_ERROR_NOT_SUPPORTED
 
 
 def test_gpm_per_mig_instance(simulated_fleet, sim_clock):

@@ -13,7 +13,7 @@ TABLE = {
     "a100-sxm4": ("NVIDIA A100-SXM4-80GB", 0x20B2, 80, 5120, 2039, 40, 400, 12),
     "h100-pcie": ("NVIDIA H100 PCIe", 0x2331, 80, 5120, 2039, 50, 350, 12),
     "h100-sxm": ("NVIDIA H100 80GB HBM3", 0x2330, 80, 5120, 3352, 50, 700, 18),
-    "h200": ("NVIDIA H200", 0x2335, 141, 6144, 4800, 60, 700, 18),
+    "h200": ("NVIDIA H200", 0x2335, 141, 6144, 4800, 50, 700, 18),  # L2: GH100's, unverified
 }
 
 
@@ -67,3 +67,13 @@ def test_validation_names_the_problem():
     p["schema"] = 9
     with pytest.raises(AgentError, match="schema"):
         validate(p, "test")
+
+
+def test_h200_names_what_no_source_gives():
+    """Issue 32 item 8: the h200 figures from no capture or datasheet are marked unverified."""
+    from gpuagent.sim.profile import load_profile
+
+    unverified = load_profile("h200")["unverified"]
+    for key in ("clocks_mhz.max.memory", "memory.reserved_mib", "mig.gpu_instance_profiles", "l2_cache_bytes"):
+        assert unverified[key], key
+    assert load_profile("h200")["l2_cache_bytes"] == 50 * 1024 * 1024  # GH100's, as the H100 SXM

@@ -8,7 +8,7 @@ application clocks come from the profile. The current "ClocksEvent" names and th
 
 from __future__ import annotations
 
-from gpuagent.sim.fakelib.args import E_INVALID, NvmlCalls, _fill_value, _int
+from gpuagent.sim.fakelib.args import E_INVALID, E_NS, NvmlCalls, _fill_value, _int
 from gpuagent.sim.fakelib.calls import device_call
 
 CLOCK_NAMES = {0: "graphics", 1: "sm", 2: "memory", 3: "video"}  # nvmlClockType_t
@@ -51,6 +51,12 @@ class ClockCalls(NvmlCalls):
 
     @device_call
     def nvmlDeviceGetMaxCustomerBoostClock(self, dev, kind=None, out=None):
+        # Every GeForce capture prints "Max Customer Boost Clocks / Graphics: N/A" (RTX 2080
+        # SUPER, 3060, 3080, 4080 SUPER, GTX 1660 Ti); an imported card that says N/A lists it
+        # in "unsupported"; the datacenter captures (H100, L40S, A100) show the max clock.
+        gpu = dev.gpu if dev.is_mig else dev
+        if gpu.profile.get("brand") == "GeForce":
+            return E_NS
         v = self._clock(dev, kind, "max")
         return E_INVALID if v is None else self._put(out, v)
 

@@ -76,6 +76,7 @@ ECC_TOTAL_FIELDS = {
 PCIE_COUNTER_WRAP = 1 << 32
 UI = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
 ULL = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+SI = pynvml.NVML_VALUE_TYPE_SIGNED_INT
 _SET_UNION = ctypes.Union.__setattr__
 
 # nvmlFieldValue_t as nvml.h lays it out, written with one struct.pack_into per entry (ctypes
@@ -93,6 +94,7 @@ _RETURN = struct.Struct("=I").pack_into  # nvmlReturn
 _PACK_UI = struct.Struct("=qqIII").pack_into
 _PACK_ULL = struct.Struct("=qqIIQ").pack_into
 _PACK_DOUBLE = struct.Struct("=qqIId").pack_into
+_PACK_SI = struct.Struct("=qqIIi").pack_into
 
 
 class FieldValueCalls(NvmlCalls):
@@ -138,6 +140,9 @@ class FieldValueCalls(NvmlCalls):
                     if kind == ULL:
                         pack_ull(raw, at, now_us, 0, ULL, OK, int(value) & 0xFFFFFFFFFFFFFFFF)
                         continue
+                    if kind == SI:
+                        _PACK_SI(raw, at, now_us, 0, SI, OK, int(value))
+                        continue
                     if kind is not None:
                         pack_double(raw, at, now_us, 0, kind, OK, float(value))
                         continue
@@ -172,6 +177,8 @@ class FieldValueCalls(NvmlCalls):
                 put_value(get(fv, "value"), "uiVal", int(value))
             elif kind == ULL:
                 put_value(get(fv, "value"), "ullVal", int(value))
+            elif kind == SI:
+                put_value(get(fv, "value"), "siVal", int(value))
             else:
                 put_value(get(fv, "value"), "dVal", float(value))
         return OK
@@ -236,9 +243,37 @@ def _remapped(index):
 
 
 def _memory_temp(calls, dev, st, scope):
+    captured = (dev.profile.get("captured") or {}).get("idle")
+    if captured is not None:  # an imported capture: its idle run's memory-GPU offset, or N/A
+        mem, gpu = captured.get("memory_temp_c"), captured.get("temp_c")
+        return (UI, st.temp_c + (mem - gpu)) if mem is not None and gpu is not None else (None, E_NS)
     if str(dev.profile["memory"].get("type", "")).startswith("HBM"):
         return UI, st.temp_c + 6
     return None, E_NS
+
+
+def _tlimit(key):
+    def answer(calls, dev, st, scope):
+        from gpuagent.sim.fakelib.power_thermal import tlimit_threshold
+
+        value = tlimit_threshold(dev.gpu if dev.is_mig else dev, key)
+        # nvml.h does not give these fields' value type; a signed int as the T.Limit lines read
+        return (None, E_NS) if value is None else (SI, int(value))
+
+    return answer
+
+
+def _power_average(calls, dev, st, scope):
+    # nvml.h: NVML_FI_DEV_POWER_AVERAGE is "supported on Ampere (except GA100) or newer"; the
+    # RTX 2080 SUPER capture shows "Average Power Draw: N/A".
+    gpu = dev.gpu if dev.is_mig else dev
+    device_id = gpu.pci_device_id >> 16
+    if gpu.profile.get("architecture") in INSTANT_ARCHS or 0x2080 <= device_id <= 0x20FF:
+        return None, E_NS
+    return UI, st.power_w * 1000
+
+
+INSTANT_ARCHS = frozenset({"Kepler", "Maxwell", "Pascal", "Volta", "Turing", "unknown"})
 
 
 def _ecc_mode(calls, dev, st, scope):
@@ -262,6 +297,13 @@ def _reason_time(bit):
         return ULL, st.reason_s[bit] * 1e9
 
     return answer
+
+
+def _violation_time(calls, dev, st, scope):
+    # NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT / LOW_UTILIZATION / RELIABILITY, answered where the
+    # reason counters are (the same perf-policy family, nvml.h). The load model never holds a GPU
+    # below its application clocks for these (it has no such limiter): 0 ns, a healthy card's.
+    return (ULL, 0) if dev.reason_counters else (None, E_NS)
 
 
 def _pcie_bytes(share):
@@ -318,7 +360,11 @@ FieldValueCalls.FIELD_HANDLERS = {
     pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: _energy,
     pynvml.NVML_FI_DEV_ENERGY: _energy,
     pynvml.NVML_FI_DEV_POWER_INSTANT: _power,
-    pynvml.NVML_FI_DEV_POWER_AVERAGE: _power,
+    pynvml.NVML_FI_DEV_POWER_AVERAGE: _power_average,
+    pynvml.NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT: _tlimit("shutdown"),
+    pynvml.NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT: _tlimit("slowdown"),
+    pynvml.NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT: _tlimit("memory_max"),
+    pynvml.NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT: _tlimit("gpu_max"),
     **{f: _power_limit(key) for f, key in POWER_LIMIT_FIELDS.items()},
     **{f: _ecc_total(key) for f, key in ECC_TOTAL_FIELDS.items()},
     **{f: _remapped(index) for f, index in REMAP_FIELDS.items()},
@@ -328,6 +374,9 @@ FieldValueCalls.FIELD_HANDLERS = {
     pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: _pcie_replays,
     pynvml.NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER: _pcie_rollovers,
     **{f: _reason_time(bit) for f, bit in REASON_TIME_FIELDS.items()},
+    pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT: _violation_time,
+    pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION: _violation_time,
+    pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY: _violation_time,
     pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: _pcie_bytes(0.12),
     pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: _pcie_bytes(0.2),
     pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT: _nvlink_link_count,

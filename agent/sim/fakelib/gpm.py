@@ -76,6 +76,22 @@ _GPM_SHARE = {
 }
 
 
+# Video engines per GPU (NVIDIA H100 Tensor Core GPU Architecture whitepaper: 7 NVDEC, 7 NVJPG,
+# 1 NVOFA; the H100 MIG capture's 3g.40gb device has 3 decoders and 3 JPG engines, 0 OFA).
+VIDEO_ENGINES = {"nvdec": 7, "nvjpg": 7, "nvofa": 1}
+
+
+def _engine(mid: int) -> tuple[str, int] | None:
+    """NVML_GPM_METRIC_NVDEC_0_UTIL (30) ... NVOFA_1_UTIL (51) as (engine kind, engine index)."""
+    if 30 <= mid <= 37:
+        return "nvdec", mid - 30
+    if 40 <= mid <= 47:
+        return "nvjpg", mid - 40
+    if 50 <= mid <= 51:
+        return "nvofa", mid - 50
+    return None
+
+
 GPM_MIN_INTERVAL_S = 0.1
 E_NOT_READY = pynvml.NVML_ERROR_NOT_READY
 
@@ -201,6 +217,11 @@ class GpmCalls(NvmlCalls):
                 value = nvl if dev.nvlink and s1.gi is None else None
             elif dev.nvlink and 62 <= mid <= 61 + 2 * int(dev.nvlink["links"]) and s1.gi is None:
                 value = nvl / int(dev.nvlink["links"])
+            elif (engine := _engine(mid)) is not None:
+                # No simulated workload decodes video, JPEG or optical flow: the engines the card
+                # has are idle; one it lacks answers NOT_SUPPORTED.
+                kind, n = engine
+                value = 0.0 if n < VIDEO_ENGINES.get(kind, 0) else None
             if value is None:
                 put(metric, "nvmlReturn", E_NS)
                 put(metric, "value", 0.0)

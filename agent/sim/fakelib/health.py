@@ -105,7 +105,11 @@ class HealthCalls(NvmlCalls):
         o = _out(out)
         if o is None:
             return E_INVALID
-        banks = 2560 if str(dev.profile["memory"].get("type", "")).startswith("HBM") else 192
+        # An imported capture's "Bank Remap Availability Histogram / Max" (H100: 2560 bank(s)),
+        # else 2560 on HBM as the H100 capture shows and 192 on GDDR.
+        banks = dev.profile.get("remap_histogram_banks") or (
+            2560 if str(dev.profile["memory"].get("type", "")).startswith("HBM") else 192
+        )
         state, now = peek(self.m, dev.index), self.m.now()
         # Each applied or pending remapping uses a spare row of one bank (availability max -> high);
         # a failed remapping leaves a bank with none (the H100 capture: Max 2560 bank(s), rest 0).

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pynvml
 
-from gpuagent.sim.fakelib.args import E_INVALID, OK, NvmlCalls, _out, _put_str
+from gpuagent.sim.fakelib.args import E_INVALID, E_NS, OK, NvmlCalls, _int, _out, _put_str
 from gpuagent.sim.fakelib.calls import device_call
 from gpuagent.sim.machine import SimDevice
 
@@ -29,6 +29,11 @@ def _fill_pci(out, bus_id: bytes, bus: int, device_id: int, subsystem: int) -> i
     o.pciDeviceId = device_id
     o.pciSubSystemId = subsystem
     return OK
+
+
+def _inforom(dev) -> dict:
+    """The profile's InfoROM versions ({} for a built-in profile: the H100 capture's are used)."""
+    return (dev.gpu if dev.is_mig else dev).profile.get("inforom") or {}
 
 
 def _event_mask(dev: SimDevice) -> int:
@@ -65,7 +70,21 @@ class IdentityCalls(NvmlCalls):
 
     @device_call
     def nvmlDeviceGetInforomImageVersion(self, dev, buf=None, size=None):
-        return _put_str(buf, b"G520.0200.00.05", size)
+        # An imported capture's "Inforom Version / Image Version"; else the H100 capture's.
+        image = _inforom(dev).get("image", "G520.0200.00.05")
+        return E_NS if image is None else _put_str(buf, image.encode(), size)
+
+    @device_call
+    def nvmlDeviceGetInforomVersion(self, dev, obj=None, buf=None, size=None):
+        # NVML_INFOROM_OEM / ECC / POWER; the H100 capture: OEM 2.1, ECC 7.16, Power N/A.
+        key = {pynvml.NVML_INFOROM_OEM: "oem", pynvml.NVML_INFOROM_ECC: "ecc", pynvml.NVML_INFOROM_POWER: "power"}
+        name = key.get(_int(obj))
+        if name is None:
+            return E_INVALID
+        gpu = dev.gpu if dev.is_mig else dev
+        # Cards without ECC have no ECC object ("ECC Object: N/A" on the GeForce captures).
+        value = _inforom(dev).get(name, {"oem": "2.1", "ecc": "7.16" if gpu.ecc else None, "power": None}[name])
+        return E_NS if value is None else _put_str(buf, value.encode(), size)
 
     @device_call
     def nvmlDeviceGetMinorNumber(self, dev, out=None):
@@ -114,7 +133,9 @@ class IdentityCalls(NvmlCalls):
 
     @device_call
     def nvmlDeviceGetPersistenceMode(self, dev, out=None):
-        return self._put(out, 1)
+        # An imported capture's "Persistence Mode" (N/A on Windows: NOT_SUPPORTED); else enabled.
+        mode = (dev.gpu if dev.is_mig else dev).profile.get("persistence_mode", True)
+        return E_NS if mode is None else self._put(out, 1 if mode else 0)
 
     @device_call
     def nvmlDeviceGetComputeMode(self, dev, out=None):

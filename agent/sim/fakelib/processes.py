@@ -63,11 +63,17 @@ class ProcessCalls(NvmlCalls):
 
     @process_list_call
     def nvmlDeviceGetGraphicsRunningProcesses_v3(self, dev, count=None, arr=None):
-        return self._two_call(count, arr, [], _fill_proc)
+        return self._graphics(dev, count, arr)
 
     @process_list_call
     def nvmlDeviceGetGraphicsRunningProcesses_v2(self, dev, count=None, arr=None):
-        return self._two_call(count, arr, [], _fill_proc)
+        return self._graphics(dev, count, arr)
+
+    def _graphics(self, dev, count, arr):
+        # Only an imported capture has graphics processes (gnome-shell, Xwayland on the 2080 SUPER).
+        gpu = dev.gpu if dev.is_mig else dev
+        procs = gpu.captured_processes("G", dev.gi_id if dev.is_mig else None)
+        return self._two_call(count, arr, procs, _fill_proc)
 
     @process_list_call
     def nvmlDeviceGetMPSComputeRunningProcesses_v3(self, dev, count=None, arr=None):

@@ -88,7 +88,9 @@ class SystemCalls(NvmlCalls):
 
     @system_call()
     def nvmlSystemGetNVMLVersion(self, buf=None, size=None):
-        return _put_str(buf, b"13." + self.m.driver_version, size)
+        # "<CUDA major>.<driver>", e.g. 12.535.54.03 with CUDA 12.2 (the major follows the CUDA
+        # version the driver reports, which an imported capture gives).
+        return _put_str(buf, b"%d." % (self.m.cuda_version // 1000) + self.m.driver_version, size)
 
     @system_call()
     def nvmlSystemGetCudaDriverVersion(self, out=None):

@@ -91,3 +91,35 @@ def test_counters_absent_on_geforce_and_not_asked_again(
     per_gpu = machine.calls_by_gpu
     assert per_gpu[0]["nvmlDeviceGetFieldValues"] == 0
     assert per_gpu[1]["nvmlDeviceGetFieldValues"] == 1
+
+
+@pytest.mark.parametrize("name", ["h100-sxm", "l40s", "a100-sxm4", "rtx4090"])
+def test_violation_counters_dcgm_reads(name, simulated_fleet, sim_clock, recording_accumulator):
+    """Board limit, low utilisation and reliability violation times (NVML_FI_DEV_PERF_POLICY_*),
+    in the cycle's field batch: counters, 0 on a simulated card nothing holds back (issue 32)."""
+    from gpuagent.plugins.clocks import ClocksCollector
+    from gpuagent.testing import make_collector
+
+    machine = simulated_fleet(f"{name}:1", scenario="training")
+    sim_clock.advance(30)
+    calls_before = machine.calls["nvmlDeviceGetFieldValues"]
+    make_collector(machine, ClocksCollector).collect(recording_accumulator)
+    assert machine.calls["nvmlDeviceGetFieldValues"] - calls_before == 1  # no call of their own
+    (point,) = recording_accumulator.by_measurement("gpu_clocks")
+    for field in ("board_limit_violation_time_ns", "low_util_violation_time_ns", "reliability_violation_time_ns"):
+        assert point.fields[field] == 0
+
+
+def test_no_violation_counters_before_turing(tmp_path, simulated_fleet, recording_accumulator):
+    from captures import CAPTURES, capture_profile
+
+    from gpuagent.plugins.clocks import ClocksCollector
+    from gpuagent.testing import make_collector
+
+    if not (CAPTURES / "telegraf-quadro-p2000-v12.xml").exists():
+        pytest.skip(f"no Quadro P2000 capture at {CAPTURES} (it lives in ../shared/captures)")
+    path, _ = capture_profile("telegraf-quadro-p2000-v12.xml", tmp_path)
+    machine = simulated_fleet(path)
+    make_collector(machine, ClocksCollector).collect(recording_accumulator)
+    (point,) = recording_accumulator.by_measurement("gpu_clocks")
+    assert not {f for f in point.fields if f.endswith("_violation_time_ns")}

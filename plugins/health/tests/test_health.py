@@ -162,3 +162,29 @@ def test_config_is_validated():
 
 def test_is_a_builtin_plugin():
     assert PluginHost(load_entry_points=False).load().collectors["health"] is HealthCollector
+
+
+def test_a_gpu_near_its_thermal_limit_is_degraded(simulated_fleet, tmp_path, recording_accumulator):
+    """The thermal margin (nvmlDeviceGetMarginTemperature, Ada and newer) at or below
+    thermal_margin_c degrades the verdict; an Ampere card has no margin and no such finding."""
+    import json
+
+    from gpuagent.sim.profile import load_profile
+
+    hot = load_profile("h100-sxm")
+    hot["temperature_c"].update({"idle": 85, "max": 86, "gpu_max": 87})
+    path = tmp_path / "hot-h100.json"
+    path.write_text(json.dumps(hot))
+    machine = simulated_fleet(f"{path}:1,h100-sxm:1,a100-sxm4:1", scenario="idle")
+    collector = make(machine)
+    try:
+        collector.collect(recording_accumulator)
+    finally:
+        collector.close()
+    [near] = health_fields(recording_accumulator, 0)
+    assert near["thermal_margin_c"] == 2
+    assert near["verdict"] == "degraded" and "Thermal margin 2 °C" in near["verdict_reason"]
+    [cool] = health_fields(recording_accumulator, 1)
+    assert cool["thermal_margin_c"] > 3 and cool["verdict"] == "ok"
+    [ampere] = health_fields(recording_accumulator, 2)
+    assert "thermal_margin_c" not in ampere and ampere["verdict"] == "ok"

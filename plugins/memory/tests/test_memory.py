@@ -175,7 +175,8 @@ def test_memory_info_v1_on_old_drivers(simulated_fleet, recording_accumulator):
     assert f["fb_total_bytes"] > 0 and f["fb_used_bytes"] > 0
 
 
-@pytest.mark.parametrize("profile, bound", [("l40s", 3), ("h100-sxm", 5), ("rtx4090", 3)])
+# + encoder and decoder utilisation (the decoder from GPM on the H100): issue 32.
+@pytest.mark.parametrize("profile, bound", [("l40s", 5), ("h100-sxm", 6), ("rtx4090", 5)])
 def test_nvml_calls_per_cycle(
     profile, bound, simulated_fleet, nvml_calls, sim_clock, recording_accumulator
 ):
@@ -218,3 +219,26 @@ def test_memory_on_captured_profiles(
     else:  # e.g. the RTX 4080 SUPER: not in the table, so no L2 figure rather than a guess
         assert "l2_cache_bytes" not in f
     assert (f.get("dram_bw_source") == "gpm") is bool(profile.get("gpm"))
+
+
+@pytest.mark.parametrize("profile", ["h100-sxm", "l40s", "a100-sxm4"])
+def test_video_engines_and_the_new_gpm_metrics(profile, simulated_fleet, sim_clock, recording_accumulator):
+    """GPU-level encoder on every card; decoder by its call without GPM, NVDEC/NVJPG/NVOFA and the
+    graphics/integer/HMMA/IMMA/DFMA pipes from GPM on Hopper (issue 32)."""
+    machine = simulated_fleet(f"{profile}:1", scenario="training")
+    memory = collector(machine)
+    memory.collect(recording_accumulator)
+    sim_clock.advance(10)
+    memory.collect(recording_accumulator)
+    f = recording_accumulator.by_measurement("gpu_memory")[-1].fields
+    assert f["encoder_util_pct"] == 0  # no simulated workload encodes video
+    new_gpm = {"graphics_active_pct", "integer_active_pct", "hmma_tensor_active_pct",
+               "imma_tensor_active_pct", "dfma_tensor_active_pct"}
+    engines = {"nvdec_active_pct", "nvjpg_active_pct", "nvofa_active_pct"}
+    if profile == "h100-sxm":
+        assert "decoder_util_pct" not in f
+        assert all(f[name] == 0.0 for name in engines)
+        assert new_gpm <= set(f) and f["graphics_active_pct"] > 50 and f["hmma_tensor_active_pct"] > 0
+    else:
+        assert f["decoder_util_pct"] == 0
+        assert not (new_gpm | engines) & set(f)

@@ -71,7 +71,25 @@ def test_a100_links_without_gpm_fields(simulated_fleet, sim_clock, recording_acc
     links = link_points(recording_accumulator)
     assert links and all(p.fields["active"] for p in links)
     assert {p.fields["version_name"] for p in links} == {"3.0"}  # Ampere: NVLink 3
-    assert not any(k.endswith("_bytes_per_sec") for p in recording_accumulator.points for k in p.fields)
+    # No GPM: throughput from NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_* between two runs (issue 32);
+    # the first run has no earlier counters, the second has a rate per link and for all links.
+    n = len(links) // 2
+    first, second = links[:n], links[n:]
+    assert not any(k.endswith("_bytes_per_sec") for p in first for k in p.fields)
+    assert all(p.fields["rx_bytes_per_sec"] > 0 and p.fields["tx_bytes_per_sec"] > 0 for p in second)
+    total = summary_points(recording_accumulator)[-1].fields
+    assert total["total_rx_bytes_per_sec"] == pytest.approx(sum(p.fields["rx_bytes_per_sec"] for p in second), rel=1e-6)
+
+
+def test_throughput_counters_cost_one_call_a_run(simulated_fleet, sim_clock, nvml_calls, recording_accumulator):
+    machine = simulated_fleet("a100-sxm4:1")
+    collector = make(machine)
+    collector.collect(recording_accumulator)
+    calls = nvml_calls()
+    sim_clock.advance(30)
+    collector.collect(recording_accumulator)
+    # the link states' batch and the throughput counters' batch
+    assert calls["nvmlDeviceGetFieldValues"] == 2
 
 
 def test_cards_without_nvlink_emit_nothing(simulated_fleet, recording_accumulator):

@@ -77,7 +77,8 @@ def test_energy_falls_back_to_its_own_call_without_field_values(
     for f in recording_accumulator.fields("gpu_power"):
         assert f["energy_j"] > 0
         assert "memory_temperature_c" not in f  # only a field value carries it
-    assert calls["nvmlDeviceGetFieldValues"] == 1  # refused once, not asked again
+    # The cycle batch and the T.Limit thresholds (read once): each refused once, not asked again.
+    assert calls["nvmlDeviceGetFieldValues"] == 2
     assert calls["nvmlDeviceGetTotalEnergyConsumption"] == 2
 
 
