@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "sim": "gpuagent.sim.cli:sim_group",
     "compare": "gpuagent.compare.cli:compare",
     "probe": "gpuagent.probe.cli:probe",
+    "top": "gpuagent.top.cli:top",
 }
 
 

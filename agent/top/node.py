@@ -35,7 +35,7 @@ class NodeSource:
         self.unavailable = list(getattr(nvml, "unavailable", None) or ())
         self.interval = 2.0
 
-    def read(self) -> Frame:
+    def read(self, host: str | None = None) -> Frame:
         points = self.agent.scheduler.run_once()
         frame = frame_from_points(points, self.unavailable)
         frame.title = self.hostname + (f"  (simulated: {self.spec})" if self.simulated else "")
