@@ -27,11 +27,11 @@ class NoteHandler(logging.Handler):
 
 
 class Top:
-    def __init__(self, source, view: View):
+    def __init__(self, source, view: View, follow_pace: bool = False):
         self.source, self.view = source, view
         self.history = History()
         self.frame = None
-        self.follow_pace = False  # fleet without --interval: refresh as often as the agents write
+        self.follow_pace = follow_pace  # fleet without --interval: refresh as often as the agents write
 
 
     def refresh(self) -> None:

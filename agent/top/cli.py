@@ -62,10 +62,8 @@ def top(fleet, once, simulate, seed, interval, by, window, where, config_path, u
     from gpuagent.inspect import make_console
 
     console = make_console()
-    view = View(fleet=fleet, interval=every or (source.interval if fleet else DEFAULT_INTERVAL_S))
-    app = Top(source, view)
-    if fleet and every is None:
-        app.follow_pace = True
+    view = View(fleet=fleet, sort="health" if fleet else "index", interval=every or (source.interval if fleet else DEFAULT_INTERVAL_S))
+    app = Top(source, view, follow_pace=fleet and every is None)
     try:
         if once:
             run_once(app, console)

@@ -31,7 +31,7 @@ class FleetSource:
 
     def __init__(self, client, by: str = "host", window_s: float = 300.0, where: str | None = None):
         self.client, self.by, self.window_s, self.where = client, by, window_s, (where or "").strip()
-        self.label = client.conn.label() if hasattr(client.conn, "label") else client.conn.url
+        self.label = getattr(client.conn, "label", client.conn.url)
         self.interval = PACE_DEFAULT_S
 
     def read(self, host: str | None = None) -> Frame:

@@ -70,7 +70,7 @@ def sort_rows(rows: list[Row], how: str) -> list[Row]:
         "power": lambda r: (-(r.power_w or -1), r.key),
         "memory": lambda r: (-(r.mem_used or -1), r.key),
         "temp": lambda r: (-(r.temp_c or -1), r.key),
-        "health": lambda r: (-severity(r.verdict), r.key),
+        "health": lambda r: (-severity(r.verdict), int(r.key) if r.key.isdigit() else 0, r.key),
     }
     return sorted(rows, key=keys[how])
 
@@ -153,7 +153,7 @@ def render(frame: Frame, view: View, width: int, height: int | None = None) -> G
     if frame.note:
         parts.append(Text(frame.note, style="yellow", no_wrap=True, overflow="ellipsis"))
     parts.append(table)
-    used = len(parts) + 1 + len(rows) + sum(len(r.children) for r in rows)
+    used = len(parts) + 2 + len(rows) + sum(len(r.children) for r in rows)
     if not fleet_rows:
         left = None if height is None else max(0, height - used - 4)
         parts.append(Text(""))
@@ -162,20 +162,21 @@ def render(frame: Frame, view: View, width: int, height: int | None = None) -> G
     return Group(*parts)
 
 
-def header(frame: Frame, view: View) -> Text:
+def header(frame: Frame, view: View) -> Group:
+    """Two lines: what is shown (host, source), then when and how (clock, refresh, sort, filters)."""
+    title = Text(frame.title, style="bold", no_wrap=True, overflow="ellipsis")
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append(frame.title, style="bold")
     if view.host:
-        text.append(f"  host {view.host}", style="bold cyan")
+        text.append(f"host {view.host}  ", style="bold cyan")
     clock = time.strftime("%H:%M:%S", time.localtime(frame.time_s or time.time()))
-    text.append(f"  {clock}  every {view.interval:g}s  sort {view.sort}")
+    text.append(f"{clock}  every {view.interval:g}s  sort {view.sort}")
     if view.gpu is not None:
         text.append(f"  GPU {view.gpu}", style="cyan")
     if view.job:
         text.append(f"  job {view.job}", style="cyan")
     if view.message:
         text.append(f"  {view.message}", style="yellow")
-    return text
+    return Group(title, text)
 
 
 def process_table(procs: list[Proc], limit: int | None, wide: bool) -> Table:
