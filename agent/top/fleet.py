@@ -190,21 +190,25 @@ class PromFleet(FleetSource):
                         entry["verdict"] = "lost"
                 else:
                     entry[f] = value / scale if scale else value
-        self._pace(host, at)
+        self._pace(by_gpu, at)
         return list(by_gpu.values())
 
-    def _pace(self, host: str | None, at: float) -> None:
-        """Seconds between samples: the window over the samples in it (one GPU's, the densest)."""
+    def _pace(self, gpus: dict, at: float) -> None:
+        """Seconds between one GPU's two newest power samples (a range vector of that one series)."""
+        if not gpus:
+            return
+        host, gpu = next(iter(gpus))
         name, _ = self.names.name("gpu_power", "power_w")
-        q = f"{self.window_s:g} / max(count_over_time({self._sel(name, host)}[{self.window}]))"
+        matchers = ", ".join(m for m in (self.where, _host_matcher(host), 'gpu="%s"' % gpu) if m)
+        one = f"{name}{{{matchers}}}"
         try:
-            result = self.client.query(q, at, "the sample pace")
+            result = self.client.query(f"{one}[{self.window}]", at, "the sample pace")
         except AgentError:
             return
         for r in result[:1]:
-            value = float(r["value"][1])
-            if value == value and value > 0:  # not NaN
-                self.interval = min(PACE_MAX_S, max(PACE_MIN_S, value))
+            times = [float(t) for t, _ in r.get("values", [])[-2:]]
+            if len(times) == 2 and times[1] > times[0]:
+                self.interval = min(PACE_MAX_S, max(PACE_MIN_S, times[1] - times[0]))
 
 
 def _host_matcher(host: str | None) -> str:

@@ -169,7 +169,7 @@ def header(frame: Frame, view: View) -> Group:
     if view.host:
         text.append(f"host {view.host}  ", style="bold cyan")
     clock = time.strftime("%H:%M:%S", time.localtime(frame.time_s or time.time()))
-    text.append(f"{clock}  every {view.interval:g}s  sort {view.sort}")
+    text.append(f"{clock}  every {round(view.interval, 1):g}s  sort {view.sort}")
     if view.gpu is not None:
         text.append(f"  GPU {view.gpu}", style="cyan")
     if view.job:

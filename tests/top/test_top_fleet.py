@@ -103,7 +103,8 @@ def test_victoria_metrics_lists_every_host(fleet, victoria_metrics, cli):
     assert sorted(line.split()[0] for line in lines if line.split()[0] in hosts) == hosts
     rows = [line for line in lines if line.split()[0] in hosts]
     # Power against the limit and the SM clock against its max, read back from the server.
-    assert all(len(re.findall(r" \d+/\d+ ", line)) == 2 for line in rows), result.output
+    assert all(len(re.findall(r"(?<!\S)\d+/\d+(?!\S)", line)) == 2 for line in rows), result.output
+    assert "every 10s" in lines[1]  # the server's pace: sim fleet wrote every 10 s
 
 
 def test_an_empty_window_says_so(fleet, influxdb_v1, cli):
