@@ -199,7 +199,8 @@ class PromFleet(FleetSource):
             return
         host, gpu = next(iter(gpus))
         name, _ = self.names.name("gpu_power", "power_w")
-        matchers = ", ".join(m for m in (self.where, _host_matcher(host), 'gpu="%s"' % gpu) if m)
+        gpu_matcher = 'gpu="' + gpu + '"'
+        matchers = ", ".join(m for m in (self.where, _host_matcher(host), gpu_matcher) if m)
         one = f"{name}{{{matchers}}}"
         try:
             result = self.client.query(f"{one}[{self.window}]", at, "the sample pace")

@@ -74,7 +74,7 @@ def test_influx_by_model_aggregates_the_gpus(fleet, influxdb_v1, cli):
 
 
 def test_selecting_a_host_shows_its_gpus(fleet, influxdb_v1):
-    from gpuagent.compare.query import InfluxQL, Connection
+    from gpuagent.compare.query import Connection, InfluxQL
     from gpuagent.top.fleet import InfluxFleet
 
     db, hosts = fleet
