@@ -36,7 +36,6 @@ DEFAULT_INTERVAL_S = 2.0
 def top(fleet, once, simulate, seed, interval, by, window, where, config_path, url, database, token, username,
         password, promql_url, plugins_dir):
     """A live view of this node's GPUs (or, with --fleet, of the fleet): keys s sort, g / j filter, q quit."""
-    from gpuagent.durations import parse_duration
     from gpuagent.logsetup import setup_logging
     from gpuagent.top.app import Top, run_live, run_once, run_plain
     from gpuagent.top.view import View
@@ -45,13 +44,8 @@ def top(fleet, once, simulate, seed, interval, by, window, where, config_path, u
         raise click.UsageError("--simulate is for a node; --fleet reads the server the agents write to")
     if not fleet and (url or database or promql_url or where):
         raise click.UsageError("--url, --database, --promql-url and --where need --fleet")
-    try:
-        every = parse_duration(interval) if interval else None
-        window_s = parse_duration(window)
-    except ValueError as exc:
-        raise AgentError(f"--interval/--since: {exc}") from None
-    if every is not None and every <= 0:
-        raise AgentError(f"--interval: must be more than 0, got {interval!r}")
+    every = _duration("--interval", interval) if interval else None
+    window_s = _duration("--since", window)
     setup_logging("warning")
     if fleet:
         source = fleet_source(config_path, url, database, token, username, password, promql_url, by, window_s, where)
@@ -75,6 +69,18 @@ def top(fleet, once, simulate, seed, interval, by, window, where, config_path, u
         sys.exit(130)  # the shell's code for SIGINT
     finally:
         source.close()
+
+
+def _duration(option: str, text: str) -> float:
+    from gpuagent.durations import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise AgentError(f"{option}: {exc}") from None
+    if seconds <= 0:
+        raise AgentError(f"{option}: must be more than 0, got {text!r}")
+    return seconds
 
 
 def fleet_source(config_path, url, database, token, username, password, promql_url, by, window_s, where):

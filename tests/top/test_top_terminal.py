@@ -8,9 +8,9 @@ import re
 import shutil
 
 import pytest
-from conftest import run_cli  # tests/conftest.py
-
 from top.terminal import Tmux
+
+from conftest import run_cli  # tests/conftest.py
 
 SPEC = "l40s:2,h100-sxm-mig:1,rtx4090:1"
 MODELS = {"0": "L40S", "1": "L40S", "2": "H100 80GB HBM3", "3": "RTX 4090"}
