@@ -93,7 +93,9 @@ def render(frame: Frame, view: View, width: int, height: int | None = None) -> G
     wide = width >= 110
     huge = width >= 160
     bar_w = 10 if huge else 6 if wide else 3
-    hist_w = 20 if huge else 10 if wide else 0
+    # The history takes what the other columns leave, up to 20 samples of each.
+    hist_w = min(41, width - 2 * bar_w - 90) if wide else 0
+    hist_w = hist_w if hist_w >= 8 else 0
     fleet_rows = view.fleet and view.host is None
 
     # One blank between columns: at 80 columns every column of a GPU row fits.
@@ -101,8 +103,8 @@ def render(frame: Frame, view: View, width: int, height: int | None = None) -> G
     first = {"host": "Host", "model": "Model"}.get(frame.by, "GPU") if fleet_rows else "GPU"
     table.add_column(first, no_wrap=True, overflow="ellipsis", max_width=24 if fleet_rows else 4 if not huge else 6)
     table.add_column("GPUs" if fleet_rows else "Model", no_wrap=True, overflow="ellipsis",
-                     justify="right" if fleet_rows else "left", min_width=4, max_width=6 if fleet_rows else 22 if wide else 14)
-    table.add_column("Util", no_wrap=True, min_width=bar_w + 4)
+                     justify="right" if fleet_rows else "left", min_width=4, max_width=6 if fleet_rows else 22 if wide else 15)
+    table.add_column("Util", no_wrap=True, min_width=bar_w + 5)
     table.add_column("Memory GiB", no_wrap=True, min_width=bar_w + 10, overflow="ellipsis")
     table.add_column("Power W", no_wrap=True, justify="right", overflow="ellipsis")
     table.add_column("SM MHz", no_wrap=True, justify="right", overflow="ellipsis")
@@ -114,7 +116,7 @@ def render(frame: Frame, view: View, width: int, height: int | None = None) -> G
 
     def add(row: Row, index: int, child: bool = False) -> None:
         util = Text(bar(None if row.util_pct is None else row.util_pct / 100, bar_w), style="green")
-        util.append(f"{_num(row.util_pct):>4}" if row.util_pct is None else f"{row.util_pct:>3.0f}%")
+        util.append("    -" if row.util_pct is None else f" {row.util_pct:>3.0f}%")
         mem_frac = row.mem_used / row.mem_total if row.mem_used is not None and row.mem_total else None
         mem = Text(bar(mem_frac, bar_w), style="magenta")
         mem.append(f"{_num(row.mem_used and row.mem_used / GIB, '{:.1f}'):>5}/{_num(row.mem_total and row.mem_total / GIB, '{:.0f}')}")
@@ -154,7 +156,7 @@ def render(frame: Frame, view: View, width: int, height: int | None = None) -> G
         parts.append(Text(frame.note, style="yellow", no_wrap=True, overflow="ellipsis"))
     parts.append(table)
     used = len(parts) + 2 + len(rows) + sum(len(r.children) for r in rows)
-    if not fleet_rows:
+    if not view.fleet:  # the fleet's servers hold no process list
         left = None if height is None else max(0, height - used - 4)
         parts.append(Text(""))
         parts.append(process_table(procs, left, wide))
