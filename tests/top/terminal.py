@@ -42,9 +42,12 @@ class Tmux:
         screen = ""
         while time.monotonic() < deadline:
             screen = self.screen()
+            # The same screen twice, 0.1 s apart: not one caught half-way through a redraw.
             if check(screen):
-                return screen
-            time.sleep(0.2)
+                time.sleep(0.1)
+                if self.screen() == screen:
+                    return screen
+            time.sleep(0.1)
         raise AssertionError(f"{what} not on the screen within {timeout:g}s:\n{screen}")
 
     def keys(self, *keys: str) -> None:
