@@ -211,5 +211,6 @@ def _gpu_order(gpu: str) -> tuple:
 def keys_help(view: View) -> str:
     if view.fleet and view.host is None:
         return "q quit  s sort  ↑↓ select  enter its GPUs"
-    back = "  esc back" if view.fleet else ""
-    return f"q quit  s sort  g GPU filter  j job filter{back}"
+    if view.fleet:  # a host's GPUs: the servers hold no process list, so no job filter
+        return "q quit  s sort  g GPU filter  esc back"
+    return "q quit  s sort  g GPU filter  j job filter"
