@@ -169,7 +169,8 @@ class PromFleet(FleetSource):
             from gpuagent.plugins.prometheus.naming import metric_for
 
             verdict_spec = metric_for(self.names.namespace, "gpu_health", "verdict", True)
-            calls.append((f"last_over_time({self._sel(verdict_spec.name, host)}[{self.window}])", at, "newest verdict"))
+            # A GPU has a series per verdict it ever had: the one sampled last is its verdict now.
+            calls.append((f"timestamp({self._sel(verdict_spec.name, host)})", at, "newest verdict"))
         else:  # line protocol in VictoriaMetrics keeps no strings: only `lost` says anything of health
             name, _ = self.names.name("gpu_health", "lost")
             calls.append((f"last_over_time({self._sel(name, host)}[{self.window}])", at, "newest lost flag"))
@@ -185,7 +186,8 @@ class PromFleet(FleetSource):
                 value = float(r["value"][1])
                 if f == "verdict":
                     if verdict_spec is not None:
-                        entry["verdict"] = m.get(verdict_spec.label)
+                        if value >= entry.get("_verdict_at", float("-inf")):
+                            entry["verdict"], entry["_verdict_at"] = m.get(verdict_spec.label), value
                     elif value:
                         entry["verdict"] = "lost"
                 else:

@@ -36,6 +36,10 @@ def fleet(influxdb_v1, victoria_metrics, cli):
     backfill(cli, victoria_metrics.url, db, end_s)
     victoria_metrics.export(f'{{__name__="gpu_power_power_w",db="{db}"}}', min_samples=10)
     hosts = sorted({s["tags"]["host"] for s in influxdb_v1.query('SELECT LAST("power_w") FROM "gpu_power" GROUP BY "host"', db=db)})
+    # One GPU of the last host turns to drain now (InfluxDB, and the Prometheus made from it).
+    row = influxdb_v1.query(f"SELECT LAST(\"verdict\") FROM \"gpu_health\" WHERE host = '{hosts[-1]}' GROUP BY *", db=db)[0]
+    tags = ",".join(f"{k}={v.replace(' ', chr(92) + ' ')}" for k, v in sorted(row["tags"].items()) if v)
+    influxdb_v1.write([f'gpu_health,{tags} verdict="drain",verdict_reason="test: drain" {time.time_ns()}'], db=db)
     yield db, hosts
     influxdb_v1.drop_database(db)
 
@@ -47,11 +51,7 @@ def frame_lines(output: str) -> list[str]:
 def test_influx_lists_every_host_worst_health_first(fleet, influxdb_v1, cli):
     db, hosts = fleet
     assert len(hosts) == HOSTS
-    # One GPU of the last host turns to drain now: its host must lead the list.
-    sick = hosts[-1]
-    row = influxdb_v1.query(f"SELECT LAST(\"verdict\") FROM \"gpu_health\" WHERE host = '{sick}' GROUP BY *", db=db)[0]
-    tags = ",".join(f"{k}={v.replace(' ', chr(92) + ' ')}" for k, v in sorted(row["tags"].items()) if v)
-    influxdb_v1.write([f'gpu_health,{tags} verdict="drain",verdict_reason="test: drain" {time.time_ns()}'], db=db)
+    sick = hosts[-1]  # drained by the fixture: its host leads the list
     result = cli("top", "--fleet", "--once", "--url", influxdb_v1.url, "--database", db)
     assert result.exit_code == 0, result.output
     lines = frame_lines(result.output)
@@ -112,3 +112,29 @@ def test_an_empty_window_says_so(fleet, influxdb_v1, cli):
     result = cli("top", "--fleet", "--once", "--url", influxdb_v1.url, "--database", db, "--where", "host = 'nope'")
     assert result.exit_code == 0
     assert "no GPU sample in the last 300s" in result.output
+
+
+@pytest.fixture(scope="module")
+def prometheus_fleet(fleet, influxdb_v1, tmp_path_factory):
+    """A Prometheus whose TSDB holds the same fleet under the /metrics names (compare's converter)."""
+    from compare.test_compare_promql import openmetrics_from_influx
+    from gpuagent_test_servers import PROMETHEUS, PrometheusServer, find_binary
+
+    db, _ = fleet
+    server = PrometheusServer(find_binary(PROMETHEUS, "prometheus"), tmp_path_factory.mktemp("prom"))
+    server.backfill(openmetrics_from_influx(influxdb_v1, db, int(time.time()) + 1))
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_prometheus_names_carry_the_verdict(fleet, prometheus_fleet, cli):
+    _, hosts = fleet
+    result = cli("top", "--fleet", "--once", "--promql-url", prometheus_fleet.url)
+    assert result.exit_code == 0, result.output
+    rows = [line for line in frame_lines(result.output) if line.split()[0] in hosts]
+    assert sorted(line.split()[0] for line in rows) == hosts
+    # The verdict's _info series (line protocol in VictoriaMetrics has none: "-" there); the drained
+    # GPU has an `ok` series too, sampled before the `drain` one.
+    assert rows[0].split()[0] == hosts[-1] and rows[0].split()[-1] == "drain", result.output
+    assert all(line.split()[-1] == "ok" for line in rows[1:]), result.output

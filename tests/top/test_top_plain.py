@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -55,3 +56,13 @@ def test_bad_input_is_one_line():
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and "cannot reach InfluxDB" in result.stderr
     result = run_cli("top", "--fleet", "--simulate", "l40s:1")
     assert result.returncode == 2 and "--simulate is for a node" in result.stderr
+
+
+def test_vgpu_instances_are_listed_under_their_gpu():
+    result = run_cli("top", "--once", "--simulate", "rtx4090:1,l40s-vgpu:1")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("1 "))
+    assert lines[at].split()[1] == "L40S"
+    assert [line.split()[:2] for line in lines[at + 1: at + 3]] == [["└", "vGPU"]] * 2
+    assert all("L40S-24Q" in line and re.search(r"\d+\.\d/24", line) for line in lines[at + 1: at + 3])
