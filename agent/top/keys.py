@@ -1,9 +1,14 @@
-"""Single keys from the terminal, without Enter: cbreak mode (Ctrl-C still raises SIGINT)."""
+"""Single keys from the terminal, without Enter: cbreak mode (Ctrl-C still raises SIGINT).
+
+A resize (SIGWINCH) comes back as the key "resize", through a pipe the handler writes to, so
+the frame is redrawn at the new size at once rather than at the next refresh.
+"""
 
 from __future__ import annotations
 
 import os
 import select
+import signal
 import sys
 import termios
 import tty
@@ -20,24 +25,40 @@ class KeyReader:
         self.fd = self.stream.fileno()
         self.saved = None
         self.pending: list[str] = []
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        self.saved_winch = None
 
     def __enter__(self) -> KeyReader:
         if os.isatty(self.fd):
             self.saved = termios.tcgetattr(self.fd)
             tty.setcbreak(self.fd)
+        self.saved_winch = signal.signal(signal.SIGWINCH, self._resized)
         return self
 
     def __exit__(self, *exc) -> None:
         if self.saved is not None:
             termios.tcsetattr(self.fd, termios.TCSADRAIN, self.saved)
+        signal.signal(signal.SIGWINCH, self.saved_winch or signal.SIG_DFL)
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+
+    def _resized(self, signum, frame) -> None:
+        try:
+            os.write(self.wake_w, b"r")
+        except BlockingIOError:  # one wake-up pending is enough
+            pass
 
     def get(self, timeout: float) -> str | None:
         """The next key ("q", "up", "enter", ...) or None when none came within ``timeout`` seconds."""
         if self.pending:
             return self.pending.pop(0)
-        ready, _, _ = select.select([self.fd], [], [], max(0.0, timeout))
+        ready, _, _ = select.select([self.fd, self.wake_r], [], [], max(0.0, timeout))
         if not ready:
             return None
+        if self.wake_r in ready:
+            os.read(self.wake_r, 64)
+            return "resize"
         data = os.read(self.fd, 64).decode(errors="replace")
         if not data:  # stdin closed: nothing more will come
             return "eof"

@@ -164,3 +164,14 @@ def test_a_slurm_jobs_process_is_shown_with_its_job(terminal, slurm_cluster):
         assert t.exit_code() == 0
     finally:
         slurm_cluster.cancel(job)
+
+
+def test_a_resize_redraws_at_the_new_size_at_once(terminal):
+    t = terminal(200, 60)
+    t.start_top("--simulate", SPEC, "--interval", "10m")  # no refresh during the test: only the resize redraws
+    t.wait_for(lambda s: all_gpus(s) and "Power / util history" in s, "the wide view")
+    t.tmux("resize-window", "-t", "top", "-x", "80", "-y", "24")
+    screen = t.wait_for(lambda s: all_gpus(s) and "history" not in s, "the view at 80 columns")
+    assert all(len(line) <= 80 for line in screen.splitlines())
+    t.keys("q")
+    assert t.exit_code() == 0
