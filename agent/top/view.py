@@ -138,15 +138,21 @@ def render(frame: Frame, view: View, width: int, height: int | None = None) -> G
         else:
             cells += [power, clock, temp, row.throttle or "-", health]
         if hist_w:
-            top = row.power_limit_w
-            history = Text(sparkline(row.power_hist, top, hist_w // 2), style="yellow")
+            power_w = hist_w // 2
+            # An instance has no power of its own: its column stays blank.
+            history = Text(" " * power_w if child else sparkline(row.power_hist, row.power_limit_w, power_w), style="yellow")
             history.append(" ")
-            history.append(sparkline(row.util_hist, 100.0, hist_w - hist_w // 2 - 1), style="green")
-            cells.append(history if not child else Text(" " * (hist_w // 2 + 1)) + Text(sparkline(row.util_hist, 100.0, hist_w - hist_w // 2 - 1), style="green"))
-        style = "reverse" if view.fleet and index == view.selected and not child else None
+            history.append(sparkline(row.util_hist, 100.0, hist_w - power_w - 1), style="green")
+            cells.append(history)
+        style = "reverse" if fleet_rows and index == view.selected else None
         table.add_row(*cells, style=style)
 
-    for i, row in enumerate(rows):
+    first_shown = 0
+    if fleet_rows and height is not None:  # a long fleet scrolls with the selection
+        room = max(1, height - 6)
+        first_shown = max(0, min(view.selected - room + 1, len(rows) - room))
+        rows = rows[first_shown: first_shown + room]
+    for i, row in enumerate(rows, start=first_shown):
         add(row, i)
         for child in row.children:
             add(child, i, child=True)
