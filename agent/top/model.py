@@ -71,6 +71,13 @@ class Frame:
     by: str = "gpu"  # what a row is: gpu, host or model
 
 
+def short_model(name: str) -> str:
+    """"NVIDIA GeForce RTX 4090" -> "RTX 4090": the words every row would repeat."""
+    for prefix in ("NVIDIA ", "GeForce "):
+        name = name.removeprefix(prefix)
+    return name
+
+
 def severity(verdict: str | None) -> int:
     """Worse verdicts rank higher; none read ranks below ok, one this version does not know as degraded."""
     if verdict is None:

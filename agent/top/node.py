@@ -13,8 +13,7 @@ import socket
 import time
 from collections import defaultdict
 
-from gpuagent.top.model import Frame, Proc, Row, throttle_of
-from gpuagent.top.view import short_model
+from gpuagent.top.model import Frame, Proc, Row, short_model, throttle_of
 
 TOP_COLLECTORS = ("clocks", "power", "memory", "mig", "vgpu", "health", "processes")
 

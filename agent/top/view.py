@@ -13,7 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gpuagent.top.model import Frame, Proc, Row, severity
+from gpuagent.top.model import Frame, Proc, Row, severity, short_model
 
 GIB = 1 << 30
 BLOCKS = " ▏▎▍▌▋▊▉█"
@@ -35,12 +35,6 @@ class View:
     interval: float = 2.0
     message: str = ""
     jobs: list[str] = field(default_factory=list)
-
-
-def short_model(name: str) -> str:
-    for prefix in ("NVIDIA ", "GeForce "):
-        name = name.removeprefix(prefix)
-    return name
 
 
 def bar(fraction: float | None, width: int) -> str:
