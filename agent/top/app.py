@@ -11,6 +11,7 @@ import time
 
 from rich.console import Console
 
+from gpuagent.errors import AgentError
 from gpuagent.top.model import History
 from gpuagent.top.view import SORTS, View, render, visible
 
@@ -35,7 +36,15 @@ class Top:
 
 
     def refresh(self) -> None:
-        self.frame = self.source.read(self.view.host)
+        try:
+            frame = self.source.read(self.view.host)
+        except AgentError as exc:
+            if self.frame is None:  # nothing to show yet: the one-line error, exit 1
+                raise
+            # A server that stops answering mid-watch: keep the last frame, say so, ask again.
+            self.frame.note = f"{exc} (the last frame; asking again in {self.view.interval:g}s)"
+            return
+        self.frame = frame
         self.history.add(self.frame.rows)
         self.view.jobs = sorted({p.job for p in self.frame.procs if p.job})
         if self.follow_pace:

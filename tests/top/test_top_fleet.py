@@ -138,3 +138,22 @@ def test_prometheus_names_carry_the_verdict(fleet, prometheus_fleet, cli):
     # GPU has an `ok` series too, sampled before the `drain` one.
     assert rows[0].split()[0] == hosts[-1] and rows[0].split()[-1] == "drain", result.output
     assert all(line.split()[-1] == "ok" for line in rows[1:]), result.output
+
+
+def test_a_server_that_stops_answering_keeps_the_last_frame(victoria_metrics_factory, cli):
+    from gpuagent.compare.promql import PromConnection, PromQL
+    from gpuagent.top.fleet import PromFleet
+
+    server = victoria_metrics_factory()
+    backfill(cli, server.url, "x", int(time.time()) - 5)
+    server.export('{__name__="gpu_power_power_w"}', min_samples=10)
+    source = PromFleet(PromQL(PromConnection(server.url, timeout=5.0)), by="host")
+    app = Top(source, View(fleet=True, sort="health"))
+    try:
+        app.refresh()
+        assert len(app.frame.rows) == HOSTS and not app.frame.note
+        server.stop()
+        app.refresh()
+        assert len(app.frame.rows) == HOSTS and "cannot reach the PromQL server" in app.frame.note
+    finally:
+        source.close()
