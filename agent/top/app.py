@@ -34,7 +34,6 @@ class Top:
         self.frame = None
         self.follow_pace = follow_pace  # fleet without --interval: refresh as often as the agents write
 
-
     def refresh(self) -> None:
         try:
             frame = self.source.read(self.view.host)
@@ -50,8 +49,9 @@ class Top:
         if self.follow_pace:
             self.view.interval = self.source.interval
 
-    def draw(self, console: Console):
-        return render(self.frame, self.view, console.width, console.height)
+    def draw(self, console: Console, whole: bool = False):
+        """The frame at the console's size; ``whole``: every process, however tall (printed frames)."""
+        return render(self.frame, self.view, console.width, None if whole else console.height)
 
     def key(self, key: str) -> bool:
         """Apply one key; False when it asks to quit."""
@@ -68,9 +68,9 @@ class Top:
             v.job = _next(v.jobs, v.job)
             if v.job is None and not v.jobs:
                 v.message = "no process belongs to a job"
-        elif key in ("up", "k") and self._fleet_list():
+        elif key == "up" and self._fleet_list():
             v.selected = max(0, v.selected - 1)
-        elif key in ("down",) and self._fleet_list():
+        elif key == "down" and self._fleet_list():
             v.selected = min(len(self.frame.rows) - 1, v.selected + 1)
         elif key == "enter" and self._fleet_list() and self.frame.rows:
             rows, _ = visible(self.frame, v)
@@ -101,7 +101,7 @@ def print_frame(top: Top, console: Console) -> None:
     from gpuagent.inspect import _TRAILING_BLANKS, _keep_reset
 
     with console.capture() as captured:
-        console.print(top.draw(console), crop=False)
+        console.print(top.draw(console, whole=True), crop=False)
     console.file.write(_TRAILING_BLANKS.sub(_keep_reset, captured.get()))
     console.file.flush()
 
