@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "compare": "gpuagent.compare.cli:compare",
     "health": "gpuagent.commands.health:health",
     "probe": "gpuagent.probe.cli:probe",
+    "top": "gpuagent.top.cli:top",
 }
 
 

@@ -32,6 +32,7 @@ class Options:
     test: bool = False  # print line protocol on stdout instead of the configured sinks
     plugins_dir: str | None = None
     extra_disabled: tuple[str, ...] = ()
+    sinks: bool = True  # False: no sinks (`gpuagent top` reads the points run_once returns)
 
 
 def load_plugins(config: Config, options: Options) -> PluginHost:
@@ -168,6 +169,8 @@ def _make_collectors(config, plugins, context, enabled, failed: dict[str, str]) 
 
 
 def _make_sinks(config, plugins, context, options) -> list[Sink]:
+    if not options.sinks:
+        return []
     if options.test:
         from gpuagent.plugins.file import FileSink
 

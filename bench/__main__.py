@@ -11,7 +11,7 @@ import sys
 import time
 import traceback
 
-ROWS = ("cycle", "gpustat", "steady", "serialise", "replay", "writeahead", "probe", "nvidia_smi", "compare_scale")
+ROWS = ("cycle", "gpustat", "steady", "serialise", "replay", "writeahead", "probe", "nvidia_smi", "compare_scale", "top")
 MODULES = {"nvidia_smi": "nvml_cost"}  # row name -> module, where they differ
 
 

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 need=()
 for pair in influxd:influxdb victoria-metrics:victoria-metrics prometheus:prometheus promtool:prometheus \
     vmalert:victoria-metrics prometheus-alertmanager:prometheus-alertmanager \
-    chromium:chromium systemd-analyze:systemd slurmctld:slurmctld slurmd:slurmd scontrol:slurm-client sinfo:slurm-client munged:munge; do
+    chromium:chromium systemd-analyze:systemd slurmctld:slurmctld slurmd:slurmd scontrol:slurm-client sinfo:slurm-client munged:munge tmux:tmux; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 if [ "${#need[@]}" -gt 0 ]; then

@@ -1,0 +1,220 @@
+"""The fleet's frame from the server the agents write to: InfluxQL (`/query`) or the Prometheus
+query API, through gpuagent compare's clients and connection options.
+
+Each refresh asks for every GPU's newest sample within the window (`LAST()` per series in
+InfluxQL, `last_over_time` in PromQL): a handful of queries whatever the fleet's size, one
+number per GPU back. Rows are hosts (or models), the GPUs' figures aggregated: utilisation and
+clocks averaged, memory and power summed, the hottest temperature, the commonest throttle
+reason, the worst verdict. The refresh follows the server's pace: the gap between a GPU's two
+newest power samples.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+
+from gpuagent.errors import AgentError
+from gpuagent.top.model import THROTTLE_WORDS, Frame, Row, severity, throttle_of, worst
+
+# measurement -> fields a row needs
+FIELDS = {
+    "gpu_power": ("power_w", "power_limit_w", "temperature_c"),
+    "gpu_clocks": ("sm_clock_mhz", "max_sm_clock_mhz", *THROTTLE_WORDS),
+    "gpu_memory": ("gpu_util_pct", "fb_used_bytes", "fb_total_bytes"),
+}
+PACE_MIN_S, PACE_MAX_S, PACE_DEFAULT_S = 1.0, 60.0, 10.0
+
+
+class FleetSource:
+    """read(host=None) -> a Frame of hosts (or models), or of one host's GPUs."""
+
+    def __init__(self, client, by: str = "host", window_s: float = 300.0, where: str | None = None):
+        self.client, self.by, self.window_s, self.where = client, by, window_s, (where or "").strip()
+        self.label = getattr(client.conn, "label", client.conn.url)
+        self.interval = PACE_DEFAULT_S
+
+    def read(self, host: str | None = None) -> Frame:
+        gpus = self.gpus(host)
+        if host is not None:
+            rows = [gpu_row(g, f"{g['host']}/{g['gpu']}", g["gpu"]) for g in sorted(gpus, key=lambda g: int(g["gpu"]))]
+            frame = Frame(title=f"fleet  {self.label}", rows=rows, by="gpu")
+        else:
+            groups: dict[str, list[dict]] = defaultdict(list)
+            for g in gpus:
+                groups[g[self.by]].append(g)
+            rows = [aggregate(name, members, self.by) for name, members in groups.items()]
+            rows.sort(key=lambda r: (-severity(r.verdict), r.label))  # worst health first
+            hosts = len({g["host"] for g in gpus})
+            frame = Frame(title=f"fleet  {self.label}  {hosts} hosts, {len(gpus)} GPUs", rows=rows, by=self.by)
+        if not gpus:
+            frame.note = f"no GPU sample in the last {self.window_s:g}s" + (f" for host {host}" if host else "")
+        frame.time_s = time.time()
+        return frame
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def gpu_row(g: dict, key: str, label: str) -> Row:
+    return Row(
+        key=key, label=label, model=g.get("model", ""),
+        util_pct=g.get("gpu_util_pct"), mem_used=g.get("fb_used_bytes"), mem_total=g.get("fb_total_bytes"),
+        power_w=g.get("power_w"), power_limit_w=g.get("power_limit_w"),
+        sm_mhz=g.get("sm_clock_mhz"), sm_max_mhz=g.get("max_sm_clock_mhz"), temp_c=g.get("temperature_c"),
+        throttle=throttle_of(g) if any(k in g for k in THROTTLE_WORDS) else None,
+        verdict=g.get("verdict"), reason=str(g.get("verdict_reason") or ""),
+    )
+
+
+def _mean(values):
+    seen = [v for v in values if v is not None]
+    return sum(seen) / len(seen) if seen else None
+
+
+def _sum(values):
+    seen = [v for v in values if v is not None]
+    return sum(seen) if seen else None
+
+
+def aggregate(name: str, members: list[dict], by: str) -> Row:
+    """One host's (or model's) GPUs as one row."""
+    rows = [gpu_row(g, "", "") for g in members]
+    throttles = Counter(r.throttle for r in rows if r.throttle and r.throttle != "none")
+    verdict = worst(r.verdict for r in rows)
+    reasons = [r.reason for r in rows if r.verdict == verdict and r.reason and verdict != "ok"]
+    return Row(
+        key=f"{by}:{name}", label=name, kind=by, gpus=len(rows),
+        model=", ".join(sorted({r.model for r in rows})),
+        util_pct=_mean(r.util_pct for r in rows),
+        mem_used=_sum(r.mem_used for r in rows), mem_total=_sum(r.mem_total for r in rows),
+        power_w=_sum(r.power_w for r in rows), power_limit_w=_sum(r.power_limit_w for r in rows),
+        sm_mhz=_mean(r.sm_mhz for r in rows), sm_max_mhz=_mean(r.sm_max_mhz for r in rows),
+        temp_c=max((r.temp_c for r in rows if r.temp_c is not None), default=None),
+        throttle=throttles.most_common(1)[0][0] if throttles else ("none" if any(r.throttle for r in rows) else None),
+        verdict=verdict, reason=reasons[0] if reasons else "",
+    )
+
+
+class InfluxFleet(FleetSource):
+    """InfluxQL: one LAST() query per measurement, grouped by GPU."""
+
+    def _cond(self, host: str | None) -> str:
+        from gpuagent.compare.query import quote_ident
+
+        cond = f"time > now() - {int(self.window_s * 1000)}ms"
+        if self.where:
+            cond += f" AND ({self.where})"
+        if host is not None:
+            cond += f" AND {quote_ident('host')} = '" + host.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return cond
+
+    def gpus(self, host: str | None) -> list[dict]:
+        from gpuagent.compare.query import quote_ident
+
+        cond = self._cond(host)
+        by_gpu: dict[tuple, dict] = {}
+        queries = {**FIELDS, "gpu_health": ("verdict", "verdict_reason")}
+        for measurement, fields in queries.items():
+            select = ", ".join(f"LAST({quote_ident(f)}) AS {quote_ident(f)}" for f in fields)
+            q = f'SELECT {select} FROM {quote_ident(measurement)} WHERE {cond} GROUP BY "host", "gpu", "model"'
+            for row in self.client.rows(q):
+                key = (row.get("host", ""), row.get("gpu", ""))
+                if not key[1].isdigit():
+                    continue
+                entry = by_gpu.setdefault(key, {"host": key[0], "gpu": key[1], "model": row.get("model", "")})
+                entry.update({f: row[f] for f in fields if row.get(f) is not None})
+        self._pace(cond)
+        return list(by_gpu.values())
+
+    def _pace(self, cond: str) -> None:
+        series = self.client.query(f'SELECT "power_w" FROM "gpu_power" WHERE {cond} GROUP BY "host", "gpu" ORDER BY time DESC LIMIT 2')
+        for s in series[:1]:
+            times = [v[0] for v in s.get("values", [])]
+            if len(times) == 2 and times[0] != times[1]:
+                self.interval = min(PACE_MAX_S, max(PACE_MIN_S, abs(times[0] - times[1]) / 1e9))
+
+
+class PromFleet(FleetSource):
+    """The Prometheus query API: last_over_time per series, under either name scheme (see compare)."""
+
+    def __init__(self, client, by: str = "host", window_s: float = 300.0, where: str | None = None):
+        from gpuagent.compare.promql_report import PromReport
+        from gpuagent.compare.report import Range
+
+        super().__init__(client, by, window_s, where)
+        now = time.time_ns()
+        # compare's report knows the two name schemes and the --where matchers; reuse its naming.
+        self.names = PromReport(client, Range(now - int(window_s * 1e9), now), by="host", where=where)
+        self.window = f"{int(window_s * 1000)}ms"
+
+    def _sel(self, name: str, host: str | None) -> str:
+        matchers = [m for m in (self.where, _host_matcher(host)) if m]
+        return f"{name}{{{', '.join(matchers)}}}" if matchers else name
+
+    def gpus(self, host: str | None) -> list[dict]:
+        at = time.time()
+        if not self.client.engine:
+            self.client.detect_engine(at)
+            self.names.at = at
+            self.names._detect_scheme()
+        calls, keys = [], []
+        for measurement, fields in FIELDS.items():
+            for f in fields:
+                name, scale = self.names.name(measurement, f)
+                calls.append((f"last_over_time({self._sel(name, host)}[{self.window}])", at, f"newest {name}"))
+                keys.append((f, scale))
+        verdict_spec = None
+        if self.names.scheme == "prometheus":
+            from gpuagent.plugins.prometheus.naming import metric_for
+
+            verdict_spec = metric_for(self.names.namespace, "gpu_health", "verdict", True)
+            # A GPU has a series per verdict it ever had: the one sampled last is its verdict now.
+            calls.append((f"timestamp({self._sel(verdict_spec.name, host)})", at, "newest verdict"))
+        else:  # line protocol in VictoriaMetrics keeps no strings: only `lost` says anything of health
+            name, _ = self.names.name("gpu_health", "lost")
+            calls.append((f"last_over_time({self._sel(name, host)}[{self.window}])", at, "newest lost flag"))
+        keys.append(("verdict", None))
+        by_gpu: dict[tuple, dict] = {}
+        for (f, scale), result in zip(keys, self.client.many(calls), strict=True):
+            for r in result:
+                m = r["metric"]
+                key = (m.get("host", ""), m.get("gpu", ""))
+                if not key[1].isdigit():
+                    continue
+                entry = by_gpu.setdefault(key, {"host": key[0], "gpu": key[1], "model": m.get("model", "")})
+                value = float(r["value"][1])
+                if f == "verdict":
+                    if verdict_spec is not None:
+                        if value >= entry.get("_verdict_at", float("-inf")):
+                            entry["verdict"], entry["_verdict_at"] = m.get(verdict_spec.label), value
+                    elif value:
+                        entry["verdict"] = "lost"
+                else:
+                    entry[f] = value / scale if scale else value
+        self._pace(by_gpu, at)
+        return list(by_gpu.values())
+
+    def _pace(self, gpus: dict, at: float) -> None:
+        """Seconds between one GPU's two newest power samples (a range vector of that one series)."""
+        if not gpus:
+            return
+        host, gpu = next(iter(gpus))
+        name, _ = self.names.name("gpu_power", "power_w")
+        gpu_matcher = 'gpu="' + gpu + '"'
+        matchers = ", ".join(m for m in (self.where, _host_matcher(host), gpu_matcher) if m)
+        one = f"{name}{{{matchers}}}"
+        try:
+            result = self.client.query(f"{one}[{self.window}]", at, "the sample pace")
+        except AgentError:
+            return
+        for r in result[:1]:
+            times = [float(t) for t, _ in r.get("values", [])[-2:]]
+            if len(times) == 2 and times[1] > times[0]:
+                self.interval = min(PACE_MAX_S, max(PACE_MIN_S, times[1] - times[0]))
+
+
+def _host_matcher(host: str | None) -> str:
+    if host is None:
+        return ""
+    return 'host="' + host.replace("\\", "\\\\").replace('"', '\\"') + '"'

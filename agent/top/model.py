@@ -1,0 +1,115 @@
+"""What one frame of `gpuagent top` shows, as plain data: the node and the fleet views fill the
+same rows, so one renderer draws both."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from gpuagent.plugins.health.catalog import SEVERITY
+
+# Short throttle words (a column of 80 columns' worth), keyed by the clocks collector's fields;
+# the most telling first: a row shows the first one active.
+THROTTLE_WORDS = {
+    "hw_thermal_slowdown": "hw thermal",
+    "hw_power_brake_slowdown": "pwr brake",
+    "hw_slowdown": "hw slow",
+    "sw_thermal_slowdown": "thermal",
+    "sw_power_cap": "power cap",
+    "sync_boost": "sync boost",
+    "applications_setting": "app clocks",
+    "display_clock_setting": "display",
+    "idle": "idle",
+}
+
+HISTORY = 30  # samples kept per row for the sparklines
+
+
+@dataclass
+class Row:
+    """A GPU (kind "gpu"), a MIG or vGPU instance under it, or a host / model of the fleet."""
+
+    key: str
+    label: str
+    model: str = ""
+    kind: str = "gpu"
+    util_pct: float | None = None
+    mem_used: float | None = None
+    mem_total: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_mhz: float | None = None
+    sm_max_mhz: float | None = None
+    temp_c: float | None = None
+    throttle: str | None = None
+    verdict: str | None = None
+    reason: str = ""
+    gpus: int = 1
+    children: list[Row] = field(default_factory=list)
+    power_hist: list[float] = field(default_factory=list)
+    util_hist: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Proc:
+    gpu: str
+    pid: str
+    user: str = ""
+    name: str = ""
+    job: str = ""
+    mem_bytes: int | None = None
+    sm_pct: float | None = None
+
+
+@dataclass
+class Frame:
+    title: str
+    rows: list[Row]
+    procs: list[Proc] = field(default_factory=list)
+    note: str = ""
+    time_s: float = 0.0
+    by: str = "gpu"  # what a row is: gpu, host or model
+
+
+def short_model(name: str) -> str:
+    """"NVIDIA GeForce RTX 4090" -> "RTX 4090": the words every row would repeat."""
+    for prefix in ("NVIDIA ", "GeForce "):
+        name = name.removeprefix(prefix)
+    return name
+
+
+def severity(verdict: str | None) -> int:
+    """Worse verdicts rank higher; none read ranks below ok, one this version does not know as degraded."""
+    if verdict is None:
+        return -1
+    return SEVERITY.get(verdict, SEVERITY["degraded"])
+
+
+def worst(verdicts) -> str | None:
+    seen = [v for v in verdicts if v]
+    return max(seen, key=severity) if seen else None
+
+
+def throttle_of(fields: dict) -> str | None:
+    """The most telling active clock-event reason, "none", or None where the card reports none."""
+    if fields.get("clock_event_reasons") is None and not any(k in fields for k in THROTTLE_WORDS):
+        return None
+    return next((word for name, word in THROTTLE_WORDS.items() if fields.get(name)), "none")
+
+
+class History:
+    """Power and utilisation of each row over the last HISTORY refreshes, by row key."""
+
+    def __init__(self, size: int = HISTORY):
+        self.size = size
+        self.power: dict[str, deque] = {}
+        self.util: dict[str, deque] = {}
+
+    def add(self, rows: list[Row]) -> None:
+        for row in rows:
+            for store, value, target in ((self.power, row.power_w, "power_hist"), (self.util, row.util_pct, "util_hist")):
+                series = store.setdefault(row.key, deque(maxlen=self.size))
+                if value is not None:
+                    series.append(float(value))
+                setattr(row, target, list(series))
+            self.add(row.children)
