@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.client
 import json
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -19,6 +18,8 @@ class Answer:
 
 
 def get(url: str, timeout: float, accept: str = ACCEPT) -> Answer:
+    import http.client  # here, not at load: it brings ssl (4 MB) to agents that never scrape
+
     parts = urlsplit(url)
     conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     path = parts.path or "/"
