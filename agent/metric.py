@@ -36,6 +36,8 @@ _KEY = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ "})
 # Raw CR/LF in a string field is legal for InfluxDB's parser but breaks every
 # line-oriented consumer (VictoriaMetrics, the spool, tail -f): written as \n, \r.
 _STRING = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r"})
+# A byte that is not UTF-8 (names.NOT_UTF8) is stored as the text \xff: its backslash escaped.
+_STRING.update({c: text.replace("\\", "\\\\") for c, text in names.NOT_UTF8.items()})
 
 
 @dataclass(slots=True)
@@ -91,7 +93,9 @@ def format_field(value: FieldValue) -> str:
 @lru_cache(maxsize=8192)
 def _head(measurement: str, tag_items: tuple[tuple[str, str], ...]) -> str:
     """Measurement and tags as line protocol; "" when the measurement cannot be written.
-    Cached, so the names of the same GPUs are checked once, not every cycle."""
+    Cached, so the names of the same GPUs are checked once, not every cycle. Bytes that are not
+    UTF-8 are written as \\xNN (names.utf8_safe), not refused: a process name can hold them."""
+    measurement, tag_items = _utf8_safe(measurement), [(_utf8_safe(k), _utf8_safe(v)) for k, v in tag_items]
     problem = names.measurement_problem(measurement)
     if problem:
         names.warn_once("measurement", str(measurement), problem, "its points are not written")
@@ -118,6 +122,10 @@ def _head(measurement: str, tag_items: tuple[tuple[str, str], ...]) -> str:
     return head
 
 
+def _utf8_safe(name):
+    return names.utf8_safe(name) if isinstance(name, str) else name
+
+
 _FIELD_KEYS: dict[str, str] = {}
 
 
@@ -125,12 +133,13 @@ def _field_key(key: str) -> str:
     """The escaped key and "=", or "" for a name InfluxDB cannot store (warned once)."""
     escaped = _FIELD_KEYS.get(key)
     if escaped is None:
-        problem = names.field_key_problem(key)
+        safe = _utf8_safe(key)
+        problem = names.field_key_problem(safe)
         if problem:
-            names.warn_once("field", str(key), problem, "the field is left out")
+            names.warn_once("field", str(safe), problem, "the field is left out")
             escaped = ""
         else:
-            escaped = escape_key(key) + "="
+            escaped = escape_key(safe) + "="
         if len(_FIELD_KEYS) < 65536:  # bounded: field names come from code, but be safe
             _FIELD_KEYS[key] = escaped
     return escaped

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 
 from gpuagent.metric import Point
+from gpuagent.names import utf8_safe
 from gpuagent.plugins.prometheus.naming import MetricSpec, metric_for, sanitize
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -31,11 +32,12 @@ def label_name(key: str) -> str:
 
 
 def _escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    # A byte that is not UTF-8 (psutil's surrogateescape) reads \xff, as in the line protocol.
+    return utf8_safe(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+    return utf8_safe(text).replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def _number(value: float) -> str:

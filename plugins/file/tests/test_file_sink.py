@@ -7,6 +7,7 @@ import pytest
 from gpuagent import Accumulator
 from gpuagent.context import AgentContext
 from gpuagent.errors import AgentError
+from gpuagent.metric import Point
 from gpuagent.plugins.file import FileSink
 
 
@@ -78,3 +79,16 @@ def test_config_refuses_unknown_keys_and_bad_sizes():
         FileSink.Config.model_validate({"max_bytes": "big"})
     with pytest.raises(Exception, match="rotate"):
         FileSink.Config.model_validate({"rotate": 1})
+
+
+def test_a_string_that_is_not_utf8_costs_nothing(tmp_path):
+    """A lone surrogate in one point's string field (issue 28, item 3): the whole batch is
+    written, the byte as \\xff; before, the UnicodeEncodeError lost every point of the batch."""
+    sink = make(tmp_path, path=str(tmp_path / "out.lp"))
+    try:
+        sink.write([Point("m", {"gpu": str(i)}, {"name": "train\udcffjob" if i == 1 else "ok"}, i) for i in range(3)])
+    finally:
+        sink.close()
+    lines = (tmp_path / "out.lp").read_text(encoding="utf-8").splitlines()
+    assert lines == ['m,gpu=0 name="ok" 0', 'm,gpu=1 name="train\\\\xffjob" 1', 'm,gpu=2 name="ok" 2']
+    assert sink.points_written == 3

@@ -136,3 +136,20 @@ def test_agent_serves_an_8_gpu_machine_with_valid_names(tmp_path):
     assert power == {str(i) for i in range(8)}
     assert any(kind == "counter" for kind, _ in got.values())
     assert proc.returncode == 0, proc.stderr.read().decode()[-2000:]
+
+
+def test_a_label_or_string_that_is_not_utf8_keeps_metrics_answering(tmp_path):
+    """Lone surrogates in a tag and a string field (issue 28, item 3): /metrics answers 200 with
+    the byte as \\xff (psutil's surrogateescape) or U+FFFD; before, every scrape failed."""
+    sink = make(tmp_path)
+    try:
+        acc = Accumulator({"host": "h"}, time_ns=1)
+        acc.add_fields("gpu_process", {"used_memory_bytes": 5, "name": "train\udcffjob"}, tags={"pid": "7", "job": "j\ud800"})
+        sink.write(acc.points)
+        got = samples(scrape(sink))
+    finally:
+        sink.close()
+    labels = {"host": "h", "pid": "7", "job": "j\ufffd"}
+    assert got[("gpuagent_gpu_process_used_memory_bytes", tuple(sorted(labels.items())))] == ("gauge", 5.0)
+    info = tuple(sorted({**labels, "name": "train\\xffjob"}.items()))
+    assert got[("gpuagent_gpu_process_name_info", info)] == ("gauge", 1.0)
