@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextvars
 import ctypes
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -191,6 +192,7 @@ class Gpu:
         self.handle = handle
         self.lost = False
         self.lost_reason = ""
+        self._still_lost: Callable[[Any], bool] | None = None  # asks again what answered GPU_IS_LOST
         self.errors = errors if errors is not None else NvmlErrors()
         self._static: dict[str, Any] = {}
         # (collector, call, args) -> code of the calls this GPU refused for good; (call, code) logged.
@@ -217,7 +219,7 @@ class Gpu:
         """A GPU that NVML lists but that is already lost: kept so it is reported, never read."""
         gpu = cls.__new__(cls)
         gpu.index, gpu.handle = index, None
-        gpu.lost, gpu.lost_reason = True, reason
+        gpu.lost, gpu.lost_reason, gpu._still_lost = True, reason, None
         gpu.errors = errors if errors is not None else NvmlErrors()
         gpu._static, gpu._refused, gpu._logged = {}, {}, set()
         gpu._refused_calls = set()
@@ -264,7 +266,7 @@ class Gpu:
         except pynvml.NVMLError as exc:
             code = exc.value
             if code == pynvml.NVML_ERROR_GPU_IS_LOST:
-                self.mark_lost(f"{name}: {exc}")
+                self.mark_lost(f"{name}: {exc}", still_lost=functools.partial(_answers_lost, fn, args))
                 raise GpuLost(self) from None
             if code in quiet:
                 return None
@@ -326,10 +328,12 @@ class Gpu:
                 self._static[key] = value
         return value
 
-    def mark_lost(self, reason: str) -> None:
+    def mark_lost(self, reason: str, still_lost: Callable[[Any], bool] | None = None) -> None:
+        """``still_lost(handle)``: whether what answered GPU_IS_LOST still does (try_recover asks)."""
         if not self.lost:
             self.lost = True
             self.lost_reason = reason
+            self._still_lost = still_lost
             log.error("GPU %d (%s, %s) is lost: %s; skipping it from now on", self.index, self.name, self.uuid, reason)
 
     def try_recover(self) -> bool:
@@ -337,7 +341,9 @@ class Gpu:
 
         The GPU is looked up afresh (by UUID when known, else by index) and must be the same GPU;
         it then gets a new handle and empty caches (a reset may change what it supports), keeping
-        this object so every collector holding it sees it come back.
+        this object so every collector holding it sees it come back. The call that answered
+        GPU_IS_LOST is asked again first: a GPU whose identity answers but that one call keeps
+        answering LOST stays lost (else it would flap lost/recovered, an ERROR and a WARNING a cycle).
         """
         if not self.lost:
             return True
@@ -351,9 +357,19 @@ class Gpu:
             return False
         if self.uuid not in ("unknown", fresh.uuid):
             return False
+        if self._still_lost is not None and self._still_lost(handle):
+            return False
         self.__dict__.update(fresh.__dict__)
         log.warning("GPU %d (%s, %s) answers again; reading it again", self.index, self.name, self.uuid)
         return True
+
+def _answers_lost(fn: Callable[..., Any], args: tuple, handle: Any) -> bool:
+    try:
+        fn(handle, *args)
+    except pynvml.NVMLError as exc:
+        return exc.value == pynvml.NVML_ERROR_GPU_IS_LOST
+    return False
+
 
 @dataclass
 class UnavailableGpu:

@@ -381,3 +381,21 @@ def test_counter_window_keeps_only_changes_and_measures_the_same_growth():
         got = [counter.add(t, v, window) for t, v in samples]
         assert got == _growth_keeping_every_sample(samples, window)
         assert len(counter.samples) < 2000 * 0.2  # changes only
+
+
+def test_one_call_answering_gpu_is_lost_every_cycle_keeps_the_gpu_lost_without_flapping(run, caplog):
+    """Issue 28, item 12: the identity calls answer, one call keeps answering GPU_IS_LOST; before,
+    each cycle took the GPU back (WARNING) and lost it again (ERROR) and the verdict read ok."""
+    import logging
+
+    r = run("h100-sxm:2")
+    r.machine.force("nvmlDeviceGetRemappedRows", "GPU_IS_LOST", gpu=1)
+    with caplog.at_level(logging.WARNING, logger="gpuagent"):
+        seen = [verdicts(r.at(t)).get(1) for t in range(1, 11)]
+    assert seen == ["lost"] * 10
+    assert r.collector.context.gpus[1].lost and not r.collector.context.gpus[0].lost
+    lost_lines = [m for m in caplog.messages if "GPU 1" in m and "is lost" in m]
+    assert len(lost_lines) == 1, caplog.messages
+    assert not [m for m in caplog.messages if "answers again" in m]
+    r.machine.force("nvmlDeviceGetRemappedRows", "SUCCESS", gpu=1)  # the call answers again
+    assert verdicts(r.at(11)) == {0: "ok", 1: "ok"}
