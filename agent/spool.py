@@ -36,6 +36,7 @@ oldest first, and their points counted in ``dropped_total``.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import time
@@ -106,6 +107,7 @@ class Spool:
         self._delivered_through = 0  # ids <= this were delivered; their delete is pending
         self._last_open = 0.0
         self._readonly = False
+        self._file_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the file open at `path`
         with self._lock:
             self._open()
 
@@ -175,6 +177,58 @@ class Spool:
         )
         self._load_totals()
         self.available = True
+        st = os.stat(self.path)
+        self._file_id = (st.st_dev, st.st_ino)
+
+    def _still_at_path(self) -> bool:
+        """Whether `path` is still the file open: SQLite writes on to a file whose directory was
+        deleted (or that was replaced), and what it holds would be gone at stop."""
+        if self._file_id is None or self._readonly:
+            return True
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self._file_id
+
+    def _follow_path(self) -> None:
+        """`path` is no longer the open file: start a new spool there and move every batch
+        held into it, so that nothing spooled is lost (the old file is readable while open)."""
+        if time.monotonic() - self._last_open < self.REOPEN_EVERY and self.problem:
+            return  # tried a moment ago and could not: the deleted file goes on holding them
+        old, through, was = self._db, self._delivered_through, self.path.exists()
+        self._db = None
+        self._delivered_through = 0
+        self._open()
+        moved = moved_points = 0
+        if self.writable:
+            try:
+                with self._db:
+                    self._db.execute("BEGIN IMMEDIATE")
+                    for points, size, data in old.execute(
+                            "SELECT points, bytes, data FROM batches WHERE id > ? ORDER BY id", (through,)):
+                        self._db.execute("INSERT INTO batches (points, bytes, data) VALUES (?, ?, ?)",
+                                         (points, size, data))
+                        moved += 1
+                        moved_points += points
+                self._load_totals()
+            except sqlite3.DatabaseError as exc:
+                self.problem = _describe(exc)
+        if self.writable:
+            old.close()
+            self.log.error(
+                "spool %s is no longer the file this agent had open (%s): a new spool was started there and "
+                "the %d batches (%d points) it held were moved into it", self.path,
+                "the file was replaced" if was else "it or its directory was deleted", moved, moved_points)
+            return
+        problem = self.problem
+        self._close_db()
+        self._db, self._delivered_through = old, through  # keep the deleted file: it still holds them
+        self.available, self._readonly = True, False
+        self._load_totals()
+        self.problem = f"{self.path} was deleted and no new spool can be made: {problem}"
+        self.log.error("spool %s: %s; the %d points spooled stay in the deleted file until stop or until a new "
+                       "spool can be made (tried every %gs)", self.path, self.problem, self._points, self.REOPEN_EVERY)
 
     def _unavailable(self, problem: str) -> None:
         self.available = False
@@ -285,6 +339,8 @@ class Spool:
     def _guard(self, op, default=_RAISE):
         """Run op(db) under the lock; heal a damaged file (then retry once); SpoolError for the rest."""
         with self._lock:
+            if self._db is not None and self.available and not self._still_at_path():
+                self._follow_path()
             for attempt in (1, 2):
                 if self._db is None or not self.available:
                     if default is not _RAISE:
