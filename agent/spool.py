@@ -145,6 +145,7 @@ class Spool:
             self._close_db()
             if _is_corruption(exc):
                 self._heal(str(exc))
+                self._resume_heals()
                 return
             # Disk full, read-only file system: batches already there can still be replayed.
             problem = _describe(exc)
@@ -159,6 +160,8 @@ class Spool:
             except sqlite3.DatabaseError:
                 self._close_db()
                 self._unavailable(f"cannot open {self.path}: {problem}")
+            return
+        self._resume_heals()
 
     def _open_rw(self) -> None:
         self._db = self._connect(self.path)
@@ -250,21 +253,22 @@ class Spool:
         self._db = None
 
     def _heal(self, reason: str) -> None:
-        """Move the damaged file aside, copy out what can be read, start a fresh spool with it."""
+        """Move the damaged file aside, copy out what can be read, start a fresh spool with it.
+
+        Resumable: the file is moved aside as ``spool.healing-<time>.sqlite`` and named
+        ``spool.damaged-<time>.sqlite`` only once every readable batch is in the fresh spool,
+        whose ``salvage`` table says how far the copy got (committed with each 1000 batches).
+        A kill -9 mid-copy leaves a ``spool.healing-*`` file: the next open goes on from there."""
         reason = " ".join(reason.replace("***", "").split())[:200]  # quick_check's answer spans lines
         self._close_db()
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        aside = self.directory / f"spool.damaged-{stamp}.sqlite"
+        aside = self.directory / f"spool.healing-{stamp}.sqlite"
         n = 1
-        while aside.exists():
+        while aside.exists() or _final_name(aside).exists():
             n += 1
-            aside = self.directory / f"spool.damaged-{stamp}-{n}.sqlite"
+            aside = self.directory / f"spool.healing-{stamp}-{n}.sqlite"
         try:
-            self.path.rename(aside)
-            for suffix in ("-wal", "-shm"):  # the WAL belongs with its file: it may hold the newest batches
-                extra = Path(f"{self.path}{suffix}")
-                if extra.exists():
-                    extra.rename(f"{aside}{suffix}")
+            _move_with_wal(self.path, aside)
         except OSError as exc:
             self._unavailable(f"{self.path} is damaged ({reason}) and cannot be moved aside: {exc.strerror or exc}")
             self.log.error("spool %s is damaged (%s) and cannot be moved aside (%s); delivery keeps points in memory",
@@ -272,35 +276,71 @@ class Spool:
             return
         self.damaged_total += 1
         self._delivered_through = 0
-        found = found_points = kept = 0
         try:
             self._open_rw()  # a fresh, empty file: the damaged one is aside
-            self._db.execute("BEGIN IMMEDIATE")
-            size = 0
+        except sqlite3.DatabaseError as exc:
+            self._close_db()
+            self._unavailable(f"cannot create a fresh spool in {self.directory}: {_describe(exc)}")
+            self.log.error("spool %s was damaged (%s): moved aside to %s, but no fresh spool could be made (%s)",
+                           self.path, reason, aside.name, self.problem)
+            return
+        self._salvage_into(aside, f"was damaged ({reason})")
+
+    def _resume_heals(self) -> None:
+        """Go on with every heal a kill interrupted (a ``spool.healing-*`` file left behind)."""
+        for aside in sorted(self.directory.glob("spool.healing-*.sqlite")):
+            if self._db is None or self.problem is not None:
+                return
+            self._salvage_into(aside, "was being healed when the agent stopped")
+
+    def _salvage_into(self, aside: Path, what: str) -> None:
+        """Copy every readable batch of ``aside`` into the open spool, from where an earlier,
+        interrupted copy got to; then name it spool.damaged-*."""
+        found = found_points = kept = done = 0
+        db = self._db
+        try:
+            db.execute("CREATE TABLE IF NOT EXISTS salvage (source TEXT PRIMARY KEY, done INTEGER NOT NULL)")
+            row = db.execute("SELECT done FROM salvage WHERE source = ?", (aside.name,)).fetchone()
+            done = row[0] if row else 0
+            db.execute("BEGIN IMMEDIATE")
+            size = self._bytes
             # Batch by batch, committed every 1000: a large damaged spool is never held in memory.
-            for points, data in _salvage(aside, self.MAX_SALVAGE_PROBES):
+            for i, (points, data) in enumerate(_salvage(aside, self.MAX_SALVAGE_PROBES), 1):
                 found += 1
                 found_points += points
+                if i <= done:  # copied before an interruption
+                    continue
                 if size + len(data) > self.max_bytes:
                     self.dropped_total += points
-                    continue
-                self._db.execute("INSERT INTO batches (points, bytes, data) VALUES (?, ?, ?)",
-                                 (points, len(data), data))
-                size += len(data)
-                kept += 1
-                if kept % 1000 == 0:
-                    self._db.execute("COMMIT")
-                    self._db.execute("BEGIN IMMEDIATE")
-            self._db.execute("COMMIT")
+                else:
+                    db.execute("INSERT INTO batches (points, bytes, data) VALUES (?, ?, ?)",
+                               (points, len(data), data))
+                    size += len(data)
+                    kept += 1
+                if i % 1000 == 0:
+                    db.execute("INSERT OR REPLACE INTO salvage (source, done) VALUES (?, ?)", (aside.name, i))
+                    db.execute("COMMIT")
+                    db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT OR REPLACE INTO salvage (source, done) VALUES (?, ?)", (aside.name, max(found, done)))
+            db.execute("COMMIT")
             self._load_totals()
             self.problem = None
         except sqlite3.DatabaseError as exc:
             self._close_db()
             self._unavailable(f"cannot create a fresh spool in {self.directory}: {_describe(exc)}")
         self.salvaged_batches_total += kept
+        final = aside
+        if self.problem is None:
+            try:
+                _move_with_wal(aside, _final_name(aside))
+                final = _final_name(aside)
+                self._db.execute("DELETE FROM salvage WHERE source = ?", (aside.name,))
+            except (OSError, sqlite3.DatabaseError):
+                pass  # a later open finds it again: the salvage table says it is all copied
+        resumed = f"; {min(done, found)} of them had been copied before" if done else ""
         self.log.error(
-            "spool %s was damaged (%s): moved aside to %s; %d batches (%d points) could be read out of it%s",
-            self.path, reason, aside.name, found, found_points,
+            "spool %s %s: moved aside to %s; %d batches (%d points) could be read out of it%s%s",
+            self.path, what, final.name, found, found_points, resumed,
             " and are replayed from a fresh spool" if self.problem is None
             else f", but no fresh spool could be made ({self.problem})",
         )
@@ -470,6 +510,19 @@ class Spool:
         with self._lock:
             self._close_db()
             self.available = False
+
+
+def _final_name(healing: Path) -> Path:
+    return healing.with_name(healing.name.replace("spool.healing-", "spool.damaged-", 1))
+
+
+def _move_with_wal(source: Path, target: Path) -> None:
+    """Rename a spool file and its -wal/-shm (the WAL belongs with its file: it may hold the newest batches)."""
+    source.rename(target)
+    for suffix in ("-wal", "-shm"):
+        extra = Path(f"{source}{suffix}")
+        if extra.exists():
+            extra.rename(f"{target}{suffix}")
 
 
 def _describe(exc: BaseException) -> str:

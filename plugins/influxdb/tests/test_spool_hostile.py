@@ -27,13 +27,14 @@ def dead_url() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}"  # closed again: nobody listens there
 
 
-def agent_config(tmp_path: Path, state: Path, url: str | None = None) -> Path:
+def agent_config(tmp_path: Path, state: Path, url: str | None = None, extra: str = "") -> Path:
     path = tmp_path / "gpuagent.toml"
     path.write_text(
         f'[agent]\ninterval = "200ms"\nhostname = "spool-node"\nstate_dir = "{state}"\n'
         f'[sinks.file]\npath = "{tmp_path / "record.lp"}"\n'
         f'[sinks.influxdb]\napi = "v1"\nurl = "{url or dead_url()}"\ndatabase = "gpuagent"\n'
         'flush_interval = "200ms"\nretry_initial_backoff = "100ms"\nretry_max_backoff = "300ms"\ntimeout = "1s"\n'
+        + extra
     )
     return path
 
@@ -93,3 +94,81 @@ def test_a_state_dir_deleted_during_an_outage_loses_nothing_spooled(tmp_path):
     assert "it or its directory was deleted" in text
     assert spool.exists(), "a new spool is at the path"
     assert spooled_points(spool) == record_lines(tmp_path)  # every line produced is spooled: none lost
+
+
+def damaged_spool(path: Path, batches: int) -> None:
+    """A spool as gpuagent.spool writes it (same schema), then 20 KB of garbage in its middle."""
+    path.parent.mkdir(parents=True)
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE batches (id INTEGER PRIMARY KEY AUTOINCREMENT, points INTEGER NOT NULL,"
+               " bytes INTEGER NOT NULL, data BLOB NOT NULL)")
+    rows = ((1, len(line), line) for line in (f"old,b={i} v={i}i {i + 1}\n".encode() for i in range(batches)))
+    with db:
+        db.executemany("INSERT INTO batches (points, bytes, data) VALUES (?, ?, ?)", rows)
+    db.close()
+    size = path.stat().st_size
+    with open(path, "r+b") as fh:
+        fh.seek(size // 2)
+        fh.write(b"\xa5" * 20_000)
+
+
+def salvageable(path: Path, tmp_path: Path) -> set[str]:
+    from gpuagent.spool import Spool, _salvage
+
+    copy = tmp_path / "copy.sqlite"
+    shutil.copyfile(path, copy)
+    lines = {line for _, data in _salvage(copy, Spool.MAX_SALVAGE_PROBES) for line in data.decode().splitlines()}
+    copy.unlink()
+    return lines
+
+
+def spooled_lines(path: Path) -> list[str]:
+    db = sqlite3.connect(path)
+    try:
+        return [line for (data,) in db.execute("SELECT data FROM batches ORDER BY id")
+                for line in bytes(data).decode().splitlines()]
+    finally:
+        db.close()
+
+
+def copied(path: Path) -> int:
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0.1)
+        try:
+            return db.execute("SELECT COUNT(*) FROM batches").fetchone()[0]
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0
+
+
+def test_kill_9_in_the_middle_of_a_heal_resumes_it_and_loses_no_salvageable_batch(tmp_path):
+    state = tmp_path / "state"
+    spool = state / "spool" / "influxdb" / "spool.sqlite"
+    damaged_spool(spool, 300_000)
+    want = salvageable(spool, tmp_path)
+    assert 250_000 < len(want) < 300_000, len(want)  # the garbage costs some batches, not most
+    config = agent_config(tmp_path, state, extra='max_spool_bytes = "1GiB"\n')
+    log = tmp_path / "agent.log"
+    agent = start_agent(config, log)
+    try:
+        aside = lambda: [p for p in spool.parent.glob("spool.*-*.sqlite")]  # noqa: E731
+        wait_for(lambda: aside() and copied(spool) >= 2000, timeout=60, what="the heal to be under way")
+        agent.kill()  # SIGKILL, mid-copy
+        agent.wait(10)
+        assert 0 < copied(spool) < len(want), "killed in the middle of the copy"
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    agent = start_agent(config, log)
+    try:
+        wait_for(lambda: list(spool.parent.glob("spool.damaged-*.sqlite")) and record_lines(tmp_path) > 50,
+                 timeout=120, what="the heal to be resumed and finished")
+    finally:
+        stop_agent(agent, log)
+    text = log.read_text()
+    assert "was being healed when the agent stopped" in text, text[-3000:]
+    assert not list(spool.parent.glob("spool.healing-*"))
+    got = [line for line in spooled_lines(spool) if line.startswith("old,")]
+    assert len(got) == len(set(got)), "no batch copied twice"
+    assert set(got) == want  # every salvageable batch, once
