@@ -43,6 +43,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from gpuagent import ownership
+
 # Sizes in config (max_spool_bytes ...) use the agent's one byte-size grammar.
 from gpuagent.units import ByteSize, parse_bytes  # noqa: F401  (re-exported for sinks)
 
@@ -137,6 +139,14 @@ class Spool:
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
             self._unavailable(f"cannot create {self.directory}: {exc.strerror or exc}")
+            return
+        # A spool another user could plant (its batches would be replayed with the sink's
+        # credentials) or read is not used: the directory and its files must be the agent's own.
+        problem = ownership.own_directory_problem(self.directory) or next(
+            filter(None, (ownership.own_file_problem(Path(f"{self.path}{suffix}")) for suffix in ("", "-wal", "-shm"))),
+            None)
+        if problem:
+            self._unavailable(f"{problem}: not used as the spool")
             return
         try:
             self._open_rw()
@@ -291,6 +301,10 @@ class Spool:
         for aside in sorted(self.directory.glob("spool.healing-*.sqlite")):
             if self._db is None or self.problem is not None:
                 return
+            problem = ownership.own_file_problem(aside)
+            if problem:
+                self.log.error("spool: %s: not read (another user may have put it there)", problem)
+                continue
             self._salvage_into(aside, "was being healed when the agent stopped")
 
     def _salvage_into(self, aside: Path, what: str) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from pydantic import Field
 
 import gpuagent
+from gpuagent import ownership
 from gpuagent.errors import AgentError
 from gpuagent.metric import Point, to_lines
 from gpuagent.spool import ByteSize
@@ -25,6 +26,7 @@ class FileSinkConfig(gpuagent.SinkConfig):
     path: str = "-"
     max_bytes: ByteSize | None = None  # rotate before the file would pass this size; unset: never
     keep: int = Field(5, ge=0, le=1000)  # rotated files kept: PATH.1 (newest) … PATH.keep
+    follow_symlinks: bool = False  # PATH may be a symlink (the operator means it); else refused
 
 
 class FileSink(gpuagent.Sink):
@@ -55,7 +57,19 @@ class FileSink(gpuagent.Sink):
         path = self.path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(path, "a", encoding="utf-8")
+        except OSError as exc:
+            raise AgentError(f"sinks.file: cannot open {path}: {exc.strerror or exc}") from None
+        # Never append through a path another user controls: a symlink or a file planted in a
+        # directory others can write to would make the agent (root, often) write where they say.
+        problem = ownership.parent_problem(path.parent) or ownership.own_file_problem(
+            path, self.config.follow_symlinks)
+        if problem:
+            raise AgentError(f"sinks.file: {problem}: not written to (see follow_symlinks in its README)")
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        if not self.config.follow_symlinks:
+            flags |= os.O_NOFOLLOW  # and no symlink planted between the check and the open
+        try:
+            self._fh = open(os.open(path, flags, 0o644), "a", encoding="utf-8")
         except OSError as exc:
             raise AgentError(f"sinks.file: cannot open {path}: {exc.strerror or exc}") from None
         self._size = self._fh.tell()

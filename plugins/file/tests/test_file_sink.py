@@ -92,3 +92,70 @@ def test_a_string_that_is_not_utf8_costs_nothing(tmp_path):
     lines = (tmp_path / "out.lp").read_text(encoding="utf-8").splitlines()
     assert lines == ['m,gpu=0 name="ok" 0', 'm,gpu=1 name="train\\\\xffjob" 1', 'm,gpu=2 name="ok" 2']
     assert sink.points_written == 3
+
+
+# -- ownership and symlinks (issue 28, item 7) ------------------------------------------------
+
+
+def _nobody() -> int:
+    import os
+    import pwd
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make files of another user (os.chown)")
+    return pwd.getpwnam("nobody").pw_uid
+
+
+def test_a_symlink_planted_in_a_world_writable_dir_is_not_followed(tmp_path):
+    """A root agent appended 103 KB to a root-owned file through user nobody's symlink; now one
+    line names the path, its owner and mode, and the target is untouched."""
+    import os
+
+    nobody = _nobody()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    target = tmp_path / "precious"
+    target.write_text("root's own\n")
+    link = shared / "metrics.lp"
+    link.symlink_to(target)
+    os.lchown(link, nobody, nobody)
+    with pytest.raises(AgentError) as info:
+        make(tmp_path, path=str(link))
+    message = str(info.value)
+    assert "\n" not in message and str(shared) in message and "mode 0777" in message
+    assert "without the sticky bit" in message
+    shared.chmod(0o1777)  # /tmp's mode: others may add files but not swap ours; the symlink is still refused
+    with pytest.raises(AgentError, match=r"metrics.lp \(owner nobody \(uid \d+\), mode 0777\) is a symlink"):
+        make(tmp_path, path=str(link))
+    assert target.read_text() == "root's own\n"
+
+
+def test_a_file_of_another_user_is_refused_and_a_symlink_is_followed_when_the_operator_says_so(tmp_path):
+    import os
+
+    nobody = _nobody()
+    theirs = tmp_path / "theirs.lp"
+    theirs.write_text("")
+    os.chown(theirs, nobody, nobody)
+    with pytest.raises(AgentError, match=r"theirs.lp \(owner nobody .* is owned by another user"):
+        make(tmp_path, path=str(theirs))
+    mine = tmp_path / "real.lp"
+    link = tmp_path / "metrics.lp"
+    link.symlink_to(mine)
+    with pytest.raises(AgentError, match="is a symlink"):
+        make(tmp_path, path=str(link))
+    sink = make(tmp_path, path=str(link), follow_symlinks=True)
+    sink.write(points(2))
+    sink.close()
+    assert len(mine.read_text().splitlines()) == 2
+
+
+def test_a_file_in_a_sticky_dir_like_tmp_is_written(tmp_path):
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    sink = make(tmp_path, path=str(sticky / "metrics.lp"))
+    sink.write(points(1))
+    sink.close()
+    assert (sticky / "metrics.lp").read_text().startswith("gpu_power,")

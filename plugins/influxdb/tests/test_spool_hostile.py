@@ -27,12 +27,12 @@ def dead_url() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}"  # closed again: nobody listens there
 
 
-def agent_config(tmp_path: Path, state: Path, url: str | None = None, extra: str = "") -> Path:
+def agent_config(tmp_path: Path, state: Path, url: str | None = None, extra: str = "", database: str = "gpuagent") -> Path:
     path = tmp_path / "gpuagent.toml"
     path.write_text(
         f'[agent]\ninterval = "200ms"\nhostname = "spool-node"\nstate_dir = "{state}"\n'
         f'[sinks.file]\npath = "{tmp_path / "record.lp"}"\n'
-        f'[sinks.influxdb]\napi = "v1"\nurl = "{url or dead_url()}"\ndatabase = "gpuagent"\n'
+        f'[sinks.influxdb]\napi = "v1"\nurl = "{url or dead_url()}"\ndatabase = "{database}"\n'
         'flush_interval = "200ms"\nretry_initial_backoff = "100ms"\nretry_max_backoff = "300ms"\ntimeout = "1s"\n'
         + extra
     )
@@ -172,3 +172,67 @@ def test_kill_9_in_the_middle_of_a_heal_resumes_it_and_loses_no_salvageable_batc
     got = [line for line in spooled_lines(spool) if line.startswith("old,")]
     assert len(got) == len(set(got)), "no batch copied twice"
     assert set(got) == want  # every salvageable batch, once
+
+
+# -- ownership (issue 28, item 7) ---------------------------------------------------------------
+
+
+def nobody() -> int:
+    import os
+    import pwd
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make files of another user (os.chown)")
+    return pwd.getpwnam("nobody").pw_uid
+
+
+@pytest.mark.servers
+def test_a_spool_planted_by_another_user_is_not_replayed(tmp_path, influxdb_v1):
+    """With a 0777 state dir, user nobody planted a spool whose points a root agent replayed into
+    InfluxDB with its credentials. Now one line names the path, owner and mode, and it is not read."""
+    import os
+
+    uid = nobody()
+    state = tmp_path / "state"
+    state.mkdir()
+    state.chmod(0o777)
+    planted = state / "spool" / "influxdb"
+    from gpuagent.spool import Spool
+
+    spool = Spool(planted, max_bytes=10**6)
+    spool.push(b"planted,by=nobody v=1i 1\n", 1)
+    spool.close()
+    for path in (state / "spool", planted, *planted.iterdir()):
+        os.chown(path, uid, uid)
+    db = f"planted_{os.getpid()}"
+    influxdb_v1.create_database(db)
+    log = tmp_path / "agent.log"
+    agent = start_agent(agent_config(tmp_path, state, influxdb_v1.url, database=db), log)
+    try:
+        wait_for(lambda: influxdb_v1.query("SELECT count(power_w) FROM gpu_power", db), what="points delivered")
+    finally:
+        stop_agent(agent, log)
+    assert influxdb_v1.query('SELECT * FROM "planted"', db) == []
+    text = log.read_text()
+    assert f"{planted} (owner nobody (uid {uid}), mode 0700) is owned by another user" in text, text[-3000:]
+
+
+def test_the_shipped_units_symlinked_state_dir_and_a_dir_under_tmp_keep_a_spool(tmp_path):
+    """DynamicUser's /var/lib/gpuagent is a symlink into /var/lib/private (0700); a state dir
+    under /tmp has a 1777 parent. Both keep a writable spool."""
+    from gpuagent.spool import Spool
+
+    private = tmp_path / "private" / "gpuagent"
+    private.mkdir(parents=True, mode=0o700)
+    (tmp_path / "private").chmod(0o700)
+    link = tmp_path / "gpuagent"
+    link.symlink_to(private)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    tmp.chmod(0o1777)
+    for state in (link, tmp / "gpuagent-state"):
+        spool = Spool(state / "spool" / "influxdb", max_bytes=10**6)
+        assert spool.writable, spool.problem
+        spool.push(b"m v=1i 1\n", 1)
+        spool.close()
+        assert Spool(state / "spool" / "influxdb", max_bytes=10**6).points == 1
