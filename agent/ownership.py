@@ -7,10 +7,11 @@ planted where the file sink's file should be, must not be used. The rules:
 - a directory the agent keeps files in (the spool's) is the agent's own: owned by its user,
   not a symlink, writable by nobody else (or only with the sticky bit, a tmpfs's 1777: then
   others may add files, never remove or rename the agent's, and each file is checked);
-- a directory the agent only creates a file in (the file sink's) is not writable by another
-  user unless it has the sticky bit (/tmp, 1777: others cannot remove or rename our file);
 - a file the agent writes to is a regular file owned by its user, not a symlink (the file
-  sink's ``follow_symlinks = true`` is the operator saying a symlink is meant).
+  sink's ``follow_symlinks = true`` is the operator saying a symlink is meant), checked on
+  the path and again on what was opened (a swap in between). Its directory may be writable
+  by others (a Kubernetes emptyDir is 0777): whatever they rename or plant, what the agent
+  writes to is its own file.
 
 The shipped unit's ``/var/lib/gpuagent`` is a symlink into ``/var/lib/private``: only the
 last component of each path is checked with lstat, so a symlinked state directory above the
@@ -55,17 +56,6 @@ def own_directory_problem(path: Path) -> str | None:
     return None
 
 
-def parent_problem(path: Path) -> str | None:
-    """Why another user could swap a file in directory ``path`` (writable by others, no sticky bit), or None."""
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        return f"cannot read {path}: {exc.strerror or exc}"
-    if st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
-        return f"{describe(path, st)} is writable by other users without the sticky bit"
-    return None
-
-
 def own_file_problem(path: Path, follow_symlinks: bool = False) -> str | None:
     """Why an existing ``path`` is not a regular file of the agent's own, or None (None too when absent)."""
     try:
@@ -83,6 +73,14 @@ def own_file_problem(path: Path, follow_symlinks: bool = False) -> str | None:
             return None
         except OSError as exc:
             return f"cannot read {path}: {exc.strerror or exc}"
+    return opened_file_problem(path, st)
+
+
+def opened_file_problem(path: Path, st: os.stat_result) -> str | None:
+    """Why the file opened at ``path`` (its fstat) is not a regular file of the agent's own, or None.
+    A character device (``/dev/null``, a terminal) is fine: no other user can make one."""
+    if stat.S_ISCHR(st.st_mode):
+        return None
     if not stat.S_ISREG(st.st_mode):
         return f"{describe(path, st)} is not a regular file"
     if st.st_uid != os.geteuid():

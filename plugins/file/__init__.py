@@ -7,6 +7,7 @@ agent produced, line for line (the outage tests use it as the record of truth).
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import threading
@@ -59,19 +60,30 @@ class FileSink(gpuagent.Sink):
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise AgentError(f"sinks.file: cannot open {path}: {exc.strerror or exc}") from None
-        # Never append through a path another user controls: a symlink or a file planted in a
-        # directory others can write to would make the agent (root, often) write where they say.
-        problem = ownership.parent_problem(path.parent) or ownership.own_file_problem(
-            path, self.config.follow_symlinks)
-        if problem:
-            raise AgentError(f"sinks.file: {problem}: not written to (see follow_symlinks in its README)")
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        # Never append through a path another user controls: a symlink planted in a directory
+        # others can write to (a Kubernetes emptyDir is 0777) would make the agent (root, often)
+        # append where they say. Refused before the open for the message, and by O_NOFOLLOW and
+        # the opened file's fstat for a swap in between; O_NONBLOCK: a planted FIFO cannot hang it.
+        problem = ownership.own_file_problem(path, self.config.follow_symlinks)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
         if not self.config.follow_symlinks:
-            flags |= os.O_NOFOLLOW  # and no symlink planted between the check and the open
-        try:
-            self._fh = open(os.open(path, flags, 0o644), "a", encoding="utf-8")
-        except OSError as exc:
-            raise AgentError(f"sinks.file: cannot open {path}: {exc.strerror or exc}") from None
+            flags |= os.O_NOFOLLOW
+        fd = None
+        if not problem:
+            try:
+                fd = os.open(path, flags, 0o644)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise AgentError(f"sinks.file: cannot open {path}: {exc.strerror or exc}") from None
+                problem = ownership.own_file_problem(path) or f"{path} is a symlink (not followed)"
+            else:
+                problem = ownership.opened_file_problem(path, os.fstat(fd))
+        if problem:
+            if fd is not None:
+                os.close(fd)
+            raise AgentError(f"sinks.file: {problem}: not written to (see follow_symlinks in its README)")
+        os.set_blocking(fd, True)
+        self._fh = open(fd, "a", encoding="utf-8")
         self._size = self._fh.tell()
 
     def _rotate(self) -> None:

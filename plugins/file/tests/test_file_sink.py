@@ -123,12 +123,27 @@ def test_a_symlink_planted_in_a_world_writable_dir_is_not_followed(tmp_path):
     with pytest.raises(AgentError) as info:
         make(tmp_path, path=str(link))
     message = str(info.value)
-    assert "\n" not in message and str(shared) in message and "mode 0777" in message
-    assert "without the sticky bit" in message
-    shared.chmod(0o1777)  # /tmp's mode: others may add files but not swap ours; the symlink is still refused
-    with pytest.raises(AgentError, match=r"metrics.lp \(owner nobody \(uid \d+\), mode 0777\) is a symlink"):
-        make(tmp_path, path=str(link))
+    assert "\n" not in message
+    assert f"{link} (owner nobody (uid {nobody}), mode 0777) is a symlink (not followed)" in message
     assert target.read_text() == "root's own\n"
+    link.unlink()
+    planted = shared / "planted.lp"  # a regular file of theirs: what is appended would be theirs to read
+    planted.write_text("")
+    os.chown(planted, nobody, nobody)
+    with pytest.raises(AgentError, match=r"planted.lp \(owner nobody .* is owned by another user"):
+        make(tmp_path, path=str(planted))
+    # A file of the agent's own in that directory (a Kubernetes emptyDir is 0777) is written.
+    sink = make(tmp_path, path=str(shared / "metrics.lp"))
+    sink.write(points(1))
+    sink.close()
+    assert (shared / "metrics.lp").read_text().startswith("gpu_power,")
+
+
+def test_dev_null_is_written(tmp_path):
+    sink = make(tmp_path, path="/dev/null")
+    sink.write(points(1))
+    sink.close()
+    assert sink.points_written == 1
 
 
 def test_a_file_of_another_user_is_refused_and_a_symlink_is_followed_when_the_operator_says_so(tmp_path):
