@@ -217,9 +217,10 @@ def test_a_spool_planted_by_another_user_is_not_replayed(tmp_path, influxdb_v1):
     assert f"{planted} (owner nobody (uid {uid}), mode 0700) is owned by another user" in text, text[-3000:]
 
 
-def test_the_shipped_units_symlinked_state_dir_and_a_dir_under_tmp_keep_a_spool(tmp_path):
+def test_the_shipped_units_symlinked_state_dir_a_dir_under_tmp_and_an_empty_dir_keep_a_spool(tmp_path):
     """DynamicUser's /var/lib/gpuagent is a symlink into /var/lib/private (0700); a state dir
-    under /tmp has a 1777 parent. Both keep a writable spool."""
+    under /tmp has a 1777 parent; a Kubernetes emptyDir is 0777. Each keeps a writable spool
+    (the agent's own 0700 directories inside)."""
     from gpuagent.spool import Spool
 
     private = tmp_path / "private" / "gpuagent"
@@ -230,7 +231,10 @@ def test_the_shipped_units_symlinked_state_dir_and_a_dir_under_tmp_keep_a_spool(
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     tmp.chmod(0o1777)
-    for state in (link, tmp / "gpuagent-state"):
+    empty_dir = tmp_path / "emptydir"
+    empty_dir.mkdir()
+    empty_dir.chmod(0o777)
+    for state in (link, tmp / "gpuagent-state", empty_dir):
         spool = Spool(state / "spool" / "influxdb", max_bytes=10**6)
         assert spool.writable, spool.problem
         spool.push(b"m v=1i 1\n", 1)
