@@ -110,6 +110,7 @@ class Spool:
         self._last_open = 0.0
         self._readonly = False
         self._file_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the file open at `path`
+        self._moving_reason: str | None = None
         with self._lock:
             self._open()
 
@@ -206,42 +207,54 @@ class Spool:
 
     def _follow_path(self) -> None:
         """`path` is no longer the open file: start a new spool there and move every batch
-        held into it, so that nothing spooled is lost (the old file is readable while open)."""
+        held into it, so that nothing spooled is lost (the old file is readable while open).
+
+        The batches are first copied (SQLite's backup) to ``spool.moving-<time>.sqlite`` beside
+        the path and the old connection closed, so that its -wal (at the path, when the file was
+        replaced) is checkpointed away before the new file is opened; the new spool then takes
+        them in as it takes a healed file's (resumed after a kill, too)."""
         if time.monotonic() - self._last_open < self.REOPEN_EVERY and self.problem:
             return  # tried a moment ago and could not: the deleted file goes on holding them
         old, through, was = self._db, self._delivered_through, self.path.exists()
-        self._db = None
-        self._delivered_through = 0
-        self._open()
-        moved = moved_points = 0
-        if self.writable:
+        why = "the file was replaced" if was else "it or its directory was deleted"
+        moving = self.directory / f"spool.moving-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.sqlite"
+        n = 1
+        while moving.exists():
+            n += 1
+            moving = moving.with_name(f"{moving.name.removesuffix('.sqlite')}-{n}.sqlite")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            problem = ownership.own_directory_problem(self.directory)
+            if problem:
+                raise OSError(problem)
+            copy = sqlite3.connect(moving, isolation_level=None)
             try:
-                with self._db:
-                    self._db.execute("BEGIN IMMEDIATE")
-                    for points, size, data in old.execute(
-                            "SELECT points, bytes, data FROM batches WHERE id > ? ORDER BY id", (through,)):
-                        self._db.execute("INSERT INTO batches (points, bytes, data) VALUES (?, ?, ?)",
-                                         (points, size, data))
-                        moved += 1
-                        moved_points += points
-                self._load_totals()
-            except sqlite3.DatabaseError as exc:
-                self.problem = _describe(exc)
-        if self.writable:
-            old.close()
-            self.log.error(
-                "spool %s is no longer the file this agent had open (%s): a new spool was started there and "
-                "the %d batches (%d points) it held were moved into it", self.path,
-                "the file was replaced" if was else "it or its directory was deleted", moved, moved_points)
+                old.backup(copy)
+                copy.execute("DELETE FROM batches WHERE id <= ?", (through,))  # delivered already
+            finally:
+                copy.close()
+        except (OSError, sqlite3.Error) as exc:
+            moving.unlink(missing_ok=True)
+            self._last_open = time.monotonic()
+            self.problem = f"{self.path} is no longer the file this agent has open ({why}) and no new spool can be made: {exc}"
+            self.log.error("spool %s; the %d points spooled stay in the old file until stop or until a new spool "
+                           "can be made (tried every %gs)", self.problem, self._points, self.REOPEN_EVERY)
             return
-        problem = self.problem
-        self._close_db()
-        self._db, self._delivered_through = old, through  # keep the deleted file: it still holds them
-        self.available, self._readonly = True, False
-        self._load_totals()
-        self.problem = f"{self.path} was deleted and no new spool can be made: {problem}"
-        self.log.error("spool %s: %s; the %d points spooled stay in the deleted file until stop or until a new "
-                       "spool can be made (tried every %gs)", self.path, self.problem, self._points, self.REOPEN_EVERY)
+        self._db = None
+        try:
+            old.close()
+        except sqlite3.Error:
+            pass
+        # SQLite does not checkpoint a file moved under it (SQLITE_READONLY_DBMOVED): the -wal and
+        # -shm at the path are still the old file's, and would be read as the new file's.
+        for suffix in ("-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        self._delivered_through = 0
+        self._moving_reason = f"is no longer the file this agent had open ({why}): a new spool was started there"
+        try:
+            self._open()  # takes in the spool.moving-* file (_resume_heals)
+        finally:
+            self._moving_reason = None
 
     def _unavailable(self, problem: str) -> None:
         self.available = False
@@ -297,19 +310,24 @@ class Spool:
         self._salvage_into(aside, f"was damaged ({reason})")
 
     def _resume_heals(self) -> None:
-        """Go on with every heal a kill interrupted (a ``spool.healing-*`` file left behind)."""
-        for aside in sorted(self.directory.glob("spool.healing-*.sqlite")):
+        """Take in every file a heal or a move left behind (``spool.healing-*``: a heal a kill
+        interrupted; ``spool.moving-*``: batches of a file no longer at the path)."""
+        for aside in sorted([*self.directory.glob("spool.healing-*.sqlite"), *self.directory.glob("spool.moving-*.sqlite")]):
             if self._db is None or self.problem is not None:
                 return
             problem = ownership.own_file_problem(aside)
             if problem:
                 self.log.error("spool: %s: not read (another user may have put it there)", problem)
                 continue
-            self._salvage_into(aside, "was being healed when the agent stopped")
+            if aside.name.startswith("spool.moving-"):
+                self._salvage_into(aside, self._moving_reason or "had batches being moved when the agent stopped",
+                                   keep=False)
+            else:
+                self._salvage_into(aside, "was being healed when the agent stopped")
 
-    def _salvage_into(self, aside: Path, what: str) -> None:
+    def _salvage_into(self, aside: Path, what: str, keep: bool = True) -> None:
         """Copy every readable batch of ``aside`` into the open spool, from where an earlier,
-        interrupted copy got to; then name it spool.damaged-*."""
+        interrupted copy got to; then name it spool.damaged-* (``keep``) or remove it."""
         found = found_points = kept = done = 0
         db = self._db
         try:
@@ -346,12 +364,20 @@ class Spool:
         final = aside
         if self.problem is None:
             try:
-                _move_with_wal(aside, _final_name(aside))
-                final = _final_name(aside)
+                if keep:
+                    _move_with_wal(aside, _final_name(aside))
+                    final = _final_name(aside)
+                else:
+                    for suffix in ("", "-wal", "-shm", "-journal"):
+                        Path(f"{aside}{suffix}").unlink(missing_ok=True)
                 self._db.execute("DELETE FROM salvage WHERE source = ?", (aside.name,))
             except (OSError, sqlite3.DatabaseError):
                 pass  # a later open finds it again: the salvage table says it is all copied
         resumed = f"; {min(done, found)} of them had been copied before" if done else ""
+        if not keep:
+            self.log.error("spool %s %s; the %d batches (%d points) it held were moved into it%s", self.path, what,
+                           found, found_points, resumed)
+            return
         self.log.error(
             "spool %s %s: moved aside to %s; %d batches (%d points) could be read out of it%s%s",
             self.path, what, final.name, found, found_points, resumed,
