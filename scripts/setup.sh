@@ -1,22 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv and installs gpuagent (editable) with the extras named in $1 (default: none).
-# Installs once: .venv/.gpuagent-setup holds the hash of setup.cfg and pyproject.toml and the
-# extras installed with it; a later call with the same files and extras does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-}"
-stamp=.venv/.gpuagent-setup
-want="$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)"
-if [ -x .venv/bin/gpuagent ] && [ -f "$stamp" ]; then
-  read -r have have_extras <"$stamp" || true
-  missing=""
-  for e in ${extras//,/ }; do
-    case ",${have_extras:-}," in *",$e,"*) ;; *) missing=1 ;; esac
-  done
-  if [ "${have:-}" = "$want" ] && [ -z "$missing" ]; then
-    exit 0
-  fi
-fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
@@ -26,4 +12,3 @@ if [ -n "$extras" ]; then
 else
   .venv/bin/python -m pip install -q -e .
 fi
-echo "$want $extras" >"$stamp"
