@@ -111,6 +111,7 @@ class Spool:
         self._readonly = False
         self._file_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the file open at `path`
         self._moving_reason: str | None = None
+        self._follow_failed: float | None = None  # when following the path last failed
         with self._lock:
             self._open()
 
@@ -213,8 +214,8 @@ class Spool:
         the path and the old connection closed, so that its -wal (at the path, when the file was
         replaced) is checkpointed away before the new file is opened; the new spool then takes
         them in as it takes a healed file's (resumed after a kill, too)."""
-        if time.monotonic() - self._last_open < self.REOPEN_EVERY and self.problem:
-            return  # tried a moment ago and could not: the deleted file goes on holding them
+        if self._follow_failed is not None and time.monotonic() - self._follow_failed < self.REOPEN_EVERY:
+            return  # tried a moment ago and could not: the old file goes on holding them
         old, through, was = self._db, self._delivered_through, self.path.exists()
         why = "the file was replaced" if was else "it or its directory was deleted"
         moving = self.directory / f"spool.moving-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.sqlite"
@@ -234,12 +235,18 @@ class Spool:
             finally:
                 copy.close()
         except (OSError, sqlite3.Error) as exc:
-            moving.unlink(missing_ok=True)
-            self._last_open = time.monotonic()
+            try:
+                moving.unlink(missing_ok=True)
+            except OSError:
+                pass
+            first = self._follow_failed is None
+            self._follow_failed = time.monotonic()
             self.problem = f"{self.path} is no longer the file this agent has open ({why}) and no new spool can be made: {exc}"
-            self.log.error("spool %s; the %d points spooled stay in the old file until stop or until a new spool "
-                           "can be made (tried every %gs)", self.problem, self._points, self.REOPEN_EVERY)
+            if first:  # said once; tried again every REOPEN_EVERY
+                self.log.error("spool %s; the %d points spooled stay in the old file until stop or until a new spool "
+                               "can be made (tried every %gs)", self.problem, self._points, self.REOPEN_EVERY)
             return
+        self._follow_failed = None
         self._db = None
         try:
             old.close()
@@ -474,7 +481,7 @@ class Spool:
             self._points += points - dropped_points
             self._bytes += size - dropped_bytes
             self.dropped_total += dropped_points
-            if not self._readonly:
+            if not self._readonly and self._follow_failed is None:
                 self.problem = None
             return dropped_points
 
@@ -531,7 +538,7 @@ class Spool:
                 db.execute("BEGIN IMMEDIATE")
                 db.execute("DELETE FROM batches WHERE id <= ?", (through,))
             self._delivered_through = 0
-            if not self._readonly:
+            if not self._readonly and self._follow_failed is None:
                 self.problem = None
             return points, size
 

@@ -244,3 +244,25 @@ def test_a_spool_file_replaced_under_the_agent_is_followed_with_every_batch(tmp_
     assert len(lines) == 70 and lines[0].startswith("m,b=0")
     again.close()
     assert not other.exists()
+
+
+def test_a_deleted_spool_dir_that_cannot_be_made_again_keeps_the_batches_and_says_so_once(tmp_path, caplog):
+    import shutil
+
+    directory = tmp_path / "state" / "spool"
+    spool = Spool(directory, max_bytes=10**8)
+    spool.push(batch(0), 10)
+    shutil.rmtree(tmp_path / "state")
+    (tmp_path / "state").write_text("a file where the state dir was")  # mkdir cannot succeed
+    with caplog.at_level(logging.ERROR, logger="gpuagent.spool"):
+        for seq in (1, 2, 3):
+            spool.push(batch(seq), 10)  # into the old, deleted file: readable until stop
+        assert not spool.writable and "no new spool can be made" in spool.problem
+        assert len(caplog.records) == 1, [r.getMessage() for r in caplog.records]
+        (tmp_path / "state").unlink()
+        spool.REOPEN_EVERY = 0  # the next operation tries again
+        spool.push(batch(4), 10)
+    assert spool.writable and spool.points == 50
+    assert "4 batches (40 points) it held were moved into it" in caplog.records[-1].getMessage()
+    spool.close()
+    assert Spool(directory, max_bytes=10**8).points == 50
