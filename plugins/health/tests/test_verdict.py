@@ -399,3 +399,28 @@ def test_one_call_answering_gpu_is_lost_every_cycle_keeps_the_gpu_lost_without_f
     assert not [m for m in caplog.messages if "answers again" in m]
     r.machine.force("nvmlDeviceGetRemappedRows", "SUCCESS", gpu=1)  # the call answers again
     assert verdicts(r.at(11)) == {0: "ok", 1: "ok"}
+
+
+def test_a_gpu_that_flaps_must_answer_for_a_while_before_it_is_read_again(run, caplog):
+    """Lost, back, lost again within a minute: it is held lost until it has answered for HOLD_S
+    (doubling at each relapse), not taken back on its first answer."""
+    import logging
+    import time
+
+    r = run("h100-sxm:2")
+    gpu = r.collector.context.gpus[1]
+    gpu.HOLD_S = 0.3  # seconds of answering asked after the first relapse (10 s by default)
+    with caplog.at_level(logging.WARNING, logger="gpuagent"):
+        r.machine.force("nvmlDeviceGetRemappedRows", "GPU_IS_LOST", gpu=1)
+        assert verdicts(r.at(1))[1] == "lost"
+        r.machine.force("nvmlDeviceGetRemappedRows", "SUCCESS", gpu=1)
+        assert verdicts(r.at(2))[1] == "ok"  # the first time, taken back at once
+        r.machine.force("nvmlDeviceGetRemappedRows", "GPU_IS_LOST", gpu=1)
+        assert verdicts(r.at(3))[1] == "lost"  # a relapse
+        r.machine.force("nvmlDeviceGetRemappedRows", "SUCCESS", gpu=1)
+        assert [verdicts(r.at(t))[1] for t in (4, 5, 6)] == ["lost"] * 3  # answering, not for long enough
+        time.sleep(0.4)
+        assert verdicts(r.at(7))[1] == "ok"
+    messages = [m for m in caplog.messages if "GPU 1" in m]
+    assert sum("is lost" in m for m in messages) == 2 and sum("answers again" in m for m in messages) == 2, messages
+    assert any("is lost again" in m and "before it is read again" in m for m in messages)
