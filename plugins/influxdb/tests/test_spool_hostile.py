@@ -215,9 +215,10 @@ def test_a_spool_planted_by_another_user_is_not_replayed(tmp_path, influxdb_v1):
     assert influxdb_v1.query('SELECT * FROM "planted"', db) == []
     text = log.read_text()
     assert f"{planted} (owner nobody (uid {uid}), mode 0700) is owned by another user" in text, text[-3000:]
+    assert_kept_where_it_must_work(tmp_path / "work")
 
 
-def test_the_shipped_units_symlinked_state_dir_a_dir_under_tmp_and_an_empty_dir_keep_a_spool(tmp_path):
+def assert_kept_where_it_must_work(tmp_path: Path) -> None:
     """DynamicUser's /var/lib/gpuagent is a symlink into /var/lib/private (0700); a state dir
     under /tmp has a 1777 parent; a Kubernetes emptyDir is 0777. Each keeps a writable spool
     (the agent's own 0700 directories inside)."""
@@ -240,3 +241,4 @@ def test_the_shipped_units_symlinked_state_dir_a_dir_under_tmp_and_an_empty_dir_
         spool.push(b"m v=1i 1\n", 1)
         spool.close()
         assert Spool(state / "spool" / "influxdb", max_bytes=10**6).points == 1
+
