@@ -83,3 +83,60 @@ def test_a_line_over_256_kib_loses_its_longest_field_not_the_point(tmp_path, vic
         sink.close()
     names = {s["metric"]["__name__"] for s in victoria_metrics.export(f'{{host="{host}"}}', min_samples=2)}
     assert names == {"long_size", "short_seq"}
+
+
+WIDE_PLUGIN = '''
+import gpuagent
+
+FIELDS = {f"f{i}": i for i in range(1_000_000)}  # built once: the agent's cost is what is measured
+
+
+class Wide(gpuagent.Collector):
+    name = "wide_tp"
+
+    def collect(self, acc):
+        acc.add_fields("wide", FIELDS)
+
+
+@gpuagent.hookimpl
+def gpuagent_register_collectors(register):
+    register(Wide)
+'''
+
+
+@pytest.mark.slow
+def test_a_plugin_emitting_a_million_fields_a_cycle_does_not_wedge_a_real_agent(tmp_path, influxdb_v1):
+    import signal
+    import subprocess
+    import sys
+
+    db = "bounds_agent"
+    influxdb_v1.create_database(db)
+    plugins = tmp_path / "plugins.d"
+    plugins.mkdir()
+    (plugins / "wide_plugin.py").write_text(WIDE_PLUGIN)
+    config = tmp_path / "gpuagent.toml"
+    config.write_text(
+        f'[agent]\ninterval = "500ms"\nhostname = "wide-node"\nstate_dir = "{tmp_path / "state"}"\n'
+        f'[plugins]\ndir = "{plugins}"\n'
+        f'[sinks.influxdb]\napi = "v1"\nurl = "{influxdb_v1.url}"\ndatabase = "{db}"\nflush_interval = "200ms"\n'
+    )
+    log = tmp_path / "agent.log"
+    with open(log, "wb") as fh:
+        agent = subprocess.Popen([sys.executable, "-m", "gpuagent", "run", "--config", str(config),
+                                  "--simulate", "l40s:1"], stdout=fh, stderr=subprocess.STDOUT)
+    try:
+        def cycles() -> int:
+            got = influxdb_v1.query("SELECT count(power_w) FROM gpu_power", db)
+            return got[0]["values"][0][1] if got else 0
+
+        wait_for(lambda: cycles() >= 10, timeout=90, what="ten cycles of gpu_power delivered")
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(60)
+    assert agent.returncode == 0, log.read_text()[-3000:]
+    (keys,) = influxdb_v1.query('SHOW FIELD KEYS FROM "wide"', db)
+    assert len(keys["values"]) == metric.MAX_FIELDS_PER_POINT
+    (own,) = influxdb_v1.query('SELECT last(fields_over_bound_total) FROM "gpuagent"', db)
+    assert own["values"][0][1] >= 999_000
+    assert log.read_text().count("'wide' has 1000000 fields") == 1
