@@ -185,6 +185,13 @@ def _arg_key(value: Any) -> Any:
     return ("type", type(value).__name__)
 
 
+# A GPU lost again within RELAPSE_WINDOW_S of coming back is flapping: before it is taken
+# back again it must answer for HOLD_S, doubled at each relapse up to HOLD_MAX_S.
+RELAPSE_WINDOW_S = 60.0
+HOLD_S = 10.0
+HOLD_MAX_S = 600.0
+
+
 class Gpu:
     """A GPU on this machine (real or simulated; nothing here knows which)."""
 
@@ -334,12 +341,6 @@ class Gpu:
                 self._static[key] = value
         return value
 
-    # A GPU lost again within RELAPSE_WINDOW_S of coming back is flapping: before it is taken
-    # back again it must answer for HOLD_S, doubled at each relapse up to HOLD_MAX_S.
-    RELAPSE_WINDOW_S = 60.0
-    HOLD_S = 10.0
-    HOLD_MAX_S = 600.0
-
     def mark_lost(self, reason: str, still_lost: Callable[[Any], bool] | None = None) -> None:
         """``still_lost(handle)``: whether what answered GPU_IS_LOST still does (try_recover asks)."""
         if not self.lost:
@@ -347,7 +348,7 @@ class Gpu:
             self.lost_reason = reason
             self._still_lost = still_lost
             back = self._recovered_at
-            relapsed = back is not None and time.monotonic() - back < self.RELAPSE_WINDOW_S
+            relapsed = back is not None and time.monotonic() - back < RELAPSE_WINDOW_S
             self._relapses = self._relapses + 1 if relapsed else 0
             self._answering_since = None
             if relapsed:
@@ -360,7 +361,7 @@ class Gpu:
 
     def _hold_s(self) -> float:
         relapses = self._relapses
-        return min(self.HOLD_MAX_S, self.HOLD_S * 2 ** (relapses - 1)) if relapses else 0.0
+        return min(HOLD_MAX_S, HOLD_S * 2 ** (relapses - 1)) if relapses else 0.0
 
     def try_recover(self) -> bool:
         """A lost GPU that answers again (after a reset) is taken back; True when it is live.

@@ -401,15 +401,14 @@ def test_one_call_answering_gpu_is_lost_every_cycle_keeps_the_gpu_lost_without_f
     assert verdicts(r.at(11)) == {0: "ok", 1: "ok"}
 
 
-def test_a_gpu_that_flaps_must_answer_for_a_while_before_it_is_read_again(run, caplog):
+def test_a_gpu_that_flaps_must_answer_for_a_while_before_it_is_read_again(run, caplog, monkeypatch):
     """Lost, back, lost again within a minute: it is held lost until it has answered for HOLD_S
     (doubling at each relapse), not taken back on its first answer."""
     import logging
     import time
 
     r = run("h100-sxm:2")
-    gpu = r.collector.context.gpus[1]
-    gpu.HOLD_S = 0.3  # seconds of answering asked after the first relapse (10 s by default)
+    monkeypatch.setattr("gpuagent.gpu.HOLD_S", 0.3)  # answering asked after the first relapse (10 s by default)
     with caplog.at_level(logging.WARNING, logger="gpuagent"):
         r.machine.force("nvmlDeviceGetRemappedRows", "GPU_IS_LOST", gpu=1)
         assert verdicts(r.at(1))[1] == "lost"
