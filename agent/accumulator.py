@@ -6,7 +6,7 @@ import math
 import time
 from collections.abc import Mapping
 
-from gpuagent.metric import FieldValue, Point
+from gpuagent.metric import MAX_FIELDS_PER_POINT, FieldValue, Point, bound_fields
 
 _PLAIN = frozenset({int, str, bool})
 # InfluxDB stores integers as int64: a value outside would get its whole line refused by the server.
@@ -19,7 +19,8 @@ class Accumulator:
     None values are missing readings and are left out; NaN and infinities are
     left out too and counted in `nonfinite_dropped`, integers outside int64 in
     `out_of_range_dropped` (the agent reports both counts in its own `gpuagent`
-    measurement). A point left with no fields is not emitted.
+    measurement). A point left with no fields is not emitted. A point keeps its first
+    MAX_FIELDS_PER_POINT fields (gpuagent.metric: the rest counted, warned once).
     """
 
     __slots__ = ("points", "default_tags", "time_ns", "nonfinite_dropped", "out_of_range_dropped", "empty_dropped")
@@ -41,6 +42,8 @@ class Accumulator:
     ) -> Point | None:
         if not isinstance(measurement, str) or not measurement:
             raise ValueError(f"measurement must be a non-empty string, got {measurement!r}")
+        if len(fields) > MAX_FIELDS_PER_POINT:
+            fields = bound_fields(measurement, fields)
         clean: dict[str, FieldValue] = {}
         for key, value in fields.items():
             kind = type(value)

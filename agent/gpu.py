@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import contextvars
 import ctypes
+import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,6 +185,13 @@ def _arg_key(value: Any) -> Any:
     return ("type", type(value).__name__)
 
 
+# A GPU lost again within RELAPSE_WINDOW_S of coming back is flapping: before it is taken
+# back again it must answer for HOLD_S, doubled at each relapse up to HOLD_MAX_S.
+RELAPSE_WINDOW_S = 60.0
+HOLD_S = 10.0
+HOLD_MAX_S = 600.0
+
+
 class Gpu:
     """A GPU on this machine (real or simulated; nothing here knows which)."""
 
@@ -191,6 +200,11 @@ class Gpu:
         self.handle = handle
         self.lost = False
         self.lost_reason = ""
+        self._still_lost: Callable[[Any], bool] | None = None  # asks again what answered GPU_IS_LOST
+        # Flapping (see try_recover): when it last came back, relapses in a row, answering since.
+        self._recovered_at: float | None = None
+        self._relapses = 0
+        self._answering_since: float | None = None
         self.errors = errors if errors is not None else NvmlErrors()
         self._static: dict[str, Any] = {}
         # (collector, call, args) -> code of the calls this GPU refused for good; (call, code) logged.
@@ -217,7 +231,8 @@ class Gpu:
         """A GPU that NVML lists but that is already lost: kept so it is reported, never read."""
         gpu = cls.__new__(cls)
         gpu.index, gpu.handle = index, None
-        gpu.lost, gpu.lost_reason = True, reason
+        gpu.lost, gpu.lost_reason, gpu._still_lost = True, reason, None
+        gpu._recovered_at, gpu._relapses, gpu._answering_since = None, 0, None
         gpu.errors = errors if errors is not None else NvmlErrors()
         gpu._static, gpu._refused, gpu._logged = {}, {}, set()
         gpu._refused_calls = set()
@@ -264,7 +279,7 @@ class Gpu:
         except pynvml.NVMLError as exc:
             code = exc.value
             if code == pynvml.NVML_ERROR_GPU_IS_LOST:
-                self.mark_lost(f"{name}: {exc}")
+                self.mark_lost(f"{name}: {exc}", still_lost=functools.partial(_answers_lost, fn, args))
                 raise GpuLost(self) from None
             if code in quiet:
                 return None
@@ -326,18 +341,37 @@ class Gpu:
                 self._static[key] = value
         return value
 
-    def mark_lost(self, reason: str) -> None:
+    def mark_lost(self, reason: str, still_lost: Callable[[Any], bool] | None = None) -> None:
+        """``still_lost(handle)``: whether what answered GPU_IS_LOST still does (try_recover asks)."""
         if not self.lost:
             self.lost = True
             self.lost_reason = reason
-            log.error("GPU %d (%s, %s) is lost: %s; skipping it from now on", self.index, self.name, self.uuid, reason)
+            self._still_lost = still_lost
+            back = self._recovered_at
+            relapsed = back is not None and time.monotonic() - back < RELAPSE_WINDOW_S
+            self._relapses = self._relapses + 1 if relapsed else 0
+            self._answering_since = None
+            if relapsed:
+                log.error("GPU %d (%s, %s) is lost again %.0fs after it came back: %s; it must answer for %.0fs "
+                          "before it is read again", self.index, self.name, self.uuid, time.monotonic() - back,
+                          reason, self._hold_s())
+            else:
+                log.error("GPU %d (%s, %s) is lost: %s; skipping it from now on", self.index, self.name, self.uuid,
+                          reason)
+
+    def _hold_s(self) -> float:
+        relapses = self._relapses
+        return min(HOLD_MAX_S, HOLD_S * 2 ** (relapses - 1)) if relapses else 0.0
 
     def try_recover(self) -> bool:
         """A lost GPU that answers again (after a reset) is taken back; True when it is live.
 
         The GPU is looked up afresh (by UUID when known, else by index) and must be the same GPU;
         it then gets a new handle and empty caches (a reset may change what it supports), keeping
-        this object so every collector holding it sees it come back.
+        this object so every collector holding it sees it come back. The call that answered
+        GPU_IS_LOST is asked again first: a GPU whose identity answers but that one call keeps
+        answering LOST stays lost (else it would flap lost/recovered, an ERROR and a WARNING a cycle);
+        one that flaps all the same must answer for a while first (HOLD_S, doubling).
         """
         if not self.lost:
             return True
@@ -348,12 +382,35 @@ class Gpu:
                 handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
             fresh = Gpu(self.index, handle, self.errors)
         except pynvml.NVMLError:
+            self._answering_since = None
             return False
         if self.uuid not in ("unknown", fresh.uuid):
             return False
+        if self._still_lost is not None and self._still_lost(handle):
+            self._answering_since = None
+            return False
+        now = time.monotonic()
+        hold = self._hold_s()
+        if hold:
+            since = self._answering_since
+            if since is None:
+                self._answering_since = since = now
+            if now - since < hold:
+                return False
+        relapses = self._relapses
         self.__dict__.update(fresh.__dict__)
+        self._recovered_at, self._relapses = now, relapses
         log.warning("GPU %d (%s, %s) answers again; reading it again", self.index, self.name, self.uuid)
         return True
+
+
+def _answers_lost(fn: Callable[..., Any], args: tuple, handle: Any) -> bool:
+    try:
+        fn(handle, *args)
+    except pynvml.NVMLError as exc:
+        return exc.value == pynvml.NVML_ERROR_GPU_IS_LOST
+    return False
+
 
 @dataclass
 class UnavailableGpu:

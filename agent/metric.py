@@ -21,10 +21,21 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import islice
 
 from gpuagent import names
 
 FieldValue = int | float | bool | str
+
+# Bounds on one point, so that a collector emitting a million fields (or a 50 MB string) cannot
+# put one huge line at the head of every sink's queue, retried whole. A point keeps its first
+# MAX_FIELDS_PER_POINT fields; a line longer than MAX_LINE_BYTES (VictoriaMetrics's default
+# -influx.maxLineSize, which refuses a longer line) loses its longest fields until it fits. Each
+# left-out field is counted (fields_over_bound_total in the `gpuagent` point), warned once per
+# measurement.
+MAX_FIELDS_PER_POINT = 1000
+MAX_LINE_BYTES = 256 * 1024
+fields_over_bound_total = 0
 
 # Points that have no line (a measurement name InfluxDB cannot store, or every field refused):
 # counted once per point and exported as the `gpuagent` field points_unwritable_total.
@@ -36,6 +47,8 @@ _KEY = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ "})
 # Raw CR/LF in a string field is legal for InfluxDB's parser but breaks every
 # line-oriented consumer (VictoriaMetrics, the spool, tail -f): written as \n, \r.
 _STRING = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r"})
+# A byte that is not UTF-8 (names.NOT_UTF8) is stored as the text \xff: its backslash escaped.
+_STRING.update({c: text.replace("\\", "\\\\") for c, text in names.NOT_UTF8.items()})
 
 
 @dataclass(slots=True)
@@ -59,6 +72,12 @@ def _count_unwritable() -> None:
     global unwritable_total
     with _unwritable_lock:
         unwritable_total += 1
+
+
+def _count_over_bound(n: int) -> None:
+    global fields_over_bound_total
+    with _unwritable_lock:
+        fields_over_bound_total += n
 
 
 def escape_measurement(name: str) -> str:
@@ -91,7 +110,9 @@ def format_field(value: FieldValue) -> str:
 @lru_cache(maxsize=8192)
 def _head(measurement: str, tag_items: tuple[tuple[str, str], ...]) -> str:
     """Measurement and tags as line protocol; "" when the measurement cannot be written.
-    Cached, so the names of the same GPUs are checked once, not every cycle."""
+    Cached, so the names of the same GPUs are checked once, not every cycle. Bytes that are not
+    UTF-8 are written as \\xNN (names.utf8_safe), not refused: a process name can hold them."""
+    measurement, tag_items = _utf8_safe(measurement), [(_utf8_safe(k), _utf8_safe(v)) for k, v in tag_items]
     problem = names.measurement_problem(measurement)
     if problem:
         names.warn_once("measurement", str(measurement), problem, "its points are not written")
@@ -118,6 +139,10 @@ def _head(measurement: str, tag_items: tuple[tuple[str, str], ...]) -> str:
     return head
 
 
+def _utf8_safe(name):
+    return names.utf8_safe(name) if isinstance(name, str) else name
+
+
 _FIELD_KEYS: dict[str, str] = {}
 
 
@@ -125,12 +150,13 @@ def _field_key(key: str) -> str:
     """The escaped key and "=", or "" for a name InfluxDB cannot store (warned once)."""
     escaped = _FIELD_KEYS.get(key)
     if escaped is None:
-        problem = names.field_key_problem(key)
+        safe = _utf8_safe(key)
+        problem = names.field_key_problem(safe)
         if problem:
-            names.warn_once("field", str(key), problem, "the field is left out")
+            names.warn_once("field", str(safe), problem, "the field is left out")
             escaped = ""
         else:
-            escaped = escape_key(key) + "="
+            escaped = escape_key(safe) + "="
         if len(_FIELD_KEYS) < 65536:  # bounded: field names come from code, but be safe
             _FIELD_KEYS[key] = escaped
     return escaped
@@ -176,6 +202,51 @@ def _shape(measurement: str, tag_items: tuple, keys: tuple, types: tuple):
 
 
 def serialize(
+    measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int
+) -> str:
+    if len(fields) > MAX_FIELDS_PER_POINT:
+        fields = bound_fields(measurement, fields)
+    line = _line(measurement, tags, fields, time_ns)
+    if len(line) > MAX_LINE_BYTES // 4 and len(line.encode("utf-8")) > MAX_LINE_BYTES:
+        return _fit(measurement, tags, fields, time_ns)
+    return line
+
+
+def bound_fields(measurement: str, fields: Mapping) -> Mapping:
+    """The first MAX_FIELDS_PER_POINT fields; the rest counted and warned (once per measurement).
+    The Accumulator calls it too, so that no sink (/metrics included) sees more."""
+    if len(fields) <= MAX_FIELDS_PER_POINT:
+        return fields
+    _count_over_bound(len(fields) - MAX_FIELDS_PER_POINT)
+    names.warn_once("point of measurement", str(measurement), f"has {len(fields)} fields",
+                    f"the first {MAX_FIELDS_PER_POINT} are written, the rest counted (fields_over_bound_total)")
+    return dict(islice(fields.items(), MAX_FIELDS_PER_POINT))
+
+
+def _fit(measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int) -> str:
+    """A line over MAX_LINE_BYTES without its longest fields ("" when not even one fits)."""
+    head = _head(measurement, tuple(tags.items()))
+    parts = []
+    for k, v in fields.items():
+        key = _field_key(k)
+        if key and not (type(v) is float and v - v != 0.0):  # what _serialize leaves out or refuses
+            part = key + format_field(v)
+            parts.append((len(part.encode("utf-8")), len(parts), part))
+    budget = MAX_LINE_BYTES - len(head.encode("utf-8")) - len(str(time_ns)) - 2
+    size = sum(n for n, _, _ in parts) + len(parts) - 1
+    by_size = sorted(parts, reverse=True)
+    while by_size and size > budget:
+        n, _, _ = by_size.pop(0)
+        size -= n + 1
+    _count_over_bound(len(fields) - len(by_size))
+    names.warn_once("point of measurement", str(measurement), f"makes a line longer than {MAX_LINE_BYTES} bytes",
+                    "its longest fields are left out and counted (fields_over_bound_total)")
+    if not head or not by_size:
+        return ""
+    return f"{head} {','.join(part for _, _, part in sorted(by_size, key=lambda p: p[1]))} {time_ns}"
+
+
+def _line(
     measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int
 ) -> str:
     tag_items = tuple(tags.items())

@@ -111,6 +111,21 @@ def field_key_problem(name: object) -> str | None:
     return None
 
 
+# -- text that is not UTF-8 -------------------------------------------------------------
+#
+# psutil (like os.listdir and os.environ) decodes what Linux hands it with surrogateescape:
+# a process named b"train\xffjob" is the str "train\udcffjob", which no UTF-8 sink can
+# encode. Rather than lose the point (or a whole batch, or a /metrics scrape), every sink
+# writes such a byte as the four characters \xff (the byte it stood for, readable and
+# searchable) and any other lone surrogate as U+FFFD, the replacement character.
+NOT_UTF8 = {c: (f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else "\ufffd") for c in range(0xD800, 0xE000)}
+
+
+def utf8_safe(text: str) -> str:
+    """``text`` with its lone surrogates written as above; costs one translate (ASCII is fast)."""
+    return text.translate(NOT_UTF8)
+
+
 # -- Prometheus (the exposition format's rules, for the prometheus sink) -----------------
 
 _PROM_METRIC = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")

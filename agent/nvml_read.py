@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextvars
 import ctypes
+import functools
 import itertools
 import math
 import operator
@@ -295,6 +296,15 @@ class FieldGroup:
             return batch.entries
 
 
+def _entry_lost(field_id: int, handle) -> bool:
+    """Whether field ``field_id`` still answers GPU_IS_LOST (Gpu.try_recover asks before taking it back)."""
+    try:
+        (entry,) = pynvml.nvmlDeviceGetFieldValues(handle, [field_id])
+    except pynvml.NVMLError as exc:
+        return exc.value == pynvml.NVML_ERROR_GPU_IS_LOST
+    return _get(entry, "nvmlReturn") == pynvml.NVML_ERROR_GPU_IS_LOST
+
+
 class FieldReader:
     """Readings by name through one nvmlDeviceGetFieldValues call per GPU per cycle.
 
@@ -340,7 +350,8 @@ class FieldReader:
                 failed.append((name, answer[0]))
         for name, code in failed:
             if code == pynvml.NVML_ERROR_GPU_IS_LOST:
-                gpu.mark_lost(f"nvmlDeviceGetFieldValues: {pynvml.NVMLError(code)}")
+                gpu.mark_lost(f"nvmlDeviceGetFieldValues: {pynvml.NVMLError(code)}",
+                              still_lost=functools.partial(_entry_lost, self.fields[name].field_id))
                 raise GpuLost(gpu)
             if code in PERMANENT_CODES:
                 asking.pop(name, None)

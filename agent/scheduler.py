@@ -444,6 +444,8 @@ class Scheduler:
                 # Names InfluxDB cannot store are left out (warned once): counted here too.
                 "names_refused_total": names.refused_total,
                 "points_unwritable_total": metric.unwritable_total,
+                # Fields past the bounds on one point (metric.MAX_FIELDS_PER_POINT, MAX_LINE_BYTES).
+                "fields_over_bound_total": metric.fields_over_bound_total,
             },
         )
         return acc.points

@@ -36,11 +36,14 @@ oldest first, and their points counted in ``dropped_total``.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from gpuagent import ownership
 
 # Sizes in config (max_spool_bytes ...) use the agent's one byte-size grammar.
 from gpuagent.units import ByteSize, parse_bytes  # noqa: F401  (re-exported for sinks)
@@ -106,6 +109,9 @@ class Spool:
         self._delivered_through = 0  # ids <= this were delivered; their delete is pending
         self._last_open = 0.0
         self._readonly = False
+        self._file_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the file open at `path`
+        self._moving_reason: str | None = None
+        self._follow_failed: float | None = None  # when following the path last failed
         with self._lock:
             self._open()
 
@@ -136,6 +142,14 @@ class Spool:
         except OSError as exc:
             self._unavailable(f"cannot create {self.directory}: {exc.strerror or exc}")
             return
+        # A spool another user could plant (its batches would be replayed with the sink's
+        # credentials) or read is not used: the directory and its files must be the agent's own.
+        problem = ownership.own_directory_problem(self.directory) or next(
+            filter(None, (ownership.own_file_problem(Path(f"{self.path}{suffix}")) for suffix in ("", "-wal", "-shm"))),
+            None)
+        if problem:
+            self._unavailable(f"{problem}: not used as the spool")
+            return
         try:
             self._open_rw()
             self.problem = None
@@ -143,6 +157,7 @@ class Spool:
             self._close_db()
             if _is_corruption(exc):
                 self._heal(str(exc))
+                self._resume_heals()
                 return
             # Disk full, read-only file system: batches already there can still be replayed.
             problem = _describe(exc)
@@ -157,6 +172,8 @@ class Spool:
             except sqlite3.DatabaseError:
                 self._close_db()
                 self._unavailable(f"cannot open {self.path}: {problem}")
+            return
+        self._resume_heals()
 
     def _open_rw(self) -> None:
         self._db = self._connect(self.path)
@@ -175,6 +192,76 @@ class Spool:
         )
         self._load_totals()
         self.available = True
+        st = os.stat(self.path)
+        self._file_id = (st.st_dev, st.st_ino)
+
+    def _still_at_path(self) -> bool:
+        """Whether `path` is still the file open: SQLite writes on to a file whose directory was
+        deleted (or that was replaced), and what it holds would be gone at stop."""
+        if self._file_id is None or self._readonly:
+            return True
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self._file_id
+
+    def _follow_path(self) -> None:
+        """`path` is no longer the open file: start a new spool there and move every batch
+        held into it, so that nothing spooled is lost (the old file is readable while open).
+
+        The batches are first copied (SQLite's backup) to ``spool.moving-<time>.sqlite`` beside
+        the path and the old connection closed, so that its -wal (at the path, when the file was
+        replaced) is checkpointed away before the new file is opened; the new spool then takes
+        them in as it takes a healed file's (resumed after a kill, too)."""
+        if self._follow_failed is not None and time.monotonic() - self._follow_failed < self.REOPEN_EVERY:
+            return  # tried a moment ago and could not: the old file goes on holding them
+        old, through, was = self._db, self._delivered_through, self.path.exists()
+        why = "the file was replaced" if was else "it or its directory was deleted"
+        moving = self.directory / f"spool.moving-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.sqlite"
+        n = 1
+        while moving.exists():
+            n += 1
+            moving = moving.with_name(f"{moving.name.removesuffix('.sqlite')}-{n}.sqlite")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            problem = ownership.own_directory_problem(self.directory)
+            if problem:
+                raise OSError(problem)
+            copy = sqlite3.connect(moving, isolation_level=None)
+            try:
+                old.backup(copy)
+                copy.execute("DELETE FROM batches WHERE id <= ?", (through,))  # delivered already
+            finally:
+                copy.close()
+        except (OSError, sqlite3.Error) as exc:
+            try:
+                moving.unlink(missing_ok=True)
+            except OSError:
+                pass
+            first = self._follow_failed is None
+            self._follow_failed = time.monotonic()
+            self.problem = f"{self.path} is no longer the file this agent has open ({why}) and no new spool can be made: {exc}"
+            if first:  # said once; tried again every REOPEN_EVERY
+                self.log.error("spool %s; the %d points spooled stay in the old file until stop or until a new spool "
+                               "can be made (tried every %gs)", self.problem, self._points, self.REOPEN_EVERY)
+            return
+        self._follow_failed = None
+        self._db = None
+        try:
+            old.close()
+        except sqlite3.Error:
+            pass
+        # SQLite does not checkpoint a file moved under it (SQLITE_READONLY_DBMOVED): the -wal and
+        # -shm at the path are still the old file's, and would be read as the new file's.
+        for suffix in ("-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        self._delivered_through = 0
+        self._moving_reason = f"is no longer the file this agent had open ({why}): a new spool was started there"
+        try:
+            self._open()  # takes in the spool.moving-* file (_resume_heals)
+        finally:
+            self._moving_reason = None
 
     def _unavailable(self, problem: str) -> None:
         self.available = False
@@ -196,21 +283,22 @@ class Spool:
         self._db = None
 
     def _heal(self, reason: str) -> None:
-        """Move the damaged file aside, copy out what can be read, start a fresh spool with it."""
+        """Move the damaged file aside, copy out what can be read, start a fresh spool with it.
+
+        Resumable: the file is moved aside as ``spool.healing-<time>.sqlite`` and named
+        ``spool.damaged-<time>.sqlite`` only once every readable batch is in the fresh spool,
+        whose ``salvage`` table says how far the copy got (committed with each 1000 batches).
+        A kill -9 mid-copy leaves a ``spool.healing-*`` file: the next open goes on from there."""
         reason = " ".join(reason.replace("***", "").split())[:200]  # quick_check's answer spans lines
         self._close_db()
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        aside = self.directory / f"spool.damaged-{stamp}.sqlite"
+        aside = self.directory / f"spool.healing-{stamp}.sqlite"
         n = 1
-        while aside.exists():
+        while aside.exists() or _final_name(aside).exists():
             n += 1
-            aside = self.directory / f"spool.damaged-{stamp}-{n}.sqlite"
+            aside = self.directory / f"spool.healing-{stamp}-{n}.sqlite"
         try:
-            self.path.rename(aside)
-            for suffix in ("-wal", "-shm"):  # the WAL belongs with its file: it may hold the newest batches
-                extra = Path(f"{self.path}{suffix}")
-                if extra.exists():
-                    extra.rename(f"{aside}{suffix}")
+            _move_with_wal(self.path, aside)
         except OSError as exc:
             self._unavailable(f"{self.path} is damaged ({reason}) and cannot be moved aside: {exc.strerror or exc}")
             self.log.error("spool %s is damaged (%s) and cannot be moved aside (%s); delivery keeps points in memory",
@@ -218,35 +306,88 @@ class Spool:
             return
         self.damaged_total += 1
         self._delivered_through = 0
-        found = found_points = kept = 0
         try:
             self._open_rw()  # a fresh, empty file: the damaged one is aside
-            self._db.execute("BEGIN IMMEDIATE")
-            size = 0
+        except sqlite3.DatabaseError as exc:
+            self._close_db()
+            self._unavailable(f"cannot create a fresh spool in {self.directory}: {_describe(exc)}")
+            self.log.error("spool %s was damaged (%s): moved aside to %s, but no fresh spool could be made (%s)",
+                           self.path, reason, aside.name, self.problem)
+            return
+        self._salvage_into(aside, f"was damaged ({reason})")
+
+    def _resume_heals(self) -> None:
+        """Take in every file a heal or a move left behind (``spool.healing-*``: a heal a kill
+        interrupted; ``spool.moving-*``: batches of a file no longer at the path)."""
+        for aside in sorted([*self.directory.glob("spool.healing-*.sqlite"), *self.directory.glob("spool.moving-*.sqlite")]):
+            if self._db is None or self.problem is not None:
+                return
+            problem = ownership.own_file_problem(aside)
+            if problem:
+                self.log.error("spool: %s: not read (another user may have put it there)", problem)
+                continue
+            if aside.name.startswith("spool.moving-"):
+                self._salvage_into(aside, self._moving_reason or "had batches being moved when the agent stopped",
+                                   keep=False)
+            else:
+                self._salvage_into(aside, "was being healed when the agent stopped")
+
+    def _salvage_into(self, aside: Path, what: str, keep: bool = True) -> None:
+        """Copy every readable batch of ``aside`` into the open spool, from where an earlier,
+        interrupted copy got to; then name it spool.damaged-* (``keep``) or remove it."""
+        found = found_points = kept = done = 0
+        db = self._db
+        try:
+            db.execute("CREATE TABLE IF NOT EXISTS salvage (source TEXT PRIMARY KEY, done INTEGER NOT NULL)")
+            row = db.execute("SELECT done FROM salvage WHERE source = ?", (aside.name,)).fetchone()
+            done = row[0] if row else 0
+            db.execute("BEGIN IMMEDIATE")
+            size = self._bytes
             # Batch by batch, committed every 1000: a large damaged spool is never held in memory.
-            for points, data in _salvage(aside, self.MAX_SALVAGE_PROBES):
+            for i, (points, data) in enumerate(_salvage(aside, self.MAX_SALVAGE_PROBES), 1):
                 found += 1
                 found_points += points
+                if i <= done:  # copied before an interruption
+                    continue
                 if size + len(data) > self.max_bytes:
                     self.dropped_total += points
-                    continue
-                self._db.execute("INSERT INTO batches (points, bytes, data) VALUES (?, ?, ?)",
-                                 (points, len(data), data))
-                size += len(data)
-                kept += 1
-                if kept % 1000 == 0:
-                    self._db.execute("COMMIT")
-                    self._db.execute("BEGIN IMMEDIATE")
-            self._db.execute("COMMIT")
+                else:
+                    db.execute("INSERT INTO batches (points, bytes, data) VALUES (?, ?, ?)",
+                               (points, len(data), data))
+                    size += len(data)
+                    kept += 1
+                if i % 1000 == 0:
+                    db.execute("INSERT OR REPLACE INTO salvage (source, done) VALUES (?, ?)", (aside.name, i))
+                    db.execute("COMMIT")
+                    db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT OR REPLACE INTO salvage (source, done) VALUES (?, ?)", (aside.name, max(found, done)))
+            db.execute("COMMIT")
             self._load_totals()
             self.problem = None
         except sqlite3.DatabaseError as exc:
             self._close_db()
             self._unavailable(f"cannot create a fresh spool in {self.directory}: {_describe(exc)}")
         self.salvaged_batches_total += kept
+        final = aside
+        if self.problem is None:
+            try:
+                if keep:
+                    _move_with_wal(aside, _final_name(aside))
+                    final = _final_name(aside)
+                else:
+                    for suffix in ("", "-wal", "-shm", "-journal"):
+                        Path(f"{aside}{suffix}").unlink(missing_ok=True)
+                self._db.execute("DELETE FROM salvage WHERE source = ?", (aside.name,))
+            except (OSError, sqlite3.DatabaseError):
+                pass  # a later open finds it again: the salvage table says it is all copied
+        resumed = f"; {min(done, found)} of them had been copied before" if done else ""
+        if not keep:
+            self.log.error("spool %s %s; the %d batches (%d points) it held were moved into it%s", self.path, what,
+                           found, found_points, resumed)
+            return
         self.log.error(
-            "spool %s was damaged (%s): moved aside to %s; %d batches (%d points) could be read out of it%s",
-            self.path, reason, aside.name, found, found_points,
+            "spool %s %s: moved aside to %s; %d batches (%d points) could be read out of it%s%s",
+            self.path, what, final.name, found, found_points, resumed,
             " and are replayed from a fresh spool" if self.problem is None
             else f", but no fresh spool could be made ({self.problem})",
         )
@@ -285,6 +426,8 @@ class Spool:
     def _guard(self, op, default=_RAISE):
         """Run op(db) under the lock; heal a damaged file (then retry once); SpoolError for the rest."""
         with self._lock:
+            if self._db is not None and self.available and not self._still_at_path():
+                self._follow_path()
             for attempt in (1, 2):
                 if self._db is None or not self.available:
                     if default is not _RAISE:
@@ -338,7 +481,7 @@ class Spool:
             self._points += points - dropped_points
             self._bytes += size - dropped_bytes
             self.dropped_total += dropped_points
-            if not self._readonly:
+            if not self._readonly and self._follow_failed is None:
                 self.problem = None
             return dropped_points
 
@@ -395,7 +538,7 @@ class Spool:
                 db.execute("BEGIN IMMEDIATE")
                 db.execute("DELETE FROM batches WHERE id <= ?", (through,))
             self._delivered_through = 0
-            if not self._readonly:
+            if not self._readonly and self._follow_failed is None:
                 self.problem = None
             return points, size
 
@@ -414,6 +557,19 @@ class Spool:
         with self._lock:
             self._close_db()
             self.available = False
+
+
+def _final_name(healing: Path) -> Path:
+    return healing.with_name(healing.name.replace("spool.healing-", "spool.damaged-", 1))
+
+
+def _move_with_wal(source: Path, target: Path) -> None:
+    """Rename a spool file and its -wal/-shm (the WAL belongs with its file: it may hold the newest batches)."""
+    source.rename(target)
+    for suffix in ("-wal", "-shm"):
+        extra = Path(f"{source}{suffix}")
+        if extra.exists():
+            extra.rename(f"{target}{suffix}")
 
 
 def _describe(exc: BaseException) -> str:

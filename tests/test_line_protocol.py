@@ -222,3 +222,20 @@ def test_bad_names_cost_the_tag_or_field_not_the_point_and_warn_once(caplog):
     warned = [r.getMessage() for r in caplog.records]
     assert sum("once-23" in m for m in warned) == 1, warned  # three points, one warning
     assert any("#comment" in m for m in warned)
+
+
+@pytest.mark.servers
+def test_text_that_is_not_utf8_is_written_as_escapes_not_lost(influxdb_v1):
+    """A third-party collector's lone surrogates (issue 28, item 3): psutil's surrogateescape byte
+    reads \\xNN, any other lone surrogate U+FFFD; the point, its tag and its field are all kept."""
+    db = "lp_not_utf8"
+    influxdb_v1.create_database(db)
+    point = Point("m\udcfe", {"job": "train\udcffjob", "k\ud800": "v"}, {"name": "a\udc80\ud83d", "v": 1}, 5)
+    line = point.to_line()
+    line.encode("utf-8")  # what the delivery encoder, the spool and the file sink do
+    influxdb_v1.write(line, db)
+    (series,) = influxdb_v1.query("SELECT * FROM /.*/ GROUP BY *", db)
+    assert series["name"] == "m\\xfe"
+    assert series["tags"] == {"job": "train\\xffjob", "k\ufffd": "v"}
+    row = dict(zip(series["columns"], series["values"][0], strict=True))
+    assert row["name"] == "a\\x80\ufffd" and row["v"] == 1

@@ -233,3 +233,48 @@ def test_damage_found_while_running_heals_without_stopping_delivery(tmp_path, ca
     assert sum("was damaged" in r.getMessage() for r in caplog.records) == 1
     spool.push(batch(1), 10)  # the fresh spool takes over
     assert spool.points == 10
+
+
+def test_a_spool_file_replaced_under_the_agent_is_followed_with_every_batch(tmp_path, caplog):
+    """Issue 28, item 6: the path no longer being the open file (device and inode) is noticed at the
+    next operation, said once, and the batches the old file held move into the file at the path."""
+    spool = Spool(tmp_path / "s", max_bytes=10**8)
+    for seq in range(5):
+        spool.push(batch(seq), 10)
+    other = tmp_path / "other.sqlite"
+    Spool(tmp_path / "o", max_bytes=10**8).close()
+    os.replace(tmp_path / "o" / Spool.FILENAME, spool.path)
+    with caplog.at_level(logging.ERROR, logger="gpuagent.spool"):
+        spool.push(batch(5), 10)
+        spool.push(batch(6), 10)
+    errors = [r.getMessage() for r in caplog.records]
+    assert len(errors) == 1 and "the file was replaced" in errors[0] and "5 batches (50 points)" in errors[0], errors
+    assert spool.points == 70 and spool.writable
+    spool.close()
+    again = Spool(tmp_path / "s", max_bytes=10**8)
+    lines = again.peek(10**6)[2].decode().splitlines()
+    assert len(lines) == 70 and lines[0].startswith("m,b=0")
+    again.close()
+    assert not other.exists()
+
+
+def test_a_deleted_spool_dir_that_cannot_be_made_again_keeps_the_batches_and_says_so_once(tmp_path, caplog):
+    import shutil
+
+    directory = tmp_path / "state" / "spool"
+    spool = Spool(directory, max_bytes=10**8)
+    spool.push(batch(0), 10)
+    shutil.rmtree(tmp_path / "state")
+    (tmp_path / "state").write_text("a file where the state dir was")  # mkdir cannot succeed
+    with caplog.at_level(logging.ERROR, logger="gpuagent.spool"):
+        for seq in (1, 2, 3):
+            spool.push(batch(seq), 10)  # into the old, deleted file: readable until stop
+        assert not spool.writable and "no new spool can be made" in spool.problem
+        assert len(caplog.records) == 1, [r.getMessage() for r in caplog.records]
+        (tmp_path / "state").unlink()
+        spool.REOPEN_EVERY = 0  # the next operation tries again
+        spool.push(batch(4), 10)
+    assert spool.writable and spool.points == 50
+    assert "4 batches (40 points) it held were moved into it" in caplog.records[-1].getMessage()
+    spool.close()
+    assert Spool(directory, max_bytes=10**8).points == 50

@@ -7,6 +7,7 @@ agent produced, line for line (the outage tests use it as the record of truth).
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import threading
@@ -16,6 +17,7 @@ from pathlib import Path
 from pydantic import Field
 
 import gpuagent
+from gpuagent import ownership
 from gpuagent.errors import AgentError
 from gpuagent.metric import Point, to_lines
 from gpuagent.spool import ByteSize
@@ -25,6 +27,7 @@ class FileSinkConfig(gpuagent.SinkConfig):
     path: str = "-"
     max_bytes: ByteSize | None = None  # rotate before the file would pass this size; unset: never
     keep: int = Field(5, ge=0, le=1000)  # rotated files kept: PATH.1 (newest) … PATH.keep
+    follow_symlinks: bool = False  # PATH may be a symlink (the operator means it); else refused
 
 
 class FileSink(gpuagent.Sink):
@@ -70,9 +73,32 @@ class FileSink(gpuagent.Sink):
         path = self.path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(path, "a", encoding="utf-8")
         except OSError as exc:
             raise AgentError(f"sinks.file: cannot open {path}: {exc.strerror or exc}") from None
+        # Never append through a path another user controls: a symlink planted in a directory
+        # others can write to (a Kubernetes emptyDir is 0777) would make the agent (root, often)
+        # append where they say. Refused before the open for the message, and by O_NOFOLLOW and
+        # the opened file's fstat for a swap in between; O_NONBLOCK: a planted FIFO cannot hang it.
+        problem = ownership.own_file_problem(path, self.config.follow_symlinks)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
+        if not self.config.follow_symlinks:
+            flags |= os.O_NOFOLLOW
+        fd = None
+        if not problem:
+            try:
+                fd = os.open(path, flags, 0o644)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise AgentError(f"sinks.file: cannot open {path}: {exc.strerror or exc}") from None
+                problem = ownership.own_file_problem(path) or f"{path} is a symlink (not followed)"
+            else:
+                problem = ownership.opened_file_problem(path, os.fstat(fd))
+        if problem:
+            if fd is not None:
+                os.close(fd)
+            raise AgentError(f"sinks.file: {problem}: not written to (see follow_symlinks in its README)")
+        os.set_blocking(fd, True)
+        self._fh = open(fd, "a", encoding="utf-8")
         self._size = self._fh.tell()
 
     def _rotate(self) -> None:

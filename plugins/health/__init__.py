@@ -69,6 +69,9 @@ class XidEvent:
     at: float = 0.0  # on the collector's monotonic clock: for the XID window
 
 
+UNEXPECTED_LOG_EVERY_S = 60.0
+
+
 class XidWatcher:
     """Waits on an NVML event set for critical XID errors, in its own thread.
 
@@ -89,6 +92,9 @@ class XidWatcher:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self.unexpected_total = 0
+        self._unexpected_logged: float | None = None
+        self._unexpected_counted = 0
 
     def start(self) -> bool:
         """Register every GPU that offers XID events; False when none does (no thread then)."""
@@ -136,24 +142,41 @@ class XidWatcher:
     def _run(self) -> None:
         poll_s = self.poll_ms / 1000
         while not self._stop.is_set():
-            started = time.monotonic()
             try:
-                data = pynvml.nvmlEventSetWait_v2(self._event_set, self.poll_ms)
-            except pynvml.NVMLError_Timeout:
-                # A wait that times out at once (a driver that does not block) must not spin.
-                self._stop.wait(max(0.0, poll_s - (time.monotonic() - started)))
-                continue
-            except pynvml.NVMLError as exc:
-                # e.g. GPU_IS_LOST for a GPU in the set: keep watching the others, without spinning.
-                log.debug("nvmlEventSetWait_v2: %s", exc)
+                self._wait_once(poll_s)
+            except Exception as exc:  # never let the thread die silently, nor flood the log
+                self._unexpected(exc)
                 self._stop.wait(poll_s)
-                continue
-            except Exception:  # never let the thread die silently
-                log.exception("XID event thread: unexpected error")
-                self._stop.wait(poll_s)
-                continue
-            with self._lock:
-                self._record(data)
+
+    def _wait_once(self, poll_s: float) -> None:
+        started = time.monotonic()
+        try:
+            data = pynvml.nvmlEventSetWait_v2(self._event_set, self.poll_ms)
+        except pynvml.NVMLError_Timeout:
+            # A wait that times out at once (a driver that does not block) must not spin.
+            self._stop.wait(max(0.0, poll_s - (time.monotonic() - started)))
+            return
+        except pynvml.NVMLError as exc:
+            # e.g. GPU_IS_LOST for a GPU in the set: keep watching the others, without spinning.
+            log.debug("nvmlEventSetWait_v2: %s", exc)
+            self._stop.wait(poll_s)
+            return
+        with self._lock:
+            self._record(data)
+
+    def _unexpected(self, exc: Exception) -> None:
+        """The first unexpected error with its traceback; then one line a minute with a count
+        (the thread retries every poll_s: a lasting fault must not log a traceback each time)."""
+        self.unexpected_total += 1
+        now = time.monotonic()
+        if self._unexpected_logged is None:
+            log.exception("XID event thread: unexpected error (further ones are counted and logged once a minute)")
+        elif now - self._unexpected_logged >= UNEXPECTED_LOG_EVERY_S:
+            log.error("XID event thread: unexpected error: %s: %s (%d since the last line)", type(exc).__name__, exc,
+                      self.unexpected_total - self._unexpected_counted)
+        else:
+            return
+        self._unexpected_logged, self._unexpected_counted = now, self.unexpected_total
 
     def poll(self) -> None:
         """Take every event already waiting, without blocking (so none waits for the thread's next turn)."""

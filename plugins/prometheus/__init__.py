@@ -53,6 +53,8 @@ class PrometheusSinkConfig(gpuagent.SinkConfig):
     max_connections: Annotated[int, Field(ge=1, le=256)] = 8
     queue: Annotated[int, Field(ge=1, le=10_000)] = 64
     request_timeout: Annotated[float, BeforeValidator(parse_duration), Field(gt=0)] = 10.0
+    max_series_per_metric: Annotated[int, Field(ge=1)] = 10_000  # new series past it are not exported
+    max_series: Annotated[int, Field(ge=1)] = 100_000  # nor past this many in all
 
     @field_validator("listen")
     @classmethod
@@ -75,7 +77,8 @@ class PrometheusSink(gpuagent.Sink):
 
     def __init__(self, config: PrometheusSinkConfig, context):
         super().__init__(config, context)
-        self.values = LatestValues(config.namespace, config.expire_after, config.string_fields)
+        self.values = LatestValues(config.namespace, config.expire_after, config.string_fields,
+                                   config.max_series_per_metric, config.max_series)
         self._server = None
         self.address: tuple[str, int] | None = None
 
@@ -107,7 +110,7 @@ class PrometheusSink(gpuagent.Sink):
 
     def stats(self) -> dict[str, int | float]:
         out = {"points_written_total": self.values.points_total, "series": len(self.values),
-               "renders_total": self.values.renders_total}
+               "renders_total": self.values.renders_total, "series_refused_total": self.values.series_refused_total}
         if self._server is not None:
             out["scrapes_total"] = self._server.requests_total
             out["scrapes_refused_total"] = self._server.refused_total

@@ -10,13 +10,17 @@ parallel scrapes cost one render, and no scrape ever holds up a collection.
 from __future__ import annotations
 
 import gzip
+import logging
 import math
 import threading
 import time
 from collections.abc import Sequence
 
 from gpuagent.metric import Point
+from gpuagent.names import utf8_safe
 from gpuagent.plugins.prometheus.naming import MetricSpec, metric_for, sanitize
+
+log = logging.getLogger("gpuagent.sink.prometheus")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Measurements sent seldom, kept on /metrics this much longer than expire_after: gpu_info is
@@ -34,11 +38,12 @@ def label_name(key: str) -> str:
 
 
 def _escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    # A byte that is not UTF-8 (psutil's surrogateescape) reads \xff, as in the line protocol.
+    return utf8_safe(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+    return utf8_safe(text).replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def _number(value: float) -> str:
@@ -50,10 +55,19 @@ def _number(value: float) -> str:
 class LatestValues:
     """Series store and renderer."""
 
-    def __init__(self, namespace: str, expire_after: float, string_fields: bool = True):
+    def __init__(self, namespace: str, expire_after: float, string_fields: bool = True,
+                 max_series_per_metric: int = 10_000, max_series: int = 100_000):
         self.namespace = namespace
         self.expire_after = expire_after
         self.string_fields = string_fields
+        # Caps, as Prometheus's own sample_limit is on the scraping side: a plugin adding tag
+        # values every cycle must not grow the store (and each scrape) without end. A series past
+        # a cap is not stored (the ones stored keep updating), counted, warned once per metric.
+        self.max_series_per_metric = max_series_per_metric
+        self.max_series = max_series
+        self._per_metric: dict[str, int] = {}
+        self._capped: set[str] = set()
+        self.series_refused_total = 0
         self._lock = threading.Lock()
         # sample name -> spec; (sample name, label text) -> [value, last seen]
         self._specs: dict[str, MetricSpec] = {}
@@ -72,7 +86,7 @@ class LatestValues:
         if cached is None:
             labels = {label_name(k): v for k, v in tags.items()}
             text = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sorted(labels.items()))
-            if len(self._labels) > 100_000:  # bounded: process tags churn
+            if len(self._labels) > 10_000:  # a cache, bounded: process tags churn (a miss costs a format)
                 self._labels.clear()
             cached = self._labels[key] = (text, labels)
         return cached
@@ -90,14 +104,32 @@ class LatestValues:
                         continue
                     spec = metric_for(ns, p.measurement, key, is_string)
                     self._specs.setdefault(spec.name, spec)
+                    series_key = (spec.name, text)
+                    if series_key not in self._series and not self._admit(spec.name):
+                        continue
                     if is_string:
                         label = spec.label if spec.label not in labels else "field_" + spec.label
                         extra = f'{label}="{_escape_label(value)}"'
-                        self._series[(spec.name, text)] = [1.0, now + keep, f"{text},{extra}" if text else extra]
+                        self._series[series_key] = [1.0, now + keep, f"{text},{extra}" if text else extra]
                     else:
-                        self._series[(spec.name, text)] = [float(value) * spec.scale, now + keep, text]
+                        self._series[series_key] = [float(value) * spec.scale, now + keep, text]
                 self.points_total += 1
             self._version += 1
+
+    def _admit(self, name: str) -> bool:
+        """Whether a new series of metric ``name`` fits under the caps (update's lock held)."""
+        count = self._per_metric.get(name, 0)
+        if count < self.max_series_per_metric and len(self._series) < self.max_series:
+            self._per_metric[name] = count + 1
+            return True
+        self.series_refused_total += 1
+        if name not in self._capped and len(self._capped) < 1000:
+            self._capped.add(name)
+            which = (f"{count} series, max_series_per_metric" if count >= self.max_series_per_metric
+                     else f"no room: {len(self._series)} series in all, max_series")
+            log.warning("metric %s has %s: its new series are not exported, "
+                        "counted in series_refused_total (warned once per metric)", name, which)
+        return False
 
     def render(self) -> bytes:
         """The exposition; rendered again only after a change (or MAX_RENDER_AGE_S)."""
@@ -111,6 +143,7 @@ class LatestValues:
                 if self.expire_after > 0:
                     for key in [k for k, s in self._series.items() if now - s[1] > self.expire_after]:
                         del self._series[key]
+                        self._per_metric[key[0]] -= 1
                 items = [(name, value, labels) for (name, _), (value, _, labels) in self._series.items()]
                 specs = dict(self._specs)
             families: dict[str, list[str]] = {}

@@ -7,6 +7,7 @@ import pytest
 from gpuagent import Accumulator
 from gpuagent.context import AgentContext
 from gpuagent.errors import AgentError
+from gpuagent.metric import Point
 from gpuagent.plugins.file import FileSink
 
 
@@ -78,3 +79,92 @@ def test_config_refuses_unknown_keys_and_bad_sizes():
         FileSink.Config.model_validate({"max_bytes": "big"})
     with pytest.raises(Exception, match="rotate"):
         FileSink.Config.model_validate({"rotate": 1})
+
+
+def test_a_string_that_is_not_utf8_costs_nothing(tmp_path):
+    """A lone surrogate in one point's string field (issue 28, item 3): the whole batch is
+    written, the byte as \\xff; before, the UnicodeEncodeError lost every point of the batch."""
+    sink = make(tmp_path, path=str(tmp_path / "out.lp"))
+    try:
+        sink.write([Point("m", {"gpu": str(i)}, {"name": "train\udcffjob" if i == 1 else "ok"}, i) for i in range(3)])
+    finally:
+        sink.close()
+    lines = (tmp_path / "out.lp").read_text(encoding="utf-8").splitlines()
+    assert lines == ['m,gpu=0 name="ok" 0', 'm,gpu=1 name="train\\\\xffjob" 1', 'm,gpu=2 name="ok" 2']
+    assert sink.points_written == 3
+
+
+# -- ownership and symlinks (issue 28, item 7) ------------------------------------------------
+
+
+def _nobody() -> int:
+    import os
+    import pwd
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make files of another user (os.chown)")
+    return pwd.getpwnam("nobody").pw_uid
+
+
+def test_a_symlink_planted_in_a_world_writable_dir_is_not_followed(tmp_path):
+    """A root agent appended 103 KB to a root-owned file through user nobody's symlink; now one
+    line names the path, its owner and mode, and the target is untouched."""
+    import os
+
+    nobody = _nobody()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    target = tmp_path / "precious"
+    target.write_text("root's own\n")
+    link = shared / "metrics.lp"
+    link.symlink_to(target)
+    os.lchown(link, nobody, nobody)
+    with pytest.raises(AgentError) as info:
+        make(tmp_path, path=str(link))
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"{link} (owner nobody (uid {nobody}), mode 0777) is a symlink (not followed)" in message
+    assert target.read_text() == "root's own\n"
+    link.unlink()
+    planted = shared / "planted.lp"  # a regular file of theirs: what is appended would be theirs to read
+    planted.write_text("")
+    os.chown(planted, nobody, nobody)
+    with pytest.raises(AgentError, match=r"planted.lp \(owner nobody .* is owned by another user"):
+        make(tmp_path, path=str(planted))
+    # A file of the agent's own in that directory (a Kubernetes emptyDir is 0777) is written.
+    sink = make(tmp_path, path=str(shared / "metrics.lp"))
+    sink.write(points(1))
+    sink.close()
+    assert (shared / "metrics.lp").read_text().startswith("gpu_power,")
+
+
+def test_a_file_of_another_user_is_refused_and_a_symlink_is_followed_when_the_operator_says_so(tmp_path):
+    import os
+
+    nobody = _nobody()
+    theirs = tmp_path / "theirs.lp"
+    theirs.write_text("")
+    os.chown(theirs, nobody, nobody)
+    with pytest.raises(AgentError, match=r"theirs.lp \(owner nobody .* is owned by another user"):
+        make(tmp_path, path=str(theirs))
+    mine = tmp_path / "real.lp"
+    link = tmp_path / "metrics.lp"
+    link.symlink_to(mine)
+    with pytest.raises(AgentError, match="is a symlink"):
+        make(tmp_path, path=str(link))
+    sink = make(tmp_path, path=str(link), follow_symlinks=True)
+    sink.write(points(2))
+    sink.close()
+    assert len(mine.read_text().splitlines()) == 2
+    # What keeps working: a file in a sticky directory like /tmp, and /dev/null (a character device).
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    for path in (sticky / "metrics.lp", "/dev/null"):
+        sink = make(tmp_path, path=str(path))
+        sink.write(points(1))
+        sink.close()
+        assert sink.points_written == 1
+    assert (sticky / "metrics.lp").read_text().startswith("gpu_power,")
+

@@ -188,3 +188,31 @@ def test_a_gpu_near_its_thermal_limit_is_degraded(simulated_fleet, tmp_path, rec
     assert cool["thermal_margin_c"] > 3 and cool["verdict"] == "ok"
     [ampere] = health_fields(recording_accumulator, 2)
     assert "thermal_margin_c" not in ampere and ampere["verdict"] == "ok"
+
+
+def test_an_unexpected_error_in_the_event_thread_is_logged_once_then_counted(simulated_fleet, monkeypatch, caplog):
+    """Issue 28, item 12: the thread retries every event_wait; a lasting unexpected error logged a
+    traceback each time (two a second). Now: one traceback, then a line a minute with a count."""
+    import logging
+    import time
+
+    import pynvml
+
+    from gpuagent.plugins.health import XidWatcher
+
+    machine = simulated_fleet("h100-sxm:2")
+
+    def broken(event_set, timeout_ms):
+        raise ValueError("a driver answer nobody expected")
+
+    monkeypatch.setattr(pynvml, "nvmlEventSetWait_v2", broken)
+    watcher = XidWatcher(machine.gpus, poll_s=0.01)
+    with caplog.at_level(logging.ERROR, logger="gpuagent"):
+        assert watcher.start()
+        deadline = time.monotonic() + 20
+        while watcher.unexpected_total < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        watcher.stop()
+    assert watcher.unexpected_total >= 20  # the thread kept going
+    lines = [r for r in caplog.records if "XID event thread" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].exc_info is not None, [r.getMessage() for r in lines]

@@ -381,3 +381,45 @@ def test_counter_window_keeps_only_changes_and_measures_the_same_growth():
         got = [counter.add(t, v, window) for t, v in samples]
         assert got == _growth_keeping_every_sample(samples, window)
         assert len(counter.samples) < 2000 * 0.2  # changes only
+
+
+def test_one_call_answering_gpu_is_lost_every_cycle_keeps_the_gpu_lost_without_flapping(run, caplog):
+    """Issue 28, item 12: the identity calls answer, one call keeps answering GPU_IS_LOST; before,
+    each cycle took the GPU back (WARNING) and lost it again (ERROR) and the verdict read ok."""
+    import logging
+
+    r = run("h100-sxm:2")
+    r.machine.force("nvmlDeviceGetRemappedRows", "GPU_IS_LOST", gpu=1)
+    with caplog.at_level(logging.WARNING, logger="gpuagent"):
+        seen = [verdicts(r.at(t)).get(1) for t in range(1, 11)]
+    assert seen == ["lost"] * 10
+    assert r.collector.context.gpus[1].lost and not r.collector.context.gpus[0].lost
+    lost_lines = [m for m in caplog.messages if "GPU 1" in m and "is lost" in m]
+    assert len(lost_lines) == 1, caplog.messages
+    assert not [m for m in caplog.messages if "answers again" in m]
+    r.machine.force("nvmlDeviceGetRemappedRows", "SUCCESS", gpu=1)  # the call answers again
+    assert verdicts(r.at(11)) == {0: "ok", 1: "ok"}
+
+
+def test_a_gpu_that_flaps_must_answer_for_a_while_before_it_is_read_again(run, caplog, monkeypatch):
+    """Lost, back, lost again within a minute: it is held lost until it has answered for HOLD_S
+    (doubling at each relapse), not taken back on its first answer."""
+    import logging
+    import time
+
+    r = run("h100-sxm:2")
+    monkeypatch.setattr("gpuagent.gpu.HOLD_S", 0.3)  # answering asked after the first relapse (10 s by default)
+    with caplog.at_level(logging.WARNING, logger="gpuagent"):
+        r.machine.force("nvmlDeviceGetRemappedRows", "GPU_IS_LOST", gpu=1)
+        assert verdicts(r.at(1))[1] == "lost"
+        r.machine.force("nvmlDeviceGetRemappedRows", "SUCCESS", gpu=1)
+        assert verdicts(r.at(2))[1] == "ok"  # the first time, taken back at once
+        r.machine.force("nvmlDeviceGetRemappedRows", "GPU_IS_LOST", gpu=1)
+        assert verdicts(r.at(3))[1] == "lost"  # a relapse
+        r.machine.force("nvmlDeviceGetRemappedRows", "SUCCESS", gpu=1)
+        assert [verdicts(r.at(t))[1] for t in (4, 5, 6)] == ["lost"] * 3  # answering, not for long enough
+        time.sleep(0.4)
+        assert verdicts(r.at(7))[1] == "ok"
+    messages = [m for m in caplog.messages if "GPU 1" in m]
+    assert sum("is lost" in m for m in messages) == 2 and sum("answers again" in m for m in messages) == 2, messages
+    assert any("is lost again" in m and "before it is read again" in m for m in messages)

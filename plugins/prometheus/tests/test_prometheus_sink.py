@@ -161,3 +161,50 @@ def test_close_frees_the_port_at_once_whatever_the_clients_do(tmp_path, client):
         if slow is not None:
             slow.close()
     assert took < 10, took  # within the agent's default shutdown_timeout
+
+
+def test_a_label_or_string_that_is_not_utf8_keeps_metrics_answering(tmp_path):
+    """Lone surrogates in a tag and a string field (issue 28, item 3): /metrics answers 200 with
+    the byte as \\xff (psutil's surrogateescape) or U+FFFD; before, every scrape failed."""
+    sink = make(tmp_path)
+    try:
+        acc = Accumulator({"host": "h"}, time_ns=1)
+        acc.add_fields("gpu_process", {"used_memory_bytes": 5, "name": "train\udcffjob"}, tags={"pid": "7", "job": "j\ud800"})
+        sink.write(acc.points)
+        got = samples(scrape(sink))
+    finally:
+        sink.close()
+    labels = {"host": "h", "pid": "7", "job": "j\ufffd"}
+    assert got[("gpuagent_gpu_process_used_memory_bytes", tuple(sorted(labels.items())))] == ("gauge", 5.0)
+    info = tuple(sorted({**labels, "name": "train\\xffjob"}.items()))
+    assert got[("gpuagent_gpu_process_name_info", info)] == ("gauge", 1.0)
+
+
+def test_series_are_capped_per_metric_and_in_all_counted_and_warned_once(tmp_path, caplog):
+    """A plugin adding 20,000 tag values a cycle (issue 28, item 11): the store stops at the caps,
+    the series already served keep updating, the rest is counted, one warning per metric."""
+    import logging
+
+    sink = make(tmp_path, max_series_per_metric=300, max_series=500)
+    try:
+        with caplog.at_level(logging.WARNING, logger="gpuagent.sink.prometheus"):
+            for cycle in range(3):
+                acc = Accumulator({"host": "h"}, time_ns=cycle)
+                acc.add_fields("gpu_power", {"power_w": 100.0 + cycle}, tags={"gpu": "0"})
+                for measurement in ("churn", "other"):
+                    for i in range(20_000):
+                        acc.add_fields(measurement, {"value": i}, tags={"job": f"{cycle}-{i}"})
+                sink.write(acc.points)
+            got = samples(scrape(sink))
+        stats = sink.stats()
+    finally:
+        sink.close()
+    names = [name for name, _ in got]
+    assert names.count("gpuagent_churn_value") == 300
+    assert names.count("gpuagent_other_value") == 199  # what is left of max_series
+    assert got[("gpuagent_gpu_power_power_watts", (("gpu", "0"), ("host", "h")))] == ("gauge", 102.0)
+    assert stats["series"] == 500 and stats["series_refused_total"] == 3 * 40_000 - 499  # all but gpu_power's and 499 first
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2, warned
+    assert "gpuagent_churn_value has 300 series, max_series_per_metric" in warned[0]
+    assert "gpuagent_other_value has no room: 500 series in all, max_series" in warned[1]
