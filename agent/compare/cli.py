@@ -74,10 +74,11 @@ def time_range(since: str | None, start: str | None, end: str | None):
 )
 @click.option(
     "--by",
-    type=click.Choice(["model", "host", "gpu", "job", "pod"]),
+    type=click.Choice(["model", "host", "gpu", "job", "pod", "workload", "model,workload"]),
     default="model",
     show_default=True,
-    help="Group by GPU model, host or GPU; or by Slurm job / Kubernetes pod (from gpu_job).",
+    help="Group by GPU model, host or GPU; by Slurm job / Kubernetes pod (from gpu_job); or per unit of "
+    "work (gpu_work) by workload, or by model and workload.",
 )
 @click.option(
     "--format",
@@ -142,6 +143,10 @@ def compare(
     from gpuagent.compare.promql import promql_url_from
 
     promql_url = promql_url_from(config_path, promql_url, url)
+    if by in ("workload", "model,workload"):  # per unit of work (gpuagent.compare.work)
+        _compare_work(config_path, promql_url, wait, rng, by, where, fmt, output, url, database, token,
+                      username, password)
+        return
     if promql_url:  # the same report over the Prometheus query API (gpuagent.compare.promql_report)
         if by in ("job", "pod"):
             raise AgentError(
@@ -188,6 +193,47 @@ def _timeout(text: str | None) -> float | None:
     if seconds <= 0:
         raise AgentError(f"--timeout: must be more than 0, got {text!r}")
     return seconds
+
+
+def _compare_work(config_path, promql_url, wait, rng, by, where, fmt, output, url, database, token, username,
+                  password) -> None:
+    """`--by workload` / `--by model,workload`: units, energy and cost per unit, what limits the work."""
+    from gpuagent.compare.prices import prices_from
+    from gpuagent.compare.work import InfluxWork, PromWork, build_work
+    from gpuagent.compare.work_render import render_work
+
+    prices = prices_from(config_path)
+    # --where filters the GPUs' own readings too (a host, a database label), unless it names a tag that
+    # only work points carry.
+    gpu_where = not re.search(r"\b(workload|unit|work_id|source|slurm_job_id|k8s_pod_uid)\b", where or "")
+    if promql_url:
+        from gpuagent.compare.promql import PromQL, prom_connection_from
+
+        prom = prom_connection_from(config_path, promql_url)
+        client = PromQL(prom if wait is None else dataclasses.replace(prom, timeout=wait))
+        source = PromWork(client, rng, where, gpu_where)
+    else:
+        from gpuagent.compare.query import InfluxQL, connection_from
+
+        conn = connection_from(config_path, url, database, token, username, password)
+        client = InfluxQL(conn if wait is None else dataclasses.replace(conn, timeout=wait))
+        source = InfluxWork(client, rng, where, gpu_where)
+    try:
+        doc = build_work(source, rng, by, prices, where)
+    finally:
+        client.close()
+    _emit(render_work(doc, fmt), output, f"{len(doc['groups'])} group(s)")
+
+
+def _emit(text: str, output, what: str) -> None:
+    if output and output != "-":
+        try:
+            Path(output).write_text(text)
+        except OSError as exc:
+            raise AgentError(f"cannot write {output!r}: {exc.strerror or exc}") from None
+        click.echo(f"wrote {output} ({what})", err=True)
+    else:
+        sys.stdout.write(text)
 
 
 def _compare_jobs(client, rng, by: str, where, fmt: str, output) -> None:

@@ -1,0 +1,543 @@
+"""`compare` per unit of work: units, units per GPU-hour, energy and cost per unit, what limits it.
+
+The figures come from `gpu_work` points (schema: the `work` collector's README) and the GPUs'
+own readings, over InfluxQL (`InfluxWork`) or PromQL (`PromWork`); both hand the same few
+per-series rows to `build_work`, which does the arithmetic once:
+
+- a *work series* is one piece of work (`work_id`, `workload`, `unit`) on one GPU; its units are
+  the increase of `units_total` from its first to its last sample in the range (a decrease is a
+  restart: the increase over that interval is the new value, as Prometheus `increase()`), divided
+  by `gpus`; its GPU-hours are that span; its energy is the GPU's `energy_j` increase over exactly
+  that span (the non-negative steps between samples inside it);
+- cost = GPU-hours × the model's price per GPU-hour + energy × PUE × the price of a kWh
+  (`[compare.prices]`, gpuagent.compare.prices), per series, so a group of several models is
+  priced model by model;
+- what limits it: each GPU's range in buckets, each bucket one class by gpuagent.compare.limits,
+  weighted by its GPU-hours in the range; a work group counts the buckets where its work ran.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuagent.compare import limits as lim
+from gpuagent.compare.prices import Prices
+from gpuagent.compare.report import NoData, Range, bucket_seconds, report_document, rfc3339
+from gpuagent.errors import AgentError
+
+GPU = ("host", "uuid")
+SERIES_TAGS = ("host", "uuid", "model", "gpu", "workload", "unit", "work_id", "slurm_job_id")
+WORK_GROUPS = {
+    "model": ("model",),
+    "host": ("host",),
+    "gpu": ("host", "uuid"),
+    "workload": ("workload",),
+    "model,workload": ("model", "workload"),
+    "job": ("slurm_job_id",),
+}
+GPU_GROUPINGS = ("model", "host", "gpu")  # every GPU's time counts, idle included
+CELLS_TARGET = 100_000  # GPU × bucket cells of the limits at most (each bucket at least a step)
+WORKERS = 4
+
+WORK_DEFINITIONS = {
+    "work.units": "per work series (a piece of work on one GPU), the increase of units_total from its first "
+    "to its last sample in the range (a decrease is a restart: that interval adds the new value), / gpus; summed",
+    "work.gpu_hours": "per work series, its last - first sample time, summed (a piece of work on N GPUs counts N)",
+    "work.units_per_gpu_hour": "units / gpu_hours",
+    "work.wh_per_unit": "energy / units, the energy per work series being the GPU's energy_j increase "
+    "(non-negative steps) between the series' first and last sample: exactly its GPUs over exactly its time",
+    "work.cost_per_million_units": "1e6 × cost / units; cost per work series = gpu_hours × [compare.prices] "
+    "gpu_hour of its model (else default) + energy kWh × pue × kwh; null without prices",
+    "work.spread": "units_per_gpu_hour of each GPU of the group: min, max and the number of GPUs",
+    "limits": "share of the group's GPU-hours in each class, bucket by bucket per GPU (docs/compare.md, "
+    "'What limits the work'); limits_proxy: the class was reached through a proxy field in some bucket",
+    "cross_model": "per workload and unit seen on two or more models, per model: units/s per GPU (units / "
+    "GPU-seconds), units/s per kW drawn (units / kJ, the same thing) and units per $ (units / cost), each with "
+    "its _best_pct (the figure / the best model's × 100), the GPU-hours behind it and its spread across GPUs",
+}
+
+
+@dataclass
+class WorkSeries:
+    tags: dict[str, str]
+    t0_ns: int
+    t1_ns: int
+    increase: float  # of units_total, resets counted as restarts
+    gpus: float
+    present: set[int] = field(default_factory=set)  # bucket starts (ns) with a sample
+
+    @property
+    def units(self) -> float:
+        return self.increase / self.gpus if self.gpus else 0.0
+
+    @property
+    def seconds(self) -> float:
+        return (self.t1_ns - self.t0_ns) / 1e9
+
+
+def choose_bucket(rng: Range, n_gpus: int) -> int:
+    span = (rng.end_ns - rng.start_ns) / 1e9
+    target = max(6, min(60, CELLS_TARGET // max(1, n_gpus)))
+    return bucket_seconds(span, target)
+
+
+def overlap_hours(rng: Range, t_ns: int, bucket_s: int) -> float:
+    lo, hi = max(rng.start_ns, t_ns), min(rng.end_ns, t_ns + bucket_s * 1_000_000_000)
+    return max(0, hi - lo) / 3.6e12
+
+
+def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -> dict[str, Any]:
+    """The work document (groups keyed by `by`, each with work, limits, limits_proxy; cross_model)."""
+    series = source.series()
+    gtags = WORK_GROUPS[by]
+    if not series and by not in GPU_GROUPINGS:
+        raise NoData(
+            f"no gpu_work points between {rfc3339(rng.start_ns)} and {rfc3339(rng.end_ns)} in {source.label} "
+            "(the work collector writes them; `sim fleet --scenario inference` simulates some)"
+        )
+    if by == "job":
+        series = [s for s in series if s.tags.get("slurm_job_id")]
+    windows = sorted({(s.t0_ns, s.t1_ns) for s in series})
+    with ThreadPoolExecutor(WORKERS) as pool:
+        energies = dict(zip(windows, pool.map(lambda w: source.energy(*w), windows), strict=True))
+    gpus_seen = {tuple(s.tags[t] for t in GPU) for s in series}
+    bucket = choose_bucket(rng, max(len(gpus_seen), source.gpu_count_hint()))
+    cells, model_of = source.cells(bucket)
+    source.presence(series, bucket)
+
+    groups: dict[tuple, dict[str, Any]] = {}
+    per_unit: dict[tuple, dict[str, dict]] = defaultdict(dict)
+
+    def group(key: tuple) -> dict[str, Any]:
+        if key not in groups:
+            groups[key] = {"key": dict(zip(gtags, key, strict=True)), "label": " / ".join(k or "-" for k in key),
+                           "_models": set(), "_hosts": set(), "_gpus": set(), "_cells": {}}
+        return groups[key]
+
+    for s in series:
+        key = tuple(s.tags.get(t, "") for t in gtags)
+        g = group(key)
+        gpu = tuple(s.tags[t] for t in GPU)
+        g["_models"].add(s.tags["model"])
+        g["_hosts"].add(s.tags["host"])
+        g["_gpus"].add(gpu)
+        joules = energies[(s.t0_ns, s.t1_ns)].get(gpu, 0.0)
+        u = per_unit[key].setdefault(s.tags["unit"], {"units": 0.0, "seconds": 0.0, "joules": 0.0, "cost": 0.0,
+                                                      "priced": True, "per_gpu": defaultdict(lambda: [0.0, 0.0])})
+        u["units"] += s.units
+        u["seconds"] += s.seconds
+        u["joules"] += joules
+        cost = prices.cost(s.tags["model"], s.seconds / 3600, joules / 3.6e6)
+        if cost is None:
+            u["priced"] = False
+        else:
+            u["cost"] += cost
+        u["per_gpu"][gpu][0] += s.units
+        u["per_gpu"][gpu][1] += s.seconds
+        if by not in GPU_GROUPINGS:
+            for t in s.present:
+                g["_cells"][(gpu, t)] = True
+    if by in GPU_GROUPINGS:  # every GPU with readings, its idle time included
+        for (gpu, _t) in cells:
+            tags = {"host": gpu[0], "uuid": gpu[1], "model": model_of.get(gpu, "")}
+            if by == "model" and not tags["model"]:
+                continue
+            key = tuple(tags[t] for t in gtags)
+            g = group(key)
+            g["_models"].add(tags["model"])
+            g["_hosts"].add(gpu[0])
+            g["_gpus"].add(gpu)
+        allocated = {(tuple(s.tags[t] for t in GPU), t) for s in series for t in s.present}
+        for (gpu, t) in cells:
+            key = tuple({"host": gpu[0], "uuid": gpu[1], "model": model_of.get(gpu, "")}[x] for x in gtags)
+            if key in groups:
+                groups[key]["_cells"][(gpu, t)] = (gpu, t) in allocated
+    for key, g in groups.items():
+        weighted = []
+        for (gpu, t), allocated in g.pop("_cells").items():
+            cell = cells.get((gpu, t))
+            if cell is None:
+                continue
+            cell = lim.Cell(**{**cell.__dict__, "allocated": bool(allocated)})
+            weighted.append((cell, overlap_hours(rng, t, bucket)))
+        g["limits"], g["limits_proxy"] = lim.shares(weighted)
+        g["limits_gpu_hours"] = sum(w for _, w in weighted)
+        g["models"] = sorted(g.pop("_models"))
+        g["hosts"] = sorted(g.pop("_hosts"))
+        g["gpus"] = len(g.pop("_gpus"))
+        g["work"] = {unit: _unit_figures(u, prices) for unit, u in sorted(per_unit.get(key, {}).items())}
+        if by == "gpu":
+            g["label"] = f"{key[0]}/{key[1]}"
+    source_doc = {**source.describe(), "limits_bucket_s": bucket}
+    doc = report_document(rng, by, where, source_doc, WORK_DEFINITIONS, groups)
+    doc["prices"] = prices.as_dict() if prices.any else None
+    doc["cross_model"] = cross_model(series, energies, prices)
+    return doc
+
+
+def _unit_figures(u: dict, prices: Prices) -> dict[str, Any]:
+    units, hours, wh = u["units"], u["seconds"] / 3600, u["joules"] / 3600
+    rates = [a / (b / 3600) for a, b in u["per_gpu"].values() if b > 0]
+    return {
+        "units": units,
+        "gpu_hours": hours,
+        "energy_wh": wh,
+        "units_per_gpu_hour": units / hours if hours > 0 else None,
+        "wh_per_unit": wh / units if units > 0 else None,
+        "cost": u["cost"] if u["priced"] and prices.any else None,
+        "cost_per_million_units": 1e6 * u["cost"] / units if u["priced"] and prices.any and units > 0 else None,
+        "spread": {"gpus": len(rates), "min": min(rates), "max": max(rates)} if rates else None,
+    }
+
+
+def cross_model(series: list[WorkSeries], energies: dict, prices: Prices) -> list[dict[str, Any]]:
+    """Per (workload, unit) on two or more models: each model's throughput per GPU, per kW and per $."""
+    acc: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for s in series:
+        gpu = tuple(s.tags[t] for t in GPU)
+        joules = energies[(s.t0_ns, s.t1_ns)].get(gpu, 0.0)
+        m = acc[(s.tags["workload"], s.tags["unit"])].setdefault(
+            s.tags["model"], {"units": 0.0, "seconds": 0.0, "joules": 0.0, "cost": 0.0, "priced": True,
+                              "per_gpu": defaultdict(lambda: [0.0, 0.0])})
+        m["units"] += s.units
+        m["seconds"] += s.seconds
+        m["joules"] += joules
+        cost = prices.cost(s.tags["model"], s.seconds / 3600, joules / 3.6e6)
+        m["priced"] = m["priced"] and cost is not None
+        m["cost"] += cost or 0.0
+        m["per_gpu"][gpu][0] += s.units
+        m["per_gpu"][gpu][1] += s.seconds
+    out = []
+    for (workload, unit), models in sorted(acc.items()):
+        if len(models) < 2:
+            continue
+        rows = []
+        for model, m in sorted(models.items()):
+            rates = [a / b for a, b in m["per_gpu"].values() if b > 0]
+            rows.append({
+                "model": model,
+                "gpus": len(m["per_gpu"]),
+                "gpu_hours": m["seconds"] / 3600,
+                "units": m["units"],
+                "units_per_s_per_gpu": m["units"] / m["seconds"] if m["seconds"] > 0 else None,
+                # units/s per kW of draw = units / kJ: the same figure, per joule scaled
+                "units_per_s_per_kw": 1000 * m["units"] / m["joules"] if m["joules"] > 0 else None,
+                "units_per_dollar": m["units"] / m["cost"] if m["priced"] and prices.any and m["cost"] > 0 else None,
+                "spread_units_per_s_per_gpu": {"min": min(rates), "max": max(rates)} if rates else None,
+            })
+        for figure in ("units_per_s_per_gpu", "units_per_s_per_kw", "units_per_dollar"):
+            best = max((r[figure] for r in rows if r[figure] is not None), default=None)
+            for r in rows:
+                r[f"{figure}_best_pct"] = 100 * r[figure] / best if best and r[figure] is not None else None
+        out.append({"workload": workload, "unit": unit, "models": rows})
+    return out
+
+
+def _finite(v) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+# -- InfluxQL ------------------------------------------------------------------------------------
+class InfluxWork:
+    def __init__(self, client, rng: Range, where: str | None, gpu_where: bool):
+        if where and (";" in where or "\n" in where):
+            raise AgentError("--where: one InfluxQL condition, without ';'")
+        self.client, self.range, self.where = client, rng, (where or "").strip()
+        self.gpu_where = gpu_where  # --where applies to the GPU readings too (a GPU grouping)
+        self.label = client.conn.label
+        self._gpu_count = 0
+
+    def describe(self) -> dict:
+        return {"url": self.client.conn.url, "database": self.client.conn.database}
+
+    def gpu_count_hint(self) -> int:
+        return self._gpu_count
+
+    def _w(self, work: bool = True) -> str:
+        parts = [self.range.clause()]
+        if self.where and (work or self.gpu_where):
+            parts.append(f"({self.where})")
+        return " AND ".join(parts)
+
+    def series(self) -> list[WorkSeries]:
+        by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
+        base = f'FROM "gpu_work" WHERE {self._w()} GROUP BY {by}'
+        diffs = f'SELECT NON_NEGATIVE_DIFFERENCE("units_total") AS d {base}'
+        steps = f'SELECT DIFFERENCE("units_total") AS d {base}'
+        queries = (
+            f'SELECT FIRST("units_total") {base}',
+            f'SELECT LAST("units_total") {base}',
+            f'SELECT LAST("gpus") {base}',
+            f"SELECT SUM(d) FROM ({diffs}) WHERE {self.range.clause()} GROUP BY {by}",
+            f"SELECT d FROM ({steps}) WHERE {self.range.clause()} AND d < 0 GROUP BY {by}",
+            f'SELECT LAST("power_w") FROM "gpu_power" WHERE {self._w(work=False)} GROUP BY "host", "uuid"',
+        )
+        with ThreadPoolExecutor(WORKERS) as pool:
+            first, last, gpus, sums, drops, count = pool.map(self.client.rows, queries)
+        self._gpu_count = len(count)
+        key = lambda r: tuple(r.get(t) or "" for t in SERIES_TAGS)  # noqa: E731
+        last_t = {key(r): r["time"] for r in last}
+        n_gpus = {key(r): r["last"] for r in gpus}
+        total = {key(r): r["sum"] or 0.0 for r in sums}
+        restarts = self._restart_values(drops)
+        out = []
+        for r in first:
+            k = key(r)
+            out.append(WorkSeries(dict(zip(SERIES_TAGS, k, strict=True)), r["time"], last_t.get(k, r["time"]),
+                                  total.get(k, 0.0) + restarts.get(k, 0.0), float(n_gpus.get(k) or 1)))
+        return out
+
+    def _restart_values(self, drops: list[dict]) -> dict[tuple, float]:
+        """Per series, the sum of the counter's values just after each restart (few: read one by one)."""
+        if not drops:
+            return {}
+        out: dict[tuple, float] = defaultdict(float)
+        times = sorted({r["time"] for r in drops})
+        wanted = {(tuple(r.get(t) or "" for t in SERIES_TAGS), r["time"]) for r in drops}
+        by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
+        for i in range(0, len(times), 50):
+            at = " OR ".join(f"time = {t}" for t in times[i:i + 50])
+            q = f'SELECT "units_total" FROM "gpu_work" WHERE {self._w()} AND ({at}) GROUP BY {by}'
+            for r in self.client.rows(q):
+                k = tuple(r.get(t) or "" for t in SERIES_TAGS)
+                if (k, r["time"]) in wanted:
+                    out[k] += r["units_total"]
+        return out
+
+    def energy(self, t0_ns: int, t1_ns: int) -> dict[tuple, float]:
+        window = f"time >= {t0_ns} AND time <= {t1_ns}"
+        inner = (f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "gpu_power" WHERE {window} '
+                 'GROUP BY "host", "uuid"')
+        rows = self.client.rows(f'SELECT SUM(d) FROM ({inner}) WHERE {window} GROUP BY "host", "uuid"')
+        return {(r["host"], r["uuid"]): r["sum"] or 0.0 for r in rows}
+
+    def cells(self, bucket: int) -> tuple[dict, dict]:
+        w = self._w(work=False)
+        tail = f'GROUP BY "host", "uuid", time({bucket}s) fill(none)'
+        q = {
+            "mem": f'SELECT MEAN("gpu_util_pct") AS util, MEAN("memory_util_pct") AS mem_busy, '
+                   f'MEAN("dram_bw_util_pct") AS dram_bw FROM "gpu_memory" WHERE {w} {tail}',
+            "power": f'SELECT MEAN("power_w") AS power_w, MAX("enforced_power_limit_w") AS power_limit_w '
+                     f'FROM "gpu_power" WHERE {w} {tail}',
+            "clocks": f'SELECT MEAN("sm_clock_mhz") AS sm_clock, MAX("max_sm_clock_mhz") AS max_sm_clock, '
+                      f'COUNT("sm_clock_mhz") AS n FROM "gpu_clocks" WHERE {w} {tail}',
+            "pcie": f'SELECT MEAN("tx_bytes_per_s") AS tx, MEAN("rx_bytes_per_s") AS rx, MAX("link_gen") AS link_gen, '
+                    f'MAX("link_width") AS link_width FROM "gpu_pcie" WHERE {w} {tail}',
+            "model": f'SELECT LAST("power_w") FROM "gpu_power" WHERE {w} GROUP BY "host", "uuid", "model"',
+        }
+        for reason in ("sw_power_cap", "hw_power_brake_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown"):
+            q[reason] = f'SELECT COUNT("sm_clock_mhz") AS n FROM "gpu_clocks" WHERE {w} AND "{reason}" = true {tail}'
+        names = list(q)
+        with ThreadPoolExecutor(WORKERS) as pool:
+            answers = dict(zip(names, pool.map(self.client.rows, (q[n] for n in names)), strict=True))
+        model_of = {(r["host"], r["uuid"]): r.get("model", "") for r in answers["model"]}
+        cells: dict[tuple, lim.Cell] = {}
+
+        def cell(r) -> lim.Cell:
+            return cells.setdefault(((r["host"], r["uuid"]), r["time"]), lim.Cell())
+
+        for r in answers["mem"]:
+            c = cell(r)
+            c.util, c.mem_busy, c.dram_bw = _finite(r.get("util")), _finite(r.get("mem_busy")), _finite(r.get("dram_bw"))
+        for r in answers["power"]:
+            c = cell(r)
+            c.power_w, c.power_limit_w = _finite(r.get("power_w")), _finite(r.get("power_limit_w"))
+        samples = {}
+        for r in answers["clocks"]:
+            c = cell(r)
+            c.sm_clock, c.max_sm_clock = _finite(r.get("sm_clock")), _finite(r.get("max_sm_clock"))
+            samples[((r["host"], r["uuid"]), r["time"])] = r.get("n") or 0
+        for r in answers["pcie"]:
+            c = cell(r)
+            tx, rx = _finite(r.get("tx")), _finite(r.get("rx"))
+            c.pcie_bytes_per_s = None if tx is None or rx is None else tx + rx
+            c.link_gen, c.link_width = _finite(r.get("link_gen")), _finite(r.get("link_width"))
+        reason_pct = {}
+        for reason in ("sw_power_cap", "hw_power_brake_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown"):
+            for r in answers[reason]:
+                k = ((r["host"], r["uuid"]), r["time"])
+                if samples.get(k):
+                    reason_pct[(k, reason)] = 100.0 * (r.get("n") or 0) / samples[k]
+        for k, c in cells.items():
+            if k in samples:
+                c.power_reason_pct = max(reason_pct.get((k, "sw_power_cap"), 0.0),
+                                         reason_pct.get((k, "hw_power_brake_slowdown"), 0.0))
+                c.thermal_reason_pct = max(reason_pct.get((k, "sw_thermal_slowdown"), 0.0),
+                                           reason_pct.get((k, "hw_thermal_slowdown"), 0.0))
+        return cells, model_of
+
+    def presence(self, series: list[WorkSeries], bucket: int) -> None:
+        by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
+        rows = self.client.rows(f'SELECT COUNT("units_total") FROM "gpu_work" WHERE {self._w()} '
+                                f"GROUP BY {by}, time({bucket}s) fill(none)")
+        index = {tuple(s.tags[t] for t in SERIES_TAGS): s for s in series}
+        for r in rows:
+            s = index.get(tuple(r.get(t) or "" for t in SERIES_TAGS))
+            if s is not None and r.get("count"):
+                s.present.add(r["time"])
+
+
+# -- PromQL --------------------------------------------------------------------------------------
+class PromWork:
+    """The same rows over the Prometheus API; names and --where as gpuagent.compare.promql_report."""
+
+    def __init__(self, client, rng: Range, where: str | None, gpu_where: bool):
+        from gpuagent.compare.promql_report import PromReport
+
+        self.names = PromReport(client, rng, by="model", where=where)  # its names, matchers and window
+        self.client, self.range = client, rng
+        self.gpu_where = gpu_where
+        self.label = client.conn.label
+        self._gpu_count = 0
+
+    def describe(self) -> dict:
+        return {"url": self.client.conn.url, "database": f"PromQL ({self.client.engine}, {self.names.scheme} names)"}
+
+    def gpu_count_hint(self) -> int:
+        return self._gpu_count
+
+    def _sel(self, measurement: str, field: str, work: bool = True) -> str:
+        n = self.names
+        name, _ = n.name(measurement, field)
+        return f"{name}{{{n.where}}}" if n.where and (work or self.gpu_where) else name
+
+    def _scaled(self, measurement: str, field: str, expr: str) -> str:
+        scale = self.names.name(measurement, field)[1]
+        return expr if scale == 1.0 else f"({expr}) / {scale!r}"
+
+    def _t(self, fn: str, sel: str, window: str) -> str:
+        if self.client.engine == "victoriametrics":
+            return f"t{fn}_over_time({sel}[{window}])"
+        span_ms = (self.range.end_ns - self.range.start_ns) // 1_000_000
+        agg = "max" if fn == "last" else "min"
+        return f"{agg}_over_time(timestamp({sel})[{window}:{max(1, span_ms // 1000)}ms])"
+
+    def series(self) -> list[WorkSeries]:
+        n = self.names
+        if not self.client.engine:
+            self.client.detect_engine(n.at)
+        n._detect_scheme()
+        u, g = self._sel("gpu_work", "units_total"), self._sel("gpu_work", "gpus")
+        r = f"{u}[{n.window}]"
+        by = ", ".join(SERIES_TAGS)
+        # A counter that restarted: MetricsQL's increase_prometheus() adds up the steps inside the window
+        # only (its increase() starts from the sample before it); Prometheus' increase() extrapolates.
+        grow = "increase_prometheus" if self.client.engine == "victoriametrics" else "increase"
+        inc = f"sum by ({by}) ((max_over_time({r}) - min_over_time({r})) and (resets({r}) == 0) or {grow}({r}))"
+        calls = [
+            (inc, n.at, "work: the increase of each work counter"),
+            (f"min by ({by}) ({self._t('first', u, n.window)})", n.at, "work: first samples"),
+            (f"max by ({by}) ({self._t('last', u, n.window)})", n.at, "work: last samples"),
+            (f"max by ({by}) (last_over_time({g}[{n.window}]))", n.at, "work: GPUs per piece of work"),
+            (f"count(count by (host, uuid) (count_over_time({self._sel('gpu_power', 'power_w', False)}[{n.window}])))",
+             n.at, "work: GPUs with readings"),
+        ]
+        inc_rows, first, last, gpus, count = self.client.many(calls)
+        self._gpu_count = int(float(count[0]["value"][1])) if count else 0
+        key = lambda row: tuple(row["metric"].get(t, "") for t in SERIES_TAGS)  # noqa: E731
+        val = lambda row: _finite(row["value"][1])  # noqa: E731
+        incs, lasts, ngpus = ({key(x): val(x) for x in rows} for rows in (inc_rows, last, gpus))
+        out = []
+        for x in first:
+            k = key(x)
+            t0 = val(x)
+            if t0 is None:
+                continue
+            t1 = lasts.get(k) if lasts.get(k) is not None else t0
+            out.append(WorkSeries(dict(zip(SERIES_TAGS, k, strict=True)), int(round(t0 * 1000)) * 1_000_000,
+                                  int(round(t1 * 1000)) * 1_000_000, incs.get(k) or 0.0, ngpus.get(k) or 1.0))
+        return out
+
+    def energy(self, t0_ns: int, t1_ns: int) -> dict[tuple, float]:
+        # [w] at t1 covers (t1 - w, t1]: 1 ms more than the span takes in the sample at t0.
+        w = f"{(t1_ns - t0_ns) // 1_000_000 + 1}ms"
+        e = f"{self._sel('gpu_power', 'energy_j', False)}[{w}]"
+        expr = self._scaled("gpu_power", "energy_j", f"sum by (host, uuid) ((max_over_time({e}) - min_over_time({e})) "
+                                                     f"and (resets({e}) == 0) or increase({e}))")
+        rows = self.client.query(expr, t1_ns / 1e9, "work: energy of the GPUs over the work's time")
+        return {(r["metric"].get("host", ""), r["metric"].get("uuid", "")): _finite(r["value"][1]) or 0.0 for r in rows}
+
+    def _range(self, expr: str, bucket: int, purpose: str) -> dict[tuple, float]:
+        first = self.range.start_ns / 1e9 // bucket * bucket
+        last = (self.range.end_ns / 1e9 - 0.001) // bucket * bucket
+        rows = self.client.query_range(expr, first + bucket - 0.001, last + bucket - 0.001, bucket, purpose)
+        out = {}
+        for s in rows:
+            m = s["metric"]
+            for t, v in s["values"]:
+                value = _finite(v)
+                if value is not None:
+                    t_ns = int(round((float(t) + 0.001 - bucket) * 1e9))
+                    out[(m.get("gpuagent_field", ""), (m.get("host", ""), m.get("uuid", "")), t_ns)] = value
+        return out
+
+    def cells(self, bucket: int) -> tuple[dict, dict]:
+        def f(name: str, measurement: str, field: str, agg: str = "avg", fn: str = "avg_over_time") -> str:
+            sel = f"{self._sel(measurement, field, False)}[{bucket}s]"
+            expr = self._scaled(measurement, field, f"{agg} by (host, uuid) ({fn}({sel}))")
+            return f'label_replace({expr}, "gpuagent_field", "{name}", "", "")'
+
+        parts = [
+            [f("util", "gpu_memory", "gpu_util_pct"), f("mem_busy", "gpu_memory", "memory_util_pct"),
+             f("dram_bw", "gpu_memory", "dram_bw_util_pct")],
+            [f("power_w", "gpu_power", "power_w"), f("power_limit_w", "gpu_power", "enforced_power_limit_w", "max", "max_over_time"),
+             f("sm_clock", "gpu_clocks", "sm_clock_mhz"), f("max_sm_clock", "gpu_clocks", "max_sm_clock_mhz", "max", "max_over_time")],
+            [f(r, "gpu_clocks", r) for r in ("sw_power_cap", "hw_power_brake_slowdown", "sw_thermal_slowdown",
+                                             "hw_thermal_slowdown")],
+            [f("tx", "gpu_pcie", "tx_bytes_per_s"), f("rx", "gpu_pcie", "rx_bytes_per_s"),
+             f("link_gen", "gpu_pcie", "link_gen", "max", "max_over_time"),
+             f("link_width", "gpu_pcie", "link_width", "max", "max_over_time")],
+        ]
+        with ThreadPoolExecutor(WORKERS) as pool:
+            answers = list(pool.map(lambda p: self._range(" or ".join(p), bucket, "work: what limits it"), parts))
+        n = self.names
+        models = self.client.query(
+            f"group by (host, uuid, model) (count_over_time({self._sel('gpu_power', 'power_w', False)}[{n.window}]))",
+            n.at, "work: the GPUs' models")
+        model_of = {(r["metric"].get("host", ""), r["metric"].get("uuid", "")): r["metric"].get("model", "")
+                    for r in models}
+        values: dict[tuple, dict[str, float]] = defaultdict(dict)
+        for a in answers:
+            for (name, gpu, t), v in a.items():
+                values[(gpu, t)][name] = v
+        cells = {}
+        for k, v in values.items():
+            tx, rx = v.get("tx"), v.get("rx")
+            has_clocks = "sm_clock" in v
+            cells[k] = lim.Cell(
+                util=v.get("util"), mem_busy=v.get("mem_busy"), dram_bw=v.get("dram_bw"),
+                power_w=v.get("power_w"), power_limit_w=v.get("power_limit_w"),
+                sm_clock=v.get("sm_clock"), max_sm_clock=v.get("max_sm_clock"),
+                power_reason_pct=100 * max(v.get("sw_power_cap", 0.0), v.get("hw_power_brake_slowdown", 0.0))
+                if has_clocks else None,
+                thermal_reason_pct=100 * max(v.get("sw_thermal_slowdown", 0.0), v.get("hw_thermal_slowdown", 0.0))
+                if has_clocks else None,
+                pcie_bytes_per_s=None if tx is None or rx is None else tx + rx,
+                link_gen=v.get("link_gen"), link_width=v.get("link_width"),
+            )
+        return cells, model_of
+
+    def presence(self, series: list[WorkSeries], bucket: int) -> None:
+        by = ", ".join(SERIES_TAGS)
+        expr = f'label_replace(count by ({by}) (count_over_time({self._sel("gpu_work", "units_total")}[{bucket}s])), ' \
+               '"gpuagent_field", "n", "", "")'
+        first = self.range.start_ns / 1e9 // bucket * bucket
+        last = (self.range.end_ns / 1e9 - 0.001) // bucket * bucket
+        rows = self.client.query_range(expr, first + bucket - 0.001, last + bucket - 0.001, bucket,
+                                       "work: when each piece of work ran")
+        index = {tuple(s.tags[t] for t in SERIES_TAGS): s for s in series}
+        for r in rows:
+            s = index.get(tuple(r["metric"].get(t, "") for t in SERIES_TAGS))
+            if s is None:
+                continue
+            for t, v in r["values"]:
+                if (_finite(v) or 0) > 0:
+                    s.present.add(int(round((float(t) + 0.001 - bucket) * 1e9)))
