@@ -165,6 +165,9 @@ def compare(
             _compare_jobs(client, rng, by, where, fmt, output)
             return
         report = Report(client, rng, by=by, where=where)
+    from gpuagent.compare.prices import prices_from
+
+    report.prices = prices_from(config_path)
     try:
         doc = report.build()
     finally:

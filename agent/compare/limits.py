@@ -103,3 +103,10 @@ def shares(cells: list[tuple[Cell, float]]) -> tuple[dict[str, float], dict[str,
     if total <= 0:
         return dict.fromkeys(CLASSES, 0.0), proxy
     return {k: 100.0 * v / total for k, v in hours.items()}, proxy
+
+
+def rule_table() -> str:
+    """RULES as the Markdown table docs/compare.md holds (a test keeps the two the same)."""
+    lines = ["| order | class | proxy | rule |", "| --- | --- | --- | --- |"]
+    lines += [f"| {i} | `{c}` | {'yes' if p else 'no'} | {r} |" for i, (c, p, r) in enumerate(RULES, 1)]
+    return "\n".join(lines)

@@ -261,6 +261,9 @@ class InfluxWork:
     def gpu_count_hint(self) -> int:
         return self._gpu_count
 
+    def series_exist(self) -> bool:
+        return bool(self.client.rows(f'SELECT FIRST("units_total") FROM "gpu_work" WHERE {self._w()}'))
+
     def _w(self, work: bool = True) -> str:
         parts = [self.range.clause()]
         if self.where and (work or self.gpu_where):
@@ -319,8 +322,18 @@ class InfluxWork:
         rows = self.client.rows(f'SELECT SUM(d) FROM ({inner}) WHERE {window} GROUP BY "host", "uuid"')
         return {(r["host"], r["uuid"]): r["sum"] or 0.0 for r in rows}
 
+    def _whole_buckets(self, bucket: int, work: bool) -> str:
+        # Whole buckets, the edge ones too (as a PromQL range query sees them): a bucket's class
+        # is read from all its samples, and weighted by its GPU-hours inside the range.
+        b = bucket * 1_000_000_000
+        lo, hi = self.range.start_ns // b * b, -(-self.range.end_ns // b) * b
+        parts = [f"time >= {lo} AND time < {hi}"]
+        if self.where and (work or self.gpu_where):
+            parts.append(f"({self.where})")
+        return " AND ".join(parts)
+
     def cells(self, bucket: int) -> tuple[dict, dict]:
-        w = self._w(work=False)
+        w = self._whole_buckets(bucket, work=False)
         tail = f'GROUP BY "host", "uuid", time({bucket}s) fill(none)'
         q = {
             "mem": f'SELECT MEAN("gpu_util_pct") AS util, MEAN("memory_util_pct") AS mem_busy, '
@@ -376,7 +389,7 @@ class InfluxWork:
 
     def presence(self, series: list[WorkSeries], bucket: int) -> None:
         by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
-        rows = self.client.rows(f'SELECT COUNT("units_total") FROM "gpu_work" WHERE {self._w()} '
+        rows = self.client.rows(f'SELECT COUNT("units_total") FROM "gpu_work" WHERE {self._whole_buckets(bucket, True)} '
                                 f"GROUP BY {by}, time({bucket}s) fill(none)")
         index = {tuple(s.tags[t] for t in SERIES_TAGS): s for s in series}
         for r in rows:
@@ -413,6 +426,18 @@ class PromWork:
         scale = self.names.name(measurement, field)[1]
         return expr if scale == 1.0 else f"({expr}) / {scale!r}"
 
+    def _ready(self) -> None:
+        if not self.client.engine:
+            self.client.detect_engine(self.names.at)
+        self.names._detect_scheme()
+
+    def series_exist(self) -> bool:
+        self._ready()
+        n = self.names
+        found = self.client.query(f"count(count_over_time({self._sel('gpu_work', 'units_total')}[{n.window}]))",
+                                  n.at, "work: any gpu_work series")
+        return bool(found)
+
     def _t(self, fn: str, sel: str, window: str) -> str:
         if self.client.engine == "victoriametrics":
             return f"t{fn}_over_time({sel}[{window}])"
@@ -421,10 +446,8 @@ class PromWork:
         return f"{agg}_over_time(timestamp({sel})[{window}:{max(1, span_ms // 1000)}ms])"
 
     def series(self) -> list[WorkSeries]:
+        self._ready()
         n = self.names
-        if not self.client.engine:
-            self.client.detect_engine(n.at)
-        n._detect_scheme()
         u, g = self._sel("gpu_work", "units_total"), self._sel("gpu_work", "gpus")
         r = f"{u}[{n.window}]"
         by = ", ".join(SERIES_TAGS)
@@ -541,3 +564,19 @@ class PromWork:
             for t, v in r["values"]:
                 if (_finite(v) or 0) > 0:
                     s.present.add(int(round((float(t) + 0.001 - bucket) * 1e9)))
+
+
+def work_section(source, rng: Range, by: str, prices: Prices, where: str | None, shadow: dict) -> None:
+    """`work`, `limits` and `limits_proxy` for the groups of the GPU report (`--by model|host|gpu`), in
+    `shadow` (group key -> fields); none of them when the range holds no gpu_work point (without a
+    work source, idle cannot be told from unknown)."""
+    if not source.series_exist():
+        for fields in shadow.values():
+            fields.update(work={}, limits=None, limits_proxy=None)
+        return
+    doc = build_work(source, rng, by, prices, where)
+    found = {tuple(g["key"][t] for t in WORK_GROUPS[by]): g for g in doc["groups"]}
+    for gkey, fields in shadow.items():
+        g = found.get(gkey)
+        fields.update(work=g["work"] if g else {}, limits=g["limits"] if g else None,
+                      limits_proxy=g["limits_proxy"] if g else None)

@@ -41,7 +41,8 @@ def _limits_text(g_row: dict) -> str:
     for c in CLASSES:
         v = g_row[f"limits_{c}_pct"]
         if v:
-            parts.append(f"{c}{'*' if g_row[f'limits_{c}_proxy'] else ''} {v:.0f}%")
+            parts.append(f"{c}{'*' if g_row[f'limits_{c}_proxy'] else ''} {v:.0f}%" if v >= 1 else
+                         f"{c}{'*' if g_row[f'limits_{c}_proxy'] else ''} <1%")
     return ", ".join(parts) or "-"
 
 

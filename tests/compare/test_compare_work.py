@@ -312,3 +312,28 @@ def test_no_work_points_is_one_line(influxdb_v1, cli, tmp_path):
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "no gpu_work points" in lines[0]
+
+
+@pytest.mark.parametrize("engine", ["influxql", "promql"])
+def test_by_model_report_gains_work_and_limits(work_fleet, influxdb_v1, victoria_metrics, cli, engine):
+    """The GPU report's groups gain `work` and `limits`: by model every bucket of every GPU counts, so the
+    time before a late piece of work started is `idle` there."""
+    db, end_s, config = work_fleet
+    start_ns, stop_ns = _range(end_s)
+    where = ["--url", influxdb_v1.url, "--database", db] if engine == "influxql" else \
+        ["--promql-url", victoria_metrics.url, "--where", f'db="{db}"']
+    result = _compare(cli, config, *where, "--by", "model", "--start", f"{start_ns / 1e9:.3f}",
+                      "--end", f"{stop_ns / 1e9:.3f}", "--format", "json")
+    doc = json.loads(result.stdout)
+    expected, _ = recompute(influxdb_v1, db, start_ns, stop_ns)
+    assert "work.units" in doc["definitions"]
+    idle = 0.0
+    for g in doc["groups"]:
+        model = g["key"]["model"]
+        assert _close(sum(g["limits"].values()), 100.0)
+        idle += g["limits"]["idle"]
+        for unit, w in g["work"].items():
+            parts = [e for (m, _, u), e in expected.items() if m == model and u == unit]
+            assert _close(w["units"], sum(p["units"] for p in parts))
+            assert _close(w["wh_per_unit"], sum(p["joules"] for p in parts) / 3600 / w["units"])
+    assert idle > 0
