@@ -37,8 +37,8 @@ class Workload:
 # Three workloads per scenario, each run on every model of the fleet.
 WORKLOADS = {
     "inference": (
-        # Decoding an 8B-parameter model: 2 FLOP per weight per token; the weights (16 GB in FP16)
-        # are read once per batch step of 32 sequences: 32 tokens per 16 GB, 2 × 32 FLOP/weight-byte... / 2 bytes.
+        # Decoding an 8B-parameter model: 2 FLOP per weight per token (1.6e10); the 16 GB of FP16 weights
+        # are read once per step of a batch of 32 sequences: 32 × 1.6e10 FLOP / 16 GB = 32 FLOP per byte.
         Workload("llama-3.1-8b", "tokens_out", "vllm", 1.6e10, 32.0, 32, 16_000_000_000),
         # A 70B model in FP8 over two GPUs (tensor parallel): the work is counted once, on both.
         Workload("llama-3.1-70b", "tokens_out", "vllm", 1.4e11, 64.0, 64, 35_000_000_000, "fp8", 2),
@@ -100,8 +100,8 @@ class WorkSim:
             slot = len(self.pieces)
             gpus = list(range(j, j + wl.gpus))
             rate = min(units_per_second(devices[g].profile, wl) for g in gpus)
-            # Some work starts a few steps into the history (its GPUs idle before: 'exactly the time
-            # it ran' differs from the GPU's time), and some server restarts once (a counter reset).
+            # Some work starts a few steps into the history (so the work's time is not the GPU's time),
+            # and some server restarts once, two thirds in (its counter starts again from 0).
             start = (host_index + slot) % 3 * 6
             restart = steps * 2 // 3 if _h(seed, slot, "restart") % 3 == 0 else None
             self.pieces.append(_Piece(wl, gpus, f"{_h(seed, slot) % 90000 + 10000}", min(start, steps - 1),
