@@ -273,7 +273,7 @@ def limits_p() -> list[Target]:
     }
     order = list(conds)
     out = []
-    for i, cls in enumerate(("idle", *order, "compute")):
+    for cls in ("idle", *order, "compute"):
         if cls == "idle":
             members = f"({allg} unless on (host, uuid) {work})"
         else:
