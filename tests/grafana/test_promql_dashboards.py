@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections import defaultdict
 import time
 import urllib.parse
 import urllib.request
+from collections import defaultdict
 
 import pytest
 from grafana.grafana_dashboards import (
