@@ -124,17 +124,42 @@ def render_csv(doc: dict) -> str:
     return out.getvalue()
 
 
+BAR = "#4472c4"
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; font-size: 12px; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: right; white-space: nowrap; }
+th { background: #f0f0f0; } td:first-child, th:first-child { text-align: left; }
+.charts { display: flex; flex-wrap: wrap; gap: 1.5em; }
+figure { margin: 0; } figcaption { font-size: 13px; font-weight: bold; margin-bottom: 4px; }
+svg text { font-size: 11px; fill: #222; }
+dl { font-size: 12px; } dt { font-weight: bold; } dd { margin: 0 0 0.4em 1.5em; }
+"""
+
+
+def bar_svg(labels: list[str], values: list[float | None], unit: str) -> str:
+    """Horizontal bars as inline SVG (no script, no font, no file): label | bar | value."""
+    esc = html.escape
+    width, label_w, value_w, row = 640, 190, 110, 22
+    bar_w = width - label_w - value_w
+    top = max((v for v in values if v is not None), default=0) or 1.0
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{row * len(labels) + 6}" '
+             f'role="img">']
+    for i, (label, v) in enumerate(zip(labels, values, strict=True)):
+        y = i * row + 4
+        parts.append(f'<text x="0" y="{y + 14}">{esc(label)}</text>')
+        if v is not None:
+            parts.append(f'<rect x="{label_w}" y="{y}" width="{max(1.0, bar_w * v / top):.1f}" height="{row - 6}" '
+                         f'fill="{BAR}"/>')
+        text = "n/a" if v is None else f"{v:,.3g} {unit}"
+        parts.append(f'<text x="{width - value_w + 6}" y="{y + 14}">{esc(text)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
 def charts(doc: dict) -> list[tuple[str, str]]:
-    """Per workload and unit on two or more models: energy per unit and cost per unit by model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from gpuagent.compare.render import _bar_chart, _svg
-
-    plt.rcParams["svg.fonttype"] = "none"
-    by_key = {}
+    """Per workload and unit on two or more models: energy per 1,000 units and cost per million by model."""
+    by_key: dict[tuple, list] = {}
     for g in doc["groups"]:
         for unit, w in g["work"].items():
             by_key.setdefault((g["key"].get("workload", g["label"]), unit), []).append((", ".join(g["models"]), w))
@@ -144,22 +169,17 @@ def charts(doc: dict) -> list[tuple[str, str]]:
         if not entries or len(entries) < 2:
             continue
         labels = [m for m, _ in entries]
-        for title, fig_key, scale, unit in (
+        for title, key, scale, unit in (
             (f"{c['workload']}: energy per 1,000 {c['unit']}", "wh_per_unit", 1000, "Wh"),
             (f"{c['workload']}: cost per million {c['unit']}", "cost_per_million_units", 1, "$"),
         ):
-            values = [w[fig_key] * scale if w[fig_key] is not None else None for _, w in entries]
-            if all(v is None for v in values):
-                continue
-            fig = _bar_chart(plt, labels, values, title, unit)
-            out.append((title, _svg(fig)))
-            plt.close(fig)
+            values = [w[key] * scale if w[key] is not None else None for _, w in entries]
+            if any(v is not None for v in values):
+                out.append((title, bar_svg(labels, values, unit)))
     return out
 
 
 def render_html(doc: dict) -> str:
-    from gpuagent.compare.render import _CSS
-
     esc = html.escape
     head = "".join(f"<th>{esc(h)}</th>" for h in HEADERS)
     body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in _cells(r)) + "</tr>" for r in rows(doc))
@@ -170,12 +190,13 @@ def render_html(doc: dict) -> str:
         cbody = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in cross)
         cross_html = (f'<h2>The same workload on each model</h2><table id="cross-model"><thead><tr>{chead}</tr>'
                       f"</thead><tbody>{cbody}</tbody></table>")
-    figures = "".join(f'<figure aria-label="{esc(t)}">{svg}</figure>' for t, svg in charts(doc))
+    figures = "".join(f'<figure aria-label="{esc(t)}"><figcaption>{esc(t)}</figcaption>{svg}</figure>'
+                      for t, svg in charts(doc))
     defs = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in doc["definitions"].items())
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>gpuagent compare: work</title>
-<style>{_CSS}</style></head>
+<style>{CSS}</style></head>
 <body>
 <h1>Work per GPU-hour, per kWh and per dollar</h1>
 <p>{esc(_header(doc))}</p>
