@@ -162,7 +162,7 @@ def compare(
         conn = connection_from(config_path, url, database, token, username, password)
         client = InfluxQL(conn if wait is None else dataclasses.replace(conn, timeout=wait))
         if by in ("job", "pod"):
-            _compare_jobs(client, rng, by, where, fmt, output)
+            _compare_jobs(client, rng, by, where, fmt, output, config_path)
             return
         report = Report(client, rng, by=by, where=where)
     from gpuagent.compare.prices import prices_from
@@ -239,12 +239,15 @@ def _emit(text: str, output, what: str) -> None:
         sys.stdout.write(text)
 
 
-def _compare_jobs(client, rng, by: str, where, fmt: str, output) -> None:
+def _compare_jobs(client, rng, by: str, where, fmt: str, output, config_path=None) -> None:
     """`--by job` / `--by pod`: per Slurm job or pod, from gpu_job (gpuagent.compare.jobs)."""
     from gpuagent.compare.jobs import JobReport, render
+    from gpuagent.compare.prices import prices_from
 
+    report = JobReport(client, rng, by=by, where=where)
+    report.prices = prices_from(config_path)
     try:
-        doc = JobReport(client, rng, by=by, where=where).build()
+        doc = report.build()
     finally:
         client.close()
     text = render(doc, fmt)

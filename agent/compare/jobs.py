@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from gpuagent.compare.prices import Prices
 from gpuagent.compare.query import InfluxQL
 from gpuagent.compare.report import NoData, Range, report_document, rfc3339
 from gpuagent.errors import AgentError
@@ -43,6 +44,7 @@ class JobReport:
             raise AgentError("--where: one InfluxQL condition, without ';'")
         self.client, self.range, self.by, self.where = client, rng, by, (where or "").strip()
         self.key_tags = JOB_GROUPS[by]
+        self.prices = Prices()  # [compare.prices], set by the CLI
 
     def _where(self) -> str:
         parts = [self.range.clause()]
@@ -116,8 +118,18 @@ class JobReport:
                     for tags, t0, t1 in sorted(gpus, key=lambda g: (g[0]["host"], g[0]["gpu"]))
                 ],
             }
+        definitions = JOB_DEFINITIONS
+        if self.by == "job":  # per unit of work of the job's gpu_work points (gpuagent.compare.work)
+            from gpuagent.compare.work import WORK_DEFINITIONS, InfluxWork, work_section
+
+            shadow = {jkey: {} for jkey in groups}
+            work_section(InfluxWork(self.client, self.range, self.where, gpu_where=True), self.range, "job",
+                         self.prices, self.where, shadow)
+            for jkey, fields in shadow.items():
+                groups[jkey].update(fields)
+            definitions = {**JOB_DEFINITIONS, **WORK_DEFINITIONS}
         source = {"url": self.client.conn.url, "database": self.client.conn.database}
-        return report_document(self.range, self.by, self.where, source, JOB_DEFINITIONS, groups)
+        return report_document(self.range, self.by, self.where, source, definitions, groups)
 
     def _label(self, jkey: tuple) -> str:
         if self.by == "pod":

@@ -337,3 +337,38 @@ def test_by_model_report_gains_work_and_limits(work_fleet, influxdb_v1, victoria
             assert _close(w["units"], sum(p["units"] for p in parts))
             assert _close(w["wh_per_unit"], sum(p["joules"] for p in parts) / 3600 / w["units"])
     assert idle > 0
+
+
+def test_by_job_gains_the_jobs_work(work_fleet, influxdb_v1, cli):
+    """A job's gpu_work points carry its slurm_job_id: `--by job` gives its units and energy per unit,
+    recomputed from the raw points. One GPU of the work fleet, copied as Slurm job 777's."""
+    db, end_s, config = work_fleet
+    start_ns, stop_ns = _range(end_s)
+    work = _raw(influxdb_v1, db, "gpu_work", ["units_total", "gpus"], 0, stop_ns + 10**12)
+    # A single-GPU piece of work, so that the copy is one GPU's.
+    tags, rows = next((k, v) for k, v in sorted(work.items()) if v[0]["gpus"] == 1)
+    t = dict(tags)
+    gpu = f'host={t["host"]},uuid={t["uuid"]},model={t["model"].replace(" ", chr(92) + " ")},gpu={t["gpu"]}'
+    power = next(v for k, v in _raw(influxdb_v1, db, "gpu_power", ["energy_j"], 0, stop_ns + 10**12).items()
+                 if dict(k)["uuid"] == t["uuid"])
+    job_db = f"job_{uuid.uuid4().hex[:8]}"
+    influxdb_v1.create_database(job_db)
+    try:
+        lines = [f'gpu_power,{gpu} energy_j={r["energy_j"]!r},power_w=100 {r["time"]}' for r in power]
+        lines += [f'gpu_job,{gpu},slurm_job_id=777 processes=1i,energy_j={r["energy_j"]!r} {r["time"]}' for r in power]
+        lines += [f'gpu_work,{gpu},slurm_job_id=777,workload={t["workload"]},unit={t["unit"]},work_id={t["work_id"]} '
+                  f'units_total={r["units_total"]}i,gpus=1i {r["time"]}' for r in rows]
+        influxdb_v1.write(lines, db=job_db)
+        result = _compare(cli, config, "--url", influxdb_v1.url, "--database", job_db, "--by", "job",
+                          "--start", f"{start_ns / 1e9:.3f}", "--end", f"{stop_ns / 1e9:.3f}", "--format", "json")
+        doc = json.loads(result.stdout)
+        expected, _ = recompute(influxdb_v1, job_db, start_ns, stop_ns)
+    finally:
+        influxdb_v1.drop_database(job_db)
+    (g,) = doc["groups"]
+    assert g["key"] == {"slurm_job_id": "777"}
+    (e,) = expected.values()
+    w = g["work"][t["unit"]]
+    assert _close(w["units"], e["units"]) and _close(w["wh_per_unit"], e["joules"] / 3600 / e["units"])
+    assert _close(w["cost_per_million_units"], 1e6 * e["cost"] / e["units"])
+    assert _close(sum(g["limits"].values()), 100.0)
