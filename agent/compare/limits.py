@@ -25,8 +25,10 @@ MEM_BUSY_PCT = 60.0  # memory busy time at or above this share (proxy)
 CLOCK_HELD_PCT = 90.0  # SM clock below this share of its max with memory busy: memory holds it (proxy)
 
 # PCIe bandwidth per lane and direction (GB/s) by generation, after line encoding (PCI-SIG:
-# 8b/10b for Gen 1-2, 128b/130b from Gen 3).
-PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+# 8b/10b for Gen 1-2: 0.25 × 2^(gen-1); 128b/130b from Gen 3: 0.985 × 2^(gen-3), i.e. 8 GT/s × 128/130).
+def pcie_lane_gbps(gen: float) -> float:
+    return 0.25 * 2 ** (gen - 1) if gen < 3 else 8 * 128 / 130 / 8 * 2 ** (gen - 3)
+
 
 # (class, proxy, rule): docs/compare.md prints this table; classify() implements it, in this order.
 RULES = (
@@ -37,8 +39,9 @@ RULES = (
     ("power", False, f"`sw_power_cap` or `hw_power_brake_slowdown` set in >= {REASON_SHARE_PCT:g} % of the samples, "
      f"or mean `power_w` >= {POWER_AT_CAP_PCT:g} % of `enforced_power_limit_w`"),
     ("interconnect", True, "mean `tx_bytes_per_s` + `rx_bytes_per_s` (`gpu_pcie`) >= "
-     f"{PCIE_NEAR_PEAK_PCT:g} % of the link's two-way peak (`link_gen`, `link_width`; per lane and direction "
-     "0.25, 0.5, 0.985, 1.969, 3.938 GB/s for Gen 1-5): a ~20 ms sample per reading, so a proxy"),
+     f"{PCIE_NEAR_PEAK_PCT:g} % of the link's two-way peak (2 × lanes × GB/s per lane of the largest `link_gen` "
+     "and `link_width`: 0.25 × 2^(gen-1) for Gen 1-2, 0.985 × 2^(gen-3) from Gen 3): a ~20 ms sample per reading, "
+     "so a proxy"),
     ("memory", False, f"GPM (Hopper and newer): mean `dram_bw_util_pct` >= {DRAM_BW_PCT:g}"),
     ("memory", True, f"no GPM: mean `memory_util_pct` (busy time, not bandwidth) >= {MEM_BUSY_PCT:g}, "
      f"or >= the mean `gpu_util_pct` with mean `sm_clock_mhz` < {CLOCK_HELD_PCT:g} % of `max_sm_clock_mhz`"),
@@ -49,21 +52,19 @@ RULES = (
 
 @dataclass
 class Cell:
-    """One GPU over one bucket: the means the rules read (None where the GPU has no such field)."""
+    """One GPU over one bucket: the figures the rules read, each a mean over the bucket's samples
+    (None where the GPU has no such field). Ratios are computed where the means are (the database
+    for PromQL), so both engines compare the same numbers with the thresholds."""
 
     allocated: bool = False
     util: float | None = None  # gpu_util_pct
     mem_busy: float | None = None  # memory_util_pct
     dram_bw: float | None = None  # dram_bw_util_pct (GPM)
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    sm_clock: float | None = None
-    max_sm_clock: float | None = None
-    power_reason_pct: float | None = None  # share of samples with sw_power_cap or hw_power_brake
-    thermal_reason_pct: float | None = None  # share of samples with a thermal slowdown reason
-    pcie_bytes_per_s: float | None = None  # TX + RX
-    link_gen: float | None = None
-    link_width: float | None = None
+    power_ratio: float | None = None  # mean power_w / largest enforced_power_limit_w
+    clock_ratio: float | None = None  # mean sm_clock_mhz / largest max_sm_clock_mhz
+    power_reason_pct: float | None = None  # share of samples with sw_power_cap (or hw_power_brake), the larger
+    thermal_reason_pct: float | None = None  # share of samples with a thermal slowdown reason, the larger
+    pcie_ratio: float | None = None  # mean TX + RX / the link's two-way peak
 
 
 def classify(c: Cell) -> tuple[str, bool]:
@@ -75,17 +76,15 @@ def classify(c: Cell) -> tuple[str, bool]:
     if c.thermal_reason_pct is not None and c.thermal_reason_pct >= REASON_SHARE_PCT:
         return "thermal", False
     if (c.power_reason_pct is not None and c.power_reason_pct >= REASON_SHARE_PCT) or (
-        c.power_w is not None and c.power_limit_w and c.power_w >= POWER_AT_CAP_PCT / 100 * c.power_limit_w
+        c.power_ratio is not None and c.power_ratio >= POWER_AT_CAP_PCT / 100
     ):
         return "power", False
-    if c.pcie_bytes_per_s is not None and c.link_gen and c.link_width:
-        peak = 2 * PCIE_LANE_GBPS.get(int(c.link_gen), PCIE_LANE_GBPS[6]) * c.link_width * 1e9
-        if c.pcie_bytes_per_s >= PCIE_NEAR_PEAK_PCT / 100 * peak:
-            return "interconnect", True
+    if c.pcie_ratio is not None and c.pcie_ratio >= PCIE_NEAR_PEAK_PCT / 100:
+        return "interconnect", True
     if c.dram_bw is not None:  # GPM decides
         return ("memory", False) if c.dram_bw >= DRAM_BW_PCT else ("compute", False)
     if c.mem_busy is not None:
-        held = c.sm_clock is not None and c.max_sm_clock and c.sm_clock < CLOCK_HELD_PCT / 100 * c.max_sm_clock
+        held = c.clock_ratio is not None and c.clock_ratio < CLOCK_HELD_PCT / 100
         if c.mem_busy >= MEM_BUSY_PCT or (held and c.util is not None and c.mem_busy >= c.util):
             return "memory", True
     return "compute", True

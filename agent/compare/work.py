@@ -19,9 +19,10 @@ per-series rows to `build_work`, which does the arithmetic once:
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gpuagent.compare import limits as lim
@@ -40,6 +41,7 @@ WORK_GROUPS = {
     "job": ("slurm_job_id",),
 }
 GPU_GROUPINGS = ("model", "host", "gpu")  # every GPU's time counts, idle included
+_PLAIN_UUID = re.compile(r"[A-Za-z0-9-]+")
 CELLS_TARGET = 100_000  # GPU × bucket cells of the limits at most (each bucket at least a step)
 WORKERS = 4
 
@@ -68,7 +70,6 @@ class WorkSeries:
     t1_ns: int
     increase: float  # of units_total, resets counted as restarts
     gpus: float
-    present: set[int] = field(default_factory=set)  # bucket starts (ns) with a sample
 
     @property
     def units(self) -> float:
@@ -90,6 +91,15 @@ def overlap_hours(rng: Range, t_ns: int, bucket_s: int) -> float:
     return max(0, hi - lo) / 3.6e12
 
 
+def span_buckets(t0_ns: int, t1_ns: int, bucket_s: int):
+    """(bucket start, GPU-hours of [t0, t1] inside it) for each bucket the span covers."""
+    b = bucket_s * 1_000_000_000
+    for t in range(t0_ns // b * b, t1_ns, b):
+        hours = (min(t1_ns, t + b) - max(t0_ns, t)) / 3.6e12
+        if hours > 0:
+            yield t, hours
+
+
 def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -> dict[str, Any]:
     """The work document (groups keyed by `by`, each with work, limits, limits_proxy; cross_model)."""
     series = source.series()
@@ -101,13 +111,15 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
         )
     if by == "job":
         series = [s for s in series if s.tags.get("slurm_job_id")]
-    windows = sorted({(s.t0_ns, s.t1_ns) for s in series})
+    gpus_of: dict[tuple, set] = defaultdict(set)  # the work's time span -> the GPUs working over it
+    for s in series:
+        gpus_of[(s.t0_ns, s.t1_ns)].add(tuple(s.tags[t] for t in GPU))
+    windows = sorted(gpus_of)
     with ThreadPoolExecutor(WORKERS) as pool:
-        energies = dict(zip(windows, pool.map(lambda w: source.energy(*w), windows), strict=True))
+        energies = dict(zip(windows, pool.map(lambda w: source.energy(*w, gpus_of[w]), windows), strict=True))
     gpus_seen = {tuple(s.tags[t] for t in GPU) for s in series}
     bucket = choose_bucket(rng, max(len(gpus_seen), source.gpu_count_hint()))
     cells, model_of = source.cells(bucket)
-    source.presence(series, bucket)
 
     groups: dict[tuple, dict[str, Any]] = {}
     per_unit: dict[tuple, dict[str, dict]] = defaultdict(dict)
@@ -138,9 +150,9 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
             u["cost"] += cost
         u["per_gpu"][gpu][0] += s.units
         u["per_gpu"][gpu][1] += s.seconds
-        if by not in GPU_GROUPINGS:
-            for t in s.present:
-                g["_cells"][(gpu, t)] = True
+        if by not in GPU_GROUPINGS:  # the buckets the work ran in, weighted by its time in each
+            for t, hours in span_buckets(s.t0_ns, s.t1_ns, bucket):
+                g["_cells"][(gpu, t)] = max(hours, g["_cells"].get((gpu, t), 0.0))
     if by in GPU_GROUPINGS:  # every GPU with readings, its idle time included
         for (gpu, _t) in cells:
             tags = {"host": gpu[0], "uuid": gpu[1], "model": model_of.get(gpu, "")}
@@ -151,19 +163,21 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
             g["_models"].add(tags["model"])
             g["_hosts"].add(gpu[0])
             g["_gpus"].add(gpu)
-        allocated = {(tuple(s.tags[t] for t in GPU), t) for s in series for t in s.present}
+        allocated = {(tuple(s.tags[t] for t in GPU), t) for s in series
+                     for t, _ in span_buckets(s.t0_ns, s.t1_ns, bucket)}
         for (gpu, t) in cells:
             key = tuple({"host": gpu[0], "uuid": gpu[1], "model": model_of.get(gpu, "")}[x] for x in gtags)
-            if key in groups:
-                groups[key]["_cells"][(gpu, t)] = (gpu, t) in allocated
+            if key in groups:  # every bucket counts its time in the range; allocated: some work ran in it
+                groups[key]["_cells"][(gpu, t)] = ((gpu, t) in allocated, overlap_hours(rng, t, bucket))
     for key, g in groups.items():
         weighted = []
-        for (gpu, t), allocated in g.pop("_cells").items():
+        for (gpu, t), mark in g.pop("_cells").items():
             cell = cells.get((gpu, t))
             if cell is None:
                 continue
-            cell = lim.Cell(**{**cell.__dict__, "allocated": bool(allocated)})
-            weighted.append((cell, overlap_hours(rng, t, bucket)))
+            allocated, hours = mark if isinstance(mark, tuple) else (True, mark)
+            cell = lim.Cell(**{**cell.__dict__, "allocated": allocated})
+            weighted.append((cell, hours))
         g["limits"], g["limits_proxy"] = lim.shares(weighted)
         g["limits_gpu_hours"] = sum(w for _, w in weighted)
         g["models"] = sorted(g.pop("_models"))
@@ -315,7 +329,7 @@ class InfluxWork:
                     out[k] += r["units_total"]
         return out
 
-    def energy(self, t0_ns: int, t1_ns: int) -> dict[tuple, float]:
+    def energy(self, t0_ns: int, t1_ns: int, gpus=None) -> dict[tuple, float]:
         window = f"time >= {t0_ns} AND time <= {t1_ns}"
         inner = (f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "gpu_power" WHERE {window} '
                  'GROUP BY "host", "uuid"')
@@ -361,18 +375,18 @@ class InfluxWork:
             c = cell(r)
             c.util, c.mem_busy, c.dram_bw = _finite(r.get("util")), _finite(r.get("mem_busy")), _finite(r.get("dram_bw"))
         for r in answers["power"]:
-            c = cell(r)
-            c.power_w, c.power_limit_w = _finite(r.get("power_w")), _finite(r.get("power_limit_w"))
+            power, limit = _finite(r.get("power_w")), _finite(r.get("power_limit_w"))
+            cell(r).power_ratio = power / limit if power is not None and limit else None
         samples = {}
         for r in answers["clocks"]:
-            c = cell(r)
-            c.sm_clock, c.max_sm_clock = _finite(r.get("sm_clock")), _finite(r.get("max_sm_clock"))
+            sm, top = _finite(r.get("sm_clock")), _finite(r.get("max_sm_clock"))
+            cell(r).clock_ratio = sm / top if sm is not None and top else None
             samples[((r["host"], r["uuid"]), r["time"])] = r.get("n") or 0
         for r in answers["pcie"]:
-            c = cell(r)
             tx, rx = _finite(r.get("tx")), _finite(r.get("rx"))
-            c.pcie_bytes_per_s = None if tx is None or rx is None else tx + rx
-            c.link_gen, c.link_width = _finite(r.get("link_gen")), _finite(r.get("link_width"))
+            gen, width = _finite(r.get("link_gen")), _finite(r.get("link_width"))
+            if tx is not None and rx is not None and gen and width:
+                cell(r).pcie_ratio = (tx + rx) / (2 * lim.pcie_lane_gbps(gen) * 1e9 * width)
         reason_pct = {}
         for reason in ("sw_power_cap", "hw_power_brake_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown"):
             for r in answers[reason]:
@@ -387,15 +401,6 @@ class InfluxWork:
                                            reason_pct.get((k, "hw_thermal_slowdown"), 0.0))
         return cells, model_of
 
-    def presence(self, series: list[WorkSeries], bucket: int) -> None:
-        by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
-        rows = self.client.rows(f'SELECT COUNT("units_total") FROM "gpu_work" WHERE {self._whole_buckets(bucket, True)} '
-                                f"GROUP BY {by}, time({bucket}s) fill(none)")
-        index = {tuple(s.tags[t] for t in SERIES_TAGS): s for s in series}
-        for r in rows:
-            s = index.get(tuple(r.get(t) or "" for t in SERIES_TAGS))
-            if s is not None and r.get("count"):
-                s.present.add(r["time"])
 
 
 # -- PromQL --------------------------------------------------------------------------------------
@@ -479,10 +484,15 @@ class PromWork:
                                   int(round(t1 * 1000)) * 1_000_000, incs.get(k) or 0.0, ngpus.get(k) or 1.0))
         return out
 
-    def energy(self, t0_ns: int, t1_ns: int) -> dict[tuple, float]:
+    def energy(self, t0_ns: int, t1_ns: int, gpus=None) -> dict[tuple, float]:
         # [w] at t1 covers (t1 - w, t1]: 1 ms more than the span takes in the sample at t0.
         w = f"{(t1_ns - t0_ns) // 1_000_000 + 1}ms"
-        e = f"{self._sel('gpu_power', 'energy_j', False)}[{w}]"
+        sel = self._sel("gpu_power", "energy_j", False)
+        plain = gpus and all(_PLAIN_UUID.fullmatch(u) for _, u in gpus)  # no regex or string escape needed
+        if plain and len(gpus) < self._gpu_count:  # only the GPUs that worked over this span
+            uuids = "|".join(sorted({u for _, u in gpus}))
+            sel = sel[:-1] + f',uuid=~"{uuids}"}}' if sel.endswith("}") else f'{sel}{{uuid=~"{uuids}"}}'
+        e = f"{sel}[{w}]"
         expr = self._scaled("gpu_power", "energy_j", f"sum by (host, uuid) ((max_over_time({e}) - min_over_time({e})) "
                                                      f"and (resets({e}) == 0) or increase({e}))")
         rows = self.client.query(expr, t1_ns / 1e9, "work: energy of the GPUs over the work's time")
@@ -503,21 +513,34 @@ class PromWork:
         return out
 
     def cells(self, bucket: int) -> tuple[dict, dict]:
-        def f(name: str, measurement: str, field: str, agg: str = "avg", fn: str = "avg_over_time") -> str:
-            sel = f"{self._sel(measurement, field, False)}[{bucket}s]"
-            expr = self._scaled(measurement, field, f"{agg} by (host, uuid) ({fn}({sel}))")
+        """The rules' figures per GPU and bucket, ratios computed by the server: eight numbers per
+        GPU and bucket cross the wire, in four range queries asked at once."""
+        r = f"[{bucket}s]"
+
+        def avg(measurement: str, field: str, fn: str = "avg_over_time") -> str:
+            return self._scaled(measurement, field,
+                                f"max by (host, uuid) ({fn}({self._sel(measurement, field, False)}{r}))")
+
+        def either(measurement: str, a: str, b: str) -> str:  # the larger share (a label keeps both in the union)
+            return (f'max by (host, uuid) (label_replace({avg(measurement, a)}, "r", "a", "", "") or '
+                    f'label_replace({avg(measurement, b)}, "r", "b", "", ""))')
+
+        def tag(name: str, expr: str) -> str:
             return f'label_replace({expr}, "gpuagent_field", "{name}", "", "")'
 
+        gen = avg("gpu_pcie", "link_gen", "max_over_time")
+        # 0.25 × 2^(gen-1) GB/s per lane and direction for Gen 1-2, 0.985 × 2^(gen-3) from Gen 3 (limits.py)
+        lane = f"(0.25 * 2 ^ ({gen} - 1) * ({gen} < bool 3) + {8 * 128 / 130 / 8!r} * 2 ^ ({gen} - 3) * ({gen} >= bool 3))"
+        pcie = (f"({avg('gpu_pcie', 'tx_bytes_per_s')} + {avg('gpu_pcie', 'rx_bytes_per_s')}) / "
+                f"(2 * 1e9 * {lane} * {avg('gpu_pcie', 'link_width', 'max_over_time')})")
         parts = [
-            [f("util", "gpu_memory", "gpu_util_pct"), f("mem_busy", "gpu_memory", "memory_util_pct"),
-             f("dram_bw", "gpu_memory", "dram_bw_util_pct")],
-            [f("power_w", "gpu_power", "power_w"), f("power_limit_w", "gpu_power", "enforced_power_limit_w", "max", "max_over_time"),
-             f("sm_clock", "gpu_clocks", "sm_clock_mhz"), f("max_sm_clock", "gpu_clocks", "max_sm_clock_mhz", "max", "max_over_time")],
-            [f(r, "gpu_clocks", r) for r in ("sw_power_cap", "hw_power_brake_slowdown", "sw_thermal_slowdown",
-                                             "hw_thermal_slowdown")],
-            [f("tx", "gpu_pcie", "tx_bytes_per_s"), f("rx", "gpu_pcie", "rx_bytes_per_s"),
-             f("link_gen", "gpu_pcie", "link_gen", "max", "max_over_time"),
-             f("link_width", "gpu_pcie", "link_width", "max", "max_over_time")],
+            [tag("util", avg("gpu_memory", "gpu_util_pct")), tag("mem_busy", avg("gpu_memory", "memory_util_pct")),
+             tag("dram_bw", avg("gpu_memory", "dram_bw_util_pct"))],
+            [tag("power_ratio", f"{avg('gpu_power', 'power_w')} / {avg('gpu_power', 'enforced_power_limit_w', 'max_over_time')}"),
+             tag("clock_ratio", f"{avg('gpu_clocks', 'sm_clock_mhz')} / {avg('gpu_clocks', 'max_sm_clock_mhz', 'max_over_time')}")],
+            [tag("power_reason", either("gpu_clocks", "sw_power_cap", "hw_power_brake_slowdown")),
+             tag("thermal_reason", either("gpu_clocks", "sw_thermal_slowdown", "hw_thermal_slowdown"))],
+            [tag("pcie_ratio", pcie)],
         ]
         with ThreadPoolExecutor(WORKERS) as pool:
             answers = list(pool.map(lambda p: self._range(" or ".join(p), bucket, "work: what limits it"), parts))
@@ -533,38 +556,15 @@ class PromWork:
                 values[(gpu, t)][name] = v
         cells = {}
         for k, v in values.items():
-            tx, rx = v.get("tx"), v.get("rx")
-            has_clocks = "sm_clock" in v
+            reasons = "clock_ratio" in v  # the booleans come with the clocks
             cells[k] = lim.Cell(
                 util=v.get("util"), mem_busy=v.get("mem_busy"), dram_bw=v.get("dram_bw"),
-                power_w=v.get("power_w"), power_limit_w=v.get("power_limit_w"),
-                sm_clock=v.get("sm_clock"), max_sm_clock=v.get("max_sm_clock"),
-                power_reason_pct=100 * max(v.get("sw_power_cap", 0.0), v.get("hw_power_brake_slowdown", 0.0))
-                if has_clocks else None,
-                thermal_reason_pct=100 * max(v.get("sw_thermal_slowdown", 0.0), v.get("hw_thermal_slowdown", 0.0))
-                if has_clocks else None,
-                pcie_bytes_per_s=None if tx is None or rx is None else tx + rx,
-                link_gen=v.get("link_gen"), link_width=v.get("link_width"),
+                power_ratio=v.get("power_ratio"), clock_ratio=v.get("clock_ratio"),
+                power_reason_pct=100 * v.get("power_reason", 0.0) if reasons else None,
+                thermal_reason_pct=100 * v.get("thermal_reason", 0.0) if reasons else None,
+                pcie_ratio=v.get("pcie_ratio"),
             )
         return cells, model_of
-
-    def presence(self, series: list[WorkSeries], bucket: int) -> None:
-        by = ", ".join(SERIES_TAGS)
-        expr = f'label_replace(count by ({by}) (count_over_time({self._sel("gpu_work", "units_total")}[{bucket}s])), ' \
-               '"gpuagent_field", "n", "", "")'
-        first = self.range.start_ns / 1e9 // bucket * bucket
-        last = (self.range.end_ns / 1e9 - 0.001) // bucket * bucket
-        rows = self.client.query_range(expr, first + bucket - 0.001, last + bucket - 0.001, bucket,
-                                       "work: when each piece of work ran")
-        index = {tuple(s.tags[t] for t in SERIES_TAGS): s for s in series}
-        for r in rows:
-            s = index.get(tuple(r["metric"].get(t, "") for t in SERIES_TAGS))
-            if s is None:
-                continue
-            for t, v in r["values"]:
-                if (_finite(v) or 0) > 0:
-                    s.present.add(int(round((float(t) + 0.001 - bucket) * 1e9)))
-
 
 def work_section(source, rng: Range, by: str, prices: Prices, where: str | None, shadow: dict) -> None:
     """`work`, `limits` and `limits_proxy` for the groups of the GPU report (`--by model|host|gpu`), in

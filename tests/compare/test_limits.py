@@ -12,10 +12,9 @@ from gpuagent.compare.limits import CLASSES, Cell, classify, rule_table, shares
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "compare.md"
 
 # A busy Ada card (no GPM): SM clock at its max, memory moderately busy, well under its power cap.
-ADA = dict(allocated=True, util=95.0, mem_busy=40.0, power_w=250.0, power_limit_w=350.0, sm_clock=2520.0,
-           max_sm_clock=2520.0, power_reason_pct=0.0, thermal_reason_pct=0.0, pcie_bytes_per_s=2e9,
-           link_gen=4, link_width=16)
-HOPPER = {**ADA, "dram_bw": 30.0, "power_limit_w": 700.0}
+ADA = dict(allocated=True, util=95.0, mem_busy=40.0, power_ratio=250 / 350, clock_ratio=1.0,
+           power_reason_pct=0.0, thermal_reason_pct=0.0, pcie_ratio=0.06)
+HOPPER = {**ADA, "dram_bw": 30.0}
 
 
 @pytest.mark.parametrize(
@@ -25,12 +24,12 @@ HOPPER = {**ADA, "dram_bw": 30.0, "power_limit_w": 700.0}
         ({**ADA, "util": 3.0}, ("starved", False)),
         ({**ADA, "thermal_reason_pct": 60.0, "power_reason_pct": 60.0}, ("thermal", False)),
         ({**ADA, "power_reason_pct": 55.0}, ("power", False)),
-        ({**ADA, "power_w": 345.0}, ("power", False)),  # 98.6 % of the enforced limit
-        ({**ADA, "pcie_bytes_per_s": 0.75 * 2 * 1.969e9 * 16}, ("interconnect", True)),
-        ({**ADA, "pcie_bytes_per_s": 0.5 * 2 * 1.969e9 * 16}, ("compute", True)),
+        ({**ADA, "power_ratio": 345 / 350}, ("power", False)),  # 98.6 % of the enforced limit
+        ({**ADA, "pcie_ratio": 0.75}, ("interconnect", True)),
+        ({**ADA, "pcie_ratio": 0.5}, ("compute", True)),
         ({**ADA, "mem_busy": 65.0}, ("memory", True)),
-        ({**ADA, "mem_busy": 96.0, "sm_clock": 2000.0}, ("memory", True)),  # busier than the SMs, clock held
-        ({**ADA, "mem_busy": 50.0, "sm_clock": 2000.0}, ("compute", True)),
+        ({**ADA, "mem_busy": 96.0, "clock_ratio": 0.8}, ("memory", True)),  # busier than the SMs, clock held
+        ({**ADA, "mem_busy": 50.0, "clock_ratio": 0.8}, ("compute", True)),
         ({**ADA}, ("compute", True)),
         ({**HOPPER, "dram_bw": 72.0}, ("memory", False)),
         ({**HOPPER, "mem_busy": 90.0}, ("compute", False)),  # GPM decides: busy time is not bandwidth
@@ -48,6 +47,13 @@ def test_shares_add_up_to_100_weighted_by_gpu_hours():
     assert pct["compute"] == 50.0 and pct["starved"] == 25.0 and pct["idle"] == 25.0
     assert sum(pct.values()) == 100.0
     assert proxy["compute"] is True and proxy["starved"] is False and proxy["memory"] is False
+
+
+@pytest.mark.parametrize(("gen", "lane_gbps"), [(1, 0.25), (2, 0.5), (3, 0.985), (4, 1.969), (5, 3.938)])
+def test_pcie_lane_rates(gen, lane_gbps):
+    from gpuagent.compare.limits import pcie_lane_gbps
+
+    assert abs(pcie_lane_gbps(gen) - lane_gbps) < 0.001
 
 
 def test_no_time_is_all_zero():
