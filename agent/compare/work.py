@@ -42,7 +42,8 @@ WORK_GROUPS = {
 }
 GPU_GROUPINGS = ("model", "host", "gpu")  # every GPU's time counts, idle included
 _PLAIN_UUID = re.compile(r"[A-Za-z0-9-]+")
-CELLS_TARGET = 100_000  # GPU × bucket cells of the limits at most (each bucket at least a step)
+MAX_UUID_FILTER = 2_000  # characters of uuid=~"a|b|..." in one energy query (asked 4 times in it)
+CELLS_TARGET = 50_000  # GPU × bucket cells of the limits at most (each bucket at least a step)
 WORKERS = 4
 
 WORK_DEFINITIONS = {
@@ -115,11 +116,12 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
     for s in series:
         gpus_of[(s.t0_ns, s.t1_ns)].add(tuple(s.tags[t] for t in GPU))
     windows = sorted(gpus_of)
-    with ThreadPoolExecutor(WORKERS) as pool:
-        energies = dict(zip(windows, pool.map(lambda w: source.energy(*w, gpus_of[w]), windows), strict=True))
     gpus_seen = {tuple(s.tags[t] for t in GPU) for s in series}
     bucket = choose_bucket(rng, max(len(gpus_seen), source.gpu_count_hint()))
-    cells, model_of = source.cells(bucket)
+    with ThreadPoolExecutor(WORKERS) as pool:  # the energy of each span and the limits' cells at once
+        cells_done = pool.submit(source.cells, bucket)
+        energies = dict(zip(windows, pool.map(lambda w: source.energy(*w, gpus_of[w]), windows), strict=True))
+        cells, model_of = cells_done.result()
 
     groups: dict[tuple, dict[str, Any]] = {}
     per_unit: dict[tuple, dict[str, dict]] = defaultdict(dict)
@@ -331,6 +333,9 @@ class InfluxWork:
 
     def energy(self, t0_ns: int, t1_ns: int, gpus=None) -> dict[tuple, float]:
         window = f"time >= {t0_ns} AND time <= {t1_ns}"
+        if gpus and len(gpus) <= 48 and all(_PLAIN_UUID.fullmatch(u) for _, u in gpus):
+            # A span few GPUs worked over (a host's work started on its own): read only theirs.
+            window += " AND (" + " OR ".join(f"\"uuid\" = '{u}'" for u in sorted({u for _, u in gpus})) + ")"
         inner = (f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "gpu_power" WHERE {window} '
                  'GROUP BY "host", "uuid"')
         rows = self.client.rows(f'SELECT SUM(d) FROM ({inner}) WHERE {window} GROUP BY "host", "uuid"')
@@ -415,6 +420,7 @@ class PromWork:
         self.gpu_where = gpu_where
         self.label = client.conn.label
         self._gpu_count = 0
+        self._model_of: dict[tuple, str] = {}
 
     def describe(self) -> dict:
         return {"url": self.client.conn.url, "database": f"PromQL ({self.client.engine}, {self.names.scheme} names)"}
@@ -443,6 +449,13 @@ class PromWork:
                                   n.at, "work: any gpu_work series")
         return bool(found)
 
+    def _increase(self, r: str) -> str:
+        """A counter's growth over a range selector `r`, a restart counted as the new value."""
+        if self.client.engine == "victoriametrics":  # the steps inside the window only, no extrapolation
+            return f"increase_prometheus({r})"
+        # Prometheus: last - first where the counter did not restart; increase() (extrapolated) where it did
+        return f"(max_over_time({r}) - min_over_time({r})) and (resets({r}) == 0) or increase({r})"
+
     def _t(self, fn: str, sel: str, window: str) -> str:
         if self.client.engine == "victoriametrics":
             return f"t{fn}_over_time({sel}[{window}])"
@@ -458,18 +471,19 @@ class PromWork:
         by = ", ".join(SERIES_TAGS)
         # A counter that restarted: MetricsQL's increase_prometheus() adds up the steps inside the window
         # only (its increase() starts from the sample before it); Prometheus' increase() extrapolates.
-        grow = "increase_prometheus" if self.client.engine == "victoriametrics" else "increase"
-        inc = f"sum by ({by}) ((max_over_time({r}) - min_over_time({r})) and (resets({r}) == 0) or {grow}({r}))"
+        inc = f"sum by ({by}) ({self._increase(r)})"
         calls = [
             (inc, n.at, "work: the increase of each work counter"),
             (f"min by ({by}) ({self._t('first', u, n.window)})", n.at, "work: first samples"),
             (f"max by ({by}) ({self._t('last', u, n.window)})", n.at, "work: last samples"),
             (f"max by ({by}) (last_over_time({g}[{n.window}]))", n.at, "work: GPUs per piece of work"),
-            (f"count(count by (host, uuid) (count_over_time({self._sel('gpu_power', 'power_w', False)}[{n.window}])))",
-             n.at, "work: GPUs with readings"),
+            (f"group by (host, uuid, model) (count_over_time({self._sel('gpu_power', 'power_w', False)}[{n.window}]))",
+             n.at, "work: the GPUs and their models"),
         ]
-        inc_rows, first, last, gpus, count = self.client.many(calls)
-        self._gpu_count = int(float(count[0]["value"][1])) if count else 0
+        inc_rows, first, last, gpus, models = self.client.many(calls)
+        self._model_of = {(r["metric"].get("host", ""), r["metric"].get("uuid", "")): r["metric"].get("model", "")
+                          for r in models}
+        self._gpu_count = len(self._model_of)
         key = lambda row: tuple(row["metric"].get(t, "") for t in SERIES_TAGS)  # noqa: E731
         val = lambda row: _finite(row["value"][1])  # noqa: E731
         incs, lasts, ngpus = ({key(x): val(x) for x in rows} for rows in (inc_rows, last, gpus))
@@ -489,12 +503,13 @@ class PromWork:
         w = f"{(t1_ns - t0_ns) // 1_000_000 + 1}ms"
         sel = self._sel("gpu_power", "energy_j", False)
         plain = gpus and all(_PLAIN_UUID.fullmatch(u) for _, u in gpus)  # no regex or string escape needed
-        if plain and len(gpus) < self._gpu_count:  # only the GPUs that worked over this span
-            uuids = "|".join(sorted({u for _, u in gpus}))
+        uuids = "|".join(sorted({u for _, u in gpus})) if plain and len(gpus) < self._gpu_count else ""
+        # Only the GPUs that worked over this span, while the list keeps the query short (VictoriaMetrics
+        # refuses queries over 16 KiB by default); else every GPU's, and the others are not read.
+        if uuids and len(uuids) <= MAX_UUID_FILTER:
             sel = sel[:-1] + f',uuid=~"{uuids}"}}' if sel.endswith("}") else f'{sel}{{uuid=~"{uuids}"}}'
         e = f"{sel}[{w}]"
-        expr = self._scaled("gpu_power", "energy_j", f"sum by (host, uuid) ((max_over_time({e}) - min_over_time({e})) "
-                                                     f"and (resets({e}) == 0) or increase({e}))")
+        expr = self._scaled("gpu_power", "energy_j", f"sum by (host, uuid) ({self._increase(e)})")
         rows = self.client.query(expr, t1_ns / 1e9, "work: energy of the GPUs over the work's time")
         return {(r["metric"].get("host", ""), r["metric"].get("uuid", "")): _finite(r["value"][1]) or 0.0 for r in rows}
 
@@ -544,12 +559,7 @@ class PromWork:
         ]
         with ThreadPoolExecutor(WORKERS) as pool:
             answers = list(pool.map(lambda p: self._range(" or ".join(p), bucket, "work: what limits it"), parts))
-        n = self.names
-        models = self.client.query(
-            f"group by (host, uuid, model) (count_over_time({self._sel('gpu_power', 'power_w', False)}[{n.window}]))",
-            n.at, "work: the GPUs' models")
-        model_of = {(r["metric"].get("host", ""), r["metric"].get("uuid", "")): r["metric"].get("model", "")
-                    for r in models}
+        model_of = self._model_of
         values: dict[tuple, dict[str, float]] = defaultdict(dict)
         for a in answers:
             for (name, gpu, t), v in a.items():
