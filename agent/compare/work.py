@@ -12,8 +12,10 @@ per-series rows to `build_work`, which does the arithmetic once:
 - cost = GPU-hours × the model's price per GPU-hour + energy × PUE × the price of a kWh
   (`[compare.prices]`, gpuagent.compare.prices), per series, so a group of several models is
   priced model by model;
-- what limits it: each GPU's range in buckets, each bucket one class by gpuagent.compare.limits,
-  weighted by its GPU-hours in the range; a work group counts the buckets where its work ran.
+- what limits it: each GPU's range in buckets, each bucket one class by gpuagent.compare.limits
+  from the means of its samples; a work group weights a bucket by its work's time in it (so its
+  class shares are shares of the work's GPU-hours), a GPU group by the bucket's time in the range,
+  `idle` where no work's span touched the bucket.
 """
 
 from __future__ import annotations
