@@ -270,7 +270,8 @@ def _check_reachable(conn: Connection) -> None:
     help="Seed of the load model (deterministic history).",
 )
 @click.option(
-    "--scenario", default=None, help="Load scenario: idle, training, inference, mixed (default)."
+    "--scenario", default=None, help="Load scenario: idle, training, inference, mixed (default); training and "
+    "inference also write gpu_work points, every workload on every model (compare --by model,workload)."
 )
 @click.option(
     "--collectors",
