@@ -133,6 +133,8 @@ def compare(
     Power, energy and energy per busy GPU-hour, SM clock against its max,
     throttle reasons, utilisation, DRAM bandwidth against its peak, memory,
     L2, P2P, MIG and vGPU per group; aggregated by the database (InfluxQL).
+    Per unit of work (gpu_work; --by workload, --by model,workload): units per
+    GPU-hour, Wh and cost per unit ([compare.prices]) and what limits the work.
     """
     from gpuagent.compare.query import InfluxQL, connection_from
     from gpuagent.compare.render import RENDERERS
