@@ -11,8 +11,10 @@ import sys
 import time
 import traceback
 
-ROWS = ("cycle", "gpustat", "steady", "serialise", "replay", "writeahead", "probe", "nvidia_smi", "compare_scale", "top")
-MODULES = {"nvidia_smi": "nvml_cost"}  # row name -> module, where they differ
+ROWS = ("cycle", "gpustat", "steady", "serialise", "replay", "writeahead", "probe", "nvidia_smi", "compare_scale",
+        "compare_work", "top")
+MODULES = {"nvidia_smi": "nvml_cost", "compare_work": "compare_scale"}  # row name -> module, where they differ
+FUNCTIONS = {"compare_work": "run_work"}  # row name -> function, where not run()
 
 
 def machine() -> dict:
@@ -41,7 +43,7 @@ def main(argv=None) -> int:
             continue
         print(f"bench: {name} …", file=sys.stderr, flush=True)
         try:
-            results.append(mod.run(quick=args.quick))
+            results.append(getattr(mod, FUNCTIONS.get(name, "run"))(quick=args.quick))
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             results.append({"name": name, "error": f"{type(exc).__name__}: {exc}", "holds": False})

@@ -10,6 +10,13 @@ each: InfluxQL on influxd, PromQL on VictoriaMetrics. The client's CPU
 (process time) and wall time are measured; the build rate (points/s) too.
 Goal: 1,000 hosts × 8 GPUs × 1 h answers within 10 s, and the client's CPU
 does not grow with the fleet (the server aggregates; no raw points move).
+
+With work (`run_work`, `python -m bench.compare_scale --work [--vm-only] [HOSTS ...]`; the row
+`compare_work` of `python -m bench`): the fleet is built with `--scenario inference`, so every GPU
+also writes `gpu_work` points (gpuagent.sim.work: three workloads, one over two GPUs), and
+`compare --by model,workload` (units, energy and cost per unit, what limits it) is timed beside
+`compare --by model` (whose groups now carry the same work figures). Goal: at most 10 s at 1,000
+hosts on VictoriaMetrics.
 """
 
 from __future__ import annotations
@@ -41,9 +48,11 @@ def _cli(*args):
     return CliRunner().invoke(build_cli(), list(args), catch_exceptions=False)
 
 
-def _build(url: str, db: str, hosts: int, end_s: int, jobs: int) -> tuple[int, float]:
+def _build(url: str, db: str, hosts: int, end_s: int, jobs: int, scenario: str | None = None) -> tuple[int, float]:
     args = ["sim", "fleet", "--url", url, "--database", db, "--hosts", str(hosts), "--duration", f"{DURATION_S}s",
             "--step", f"{STEP_S}s", "--end", str(end_s), "--distinct", "4", "--jobs", str(jobs)]
+    if scenario:
+        args += ["--scenario", scenario]
     for spec in SPECS:
         args += ["--spec", spec]
     t0 = time.perf_counter()
@@ -65,9 +74,13 @@ def _compare(args: list[str], end_s: int) -> dict:
     if result.exit_code != 0:  # one engine failing still leaves the other's figure
         return {"wall_s": round(wall, 2), "client_cpu_s": round(cpu, 2), "error": result.output.strip()[-300:]}
     doc = json.loads(result.stdout)
-    return {"wall_s": round(wall, 2), "client_cpu_s": round(cpu, 2),
-            "gpus": sum(g["gpus"] for g in doc["groups"]),
-            "power_mean_w": {g["label"]: round(g["power_mean_w"], 2) for g in doc["groups"]}}
+    out = {"wall_s": round(wall, 2), "client_cpu_s": round(cpu, 2), "gpus": sum(g["gpus"] for g in doc["groups"])}
+    if "power_mean_w" in doc["groups"][0]:
+        out["power_mean_w"] = {g["label"]: round(g["power_mean_w"], 2) for g in doc["groups"]}
+    if doc["by"] == "model,workload":
+        out["units_per_gpu_hour"] = {f"{g['label']} {u}": round(w["units_per_gpu_hour"], 1)
+                                     for g in doc["groups"] for u, w in g["work"].items()}
+    return out
 
 
 def run(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs: int = 2) -> dict:
@@ -110,6 +123,57 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs: int = 2
     }
 
 
+def run_work(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs: int = 2,
+             vm_only: bool = False) -> dict:
+    """compare with work: `--by model,workload` and `--by model` over a fleet that writes gpu_work."""
+    servers = _servers()
+    sizes = sizes or ((10,) if quick else (10, 100, 1000))
+    root = Path(tempfile.mkdtemp(prefix="gpuagent-bench-work-"))
+    influx = None if vm_only else servers.InfluxdServer(servers.find_binary(servers.INFLUXD, "influxdb"), root / "influxd")
+    vm = servers.VictoriaMetricsServer(servers.find_binary(servers.VICTORIA_METRICS, "victoria-metrics"), root / "vm")
+    rows = []
+    try:
+        if influx:
+            influx.start()
+        vm.start()
+        end_s = int(time.time()) // STEP_S * STEP_S - 60
+        for n in sizes:
+            db = f"work{n}"
+            points, build_vm = _build(vm.url, db, n, end_s, jobs, "inference")
+            vm.export(f'{{__name__="gpu_work_units_total",db="{db}"}}', min_samples=n * 8 * (DURATION_S // STEP_S) // 2)
+            prom = ["--promql-url", vm.url, "--where", f'db="{db}"']
+            row = {"hosts": n, "gpus": n * 8, "points": points,
+                   "build_points_per_s": {"victoria_metrics": round(points / build_vm)},
+                   "promql_by_model_workload": _compare([*prom, "--by", "model,workload"], end_s),
+                   "promql_by_model": _compare([*prom, "--by", "model"], end_s)}
+            if influx:
+                influx.create_database(db)
+                _, build_influx = _build(influx.url, db, n, end_s, jobs, "inference")
+                row["build_points_per_s"]["influxd"] = round(points / build_influx)
+                row["influxql_by_model_workload"] = _compare(
+                    ["--url", influx.url, "--database", db, "--by", "model,workload"], end_s)
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    finally:
+        vm.stop()
+        if influx:
+            influx.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    largest = rows[-1]
+    worst = max(largest["promql_by_model_workload"]["wall_s"], largest["promql_by_model"]["wall_s"])
+    failed = any("error" in v for row in rows for k, v in row.items() if k.startswith(("promql", "influxql")))
+    return {
+        "name": "compare_work",
+        "figure": worst,
+        "unit": "s",
+        "goal": f"<= {GOAL_S:g} s at 1,000 hosts x 8 GPUs x 1 h on VictoriaMetrics, with work",
+        "holds": worst <= GOAL_S and largest["hosts"] >= 1000 and not failed,
+        "detail": {"rows": rows},
+    }
+
+
 if __name__ == "__main__":
-    sizes = tuple(int(a) for a in sys.argv[1:]) or None
-    print(json.dumps(run(sizes=sizes), indent=2))
+    args = sys.argv[1:]
+    work, vm_only = "--work" in args, "--vm-only" in args
+    sizes = tuple(int(a) for a in args if not a.startswith("--")) or None
+    print(json.dumps(run_work(sizes=sizes, vm_only=vm_only) if work else run(sizes=sizes), indent=2))

@@ -74,10 +74,11 @@ def time_range(since: str | None, start: str | None, end: str | None):
 )
 @click.option(
     "--by",
-    type=click.Choice(["model", "host", "gpu", "driver", "job", "pod"]),
+    type=click.Choice(["model", "host", "gpu", "driver", "job", "pod", "workload", "model,workload"]),
     default="model",
     show_default=True,
-    help="Group by GPU model, host or GPU; by driver version and model (from gpu_info); or by Slurm job / Kubernetes pod (from gpu_job).",
+    help="Group by GPU model, host or GPU; by driver version and model (from gpu_info); by Slurm job / "
+    "Kubernetes pod (from gpu_job); or per unit of work (gpu_work) by workload, or by model and workload.",
 )
 @click.option(
     "--format",
@@ -133,6 +134,8 @@ def compare(
     Power, energy and energy per busy GPU-hour, SM clock against its max,
     throttle reasons, utilisation, DRAM bandwidth against its peak, memory,
     L2, P2P, MIG and vGPU per group; aggregated by the database (InfluxQL).
+    Per unit of work (gpu_work; --by workload, --by model,workload): units per
+    GPU-hour, Wh and cost per unit ([compare.prices]) and what limits the work.
     """
     from gpuagent.compare.query import InfluxQL, connection_from
     from gpuagent.compare.render import RENDERERS
@@ -143,6 +146,10 @@ def compare(
     from gpuagent.compare.promql import promql_url_from
 
     promql_url = promql_url_from(config_path, promql_url, url)
+    if by in ("workload", "model,workload"):  # per unit of work (gpuagent.compare.work)
+        _compare_work(config_path, promql_url, wait, rng, by, where, fmt, output, url, database, token,
+                      username, password)
+        return
     if promql_url:  # the same report over the Prometheus query API (gpuagent.compare.promql_report)
         if by in ("job", "pod", "driver"):
             source = "gpu_info records" if by == "driver" else "gpu_job points"
@@ -160,9 +167,13 @@ def compare(
         client = InfluxQL(conn if wait is None else dataclasses.replace(conn, timeout=wait))
         check_where(client, where)
         if by in ("job", "pod"):
-            _compare_jobs(client, rng, by, where, fmt, output)
+            _compare_jobs(client, rng, by, where, fmt, output, config_path)
             return
         report = Report(client, rng, by=by, where=where) if by != "driver" else None
+    from gpuagent.compare.prices import prices_from
+
+    if report is not None:
+        report.prices = prices_from(config_path)
     try:
         if report is None:  # per driver version (gpuagent.compare.drivers)
             from gpuagent.compare.drivers import build_by_driver
@@ -198,12 +209,56 @@ def _timeout(text: str | None) -> float | None:
     return seconds
 
 
-def _compare_jobs(client, rng, by: str, where, fmt: str, output) -> None:
+def _compare_work(config_path, promql_url, wait, rng, by, where, fmt, output, url, database, token, username,
+                  password) -> None:
+    """`--by workload` / `--by model,workload`: units, energy and cost per unit, what limits the work."""
+    from gpuagent.compare.prices import prices_from
+    from gpuagent.compare.work import InfluxWork, PromWork, build_work
+    from gpuagent.compare.work_render import render_work
+
+    prices = prices_from(config_path)
+    # --where filters the GPUs' own readings too (a host, a database label), unless it names a tag that
+    # only work points carry.
+    gpu_where = not re.search(r"\b(workload|unit|work_id|source|slurm_job_id|k8s_pod_uid)\b", where or "")
+    if promql_url:
+        from gpuagent.compare.promql import PromQL, prom_connection_from
+
+        prom = prom_connection_from(config_path, promql_url)
+        client = PromQL(prom if wait is None else dataclasses.replace(prom, timeout=wait))
+        source = PromWork(client, rng, where, gpu_where)
+    else:
+        from gpuagent.compare.query import InfluxQL, connection_from
+
+        conn = connection_from(config_path, url, database, token, username, password)
+        client = InfluxQL(conn if wait is None else dataclasses.replace(conn, timeout=wait))
+        source = InfluxWork(client, rng, where, gpu_where)
+    try:
+        doc = build_work(source, rng, by, prices, where)
+    finally:
+        client.close()
+    _emit(render_work(doc, fmt), output, f"{len(doc['groups'])} group(s)")
+
+
+def _emit(text: str, output, what: str) -> None:
+    if output and output != "-":
+        try:
+            Path(output).write_text(text)
+        except OSError as exc:
+            raise AgentError(f"cannot write {output!r}: {exc.strerror or exc}") from None
+        click.echo(f"wrote {output} ({what})", err=True)
+    else:
+        sys.stdout.write(text)
+
+
+def _compare_jobs(client, rng, by: str, where, fmt: str, output, config_path=None) -> None:
     """`--by job` / `--by pod`: per Slurm job or pod, from gpu_job (gpuagent.compare.jobs)."""
     from gpuagent.compare.jobs import JobReport, render
+    from gpuagent.compare.prices import prices_from
 
+    report = JobReport(client, rng, by=by, where=where)
+    report.prices = prices_from(config_path)
     try:
-        doc = JobReport(client, rng, by=by, where=where).build()
+        doc = report.build()
     finally:
         client.close()
     text = render(doc, fmt)

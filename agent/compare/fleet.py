@@ -109,6 +109,8 @@ def simulate_host(plan: HostPlan, conn: Connection | None, keep: bool = False):
             Gpu(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())
         ]
         context = AgentContext(hostname=plan.hostname, gpus=gpus)
+        work = _work_sim(machine, plan)
+        work_tags = [{**context.default_tags, **g.tags} for g in gpus]
         for name in plan.collectors:
             cls = plugins.collectors.get(name)
             if cls is None:
@@ -143,6 +145,8 @@ def simulate_host(plan: HostPlan, conn: Connection | None, keep: bool = False):
                             )
                         failed.add(collector.name)
             lines.extend(serialize(p.measurement, p.tags, p.fields, p.time_ns) for p in acc.points)
+            if work is not None:
+                lines.extend(work.lines(k, plan.step_ns / 1e9, t_ns, work_tags))
             if len(lines) >= BATCH_LINES:
                 _emit(client, kept, lines)
                 written += len(lines)
@@ -169,6 +173,16 @@ def _emit(client, kept: list[str], lines: list[str]) -> None:
         client.write(body.encode())
     else:
         kept.append(body)
+
+
+def _work_sim(machine, plan: HostPlan):
+    """The host's simulated work (gpuagent.sim.work) under the inference and training scenarios."""
+    from gpuagent.sim.work import WORKLOADS, WorkSim
+
+    if plan.scenario not in WORKLOADS:
+        return None
+    # plan_hosts gives host i the seed SEED × 1000 + i: its index picks its first workload.
+    return WorkSim(machine, plan.scenario, plan.seed, plan.seed % 1000, plan.steps)
 
 
 def _with_jobs(machine, plan: HostPlan):
@@ -276,7 +290,8 @@ def check_database(conn: Connection) -> None:
     help="Seed of the load model (deterministic history).",
 )
 @click.option(
-    "--scenario", default=None, help="Load scenario: idle, training, inference, mixed (default)."
+    "--scenario", default=None, help="Load scenario: idle, training, inference, mixed (default); training and "
+    "inference also write gpu_work points, every workload on every model (compare --by model,workload)."
 )
 @click.option(
     "--collectors",

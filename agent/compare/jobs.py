@@ -10,9 +10,9 @@ adds up the few per-GPU rows of each job.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
+from gpuagent.compare.prices import Prices
 from gpuagent.compare.query import InfluxQL
 from gpuagent.compare.report import NoData, Range, report_document, rfc3339
 from gpuagent.errors import AgentError
@@ -45,7 +45,7 @@ JOB_DEFINITIONS = {
 class JobReport:
     def __init__(
         self, client: InfluxQL, rng: Range, by: str = "job", where: str | None = None,
-        gpu_hour_price: Callable[[str], float | None] | None = None,
+        prices: Prices | None = None,
     ):  # fmt: skip
         if by not in JOB_GROUPS:
             raise AgentError(f"--by {by!r}: expected one of {', '.join(JOB_GROUPS)}")
@@ -53,8 +53,7 @@ class JobReport:
             raise AgentError("--where: one InfluxQL condition, without ';'")
         self.client, self.range, self.by, self.where = client, rng, by, (where or "").strip()
         self.key_tags = JOB_GROUPS[by]
-        # The one way this report reads prices: model -> price of one GPU-hour, or None.
-        self.gpu_hour_price = gpu_hour_price
+        self.prices = prices or Prices()  # [compare.prices]: cost per unit of work, and of idle GPU-hours
 
     def _where(self) -> str:
         parts = [self.range.clause()]
@@ -141,18 +140,26 @@ class JobReport:
                     for tags, t0, t1 in sorted(gpus, key=lambda g: (g[0]["host"], g[0]["gpu"]))
                 ],
             }
+        definitions = JOB_DEFINITIONS
+        if self.by == "job":  # per unit of work of the job's gpu_work points (gpuagent.compare.work)
+            from gpuagent.compare.work import WORK_DEFINITIONS, InfluxWork, work_section
+
+            shadow = {jkey: {} for jkey in groups}
+            work_section(InfluxWork(self.client, self.range, self.where, gpu_where=True), self.range, "job",
+                         self.prices, self.where, shadow)
+            for jkey, fields in shadow.items():
+                groups[jkey].update(fields)
+            definitions = {**JOB_DEFINITIONS, **WORK_DEFINITIONS}
         source = {"url": self.client.conn.url, "database": self.client.conn.database}
-        return report_document(self.range, self.by, self.where, source, JOB_DEFINITIONS, groups)
+        return report_document(self.range, self.by, self.where, source, definitions, groups)
 
     def _idle_cost(self, per_gpu: list[tuple[str, float]]) -> float | None:
         """Idle GPU-hours in money, each GPU at its model's price; None when a GPU that idled has none."""
-        if self.gpu_hour_price is None:
-            return None
         total = 0.0
         for model, idle_s in per_gpu:
             if not idle_s:
                 continue
-            price = self.gpu_hour_price(model)
+            price = self.prices.gpu_hour_price(model)
             if price is None:
                 return None
             total += idle_s / 3600.0 * price

@@ -63,6 +63,7 @@ def prom_connection_from(config_path: str | None, url: str | None) -> PromConnec
         timeout: float = 60.0
         verify_tls: bool = True
         token: str | None = None
+        prices: dict = {}  # [compare.prices], read by gpuagent.compare.prices
 
     table: dict = {}
     if config_path or not url:

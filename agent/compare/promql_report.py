@@ -23,6 +23,7 @@ from collections import defaultdict
 from typing import Any
 
 from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
+from gpuagent.compare.prices import Prices
 from gpuagent.compare.promql import PromQL
 from gpuagent.compare.report import (
     DEFINITIONS,
@@ -34,6 +35,7 @@ from gpuagent.compare.report import (
     p2p_summary,
     report_document,
     rfc3339,
+    work_definitions,
 )
 from gpuagent.errors import AgentError
 
@@ -76,6 +78,7 @@ class PromReport:
         self.window = f"{max(1, (rng.end_ns - rng.start_ns) // 1_000_000)}ms"
         self.scheme = client.conn.scheme
         self.namespace = client.conn.namespace
+        self.prices = Prices()  # [compare.prices], set by the CLI
 
     # -- names ------------------------------------------------------------------------------------
     def name(self, measurement: str, field: str, is_string: bool = False) -> tuple[str, float]:
@@ -169,9 +172,21 @@ class PromReport:
         self._energy(groups, answers)
         self._fill(groups, answers)
         self._health(groups)
+        self._work(groups)
         series = self._series(groups)
         source = {"url": self.client.conn.url, "database": f"PromQL ({self.client.engine}, {self.scheme} names)"}
-        return report_document(self.range, self.by, self.where, source, PROMQL_DEFINITIONS, groups, series=series)
+        return report_document(self.range, self.by, self.where, source, {**PROMQL_DEFINITIONS, **work_definitions()},
+                               groups, series=series)
+
+    def _work(self, groups) -> None:
+        """Per unit of work and what limits it, from gpu_work (gpuagent.compare.work)."""
+        from gpuagent.compare.work import PromWork, work_section
+
+        shadow = {gkey: {} for gkey in groups}
+        work_section(PromWork(self.client, self.range, self.where, gpu_where=True), self.range, self.by,
+                     self.prices, self.where, shadow)
+        for gkey, fields in shadow.items():
+            groups[gkey].update(fields)
 
     def _health(self, groups) -> None:
         """health_gpu_hours per group from the verdict's _info series, as the InfluxQL report computes it

@@ -19,6 +19,7 @@ from typing import Any
 
 from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
 from gpuagent.compare.health import health_hours
+from gpuagent.compare.prices import Prices
 from gpuagent.compare.query import InfluxQL
 from gpuagent.errors import AgentError
 from gpuagent.plugins.clocks import REASONS as CLOCK_REASONS
@@ -141,6 +142,12 @@ def bucket_seconds(span_s: float, target: int = 100) -> int:
     return _NICE_BUCKETS_S[-1]
 
 
+def work_definitions() -> dict[str, str]:
+    from gpuagent.compare.work import WORK_DEFINITIONS
+
+    return WORK_DEFINITIONS
+
+
 class NoData(AgentError):
     """Nothing in the range: one line, exit 1."""
 
@@ -155,6 +162,7 @@ class Report:
             raise AgentError("--where: one InfluxQL condition, without ';'")
         self.client, self.range, self.by, self.where = client, rng, by, (where or "").strip()
         self.group_tags = GROUP_TAGS[by]
+        self.prices = Prices()  # [compare.prices], set by the CLI
 
     # -- query helpers ------------------------------------------------------------------------
     def _where(self, extra: str = "") -> str:
@@ -215,6 +223,7 @@ class Report:
             lambda shadow: self._vgpu(shadow, gpus),
             self._l2_probe,
             lambda shadow: health_hours(self, shadow),
+            self._work,
         )
         shadows = [{gkey: {} for gkey in groups} for _ in sections]
         with ThreadPoolExecutor(WORKERS) as pool:
@@ -227,7 +236,15 @@ class Report:
             for gkey, fields in shadow.items():
                 groups[gkey].update(fields)
         source = {"url": self.client.conn.url, "database": self.client.conn.database}
-        return report_document(self.range, self.by, self.where, source, DEFINITIONS, groups, series=series)
+        return report_document(self.range, self.by, self.where, source, {**DEFINITIONS, **work_definitions()},
+                               groups, series=series)
+
+    def _work(self, groups) -> None:
+        """Per unit of work and what limits it, from gpu_work (gpuagent.compare.work)."""
+        from gpuagent.compare.work import InfluxWork, work_section
+
+        source = InfluxWork(self.client, self.range, self.where, gpu_where=True)
+        work_section(source, self.range, self.by, self.prices, self.where, groups)
 
     def _group_of(self, gpu_key: tuple) -> tuple:
         tags = dict(zip(GPU_TAGS, gpu_key, strict=True))

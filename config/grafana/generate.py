@@ -91,6 +91,8 @@ class Panel:
     instant: bool = False
     # Grafana transformations, InfluxQL only (PromQL counts in the query)
     transform: list | None = None
+    # The languages that can express the panel (InfluxQL has no join across measurements).
+    langs: tuple[str, ...] = LANGS
 
 
 @dataclass
@@ -105,6 +107,8 @@ class Variable:
     influxql: str
     promql: str  # label_values(...)
     multi: bool = True
+    kind: str = "query"  # query, or textbox (influxql holds the default value)
+    langs: tuple[str, ...] = LANGS
 
 
 @dataclass
@@ -190,6 +194,124 @@ def throttle_by_reason() -> list[Target]:
         )
         for i, r in enumerate(THROTTLE_REASONS)
     ]
+
+
+
+# -- work per unit (gpu_work: the work collector's points) -------------------------------------
+
+WORK_BY = '"model", "workload", "unit"'
+# Prices for the cost panel (PromQL): one $ per GPU-hour for every model, $ per kWh, PUE. Per-model
+# prices are `gpuagent compare`'s [compare.prices] (docs/compare.md).
+PRICE_VARIABLES = [
+    Variable("gpu_hour_price", "$ per GPU-hour", "2.0", "", kind="textbox", langs=("promql",)),
+    Variable("kwh_price", "$ per kWh", "0.12", "", kind="textbox", langs=("promql",)),
+    Variable("pue", "PUE", "1.2", "", kind="textbox", langs=("promql",)),
+]
+TEXTBOX_DEFAULTS = {v.name: v.influxql for v in PRICE_VARIABLES}
+
+
+def work_share_p() -> str:
+    """PromQL: per work series, this GPU's share of the work's units/s (the counter's rate / gpus)."""
+    return f"rate(gpuagent_gpu_work_units_total{psel()}[$__rate_interval]) / gpuagent_gpu_work_gpus{psel()}"
+
+
+def work_power_p() -> str:
+    """PromQL: per (model, workload, unit), the power drawn by the GPUs doing that work (W)."""
+    return (f"sum by (model, workload, unit) (gpuagent_gpu_work_gpus{psel()} * 0 + on (host, uuid) group_left "
+            f"avg by (host, uuid) (gpuagent_gpu_power_power_watts{psel()}))")
+
+
+def units_per_gpu_hour() -> Target:
+    inner = (f'SELECT non_negative_derivative(last("units_total"), 1s) AS "rate", last("gpus") AS "gpus" FROM "gpu_work" '
+             f'WHERE {iwhere()} GROUP BY time($__interval), {WORK_BY}, "host", "uuid", "work_id"')
+    return one(
+        f'SELECT mean("share") * 3600 FROM (SELECT mean("rate") / mean("gpus") AS "share" FROM ({inner}) WHERE $timeFilter '
+        f'GROUP BY time($__interval), {WORK_BY}, "host", "uuid", "work_id") WHERE $timeFilter GROUP BY time($__interval), {WORK_BY} fill(null)',
+        f"sum by (model, workload, unit) ({work_share_p()}) / count by (model, workload, unit) (gpuagent_gpu_work_gpus{psel()}) * 3600",
+        il="$tag_model $tag_workload $tag_unit", pl="{{model}} {{workload}} {{unit}}",
+    )
+
+
+def units_in_range() -> Target:
+    series = f'{WORK_BY}, "host", "uuid", "work_id"'
+    inner = (f'SELECT non_negative_difference(last("units_total")) AS "d", last("gpus") AS "n" FROM "gpu_work" '
+             f'WHERE {iwhere()} GROUP BY time($__interval), {series}')
+    middle = f'SELECT sum("d") / mean("n") AS "units" FROM ({inner}) WHERE $timeFilter GROUP BY {series}'
+    return one(
+        f'SELECT sum("units") FROM ({middle}) GROUP BY {WORK_BY}',
+        f"sum by (model, workload, unit) (increase(gpuagent_gpu_work_units_total{psel()}[$__range]) / on (host, uuid, work_id, workload, unit) group_left "
+        f"last_over_time(gpuagent_gpu_work_gpus{psel()}[$__range]))",
+        il="$tag_model $tag_workload $tag_unit", pl="{{model}} {{workload}} {{unit}}", fmt="table",
+    )
+
+
+def limits_p() -> list[Target]:
+    """PromQL: per model, the share of its GPUs in each class of docs/compare.md's rule table, at each
+    step (means over $__rate_interval; the rules' first match wins). 0, not absent, for an empty class."""
+    ri = "[$__rate_interval]"
+
+    def avg(metric: str) -> str:
+        return f"max by (host, uuid) (avg_over_time({metric}{psel()}{ri}))"
+
+    allg = f"group by (host, uuid, model) (gpuagent_gpu_power_power_watts{psel()})"
+    work = f"group by (host, uuid) (gpuagent_gpu_work_gpus{psel()})"
+    util = avg("gpuagent_gpu_memory_gpu_util_ratio")
+    busy = avg("gpuagent_gpu_memory_memory_util_ratio")
+    dram = avg("gpuagent_gpu_memory_dram_bw_util_ratio")
+    clock = f"({avg('gpuagent_gpu_clocks_sm_clock_hertz')} / {avg('gpuagent_gpu_clocks_max_sm_clock_hertz')})"
+    power = f"({avg('gpuagent_gpu_power_power_watts')} / {avg('gpuagent_gpu_power_enforced_power_limit_watts')})"
+    # PCIe per lane and direction: 0.985 GB/s × 2^(gen - 3) (Gen 3+; within 2 % of Gen 1-2's 0.25 and 0.5)
+    link = (f"(2 * 0.985e9 * 2 ^ ({avg('gpuagent_gpu_pcie_link_gen')} - 3) * {avg('gpuagent_gpu_pcie_link_width')})")
+    pcie = f"(({avg('gpuagent_gpu_pcie_tx_bytes_per_second')} + {avg('gpuagent_gpu_pcie_rx_bytes_per_second')}) / {link})"
+    conds = {
+        "starved": f"({util} < 0.10)",
+        "thermal": f"(({avg('gpuagent_gpu_clocks_sw_thermal_slowdown')} >= 0.5) or ({avg('gpuagent_gpu_clocks_hw_thermal_slowdown')} >= 0.5))",
+        "power": f"(({avg('gpuagent_gpu_clocks_sw_power_cap')} >= 0.5) or ({avg('gpuagent_gpu_clocks_hw_power_brake_slowdown')} >= 0.5) or ({power} >= 0.97))",
+        "interconnect": f"({pcie} >= 0.70)",
+        "memory": f"(({dram} >= 0.60) or ((({busy} >= 0.60) or (({busy} >= {util}) and on (host, uuid) ({clock} < 0.90))) "
+                  f"unless on (host, uuid) {dram}))",
+    }
+    order = list(conds)
+    out = []
+    for cls in ("idle", *order, "compute"):
+        if cls == "idle":
+            members = f"({allg} unless on (host, uuid) {work})"
+        else:
+            earlier = [conds[c] for c in order[: order.index(cls)]] if cls in conds else [conds[c] for c in order]
+            members = f"({allg} and on (host, uuid) {work}" + (f" and on (host, uuid) {conds[cls]}" if cls in conds else "")
+            members += (f" unless on (host, uuid) ({' or '.join(earlier)}))" if earlier else ")")
+        expr = (f"100 * (count by (model) {members} or count by (model) ({allg}) * 0) / count by (model) ({allg})")
+        out.append(Target(None, f'label_replace({expr}, "class", "{cls}", "", "")', {"promql": "{{model}} " + cls}))
+    return out
+
+
+WORK_ITEMS = [
+    Row("Work per unit"),
+    Panel("Units per GPU-hour by model and workload", [units_per_gpu_hour()], unit="short",
+          description="Each GPU's share of its work's counter (units_total growth / gpus, from gpu_work), per hour, "
+                      "averaged over the GPUs of a model doing a workload. `gpuagent compare --by model,workload` "
+                      "gives the same over a range, with energy and cost per unit (docs/compare.md)."),
+    Panel("Units in the range by model and workload", [units_in_range()], kind="bargauge", unit="short", instant=True,
+          description="Growth of each work counter over the dashboard's range / the GPUs it spans, summed "
+                      "(InfluxQL: a restart's first interval is not counted; gpuagent compare counts it)."),
+    Panel("Energy per 1,000 units by model and workload",
+          [Target(None, f"{work_power_p()} / sum by (model, workload, unit) ({work_share_p()}) / 3.6",
+                  {"promql": "{{model}} {{workload}} {{unit}}"})],
+          unit="Wh", langs=("promql",),
+          description="Power of the GPUs doing the work / their units per second, as Wh per 1,000 units. "
+                      "PromQL only: InfluxQL cannot join gpu_power to gpu_work (use gpuagent compare)."),
+    Panel("Cost per million units by model and workload",
+          [Target(None, f"1e6 * ($gpu_hour_price * count by (model, workload, unit) (gpuagent_gpu_work_gpus{psel()}) "
+                        f"+ {work_power_p()} / 1000 * $kwh_price * $pue) / 3600 / sum by (model, workload, unit) ({work_share_p()})",
+                  {"promql": "{{model}} {{workload}} {{unit}}"})],
+          unit="currencyUSD", langs=("promql",),
+          description="($ per GPU-hour × GPUs + kW × PUE × $ per kWh) / units per hour × 10^6, with the prices of the "
+                      "dashboard's variables (one price for every model; per-model prices: gpuagent compare's [compare.prices])."),
+    Panel("What limits the work, by model (% of GPUs)", limits_p(), unit="percent", width=24, langs=("promql",),
+          description="Each GPU at each step in one class, by the rule table of docs/compare.md (first match wins): "
+                      "idle (no gpu_work), starved, thermal, power, interconnect (PCIe, a proxy), memory (GPM DRAM "
+                      "bandwidth; without GPM memory busy time and the SM clock, proxies), compute. PromQL only."),
+]
 
 
 FLEET = Dashboard(
@@ -416,6 +538,9 @@ FLEET = Dashboard(
         ),
     ],
 )
+
+FLEET.items.extend(WORK_ITEMS)
+FLEET.variables.extend(PRICE_VARIABLES)
 
 
 # -- node ------------------------------------------------------------------------------------
@@ -689,6 +814,9 @@ def _panel(p: Panel, lang: str, pid: int, x: int, y: int) -> dict:
 
 
 def _variable(v: Variable, lang: str) -> dict:
+    if v.kind == "textbox":
+        return {"name": v.name, "label": v.label, "type": "textbox", "query": v.influxql,
+                "current": {"text": v.influxql, "value": v.influxql}, "hide": 0}
     # A plain string: every Grafana from 9 on reads it (10+ turns label_values() into its editor's form).
     query = v.influxql if lang == "influxql" else v.promql
     return {
@@ -728,7 +856,7 @@ def render(d: Dashboard, lang: str) -> dict:
             panels.append({"id": pid, "type": "row", "title": item.title, "collapsed": False,
                            "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "panels": []})
             y, row_h = y + 1, 0
-        else:
+        elif lang in item.langs:
             if x + item.width > 24:
                 y, x, row_h = y + row_h, 0, 0
             panels.append(_panel(item, lang, pid, x, y))
@@ -756,7 +884,7 @@ def render(d: Dashboard, lang: str) -> dict:
         "liveNow": False,
         "links": [],
         "annotations": {"list": [builtin] + [_annotation(a, lang) for a in d.annotations]},
-        "templating": {"list": [datasource_var] + [_variable(v, lang) for v in d.variables]},
+        "templating": {"list": [datasource_var] + [_variable(v, lang) for v in d.variables if lang in v.langs]},
         "panels": panels,
     }
 

@@ -161,17 +161,18 @@ def test_idle_gpu_hours_count_the_time_a_job_held_a_gpu_flagged_allocated_idle(i
         table = compare(cli, influxdb_v1, db, (t0 - 60) * 10**9, (t0 + 660) * 10**9, "--by", "job")
         assert "idle GPU-h" in table.stdout.splitlines()[0], table.stdout
         assert got["4711"]["idle_cost"] is None  # no prices given
-        # In money, through the one price function the report takes (model -> GPU-hour price).
+        # In money, through the price table (gpuagent.compare.prices) the report takes.
         from gpuagent.compare.jobs import JobReport
+        from gpuagent.compare.prices import Prices
         from gpuagent.compare.query import Connection, InfluxQL
         from gpuagent.compare.report import Range
 
         client = InfluxQL(Connection(url=influxdb_v1.url, database=db))
         rng = Range((t0 - 60) * 10**9, (t0 + 660) * 10**9)
-        priced = JobReport(client, rng, gpu_hour_price={"H100": 2.5}.get).build()
+        priced = JobReport(client, rng, prices=Prices(gpu_hour={"H100": 2.5})).build()
         costs = {g["key"]["slurm_job_id"]: g["idle_cost"] for g in priced["groups"]}
         assert costs["4711"] == pytest.approx(360 / 3600 * 2.5) and costs["4712"] == 0
-        unpriced = JobReport(client, rng, gpu_hour_price={"A100": 1.0}.get).build()
+        unpriced = JobReport(client, rng, prices=Prices(gpu_hour={"A100": 1.0})).build()
         assert {g["idle_cost"] for g in unpriced["groups"] if g["idle_gpu_hours"]} == {None}
     finally:
         influxdb_v1.drop_database(db)

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -36,6 +37,12 @@ def grafana_influx(influxdb_v1, tmp_path_factory):
     for spec in FLEET_SPECS:
         fleet += ["--spec", spec]
     done = subprocess.run(fleet, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    # Hosts that do work (sim fleet's inference scenario writes gpu_work), for the work panels.
+    work = [*gpuagent, "sim", "fleet", "--url", influxdb_v1.url, "--database", db, "--duration", "20m",
+            "--step", "10s", "--seed", "5", "--jobs", "1", "--scenario", "inference", "--prefix", "work",
+            "--collectors", "power,clocks,memory,pcie", "--spec", "l40s:2", "--spec", "h100-sxm:2"]
+    done = subprocess.run(work, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     # The agent's own measurement comes from a real agent, run as the daemon runs.
     config = agent_config(tmp / "agent.toml", influxdb_v1.url, db, tmp / "state", AGENT_HOST)
@@ -84,6 +91,32 @@ def _probe_points(tmp, env) -> list:
     return [Point(m, tags, fields, ts) for m, tags, fields, ts in parse(out.read_text())]
 
 
+def _feed_work(sink, prometheus, stop) -> None:
+    """gpu_work points (the work collector's schema) for two of the agent's GPUs, their counters
+    growing every half second, served by the probe's sink: an L40S serving one model, and a
+    workload over both H100s (gpus = 2). The agent has no work source of its own here."""
+    from gpuagent.metric import Point
+
+    gpus = {}
+    while not stop.is_set() and len(gpus) < 3:
+        for r in prometheus.query('gpuagent_gpu_power_power_watts{gpu=~"0|2|3"}'):
+            gpus[r["metric"]["gpu"]] = {k: v for k, v in r["metric"].items()
+                                        if k in ("host", "gpu", "uuid", "model", "pci_bus_id", "arch")}
+        stop.wait(0.5)
+    pieces = [(["0"], "llama-3.1-8b", "tokens_out", "vllm", "4100:8000", 350),
+              (["2", "3"], "llama-3.1-70b", "tokens_out", "vllm", "4200:8001", 120)]
+    total = 0
+    while not stop.is_set():
+        total += 1
+        points = [
+            Point("gpu_work", {**gpus[g], "workload": w, "unit": u, "source": src, "work_id": wid},
+                  {"units_total": total * step, "gpus": len(on)}, time.time_ns())
+            for on, w, u, src, wid, step in pieces for g in on
+        ]
+        sink.write(points)
+        stop.wait(0.5)
+
+
 @pytest.fixture(scope="session")
 def grafana_prometheus(tmp_path_factory):
     """(Prometheus, start time): a real Prometheus scraping every second a real agent (PROM_SPEC,
@@ -130,8 +163,11 @@ retry_max_backoff = "2s"
     )
     prometheus = servers.PrometheusServer(binary, tmp / "prometheus",
                                           [f"127.0.0.1:{agent_port}", f"127.0.0.1:{sink.address[1]}"], "1s")
+    stop_work = threading.Event()
+    worker = threading.Thread(target=_feed_work, args=(sink, prometheus, stop_work), daemon=True)
     try:
         prometheus.start()
+        worker.start()
         since = time.time()
         deadline = since + 60
         while time.time() < deadline:
@@ -142,6 +178,8 @@ retry_max_backoff = "2s"
             time.sleep(1)
         yield prometheus, since
     finally:
+        stop_work.set()
+        worker.join(timeout=10)
         prometheus.stop()
         agent.send_signal(signal.SIGTERM)
         _, err = agent.communicate(timeout=30)

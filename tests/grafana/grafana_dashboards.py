@@ -106,6 +106,8 @@ def prom_substitute(expr: str, values: dict[str, str]) -> str:
         expr = expr.replace(macro, value)
     for name, value in values.items():
         expr = expr.replace(f'=~"${name}"', f'=~"{value}"')
+    for name, value in load_generator().TEXTBOX_DEFAULTS.items():  # the price variables, as left
+        expr = expr.replace(f"${name}", value)
     assert "$" not in expr.replace('"$1"', ""), f"unsubstituted macro in {expr}"
     return expr
 

@@ -9,6 +9,7 @@ import re
 import time
 import urllib.parse
 import urllib.request
+from collections import defaultdict
 
 import pytest
 from grafana.grafana_dashboards import (
@@ -101,3 +102,25 @@ def test_energy_by_job_names_the_slurm_job(grafana_prometheus):
     prometheus, since = grafana_prometheus
     result = panel_result(prometheus, since, "fleet", "Energy by Slurm job in the range")
     assert [r["metric"]["slurm_job_id"] for r in result] == ["4242"] and float(result[0]["value"][1]) > 0
+
+
+def test_work_panels_compute_what_the_counters_say(grafana_prometheus):
+    """The fed work (conftest._feed_work): each tick adds 350 units on one L40S and 120 on a pair of
+    H100s, so per GPU the rates are 350 : 60 whatever the ticks' timing."""
+    prometheus, since = grafana_prometheus
+    per_gpu_hour = {r["metric"]["workload"]: [float(v) for _, v in r["values"]]
+                    for r in panel_result(prometheus, since, "fleet", "Units per GPU-hour by model and workload")}
+    pairs = [(a, b) for a, b in zip(per_gpu_hour["llama-3.1-8b"], per_gpu_hour["llama-3.1-70b"], strict=False) if b > 0]
+    assert pairs and all(abs(a / b - 350 / 60) < 1e-6 for a, b in pairs), pairs[:3]
+    energy = panel_result(prometheus, since, "fleet", "Energy per 1,000 units by model and workload")
+    assert {r["metric"]["workload"] for r in energy} == {"llama-3.1-8b", "llama-3.1-70b"}
+    shares = defaultdict(lambda: defaultdict(float))
+    for ref in "ABCDEFG":
+        for r in panel_result(prometheus, since, "fleet", "What limits the work, by model (% of GPUs)", ref):
+            for t, v in r["values"]:
+                shares[(r["metric"]["model"], t)][r["metric"]["class"]] += float(v)
+    assert shares
+    for (model, _), by_class in shares.items():
+        assert abs(sum(by_class.values()) - 100) < 1e-9, (model, dict(by_class))
+    working = {m for (m, _), c in shares.items() if c["idle"] < 100}
+    assert working == {"NVIDIA L40S", "NVIDIA H100 80GB HBM3"}  # the fed GPUs are not idle

@@ -1,0 +1,594 @@
+"""`compare` per unit of work: units, units per GPU-hour, energy and cost per unit, what limits it.
+
+The figures come from `gpu_work` points (schema: the `work` collector's README) and the GPUs'
+own readings, over InfluxQL (`InfluxWork`) or PromQL (`PromWork`); both hand the same few
+per-series rows to `build_work`, which does the arithmetic once:
+
+- a *work series* is one piece of work (`work_id`, `workload`, `unit`) on one GPU; its units are
+  the increase of `units_total` from its first to its last sample in the range (a decrease is a
+  restart: the increase over that interval is the new value, as Prometheus `increase()`), divided
+  by `gpus`; its GPU-hours are that span; its energy is the GPU's `energy_j` increase over exactly
+  that span (the non-negative steps between samples inside it);
+- cost = GPU-hours × the model's price per GPU-hour + energy × PUE × the price of a kWh
+  (`[compare.prices]`, gpuagent.compare.prices), per series, so a group of several models is
+  priced model by model;
+- what limits it: each GPU's range in buckets, each bucket one class by gpuagent.compare.limits
+  from the means of its samples; a work group weights a bucket by its work's time in it (so its
+  class shares are shares of the work's GPU-hours), a GPU group by the bucket's time in the range,
+  `idle` where no work's span touched the bucket.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from gpuagent.compare import limits as lim
+from gpuagent.compare.prices import Prices
+from gpuagent.compare.report import NoData, Range, bucket_seconds, report_document, rfc3339
+from gpuagent.errors import AgentError
+
+GPU = ("host", "uuid")
+SERIES_TAGS = ("host", "uuid", "model", "gpu", "workload", "unit", "work_id", "slurm_job_id")
+WORK_GROUPS = {
+    "model": ("model",),
+    "host": ("host",),
+    "gpu": ("host", "uuid"),
+    "workload": ("workload",),
+    "model,workload": ("model", "workload"),
+    "job": ("slurm_job_id",),
+}
+GPU_GROUPINGS = ("model", "host", "gpu")  # every GPU's time counts, idle included
+_PLAIN_UUID = re.compile(r"[A-Za-z0-9-]+")
+MAX_UUID_FILTER = 2_000  # characters of uuid=~"a|b|..." in one energy query (asked 4 times in it)
+CELLS_TARGET = 50_000  # GPU × bucket cells of the limits at most (each bucket at least a step)
+WORKERS = 4
+
+WORK_DEFINITIONS = {
+    "work.units": "per work series (a piece of work on one GPU), the increase of units_total from its first "
+    "to its last sample in the range (a decrease is a restart: that interval adds the new value), / gpus; summed",
+    "work.gpu_hours": "per work series, its last - first sample time, summed (a piece of work on N GPUs counts N)",
+    "work.units_per_gpu_hour": "units / gpu_hours",
+    "work.wh_per_unit": "energy / units, the energy per work series being the GPU's energy_j increase "
+    "(non-negative steps) between the series' first and last sample: exactly its GPUs over exactly its time",
+    "work.cost_per_million_units": "1e6 × cost / units; cost per work series = gpu_hours × [compare.prices] "
+    "gpu_hour of its model (else default) + energy kWh × pue × kwh; null without prices",
+    "work.spread": "units_per_gpu_hour of each GPU of the group: min, max and the number of GPUs",
+    "limits": "share of the group's GPU-hours in each class, bucket by bucket per GPU (docs/compare.md, "
+    "'What limits the work'); limits_proxy: the class was reached through a proxy field in some bucket",
+    "cross_model": "per workload and unit seen on two or more models, per model: units/s per GPU (units / "
+    "GPU-seconds), units/s per kW drawn (units / kJ, the same thing) and units per $ (units / cost), each with "
+    "its _best_pct (the figure / the best model's × 100), the GPU-hours behind it and its spread across GPUs",
+}
+
+
+@dataclass
+class WorkSeries:
+    tags: dict[str, str]
+    t0_ns: int
+    t1_ns: int
+    increase: float  # of units_total, resets counted as restarts
+    gpus: float
+
+    @property
+    def units(self) -> float:
+        return self.increase / self.gpus if self.gpus else 0.0
+
+    @property
+    def seconds(self) -> float:
+        return (self.t1_ns - self.t0_ns) / 1e9
+
+
+def choose_bucket(rng: Range, n_gpus: int) -> int:
+    span = (rng.end_ns - rng.start_ns) / 1e9
+    target = max(6, min(60, CELLS_TARGET // max(1, n_gpus)))
+    return bucket_seconds(span, target)
+
+
+def overlap_hours(rng: Range, t_ns: int, bucket_s: int) -> float:
+    lo, hi = max(rng.start_ns, t_ns), min(rng.end_ns, t_ns + bucket_s * 1_000_000_000)
+    return max(0, hi - lo) / 3.6e12
+
+
+def span_buckets(t0_ns: int, t1_ns: int, bucket_s: int):
+    """(bucket start, GPU-hours of [t0, t1] inside it) for each bucket the span covers."""
+    b = bucket_s * 1_000_000_000
+    for t in range(t0_ns // b * b, t1_ns, b):
+        hours = (min(t1_ns, t + b) - max(t0_ns, t)) / 3.6e12
+        if hours > 0:
+            yield t, hours
+
+
+def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -> dict[str, Any]:
+    """The work document (groups keyed by `by`, each with work, limits, limits_proxy; cross_model)."""
+    series = source.series()
+    gtags = WORK_GROUPS[by]
+    if not series and by not in GPU_GROUPINGS:
+        raise NoData(
+            f"no gpu_work points between {rfc3339(rng.start_ns)} and {rfc3339(rng.end_ns)} in {source.label} "
+            "(the work collector writes them; `sim fleet --scenario inference` simulates some)"
+        )
+    if by == "job":
+        series = [s for s in series if s.tags.get("slurm_job_id")]
+    gpus_of: dict[tuple, set] = defaultdict(set)  # the work's time span -> the GPUs working over it
+    for s in series:
+        gpus_of[(s.t0_ns, s.t1_ns)].add(tuple(s.tags[t] for t in GPU))
+    windows = sorted(gpus_of)
+    gpus_seen = {tuple(s.tags[t] for t in GPU) for s in series}
+    bucket = choose_bucket(rng, max(len(gpus_seen), source.gpu_count_hint()))
+    with ThreadPoolExecutor(WORKERS) as pool:  # the energy of each span and the limits' cells at once
+        cells_done = pool.submit(source.cells, bucket)
+        energies = dict(zip(windows, pool.map(lambda w: source.energy(*w, gpus_of[w]), windows), strict=True))
+        cells, model_of = cells_done.result()
+
+    groups: dict[tuple, dict[str, Any]] = {}
+    per_unit: dict[tuple, dict[str, dict]] = defaultdict(dict)
+
+    def group(key: tuple) -> dict[str, Any]:
+        if key not in groups:
+            groups[key] = {"key": dict(zip(gtags, key, strict=True)), "label": " / ".join(k or "-" for k in key),
+                           "_models": set(), "_hosts": set(), "_gpus": set(), "_cells": {}}
+        return groups[key]
+
+    for s in series:
+        key = tuple(s.tags.get(t, "") for t in gtags)
+        g = group(key)
+        gpu = tuple(s.tags[t] for t in GPU)
+        g["_models"].add(s.tags["model"])
+        g["_hosts"].add(s.tags["host"])
+        g["_gpus"].add(gpu)
+        joules = energies[(s.t0_ns, s.t1_ns)].get(gpu, 0.0)
+        u = per_unit[key].setdefault(s.tags["unit"], {"units": 0.0, "seconds": 0.0, "joules": 0.0, "cost": 0.0,
+                                                      "priced": True, "per_gpu": defaultdict(lambda: [0.0, 0.0])})
+        u["units"] += s.units
+        u["seconds"] += s.seconds
+        u["joules"] += joules
+        cost = prices.cost(s.tags["model"], s.seconds / 3600, joules / 3.6e6)
+        if cost is None:
+            u["priced"] = False
+        else:
+            u["cost"] += cost
+        u["per_gpu"][gpu][0] += s.units
+        u["per_gpu"][gpu][1] += s.seconds
+        if by not in GPU_GROUPINGS:  # the buckets the work ran in, weighted by its time in each
+            for t, hours in span_buckets(s.t0_ns, s.t1_ns, bucket):
+                g["_cells"][(gpu, t)] = max(hours, g["_cells"].get((gpu, t), 0.0))
+    if by in GPU_GROUPINGS:  # every GPU with readings, its idle time included
+        for (gpu, _t) in cells:
+            tags = {"host": gpu[0], "uuid": gpu[1], "model": model_of.get(gpu, "")}
+            if by == "model" and not tags["model"]:
+                continue
+            key = tuple(tags[t] for t in gtags)
+            g = group(key)
+            g["_models"].add(tags["model"])
+            g["_hosts"].add(gpu[0])
+            g["_gpus"].add(gpu)
+        allocated = {(tuple(s.tags[t] for t in GPU), t) for s in series
+                     for t, _ in span_buckets(s.t0_ns, s.t1_ns, bucket)}
+        for (gpu, t) in cells:
+            key = tuple({"host": gpu[0], "uuid": gpu[1], "model": model_of.get(gpu, "")}[x] for x in gtags)
+            if key in groups:  # every bucket counts its time in the range; allocated: some work ran in it
+                groups[key]["_cells"][(gpu, t)] = ((gpu, t) in allocated, overlap_hours(rng, t, bucket))
+    for key, g in groups.items():
+        weighted = []
+        for (gpu, t), mark in g.pop("_cells").items():
+            cell = cells.get((gpu, t))
+            if cell is None:
+                continue
+            allocated, hours = mark if isinstance(mark, tuple) else (True, mark)
+            cell = lim.Cell(**{**cell.__dict__, "allocated": allocated})
+            weighted.append((cell, hours))
+        g["limits"], g["limits_proxy"] = lim.shares(weighted)
+        g["limits_gpu_hours"] = sum(w for _, w in weighted)
+        g["models"] = sorted(g.pop("_models"))
+        g["hosts"] = sorted(g.pop("_hosts"))
+        g["gpus"] = len(g.pop("_gpus"))
+        g["work"] = {unit: _unit_figures(u, prices) for unit, u in sorted(per_unit.get(key, {}).items())}
+        if by == "gpu":
+            g["label"] = f"{key[0]}/{key[1]}"
+    source_doc = {**source.describe(), "limits_bucket_s": bucket}
+    doc = report_document(rng, by, where, source_doc, WORK_DEFINITIONS, groups)
+    doc["prices"] = prices.as_dict() if prices.any else None
+    doc["cross_model"] = cross_model(series, energies, prices)
+    return doc
+
+
+def _unit_figures(u: dict, prices: Prices) -> dict[str, Any]:
+    units, hours, wh = u["units"], u["seconds"] / 3600, u["joules"] / 3600
+    rates = [a / (b / 3600) for a, b in u["per_gpu"].values() if b > 0]
+    return {
+        "units": units,
+        "gpu_hours": hours,
+        "energy_wh": wh,
+        "units_per_gpu_hour": units / hours if hours > 0 else None,
+        "wh_per_unit": wh / units if units > 0 else None,
+        "cost": u["cost"] if u["priced"] and prices.any else None,
+        "cost_per_million_units": 1e6 * u["cost"] / units if u["priced"] and prices.any and units > 0 else None,
+        "spread": {"gpus": len(rates), "min": min(rates), "max": max(rates)} if rates else None,
+    }
+
+
+def cross_model(series: list[WorkSeries], energies: dict, prices: Prices) -> list[dict[str, Any]]:
+    """Per (workload, unit) on two or more models: each model's throughput per GPU, per kW and per $."""
+    acc: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for s in series:
+        gpu = tuple(s.tags[t] for t in GPU)
+        joules = energies[(s.t0_ns, s.t1_ns)].get(gpu, 0.0)
+        m = acc[(s.tags["workload"], s.tags["unit"])].setdefault(
+            s.tags["model"], {"units": 0.0, "seconds": 0.0, "joules": 0.0, "cost": 0.0, "priced": True,
+                              "per_gpu": defaultdict(lambda: [0.0, 0.0])})
+        m["units"] += s.units
+        m["seconds"] += s.seconds
+        m["joules"] += joules
+        cost = prices.cost(s.tags["model"], s.seconds / 3600, joules / 3.6e6)
+        m["priced"] = m["priced"] and cost is not None
+        m["cost"] += cost or 0.0
+        m["per_gpu"][gpu][0] += s.units
+        m["per_gpu"][gpu][1] += s.seconds
+    out = []
+    for (workload, unit), models in sorted(acc.items()):
+        if len(models) < 2:
+            continue
+        rows = []
+        for model, m in sorted(models.items()):
+            rates = [a / b for a, b in m["per_gpu"].values() if b > 0]
+            rows.append({
+                "model": model,
+                "gpus": len(m["per_gpu"]),
+                "gpu_hours": m["seconds"] / 3600,
+                "units": m["units"],
+                "units_per_s_per_gpu": m["units"] / m["seconds"] if m["seconds"] > 0 else None,
+                # units/s per kW of draw = units / kJ: the same figure, per joule scaled
+                "units_per_s_per_kw": 1000 * m["units"] / m["joules"] if m["joules"] > 0 else None,
+                "units_per_dollar": m["units"] / m["cost"] if m["priced"] and prices.any and m["cost"] > 0 else None,
+                "spread_units_per_s_per_gpu": {"min": min(rates), "max": max(rates)} if rates else None,
+            })
+        for figure in ("units_per_s_per_gpu", "units_per_s_per_kw", "units_per_dollar"):
+            best = max((r[figure] for r in rows if r[figure] is not None), default=None)
+            for r in rows:
+                r[f"{figure}_best_pct"] = 100 * r[figure] / best if best and r[figure] is not None else None
+        out.append({"workload": workload, "unit": unit, "models": rows})
+    return out
+
+
+def _finite(v) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+# -- InfluxQL ------------------------------------------------------------------------------------
+class InfluxWork:
+    def __init__(self, client, rng: Range, where: str | None, gpu_where: bool):
+        if where and (";" in where or "\n" in where):
+            raise AgentError("--where: one InfluxQL condition, without ';'")
+        self.client, self.range, self.where = client, rng, (where or "").strip()
+        self.gpu_where = gpu_where  # --where applies to the GPU readings too (a GPU grouping)
+        self.label = client.conn.label
+        self._gpu_count = 0
+
+    def describe(self) -> dict:
+        return {"url": self.client.conn.url, "database": self.client.conn.database}
+
+    def gpu_count_hint(self) -> int:
+        return self._gpu_count
+
+    def series_exist(self) -> bool:
+        return bool(self.client.rows(f'SELECT FIRST("units_total") FROM "gpu_work" WHERE {self._w()}'))
+
+    def _w(self, work: bool = True) -> str:
+        parts = [self.range.clause()]
+        if self.where and (work or self.gpu_where):
+            parts.append(f"({self.where})")
+        return " AND ".join(parts)
+
+    def series(self) -> list[WorkSeries]:
+        by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
+        base = f'FROM "gpu_work" WHERE {self._w()} GROUP BY {by}'
+        diffs = f'SELECT NON_NEGATIVE_DIFFERENCE("units_total") AS d {base}'
+        steps = f'SELECT DIFFERENCE("units_total") AS d {base}'
+        queries = (
+            f'SELECT FIRST("units_total") {base}',
+            f'SELECT LAST("units_total") {base}',
+            f'SELECT LAST("gpus") {base}',
+            f"SELECT SUM(d) FROM ({diffs}) WHERE {self.range.clause()} GROUP BY {by}",
+            f"SELECT d FROM ({steps}) WHERE {self.range.clause()} AND d < 0 GROUP BY {by}",
+            f'SELECT LAST("power_w") FROM "gpu_power" WHERE {self._w(work=False)} GROUP BY "host", "uuid"',
+        )
+        with ThreadPoolExecutor(WORKERS) as pool:
+            first, last, gpus, sums, drops, count = pool.map(self.client.rows, queries)
+        self._gpu_count = len(count)
+        key = lambda r: tuple(r.get(t) or "" for t in SERIES_TAGS)  # noqa: E731
+        last_t = {key(r): r["time"] for r in last}
+        n_gpus = {key(r): r["last"] for r in gpus}
+        total = {key(r): r["sum"] or 0.0 for r in sums}
+        restarts = self._restart_values(drops)
+        out = []
+        for r in first:
+            k = key(r)
+            out.append(WorkSeries(dict(zip(SERIES_TAGS, k, strict=True)), r["time"], last_t.get(k, r["time"]),
+                                  total.get(k, 0.0) + restarts.get(k, 0.0), float(n_gpus.get(k) or 1)))
+        return out
+
+    def _restart_values(self, drops: list[dict]) -> dict[tuple, float]:
+        """Per series, the sum of the counter's values just after each restart (few: read one by one)."""
+        if not drops:
+            return {}
+        out: dict[tuple, float] = defaultdict(float)
+        times = sorted({r["time"] for r in drops})
+        wanted = {(tuple(r.get(t) or "" for t in SERIES_TAGS), r["time"]) for r in drops}
+        by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
+        for i in range(0, len(times), 50):
+            at = " OR ".join(f"time = {t}" for t in times[i:i + 50])
+            q = f'SELECT "units_total" FROM "gpu_work" WHERE {self._w()} AND ({at}) GROUP BY {by}'
+            for r in self.client.rows(q):
+                k = tuple(r.get(t) or "" for t in SERIES_TAGS)
+                if (k, r["time"]) in wanted:
+                    out[k] += r["units_total"]
+        return out
+
+    def energy(self, t0_ns: int, t1_ns: int, gpus=None) -> dict[tuple, float]:
+        window = f"time >= {t0_ns} AND time <= {t1_ns}"
+        if gpus and len(gpus) <= 48 and all(_PLAIN_UUID.fullmatch(u) for _, u in gpus):
+            # A span few GPUs worked over (a host's work started on its own): read only theirs.
+            window += " AND (" + " OR ".join(f"\"uuid\" = '{u}'" for u in sorted({u for _, u in gpus})) + ")"
+        inner = (f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "gpu_power" WHERE {window} '
+                 'GROUP BY "host", "uuid"')
+        rows = self.client.rows(f'SELECT SUM(d) FROM ({inner}) WHERE {window} GROUP BY "host", "uuid"')
+        return {(r["host"], r["uuid"]): r["sum"] or 0.0 for r in rows}
+
+    def _whole_buckets(self, bucket: int, work: bool) -> str:
+        # Whole buckets, the edge ones too (as a PromQL range query sees them): a bucket's class
+        # is read from all its samples, and weighted by its GPU-hours inside the range.
+        b = bucket * 1_000_000_000
+        lo, hi = self.range.start_ns // b * b, -(-self.range.end_ns // b) * b
+        parts = [f"time >= {lo} AND time < {hi}"]
+        if self.where and (work or self.gpu_where):
+            parts.append(f"({self.where})")
+        return " AND ".join(parts)
+
+    def cells(self, bucket: int) -> tuple[dict, dict]:
+        w = self._whole_buckets(bucket, work=False)
+        tail = f'GROUP BY "host", "uuid", time({bucket}s) fill(none)'
+        q = {
+            "mem": f'SELECT MEAN("gpu_util_pct") AS util, MEAN("memory_util_pct") AS mem_busy, '
+                   f'MEAN("dram_bw_util_pct") AS dram_bw FROM "gpu_memory" WHERE {w} {tail}',
+            "power": f'SELECT MEAN("power_w") AS power_w, MAX("enforced_power_limit_w") AS power_limit_w '
+                     f'FROM "gpu_power" WHERE {w} {tail}',
+            "clocks": f'SELECT MEAN("sm_clock_mhz") AS sm_clock, MAX("max_sm_clock_mhz") AS max_sm_clock, '
+                      f'COUNT("sm_clock_mhz") AS n FROM "gpu_clocks" WHERE {w} {tail}',
+            "pcie": f'SELECT MEAN("tx_bytes_per_s") AS tx, MEAN("rx_bytes_per_s") AS rx, MAX("link_gen") AS link_gen, '
+                    f'MAX("link_width") AS link_width FROM "gpu_pcie" WHERE {w} {tail}',
+            "model": f'SELECT LAST("power_w") FROM "gpu_power" WHERE {w} GROUP BY "host", "uuid", "model"',
+        }
+        for reason in ("sw_power_cap", "hw_power_brake_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown"):
+            q[reason] = f'SELECT COUNT("sm_clock_mhz") AS n FROM "gpu_clocks" WHERE {w} AND "{reason}" = true {tail}'
+        names = list(q)
+        with ThreadPoolExecutor(WORKERS) as pool:
+            answers = dict(zip(names, pool.map(self.client.rows, (q[n] for n in names)), strict=True))
+        model_of = {(r["host"], r["uuid"]): r.get("model", "") for r in answers["model"]}
+        cells: dict[tuple, lim.Cell] = {}
+
+        def cell(r) -> lim.Cell:
+            return cells.setdefault(((r["host"], r["uuid"]), r["time"]), lim.Cell())
+
+        for r in answers["mem"]:
+            c = cell(r)
+            c.util, c.mem_busy, c.dram_bw = _finite(r.get("util")), _finite(r.get("mem_busy")), _finite(r.get("dram_bw"))
+        for r in answers["power"]:
+            power, limit = _finite(r.get("power_w")), _finite(r.get("power_limit_w"))
+            cell(r).power_ratio = power / limit if power is not None and limit else None
+        samples = {}
+        for r in answers["clocks"]:
+            sm, top = _finite(r.get("sm_clock")), _finite(r.get("max_sm_clock"))
+            cell(r).clock_ratio = sm / top if sm is not None and top else None
+            samples[((r["host"], r["uuid"]), r["time"])] = r.get("n") or 0
+        for r in answers["pcie"]:
+            tx, rx = _finite(r.get("tx")), _finite(r.get("rx"))
+            gen, width = _finite(r.get("link_gen")), _finite(r.get("link_width"))
+            if tx is not None and rx is not None and gen and width:
+                cell(r).pcie_ratio = (tx + rx) / (2 * lim.pcie_lane_gbps(gen) * 1e9 * width)
+        reason_pct = {}
+        for reason in ("sw_power_cap", "hw_power_brake_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown"):
+            for r in answers[reason]:
+                k = ((r["host"], r["uuid"]), r["time"])
+                if samples.get(k):
+                    reason_pct[(k, reason)] = 100.0 * (r.get("n") or 0) / samples[k]
+        for k, c in cells.items():
+            if k in samples:
+                c.power_reason_pct = max(reason_pct.get((k, "sw_power_cap"), 0.0),
+                                         reason_pct.get((k, "hw_power_brake_slowdown"), 0.0))
+                c.thermal_reason_pct = max(reason_pct.get((k, "sw_thermal_slowdown"), 0.0),
+                                           reason_pct.get((k, "hw_thermal_slowdown"), 0.0))
+        return cells, model_of
+
+
+
+# -- PromQL --------------------------------------------------------------------------------------
+class PromWork:
+    """The same rows over the Prometheus API; names and --where as gpuagent.compare.promql_report."""
+
+    def __init__(self, client, rng: Range, where: str | None, gpu_where: bool):
+        from gpuagent.compare.promql_report import PromReport
+
+        self.names = PromReport(client, rng, by="model", where=where)  # its names, matchers and window
+        self.client, self.range = client, rng
+        self.gpu_where = gpu_where
+        self.label = client.conn.label
+        self._gpu_count = 0
+        self._model_of: dict[tuple, str] = {}
+
+    def describe(self) -> dict:
+        return {"url": self.client.conn.url, "database": f"PromQL ({self.client.engine}, {self.names.scheme} names)"}
+
+    def gpu_count_hint(self) -> int:
+        return self._gpu_count
+
+    def _sel(self, measurement: str, field: str, work: bool = True) -> str:
+        n = self.names
+        name, _ = n.name(measurement, field)
+        return f"{name}{{{n.where}}}" if n.where and (work or self.gpu_where) else name
+
+    def _scaled(self, measurement: str, field: str, expr: str) -> str:
+        scale = self.names.name(measurement, field)[1]
+        return expr if scale == 1.0 else f"({expr}) / {scale!r}"
+
+    def _ready(self) -> None:
+        if not self.client.engine:
+            self.client.detect_engine(self.names.at)
+        self.names._detect_scheme()
+
+    def series_exist(self) -> bool:
+        self._ready()
+        n = self.names
+        found = self.client.query(f"count(count_over_time({self._sel('gpu_work', 'units_total')}[{n.window}]))",
+                                  n.at, "work: any gpu_work series")
+        return bool(found)
+
+    def _increase(self, r: str) -> str:
+        """A counter's growth over a range selector `r`, a restart counted as the new value."""
+        if self.client.engine == "victoriametrics":  # the steps inside the window only, no extrapolation
+            return f"increase_prometheus({r})"
+        # Prometheus: last - first where the counter did not restart; increase() (extrapolated) where it did
+        return f"(max_over_time({r}) - min_over_time({r})) and (resets({r}) == 0) or increase({r})"
+
+    def _t(self, fn: str, sel: str, window: str) -> str:
+        if self.client.engine == "victoriametrics":
+            return f"t{fn}_over_time({sel}[{window}])"
+        span_ms = (self.range.end_ns - self.range.start_ns) // 1_000_000
+        agg = "max" if fn == "last" else "min"
+        return f"{agg}_over_time(timestamp({sel})[{window}:{max(1, span_ms // 1000)}ms])"
+
+    def series(self) -> list[WorkSeries]:
+        self._ready()
+        n = self.names
+        u, g = self._sel("gpu_work", "units_total"), self._sel("gpu_work", "gpus")
+        r = f"{u}[{n.window}]"
+        by = ", ".join(SERIES_TAGS)
+        # A counter that restarted: MetricsQL's increase_prometheus() adds up the steps inside the window
+        # only (its increase() starts from the sample before it); Prometheus' increase() extrapolates.
+        inc = f"sum by ({by}) ({self._increase(r)})"
+        calls = [
+            (inc, n.at, "work: the increase of each work counter"),
+            (f"min by ({by}) ({self._t('first', u, n.window)})", n.at, "work: first samples"),
+            (f"max by ({by}) ({self._t('last', u, n.window)})", n.at, "work: last samples"),
+            (f"max by ({by}) (last_over_time({g}[{n.window}]))", n.at, "work: GPUs per piece of work"),
+            (f"group by (host, uuid, model) (count_over_time({self._sel('gpu_power', 'power_w', False)}[{n.window}]))",
+             n.at, "work: the GPUs and their models"),
+        ]
+        inc_rows, first, last, gpus, models = self.client.many(calls)
+        self._model_of = {(r["metric"].get("host", ""), r["metric"].get("uuid", "")): r["metric"].get("model", "")
+                          for r in models}
+        self._gpu_count = len(self._model_of)
+        key = lambda row: tuple(row["metric"].get(t, "") for t in SERIES_TAGS)  # noqa: E731
+        val = lambda row: _finite(row["value"][1])  # noqa: E731
+        incs, lasts, ngpus = ({key(x): val(x) for x in rows} for rows in (inc_rows, last, gpus))
+        out = []
+        for x in first:
+            k = key(x)
+            t0 = val(x)
+            if t0 is None:
+                continue
+            t1 = lasts.get(k) if lasts.get(k) is not None else t0
+            out.append(WorkSeries(dict(zip(SERIES_TAGS, k, strict=True)), int(round(t0 * 1000)) * 1_000_000,
+                                  int(round(t1 * 1000)) * 1_000_000, incs.get(k) or 0.0, ngpus.get(k) or 1.0))
+        return out
+
+    def energy(self, t0_ns: int, t1_ns: int, gpus=None) -> dict[tuple, float]:
+        # [w] at t1 covers (t1 - w, t1]: 1 ms more than the span takes in the sample at t0.
+        w = f"{(t1_ns - t0_ns) // 1_000_000 + 1}ms"
+        sel = self._sel("gpu_power", "energy_j", False)
+        plain = gpus and all(_PLAIN_UUID.fullmatch(u) for _, u in gpus)  # no regex or string escape needed
+        uuids = "|".join(sorted({u for _, u in gpus})) if plain and len(gpus) < self._gpu_count else ""
+        # Only the GPUs that worked over this span, while the list keeps the query short (VictoriaMetrics
+        # refuses queries over 16 KiB by default); else every GPU's, and the others are not read.
+        if uuids and len(uuids) <= MAX_UUID_FILTER:
+            sel = sel[:-1] + f',uuid=~"{uuids}"}}' if sel.endswith("}") else f'{sel}{{uuid=~"{uuids}"}}'
+        e = f"{sel}[{w}]"
+        expr = self._scaled("gpu_power", "energy_j", f"sum by (host, uuid) ({self._increase(e)})")
+        rows = self.client.query(expr, t1_ns / 1e9, "work: energy of the GPUs over the work's time")
+        return {(r["metric"].get("host", ""), r["metric"].get("uuid", "")): _finite(r["value"][1]) or 0.0 for r in rows}
+
+    def _range(self, expr: str, bucket: int, purpose: str) -> dict[tuple, float]:
+        first = self.range.start_ns / 1e9 // bucket * bucket
+        last = (self.range.end_ns / 1e9 - 0.001) // bucket * bucket
+        rows = self.client.query_range(expr, first + bucket - 0.001, last + bucket - 0.001, bucket, purpose)
+        out = {}
+        for s in rows:
+            m = s["metric"]
+            for t, v in s["values"]:
+                value = _finite(v)
+                if value is not None:
+                    t_ns = int(round((float(t) + 0.001 - bucket) * 1e9))
+                    out[(m.get("gpuagent_field", ""), (m.get("host", ""), m.get("uuid", "")), t_ns)] = value
+        return out
+
+    def cells(self, bucket: int) -> tuple[dict, dict]:
+        """The rules' figures per GPU and bucket, ratios computed by the server: eight numbers per
+        GPU and bucket cross the wire, in four range queries asked at once."""
+        r = f"[{bucket}s]"
+
+        def avg(measurement: str, field: str, fn: str = "avg_over_time") -> str:
+            return self._scaled(measurement, field,
+                                f"max by (host, uuid) ({fn}({self._sel(measurement, field, False)}{r}))")
+
+        def either(measurement: str, a: str, b: str) -> str:  # the larger share (a label keeps both in the union)
+            return (f'max by (host, uuid) (label_replace({avg(measurement, a)}, "r", "a", "", "") or '
+                    f'label_replace({avg(measurement, b)}, "r", "b", "", ""))')
+
+        def tag(name: str, expr: str) -> str:
+            return f'label_replace({expr}, "gpuagent_field", "{name}", "", "")'
+
+        gen = avg("gpu_pcie", "link_gen", "max_over_time")
+        # 0.25 × 2^(gen-1) GB/s per lane and direction for Gen 1-2, 0.985 × 2^(gen-3) from Gen 3 (limits.py)
+        lane = f"(0.25 * 2 ^ ({gen} - 1) * ({gen} < bool 3) + {8 * 128 / 130 / 8!r} * 2 ^ ({gen} - 3) * ({gen} >= bool 3))"
+        pcie = (f"({avg('gpu_pcie', 'tx_bytes_per_s')} + {avg('gpu_pcie', 'rx_bytes_per_s')}) / "
+                f"(2 * 1e9 * {lane} * {avg('gpu_pcie', 'link_width', 'max_over_time')})")
+        parts = [
+            [tag("util", avg("gpu_memory", "gpu_util_pct")), tag("mem_busy", avg("gpu_memory", "memory_util_pct")),
+             tag("dram_bw", avg("gpu_memory", "dram_bw_util_pct"))],
+            [tag("power_ratio", f"{avg('gpu_power', 'power_w')} / {avg('gpu_power', 'enforced_power_limit_w', 'max_over_time')}"),
+             tag("clock_ratio", f"{avg('gpu_clocks', 'sm_clock_mhz')} / {avg('gpu_clocks', 'max_sm_clock_mhz', 'max_over_time')}")],
+            [tag("power_reason", either("gpu_clocks", "sw_power_cap", "hw_power_brake_slowdown")),
+             tag("thermal_reason", either("gpu_clocks", "sw_thermal_slowdown", "hw_thermal_slowdown"))],
+            [tag("pcie_ratio", pcie)],
+        ]
+        with ThreadPoolExecutor(WORKERS) as pool:
+            answers = list(pool.map(lambda p: self._range(" or ".join(p), bucket, "work: what limits it"), parts))
+        model_of = self._model_of
+        values: dict[tuple, dict[str, float]] = defaultdict(dict)
+        for a in answers:
+            for (name, gpu, t), v in a.items():
+                values[(gpu, t)][name] = v
+        cells = {}
+        for k, v in values.items():
+            reasons = "clock_ratio" in v  # the booleans come with the clocks
+            cells[k] = lim.Cell(
+                util=v.get("util"), mem_busy=v.get("mem_busy"), dram_bw=v.get("dram_bw"),
+                power_ratio=v.get("power_ratio"), clock_ratio=v.get("clock_ratio"),
+                power_reason_pct=100 * v.get("power_reason", 0.0) if reasons else None,
+                thermal_reason_pct=100 * v.get("thermal_reason", 0.0) if reasons else None,
+                pcie_ratio=v.get("pcie_ratio"),
+            )
+        return cells, model_of
+
+def work_section(source, rng: Range, by: str, prices: Prices, where: str | None, shadow: dict) -> None:
+    """`work`, `limits` and `limits_proxy` for the groups of the GPU report (`--by model|host|gpu`), in
+    `shadow` (group key -> fields); none of them when the range holds no gpu_work point (without a
+    work source, idle cannot be told from unknown)."""
+    if not source.series_exist():
+        for fields in shadow.values():
+            fields.update(work={}, limits=None, limits_proxy=None)
+        return
+    doc = build_work(source, rng, by, prices, where)
+    found = {tuple(g["key"][t] for t in WORK_GROUPS[by]): g for g in doc["groups"]}
+    for gkey, fields in shadow.items():
+        g = found.get(gkey)
+        fields.update(work=g["work"] if g else {}, limits=g["limits"] if g else None,
+                      limits_proxy=g["limits_proxy"] if g else None)

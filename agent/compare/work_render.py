@@ -1,0 +1,215 @@
+"""The per-unit-of-work document (gpuagent.compare.work) as a table, JSON, CSV or one HTML page."""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+from typing import Any
+
+from gpuagent.compare.limits import CLASSES
+
+
+def _n(value, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if abs(value) and abs(value) < 10 ** -digits:
+        return f"{value:.3g}"
+    return f"{value:,.{digits}f}"
+
+
+def rows(doc: dict) -> list[dict[str, Any]]:
+    """One row per (group, unit): the figures every format shows."""
+    out = []
+    for g in doc["groups"]:
+        units = g["work"] or {"": None}
+        for unit, w in units.items():
+            row = {"group": g["label"], "models": ", ".join(g["models"]), "gpus": g["gpus"], "unit": unit}
+            for k in ("units", "gpu_hours", "units_per_gpu_hour", "wh_per_unit", "cost_per_million_units"):
+                row[k] = w.get(k) if w else None
+            row["spread"] = w.get("spread") if w else None
+            for c in CLASSES:
+                row[f"limits_{c}_pct"] = g["limits"].get(c)
+                row[f"limits_{c}_proxy"] = g["limits_proxy"].get(c)
+            out.append(row)
+    return out
+
+
+def _limits_text(g_row: dict) -> str:
+    parts = []
+    for c in CLASSES:
+        v = g_row[f"limits_{c}_pct"]
+        if v:
+            parts.append(f"{c}{'*' if g_row[f'limits_{c}_proxy'] else ''} {v:.0f}%" if v >= 1 else
+                         f"{c}{'*' if g_row[f'limits_{c}_proxy'] else ''} <1%")
+    return ", ".join(parts) or "-"
+
+
+HEADERS = ("group", "unit", "GPUs", "units", "GPU-hours", "units/GPU-h", "Wh/1k units", "$/M units",
+           "spread units/GPU-h", "what limits it (* proxy)")
+
+
+def _cells(r: dict) -> list[str]:
+    wh = r["wh_per_unit"]
+    spread = r["spread"]
+    return [r["group"], r["unit"] or "-", str(r["gpus"]), _n(r["units"], 0), _n(r["gpu_hours"]),
+            _n(r["units_per_gpu_hour"], 1), _n(wh * 1000 if wh is not None else None, 3),
+            _n(r["cost_per_million_units"], 3),
+            f"{spread['min']:,.0f}-{spread['max']:,.0f} ({spread['gpus']} GPUs)" if spread else "-",
+            _limits_text(r)]
+
+
+def _cross_rows(doc: dict) -> list[list[str]]:
+    out = []
+    for c in doc.get("cross_model") or []:
+        for m in c["models"]:
+            spread = m["spread_units_per_s_per_gpu"]
+            out.append([
+                c["workload"], c["unit"], m["model"], str(m["gpus"]), _n(m["gpu_hours"]),
+                f"{_n(m['units_per_s_per_gpu'], 1)} ({_n(m['units_per_s_per_gpu_best_pct'], 0)}%)",
+                f"{_n(m['units_per_s_per_kw'], 1)} ({_n(m['units_per_s_per_kw_best_pct'], 0)}%)",
+                f"{_n(m['units_per_dollar'], 0)} ({_n(m['units_per_dollar_best_pct'], 0)}%)"
+                if m["units_per_dollar"] is not None else "-",
+                f"{spread['min']:,.1f}-{spread['max']:,.1f}" if spread else "-",
+            ])
+    return out
+
+
+CROSS_HEADERS = ("workload", "unit", "model", "GPUs", "GPU-hours", "units/s per GPU (of best)",
+                 "units/s per kW (of best)", "units per $ (of best)", "spread units/s per GPU")
+
+
+def _header(doc: dict) -> str:
+    r = doc["range"]
+    where = f", where {doc['where']}" if doc.get("where") else ""
+    return f"Work by {doc['by']}, {r['start']} .. {r['end']}{where} ({doc['source']['url']}, {doc['source']['database']})"
+
+
+def render_table(doc: dict) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=200, force_terminal=False, color_system=None)
+    table = Table(title=_header(doc), title_justify="left", header_style="bold")
+    for i, h in enumerate(HEADERS):
+        table.add_column(h, justify="left" if i in (0, 1, 9) else "right", overflow="fold")
+    for r in rows(doc):
+        table.add_row(*_cells(r))
+    console.print(table)
+    cross = _cross_rows(doc)
+    if cross:
+        t2 = Table(title="The same workload on each model", title_justify="left", header_style="bold")
+        for i, h in enumerate(CROSS_HEADERS):
+            t2.add_column(h, justify="left" if i < 3 else "right")
+        for r in cross:
+            t2.add_row(*r)
+        console.print(t2)
+    return buf.getvalue()
+
+
+def render_csv(doc: dict) -> str:
+    """One row per group and unit, unrounded; the cross-model view is in the JSON and HTML."""
+    out = io.StringIO()
+    data = rows(doc)
+    fields = [k for k in (data[0] if data else {"group": None}) if k != "spread"]
+    fields += ["spread_gpus", "spread_min", "spread_max"]
+    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for r in data:
+        spread = r.pop("spread") or {}
+        writer.writerow({**r, "spread_gpus": spread.get("gpus"), "spread_min": spread.get("min"),
+                         "spread_max": spread.get("max")})
+    return out.getvalue()
+
+
+BAR = "#4472c4"
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; font-size: 12px; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: right; white-space: nowrap; }
+th { background: #f0f0f0; } td:first-child, th:first-child { text-align: left; }
+.charts { display: flex; flex-wrap: wrap; gap: 1.5em; }
+figure { margin: 0; } figcaption { font-size: 13px; font-weight: bold; margin-bottom: 4px; }
+svg text { font-size: 11px; fill: #222; }
+dl { font-size: 12px; } dt { font-weight: bold; } dd { margin: 0 0 0.4em 1.5em; }
+"""
+
+
+def bar_svg(labels: list[str], values: list[float | None], unit: str) -> str:
+    """Horizontal bars as inline SVG (no script, no font, no file): label | bar | value."""
+    esc = html.escape
+    width, label_w, value_w, row = 640, 190, 110, 22
+    bar_w = width - label_w - value_w
+    top = max((v for v in values if v is not None), default=0) or 1.0
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{row * len(labels) + 6}" '
+             f'role="img">']
+    for i, (label, v) in enumerate(zip(labels, values, strict=True)):
+        y = i * row + 4
+        parts.append(f'<text x="0" y="{y + 14}">{esc(label)}</text>')
+        if v is not None:
+            parts.append(f'<rect x="{label_w}" y="{y}" width="{max(1.0, bar_w * v / top):.1f}" height="{row - 6}" '
+                         f'fill="{BAR}"/>')
+        text = "n/a" if v is None else f"{v:,.3g} {unit}"
+        parts.append(f'<text x="{width - value_w + 6}" y="{y + 14}">{esc(text)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def charts(doc: dict) -> list[tuple[str, str]]:
+    """Per workload and unit on two or more models: energy per 1,000 units and cost per million by model."""
+    by_key: dict[tuple, list] = {}
+    for g in doc["groups"]:
+        for unit, w in g["work"].items():
+            by_key.setdefault((g["key"].get("workload", g["label"]), unit), []).append((", ".join(g["models"]), w))
+    out = []
+    for c in doc.get("cross_model") or []:
+        entries = by_key.get((c["workload"], c["unit"]))
+        if not entries or len(entries) < 2:
+            continue
+        labels = [m for m, _ in entries]
+        for title, key, scale, unit in (
+            (f"{c['workload']}: energy per 1,000 {c['unit']}", "wh_per_unit", 1000, "Wh"),
+            (f"{c['workload']}: cost per million {c['unit']}", "cost_per_million_units", 1, "$"),
+        ):
+            values = [w[key] * scale if w[key] is not None else None for _, w in entries]
+            if any(v is not None for v in values):
+                out.append((title, bar_svg(labels, values, unit)))
+    return out
+
+
+def render_html(doc: dict) -> str:
+    esc = html.escape
+    head = "".join(f"<th>{esc(h)}</th>" for h in HEADERS)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in _cells(r)) + "</tr>" for r in rows(doc))
+    cross = _cross_rows(doc)
+    cross_html = ""
+    if cross:
+        chead = "".join(f"<th>{esc(h)}</th>" for h in CROSS_HEADERS)
+        cbody = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in cross)
+        cross_html = (f'<h2>The same workload on each model</h2><table id="cross-model"><thead><tr>{chead}</tr>'
+                      f"</thead><tbody>{cbody}</tbody></table>")
+    figures = "".join(f'<figure aria-label="{esc(t)}"><figcaption>{esc(t)}</figcaption>{svg}</figure>'
+                      for t, svg in charts(doc))
+    defs = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in doc["definitions"].items())
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>gpuagent compare: work</title>
+<style>{CSS}</style></head>
+<body>
+<h1>Work per GPU-hour, per kWh and per dollar</h1>
+<p>{esc(_header(doc))}</p>
+<table id="work"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+{cross_html}
+<div class="charts">{figures}</div>
+<h2>Definitions</h2><dl>{defs}</dl>
+<p>What limits it: docs/compare.md, "What limits the work"; * marks a class reached through a proxy field.</p>
+</body></html>
+"""
+
+
+def render_work(doc: dict, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(doc, indent=2) + "\n"
+    return {"table": render_table, "csv": render_csv, "html": render_html}[fmt](doc)
