@@ -42,9 +42,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-# Sizes in config (max_spool_bytes ...) use the agent's one byte-size grammar.
-from gpuagent.units import ByteSize, parse_bytes  # noqa: F401  (re-exported for sinks)
-
 _RAISE = object()
 
 

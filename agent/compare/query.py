@@ -235,7 +235,3 @@ class InfluxQL:
 
     def close(self) -> None:
         self._pool.clear()
-
-
-def quote_ident(name: str) -> str:
-    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'

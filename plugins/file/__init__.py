@@ -18,7 +18,7 @@ from pydantic import Field
 import gpuagent
 from gpuagent.errors import AgentError
 from gpuagent.metric import Point, to_lines
-from gpuagent.spool import ByteSize
+from gpuagent.units import ByteSize
 
 
 class FileSinkConfig(gpuagent.SinkConfig):

@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import BeforeValidator, Field, SecretStr, model_validator
 
 import gpuagent
-from gpuagent.config import mask_url
 from gpuagent.delivery import Delivery, Outcome, Result, classify_http
-from gpuagent.durations import Duration, Interval, parse_duration
+from gpuagent.durations import Duration, Interval
 from gpuagent.errors import ConfigError
+from gpuagent.logsetup import mask_url
 from gpuagent.metric import Point
-from gpuagent.spool import ByteSize, Spool
+from gpuagent.spool import Spool
+from gpuagent.units import ByteSize, parse_duration
 
 if TYPE_CHECKING:
     import http.client
