@@ -495,3 +495,21 @@ def test_an_unusable_state_dir_starts_anyway_delivers_from_memory_and_says_so_on
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "memory" in errors[0] and "Not a directory" in errors[0], errors
     assert_all_in_v1(influxdb_v1, points, "no_spool")
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n"])
+def test_an_empty_token_file_is_a_one_line_config_error(tmp_path, text):
+    (tmp_path / "token").write_text(text)
+    config = InfluxDBSink.Config.model_validate({"bucket": "b", "token_file": str(tmp_path / "token")})
+    with pytest.raises(ConfigError, match="token_file: .* is empty"):
+        config.read_token()
+    sink = InfluxDBSink(config, AgentContext(hostname="h", state_dir=tmp_path))
+    with pytest.raises(ConfigError, match="is empty"):
+        sink.start()
+
+
+def test_read_token_gives_the_token_or_the_files_stripped_contents_or_none(tmp_path):
+    (tmp_path / "token").write_text(f"{TOKEN}\n")
+    assert InfluxDBSink.Config.model_validate({"bucket": "b", "token_file": str(tmp_path / "token")}).read_token() == TOKEN
+    assert InfluxDBSink.Config.model_validate({"bucket": "b", "token": TOKEN}).read_token() == TOKEN
+    assert InfluxDBSink.Config.model_validate({"bucket": "b"}).read_token() is None
