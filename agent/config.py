@@ -15,10 +15,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gpuagent import names
 from gpuagent.collector import CollectorConfig
-from gpuagent.durations import MIN_INTERVAL, Duration, Interval, format_duration
+from gpuagent.durations import MIN_INTERVAL, Duration, Interval
 from gpuagent.errors import AgentError, ConfigError
-from gpuagent.logsetup import mask_url  # noqa: F401 - re-exported: config show and the sinks use it
+from gpuagent.logsetup import mask_url
 from gpuagent.sink import SinkConfig
+from gpuagent.units import format_duration
 
 log = logging.getLogger("gpuagent.config")
 

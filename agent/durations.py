@@ -9,8 +9,6 @@ from pydantic import BeforeValidator
 # One grammar for the whole agent (config, spool, probe, SPEC): gpuagent.units.
 from gpuagent.units import format_duration, parse_duration
 
-__all__ = ["MIN_INTERVAL", "Duration", "Interval", "format_duration", "parse_duration", "parse_interval"]
-
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 # The shortest interval a config may ask for (collection, flush, retry): shorter ones

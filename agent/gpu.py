@@ -61,8 +61,6 @@ PERMANENT_CODES = frozenset(
 )
 # An answer, not a refusal: the object asked for does not exist now (an empty MIG slot).
 ABSENT_CODES = frozenset({pynvml.NVML_ERROR_NOT_FOUND})
-# Codes that make a reading a missing field without anything being wrong (kept for older callers).
-MISSING_CODES = PERMANENT_CODES | ABSENT_CODES
 # Answers that end a probe (a link or profile index past the card's last): not refusals.
 PROBE_END_CODES = frozenset({pynvml.NVML_ERROR_INVALID_ARGUMENT, pynvml.NVML_ERROR_NOT_FOUND})
 

@@ -3,6 +3,7 @@
 One place for the rules, so `config check` (global tags, hostname), the
 serialiser (every point, third-party collectors' included) and the
 Prometheus sink refuse the same things, each with a reason an operator can act on.
+(The Prometheus names a field becomes are plugins/prometheus/naming.py's.)
 
 InfluxDB line protocol (checked against influxd 1.6, see tests/test_line_protocol.py):
 
@@ -124,32 +125,6 @@ NOT_UTF8 = {c: (f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else "\ufffd") f
 def utf8_safe(text: str) -> str:
     """``text`` with its lone surrogates written as above; costs one translate (ASCII is fast)."""
     return text.translate(NOT_UTF8)
-
-
-# -- Prometheus (the exposition format's rules, for the prometheus sink) -----------------
-
-_PROM_METRIC = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_PROM_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-
-
-def prometheus_metric_problem(name: object) -> str | None:
-    if not isinstance(name, str) or not _PROM_METRIC.fullmatch(name):
-        return "not a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)"
-    return None
-
-
-def prometheus_label_problem(name: object) -> str | None:
-    if not isinstance(name, str) or not _PROM_LABEL.fullmatch(name):
-        return "not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)"
-    if name.startswith("__"):
-        return "starts with __ (reserved by Prometheus)"
-    return None
-
-
-def prometheus_sanitise(name: str) -> str:
-    """A Prometheus metric or label name made from any text: invalid characters become _."""
-    out = re.sub(r"[^a-zA-Z0-9_]", "_", name) or "_"
-    return "_" + out if out[0].isdigit() else out
 
 
 # -- warn once per bad name -------------------------------------------------------------

@@ -45,9 +45,6 @@ from pathlib import Path
 
 from gpuagent import ownership
 
-# Sizes in config (max_spool_bytes ...) use the agent's one byte-size grammar.
-from gpuagent.units import ByteSize, parse_bytes  # noqa: F401  (re-exported for sinks)
-
 _RAISE = object()
 
 

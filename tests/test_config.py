@@ -7,8 +7,8 @@ import pytest
 
 from conftest import run_cli
 from gpuagent.config import read_config
-from gpuagent.durations import parse_duration
 from gpuagent.errors import ConfigError
+from gpuagent.units import parse_duration
 
 # (name, file text or None for "no file", expected substring of the one-line error)
 MALFORMED = [

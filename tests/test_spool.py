@@ -8,7 +8,8 @@ import time
 import pytest
 
 from gpuagent.delivery import Outcome, classify_http, parse_retry_after
-from gpuagent.spool import Spool, parse_bytes
+from gpuagent.spool import Spool
+from gpuagent.units import parse_bytes
 
 
 def batch(seq: int, points: int = 10) -> bytes:

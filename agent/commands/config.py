@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
-from gpuagent.config import is_secret_key, mask_url
+from gpuagent.config import is_secret_key
 from gpuagent.errors import AgentError
+from gpuagent.logsetup import mask_url
 from gpuagent.runtime import Options, check_sinks, load
 
 

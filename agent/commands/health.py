@@ -14,8 +14,8 @@ import time
 
 import click
 
-from gpuagent.durations import parse_duration
 from gpuagent.logsetup import setup_logging
+from gpuagent.units import parse_duration
 
 
 @click.command()

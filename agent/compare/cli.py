@@ -16,8 +16,8 @@ from pathlib import Path
 
 import click
 
-from gpuagent.durations import parse_duration
 from gpuagent.errors import AgentError
+from gpuagent.units import parse_duration
 
 
 def parse_time(text: str) -> int:

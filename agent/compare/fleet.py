@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import click
 
 from gpuagent.compare.query import Connection, InfluxQL, connection_from
-from gpuagent.durations import parse_duration
 from gpuagent.errors import AgentError
+from gpuagent.units import parse_duration
 
 log = logging.getLogger("gpuagent.sim.fleet")
 

@@ -11,11 +11,9 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import os
 import threading
 import urllib.parse
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from gpuagent.errors import AgentError, ConfigError
@@ -72,16 +70,9 @@ def connection_from(
         else:
             db, _, rp = cfg.bucket.partition("/")
             conn.database, conn.retention_policy = db, rp
-        if cfg.token is not None:
-            conn.token = cfg.token.get_secret_value()
-        elif cfg.token_file:
-            path = Path(os.path.expanduser(cfg.token_file))
-            try:
-                conn.token = path.read_text().strip() or None
-            except OSError as exc:
-                raise ConfigError(
-                    f"sinks.influxdb.token_file: cannot read {path}: {exc.strerror or exc}"
-                ) from None
+        token = cfg.read_token()  # the sink's own reader: an empty token_file is an error here too
+        if token is not None:
+            conn.token = token
         if cfg.username:
             conn.username = cfg.username
             conn.password = cfg.password.get_secret_value() if cfg.password else ""
@@ -236,7 +227,3 @@ class InfluxQL:
 
     def close(self) -> None:
         self._pool.clear()
-
-
-def quote_ident(name: str) -> str:
-    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'

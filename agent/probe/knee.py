@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 MIN_PLATEAU = 3  # points a plateau needs on each side of a knee (two can be a ramp's tail)
 NOISE_SIGMAS = 5.0  # a drop must exceed this many noise sigmas (log units)
@@ -36,10 +36,6 @@ class Knee:
     ratio: float  # bw_below / bw_above
     last_fast: int  # index of the last point of the upper plateau
     first_slow: int  # index of the first point of the lower plateau
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 def noise_sigma(logs: Sequence[float]) -> float:
     """Robust noise estimate of a curve: MAD of point-to-point differences (steps are outliers to it)."""
@@ -145,11 +141,6 @@ def find_knees(
             )
         )
     return knees
-
-
-def last_level_knee(knees: Sequence[Knee]) -> Knee | None:
-    """The knee into main memory: the last one (largest working set)."""
-    return knees[-1] if knees else None
 
 
 def largest_drop(knees: Sequence[Knee]) -> Knee | None:

@@ -20,7 +20,7 @@ import gpuagent
 from gpuagent import ownership
 from gpuagent.errors import AgentError
 from gpuagent.metric import Point, to_lines
-from gpuagent.spool import ByteSize
+from gpuagent.units import ByteSize
 
 
 class FileSinkConfig(gpuagent.SinkConfig):

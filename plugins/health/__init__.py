@@ -19,7 +19,7 @@ from typing import Any, Literal
 import pynvml
 
 import gpuagent
-from gpuagent.gpu import MISSING_CODES, Gpu, GpuLost
+from gpuagent.gpu import ABSENT_CODES, PERMANENT_CODES, Gpu, GpuLost
 from gpuagent.nvml_read import CYCLE, Field, FieldReader, field_value, poll
 from gpuagent.plugins.health.catalog import LOST_XID, SEVERITY, load_catalog
 from gpuagent.plugins.health.inventory import AT_FIRST_START, expected_count, inventory_fields
@@ -127,7 +127,7 @@ class XidWatcher:
         except pynvml.NVMLError as exc:
             if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
                 gpu.mark_lost(str(exc))
-            elif exc.value in MISSING_CODES:
+            elif exc.value in PERMANENT_CODES | ABSENT_CODES:
                 log.debug("GPU %d: no XID events (%s)", gpu.index, exc)
             else:
                 log.warning("GPU %d: cannot watch XID events: %s", gpu.index, exc)

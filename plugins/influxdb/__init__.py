@@ -21,12 +21,14 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import BeforeValidator, Field, SecretStr, model_validator
 
 import gpuagent
-from gpuagent.config import mask_url
-from gpuagent.delivery import Delivery, Outcome, Result, classify_http
-from gpuagent.durations import Duration, Interval, parse_duration
+from gpuagent.batch_sender import Outcome, Result
+from gpuagent.delivery import Delivery, classify_http
+from gpuagent.durations import Duration, Interval
 from gpuagent.errors import ConfigError
+from gpuagent.logsetup import mask_url
 from gpuagent.metric import Point
-from gpuagent.spool import ByteSize, Spool
+from gpuagent.spool import Spool
+from gpuagent.units import ByteSize, parse_duration
 
 if TYPE_CHECKING:
     import http.client
@@ -96,6 +98,25 @@ class InfluxDBSinkConfig(gpuagent.SinkConfig):
         if bool(self.username) != (self.password is not None):
             raise ValueError("username, password: set both or neither")
         return self
+
+    def read_token(self) -> str | None:
+        """The token: `token`, or what token_file holds (stripped); None when neither is set. An
+        unreadable or empty token_file is a one-line ConfigError, for the sink and `compare` alike:
+        read as no token, it would only come back as 401s."""
+        if self.token is not None:
+            return self.token.get_secret_value()
+        if not self.token_file:
+            return None
+        path = Path(os.path.expanduser(self.token_file))
+        try:
+            token = path.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"sinks.influxdb.token_file: cannot read {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"sinks.influxdb.token_file: {path} is not text") from None
+        if not token:
+            raise ConfigError(f"sinks.influxdb.token_file: {path} is empty")
+        return token
 
 
 def shown_url(url: str) -> str:
@@ -324,19 +345,10 @@ class InfluxDBSink(gpuagent.Sink):
 
     def _token(self) -> str | None:
         c = self.config
-        if c.token is not None:
-            return c.token.get_secret_value()
-        if c.token_file:
-            path = Path(os.path.expanduser(c.token_file))
-            try:
-                token = path.read_text().strip()
-            except OSError as exc:
-                raise ConfigError(f"sinks.influxdb.token_file: cannot read {path}: {exc.strerror or exc}") from None
-            if not token:
-                raise ConfigError(f"sinks.influxdb.token_file: {path} is empty")
-            check_secret_file_permissions(path, [token], self.log)
-            return token
-        return None
+        token = c.read_token()
+        if token is not None and c.token is None:
+            check_secret_file_permissions(Path(os.path.expanduser(c.token_file)), [token], self.log)
+        return token
 
     def check(self) -> None:
         self._token()  # a token_file run cannot read or that is empty

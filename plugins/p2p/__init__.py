@@ -43,9 +43,6 @@ TOPOLOGY_NAMES = {
     pynvml.NVML_TOPOLOGY_SYSTEM: "SYS",
 }
 
-NVLINK_MAX_LINKS = pynvml.NVML_NVLINK_MAX_LINKS
-
-
 def caps_index(value: int | tuple[int, ...]) -> int:
     """An NVML P2P caps index as the int ctypes needs, whether pynvml spelt it ``0`` or ``(0,)``."""
     if isinstance(value, tuple):

@@ -46,7 +46,6 @@ def _fields(power_field: int) -> FieldReader:
 
 AVERAGED_FIELDS = _fields(pynvml.NVML_FI_DEV_POWER_AVERAGE)
 INSTANT_FIELDS = _fields(pynvml.NVML_FI_DEV_POWER_INSTANT)
-FIELDS = AVERAGED_FIELDS  # the older name
 INSTANT_POWER_ARCHS = frozenset({"Kepler", "Maxwell", "Pascal", "Volta", "Turing", "unknown"})
 
 

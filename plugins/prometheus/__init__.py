@@ -15,11 +15,11 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field, field_validator
 
 import gpuagent
-from gpuagent.durations import parse_duration
 from gpuagent.errors import AgentError
 from gpuagent.metric import Point
 from gpuagent.plugins.prometheus.exposition import CONTENT_TYPE, LatestValues, label_name
 from gpuagent.plugins.prometheus.naming import metric_for, sanitize
+from gpuagent.units import parse_duration
 
 __all__ = ["DEFAULT_PORT", "PrometheusSink", "PrometheusSinkConfig", "label_name", "metric_for", "metric_name"]
 

@@ -12,7 +12,7 @@ from gpuagent import facts
 from gpuagent.gpu import NvmlErrors, current_collector
 from gpuagent.nvml_read import Field, FieldReader, poll
 from gpuagent.plugins.clocks import ClocksCollector
-from gpuagent.plugins.power import FIELDS as POWER_FIELDS
+from gpuagent.plugins.power import AVERAGED_FIELDS as POWER_FIELDS
 from gpuagent.testing import make_collector
 
 

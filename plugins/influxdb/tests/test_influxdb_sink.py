@@ -520,3 +520,21 @@ def test_state_and_failed_writes_say_what_is_known_and_where(tmp_path, influxdb_
     finally:
         down.close()
         up.close()
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n"])
+def test_an_empty_token_file_is_a_one_line_config_error(tmp_path, text):
+    (tmp_path / "token").write_text(text)
+    config = InfluxDBSink.Config.model_validate({"bucket": "b", "token_file": str(tmp_path / "token")})
+    with pytest.raises(ConfigError, match="token_file: .* is empty"):
+        config.read_token()
+    sink = InfluxDBSink(config, AgentContext(hostname="h", state_dir=tmp_path))
+    with pytest.raises(ConfigError, match="is empty"):
+        sink.start()
+
+
+def test_read_token_gives_the_token_or_the_files_stripped_contents_or_none(tmp_path):
+    (tmp_path / "token").write_text(f"{TOKEN}\n")
+    assert InfluxDBSink.Config.model_validate({"bucket": "b", "token_file": str(tmp_path / "token")}).read_token() == TOKEN
+    assert InfluxDBSink.Config.model_validate({"bucket": "b", "token": TOKEN}).read_token() == TOKEN
+    assert InfluxDBSink.Config.model_validate({"bucket": "b"}).read_token() is None

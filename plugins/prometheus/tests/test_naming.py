@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from gpuagent.plugins.prometheus.naming import influx_to_prometheus, metric_for
+from gpuagent.plugins.prometheus.exposition import label_name
+from gpuagent.plugins.prometheus.naming import influx_to_prometheus, metric_for, sanitize
 from gpuagent.plugins.prometheus.readme_fields import documented, parse
 
 # README unit column -> the base-unit suffix the Prometheus name must end in.
@@ -110,3 +111,16 @@ def test_the_table_in_docs_prometheus_md_is_the_rule():
         spec = metric_for("gpuagent", measurement, field, doc.type == "string")
         shown = f"{spec.name}{{{spec.label}=…}}" if spec.kind == "info" else spec.name
         assert (shown, spec.kind, float(scale)) == (name, kind, spec.scale), (measurement, field)
+
+
+@pytest.mark.parametrize("text, name", [("a-b.c d", "a_b_c_d"), ("9lives", "_9lives"), ("gpu:0", "gpu_0"),
+                                        ("ok_name", "ok_name"), ("", "")])
+def test_sanitize_keeps_valid_characters_and_an_empty_name_stays_empty(text, name):
+    # An empty name stays empty (no "_" made up): a metric is named from its non-empty parts,
+    # and a label key that comes out empty is named by label_name.
+    assert sanitize(text) == name
+
+
+@pytest.mark.parametrize("key, label", [("", "tag_"), ("__name__", "tag__name__"), ("gpu-uuid", "gpu_uuid")])
+def test_label_names_are_never_empty_nor_reserved(key, label):
+    assert label_name(key) == label
