@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuagent.liveness import Liveness
+
 if TYPE_CHECKING:
     from gpuagent.gpu import Gpu
     from gpuagent.nvml import NvmlSession
@@ -19,6 +21,8 @@ class AgentContext:
     nvml: NvmlSession | None = None
     state_dir: Path = Path("/var/lib/gpuagent")
     config_path: Path | None = None
+    # /healthz and /readyz read it; the scheduler's loop feeds it (a reload hands it on).
+    liveness: Liveness = field(default_factory=Liveness)
 
     @property
     def simulated(self) -> bool:
