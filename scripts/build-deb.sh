@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds dist/gpuagent_<version>_<arch>.deb with Debian's own tools (python3-venv, dpkg-deb, and
-# lintian to check it): the agent in its own virtualenv under /opt/gpuagent, built from the wheel
+# lintian to check it): the agent in its own virtualenv under /usr/lib/gpuagent, built from the wheel
 # with pip from PyPI on Debian's python3.11, /usr/bin/gpuagent, the systemd unit,
 # /etc/gpuagent/gpuagent.toml as a conffile. Why a virtualenv and not Debian's python3 modules:
 # Debian 12 has pydantic 1 (the agent needs 2), no influxdb-client and no nvidia-ml-py.
+# Depends (packaging/deb/control): python3.11, libc6 for the wheels' extensions, procps for the
+# unit's ExecReload=/bin/kill (systemd-analyze verify refuses the unit without it).
 # The state directory is the unit's StateDirectory= (systemd makes it at start, with
 # DynamicUser); purge removes it. Usage: scripts/build-deb.sh [OUTDIR]  (default dist)
 set -euo pipefail
@@ -13,7 +15,7 @@ out="$(mkdir -p "${1:-dist}" && cd "${1:-dist}" && pwd)"
 version="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' agent/__init__.py)"
 arch="$(dpkg --print-architecture)"
 python=/usr/bin/python3.11  # Debian 12's python3; the venv links to it, so the package depends on it
-prefix=/opt/gpuagent
+prefix=/usr/lib/gpuagent  # private to the package (FHS: /usr/lib/PACKAGE); not /opt: lintian refuses it, and dpkg would own and remove a bare /opt
 for tool in dpkg-deb fakeroot strip "$python"; do
   command -v "$tool" >/dev/null || { echo "build-deb: $tool is missing (apt install dpkg-dev fakeroot binutils python3-venv)" >&2; exit 1; }
 done
