@@ -38,6 +38,8 @@ mkdir -p "$work/context/dist"
 cp "$work"/dist/gpuagent-*.whl "$work/context/dist/"
 cp -r Containerfile packaging "$work/context/"
 # docker format: OCI images have no HEALTHCHECK.
-"${podman[@]}" build --quiet --network=host --format docker --build-arg "BASE=$base" \
+# The CA bundle pip uses on this host (PIP_CERT, SSL_CERT_FILE, else Debian's) for pip in the build.
+ca="${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}"
+"${podman[@]}" build --quiet --network=host --format docker --build-arg "BASE=$base" --secret "id=pip-ca,src=$ca" \
     -t "localhost/gpuagent:$version" -t localhost/gpuagent:latest -f "$work/context/Containerfile" "$work/context" >/dev/null
 "${podman[@]}" image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' localhost/gpuagent
