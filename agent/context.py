@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuagent.liveness import Liveness
 from gpuagent.shared import Shared
 
 if TYPE_CHECKING:
@@ -23,6 +24,8 @@ class AgentContext:
     config_path: Path | None = None
     # What collectors hand each other per cycle (the processes collector's list, for work).
     shared: Shared = field(default_factory=Shared)
+    # /healthz and /readyz read it; the scheduler's loop feeds it (a reload hands it on).
+    liveness: Liveness = field(default_factory=Liveness)
 
     @property
     def simulated(self) -> bool:

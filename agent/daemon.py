@@ -152,8 +152,12 @@ class Daemon:
         finally:
             self._shutdown()
 
-    def _attach(self, agent: Agent) -> None:
+    def _attach(self, agent: Agent, previous: Agent | None = None) -> None:
         sched = agent.scheduler
+        if previous is not None:  # /readyz stays ready and /healthz keeps its clock across a reload
+            agent.context.liveness = previous.context.liveness
+        if self.watchdog:
+            agent.context.liveness.stale_after = self.watchdog
         sched.on_tick = self._on_tick
         sched.on_first_collection = self._on_first_collection
         if self.watchdog:
@@ -221,7 +225,7 @@ class Daemon:
             else:
                 self._ping()
                 self._retire(old, keep_nvml=True)
-                self._adopt(new)
+                self._adopt(new, old)
                 _say_spools_left_behind(old, new)
                 return
         # The simulator is process-wide: a different spec means closing the old session first.
@@ -237,17 +241,17 @@ class Daemon:
                 new = build(self.options, old.config, old.plugins, nvml=session if same_nvml else None)
             except Exception as again:
                 raise AgentError(f"reload failed ({one_line(exc)}) and the previous config could not be restored: {one_line(again)}") from None
-            self._attach(new)
+            self._attach(new, old)
             self.agent = new
             return
-        self._adopt(new)
+        self._adopt(new, old)
         _say_spools_left_behind(old, new)
 
-    def _adopt(self, new: Agent) -> None:
+    def _adopt(self, new: Agent, old: Agent) -> None:
         self._note = ""
         level, fmt = self._log_overrides
         setup_logging(level or new.config.agent.log_level, fmt or new.config.agent.log_format)
-        self._attach(new)
+        self._attach(new, old)
         self.agent = new
         log.info("reloaded %s: %s", new.config.path or "the default config", status_line(new))
 

@@ -206,8 +206,11 @@ class Scheduler:
             while self.hang.is_set() and not stop.is_set():
                 time.sleep(0.05)
             now = time.monotonic()
+            self.context.liveness.tick()
             self._start_due(now)
             self._check_timeouts(now)
+            if self.first_collection_done.is_set() and not self.context.liveness.ready:
+                self._check_ready()
             if now >= next_self:
                 self.deliver(self.self_points())
                 self.write_cost()
@@ -364,8 +367,15 @@ class Scheduler:
             # READY means the first collection is in the sinks: wait (once, briefly) for queued ones.
             self._drain(FIRST_DRAIN_S)
             self.first_collection_done.set()
+            self._check_ready()
             if self.on_first_collection:
                 self.on_first_collection()
+
+    def _check_ready(self) -> None:
+        """/readyz: ready once every queued sink has taken the first collection (a sink still stuck
+        in its first write keeps the agent unready; the loop asks again on each turn)."""
+        if all(s.drain(0) for s in self.sinks if isinstance(s, IsolatedSink)):
+            self.context.liveness.mark_ready()
 
     def deliver(self, points: list[Point]) -> None:
         if not points:

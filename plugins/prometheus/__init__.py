@@ -19,6 +19,7 @@ from gpuagent.errors import AgentError
 from gpuagent.metric import Point
 from gpuagent.plugins.prometheus.exposition import CONTENT_TYPE, LatestValues, label_name
 from gpuagent.plugins.prometheus.naming import metric_for, sanitize
+from gpuagent.plugins.prometheus.web import BasicAuth, CertReloader, TlsServerConfig, validate_users
 from gpuagent.units import parse_duration
 
 __all__ = ["DEFAULT_PORT", "PrometheusSink", "PrometheusSinkConfig", "label_name", "metric_for", "metric_name"]
@@ -55,6 +56,14 @@ class PrometheusSinkConfig(gpuagent.SinkConfig):
     request_timeout: Annotated[float, BeforeValidator(parse_duration), Field(gt=0)] = 10.0
     max_series_per_metric: Annotated[int, Field(ge=1)] = 10_000  # new series past it are not exported
     max_series: Annotated[int, Field(ge=1)] = 100_000  # nor past this many in all
+    # exporter-toolkit's web config keys (web.py); /healthz and /readyz answer without auth.
+    tls_server_config: TlsServerConfig | None = None
+    basic_auth_users: dict[str, str] = {}
+
+    @field_validator("basic_auth_users")
+    @classmethod
+    def _users(cls, value: dict[str, str]) -> dict[str, str]:
+        return validate_users(value)
 
     @field_validator("listen")
     @classmethod
@@ -86,11 +95,16 @@ class PrometheusSink(gpuagent.Sink):
         from gpuagent.plugins.prometheus.server import MetricsServer
 
         host, port = parse_listen(self.config.listen)
+        tls = CertReloader(self.config.tls_server_config) if self.config.tls_server_config else None
+        auth = BasicAuth(self.config.basic_auth_users) if self.config.basic_auth_users else None
         try:
             self._server = MetricsServer(
                 host, port, self.values.render, self.values.render_gzip, CONTENT_TYPE,
                 max_connections=self.config.max_connections, queue_size=self.config.queue,
                 request_timeout=self.config.request_timeout,
+                tls=tls.context if tls else None, auth=auth.allows if auth else None,
+                probes={"/healthz": lambda: self.context.liveness.alive(),
+                        "/readyz": lambda: self.context.liveness.readiness()},
             )
         except OSError as exc:
             raise AgentError(
@@ -98,7 +112,9 @@ class PrometheusSink(gpuagent.Sink):
             ) from None
         self._server.start()
         self.address = self._server.address
-        self.log.info("serving /metrics on http://%s:%d/metrics", host, self.address[1])
+        scheme = "https" if tls else "http"
+        self.log.info("serving /metrics on %s://%s:%d/metrics%s", scheme, host, self.address[1],
+                      " (basic auth)" if auth else "")
 
     def write(self, points: Sequence[Point]) -> None:
         self.values.update(points)
@@ -115,6 +131,8 @@ class PrometheusSink(gpuagent.Sink):
             out["scrapes_total"] = self._server.requests_total
             out["scrapes_refused_total"] = self._server.refused_total
             out["scrape_timeouts_total"] = self._server.timeouts_total
+            out["scrapes_unauthorized_total"] = self._server.unauthorized_total
+            out["tls_handshake_failures_total"] = self._server.handshake_failures_total
         return out
 
 

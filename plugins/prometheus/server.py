@@ -8,6 +8,9 @@ for reading the request and writing the answer together, so a client that
 drips or never reads is cut off. The body is the renderer's cached bytes:
 scrapes never wait for a collection and a collection never waits for them.
 The listen backlog is 128 (the kernel's usual somaxconn floor), not 5.
+With TLS the handshake happens in the worker, under the same deadline, never
+in the accept thread. /healthz and /readyz answer before basic auth (a
+kubelet's probe carries no password); everything else needs it when it is on.
 close() is quick whatever the clients do (a reload builds a new server on the
 same port at once): it shuts the listening socket down, which wakes the
 thread blocked in accept() (a plain close() does not, on Linux), and cuts the
@@ -19,6 +22,7 @@ from __future__ import annotations
 import logging
 import queue
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -46,12 +50,16 @@ class MetricsServer:
         max_connections: int = 8,
         queue_size: int = 64,
         request_timeout: float = 10.0,
+        tls: Callable[[], ssl.SSLContext] | None = None,
+        auth: Callable[[str | None], bool] | None = None,
+        probes: dict[str, Callable[[], tuple[bool, str]]] | None = None,
     ):
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.socket = socket.create_server((host, port), family=family, backlog=BACKLOG)
         self.address = self.socket.getsockname()[:2]
         self.render, self.render_gzip, self.content_type = render, render_gzip, content_type
         self.request_timeout = request_timeout
+        self.tls, self.auth, self.probes = tls, auth, dict(probes or {})
         # Room for the workers' stop sentinels beyond the bound the accept thread keeps (it alone puts).
         self._queue_size = queue_size
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size + max_connections)
@@ -61,6 +69,8 @@ class MetricsServer:
         self.requests_total = 0
         self.refused_total = 0
         self.timeouts_total = 0
+        self.unauthorized_total = 0
+        self.handshake_failures_total = 0
         self._threads = [threading.Thread(target=self._accept, name="prometheus-accept", daemon=True)]
         self._threads += [
             threading.Thread(target=self._work, name=f"prometheus-http-{n}", daemon=True)
@@ -97,8 +107,12 @@ class MetricsServer:
                     conn.close()
                     continue
                 self._serving.add(conn)
+            held = [conn]  # the TLS socket replaces it once wrapped: the one to close
+            deadline = accepted + self.request_timeout
             try:
-                self._serve(conn, accepted + self.request_timeout)
+                if self.tls is not None:
+                    self._handshake(held, deadline)
+                self._serve(held[0], deadline)
             except DeadlineExceeded:
                 self.timeouts_total += 1
             except OSError:
@@ -107,8 +121,26 @@ class MetricsServer:
                 log.error("/metrics: %s", exc)
             finally:
                 with self._lock:
-                    self._serving.discard(conn)
-                conn.close()
+                    self._serving.discard(held[0])
+                held[0].close()
+
+    def _handshake(self, held: list, deadline: float) -> None:
+        with self._lock:  # close() must find the socket that now owns the descriptor
+            raw = held[0]
+            conn = self.tls().wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+            self._serving.discard(raw)
+            self._serving.add(conn)
+            held[0] = conn
+            if self._stop.is_set():
+                raise OSError("closing")
+        _settimeout(conn, deadline)
+        try:
+            conn.do_handshake()
+        except TimeoutError:
+            raise DeadlineExceeded from None
+        except (ssl.SSLError, ConnectionError):
+            self.handshake_failures_total += 1  # plain HTTP, an unknown CA, no client certificate
+            raise OSError("handshake failed") from None
 
     def _serve(self, conn: socket.socket, deadline: float) -> None:
         head = b""
@@ -128,11 +160,22 @@ class MetricsServer:
         request_line, _, rest = head.decode("latin-1").partition("\n")
         parts = request_line.split()
         method, path = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
-        headers = rest.lower()
+        headers = _headers(rest)
         if method not in ("GET", "HEAD"):
             _send(conn, _response(405, b"only GET and HEAD\n", extra="Allow: GET, HEAD\r\n"), deadline)
             return
         route = path.split("?", 1)[0]
+        head_only = method == "HEAD"
+        probe = self.probes.get(route)
+        if probe is not None:
+            ok, text = probe()
+            _send(conn, _response(200 if ok else 503, text.encode(), head_only=head_only), deadline)
+            return
+        if self.auth is not None and not self.auth(headers.get("authorization")):
+            self.unauthorized_total += 1
+            _send(conn, _response(401, b"unauthorized\n", extra='WWW-Authenticate: Basic realm="gpuagent"\r\n',
+                                  head_only=head_only), deadline)
+            return
         if route == "/":
             body = b'<html><body><a href="/metrics">/metrics</a></body></html>\n'
             _send(conn, _response(200, body, "text/html; charset=utf-8", head_only=method == "HEAD"), deadline)
@@ -140,7 +183,7 @@ class MetricsServer:
         if route != "/metrics":
             _send(conn, _response(404, b"not found: try /metrics\n"), deadline)
             return
-        gz = "accept-encoding:" in headers and "gzip" in headers.split("accept-encoding:", 1)[1].split("\n", 1)[0]
+        gz = "gzip" in headers.get("accept-encoding", "").lower()
         body = self.render_gzip() if gz else self.render()
         extra = "Content-Encoding: gzip\r\n" if gz else ""
         _send(conn, _response(200, body, self.content_type, extra, method == "HEAD"), deadline)
@@ -153,7 +196,9 @@ class MetricsServer:
             serving = list(self._serving)
         for sock in (self.socket, *serving):
             try:
-                sock.shutdown(socket.SHUT_RDWR)  # wakes accept() / recv() / send() in their threads
+                # The plain socket's shutdown, also for a TLS one: SSLSocket.shutdown would drop its
+                # TLS state under the thread still reading it.
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)  # wakes accept() / recv() / send()
             except OSError:
                 pass
         try:
@@ -192,7 +237,16 @@ def _send(conn: socket.socket, data: bytes, deadline: float) -> None:
         view = view[sent:]
 
 
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 431: "Request Header Fields Too Large",
+def _headers(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if sep:
+            out[name.strip().lower()] = value.strip()
+    return out
+
+
+_REASONS = {200: "OK", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed", 431: "Request Header Fields Too Large",
             503: "Service Unavailable"}
 
 
