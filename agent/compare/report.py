@@ -235,7 +235,8 @@ class Report:
         for shadow in shadows:
             for gkey, fields in shadow.items():
                 groups[gkey].update(fields)
-        source = {"url": self.client.conn.url, "database": self.client.conn.database}
+        source = {"url": self.client.conn.url, "database": self.client.conn.database, "kind": "raw",
+                  "resolution": None}
         return report_document(self.range, self.by, self.where, source, {**DEFINITIONS, **work_definitions()},
                                groups, series=series)
 

@@ -1,0 +1,115 @@
+"""`gpuagent rollups` on a real InfluxDB 1.6 and `compare` reading them (the `influxdb_v1` fixture).
+
+A simulated fleet (5 hosts, 2 h at 10 s) is backfilled, then rolled up (`rollups init`, `rollups
+backfill`); every figure of `compare --format json` from rollups must equal the one from raw points
+(`--raw`), by model, host and GPU, on a range that starts and ends inside minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+
+import pytest
+
+pytestmark = pytest.mark.servers
+
+SPECS = ("l40s-vgpu:2", "h100-sxm:2", "rtx4090:2", "h100-sxm-mig:2", "a100-sxm4:2")
+STEP_S = 10
+DURATION_S = 2 * 3600
+
+
+@pytest.fixture(scope="module")
+def rolled_db(influxdb_v1, cli):
+    """A database with the fleet's history and its rollups; (name, end_ns of the history)."""
+    db = f"rollups_{uuid.uuid4().hex[:8]}"
+    influxdb_v1.create_database(db)
+    end_s = int(time.time()) // STEP_S * STEP_S - 60
+    args = ["sim", "fleet", "--url", influxdb_v1.url, "--database", db, "--hosts", "5",
+            "--duration", f"{DURATION_S}s", "--step", f"{STEP_S}s", "--end", str(end_s), "--seed", "5",
+            "--jobs", "1"]
+    for spec in SPECS:
+        args += ["--spec", spec]
+    result = cli(*args)
+    assert result.exit_code == 0, result.output
+    for command in (("init",), ("backfill", "--since", f"{DURATION_S + 3600}s")):
+        result = cli("rollups", *command, "--url", influxdb_v1.url, "--database", db)
+        assert result.exit_code == 0, result.output
+    yield db, end_s * 10**9
+    influxdb_v1.drop_database(db)
+
+
+def _compare(cli, server, db, start_ns, end_ns, *extra):
+    result = cli("compare", "--url", server.url, "--database", db, "--start", f"{start_ns / 1e9:.3f}",
+                 "--end", f"{end_ns / 1e9:.3f}", "--format", "json", *extra)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _same(a, b, path="doc"):
+    """Equal documents: numbers within relative 1e-9, everything else exactly."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert sorted(a) == sorted(b), f"{path}: keys {sorted(set(a) ^ set(b))}"
+        for k in a:
+            _same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), f"{path}: {len(a)} items against {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _same(x, y, f"{path}[{i}]")
+    elif isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
+        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9), f"{path}: {a} (rollups) against {b} (raw)"
+    else:
+        assert a == b, f"{path}: {a!r} (rollups) against {b!r} (raw)"
+
+
+@pytest.mark.parametrize("by", ["model", "host", "gpu"])
+def test_every_figure_from_rollups_equals_the_raw_one(rolled_db, influxdb_v1, cli, by):
+    db, end_ns = rolled_db
+    # Inside minutes at both ends, and long enough for a whole hour: raw, 1m and 1h pieces.
+    start_ns, stop_ns = end_ns - DURATION_S * 10**9 + 437 * 10**9 + 1234, end_ns - 83 * 10**9
+    rolled = _compare(cli, influxdb_v1, db, start_ns, stop_ns, "--by", by)
+    raw = _compare(cli, influxdb_v1, db, start_ns, stop_ns, "--by", by, "--raw")
+    assert raw["source"]["kind"] == "raw"
+    assert rolled["source"]["kind"] == "rollup" and rolled["source"]["resolution"] == "3600s"
+    levels = [p["level"] for p in rolled["source"]["pieces"]]
+    assert levels[0] == levels[-1] == "raw" and "gpuagent_1m" in levels and "gpuagent_1h" in levels
+    assert len(raw["groups"]) >= 5 and raw["groups"][0]["energy_kwh"] > 0
+    for doc in (rolled, raw):
+        doc.pop("source")
+    _same(rolled, raw)
+
+
+def test_a_range_that_no_bucket_fits_in_is_read_raw(rolled_db, influxdb_v1, cli):
+    db, end_ns = rolled_db
+    start_ns = end_ns // 60_000_000_000 * 60_000_000_000 - 50 * 10**9
+    doc = _compare(cli, influxdb_v1, db, start_ns, start_ns + 40 * 10**9)
+    assert doc["source"]["kind"] == "raw"
+
+
+def test_init_twice_changes_nothing_and_status_says_how_far(rolled_db, influxdb_v1, cli):
+    db, end_ns = rolled_db
+    before = influxdb_v1.query("SHOW CONTINUOUS QUERIES")
+    result = cli("rollups", "init", "--url", influxdb_v1.url, "--database", db)
+    assert result.exit_code == 0, result.output
+    assert "nothing changed" in result.stdout and "created" not in result.stdout
+    assert influxdb_v1.query("SHOW CONTINUOUS QUERIES") == before
+    result = cli("rollups", "status", "--json", "--url", influxdb_v1.url, "--database", db)
+    assert result.exit_code == 0, result.output
+    levels = {lv["retention_policy"]: lv for lv in json.loads(result.stdout)["levels"]}
+    assert set(levels) == {"gpuagent_1m", "gpuagent_1h"}
+    for lv in levels.values():
+        assert lv["exists"] and lv["continuous_queries"] == lv["continuous_queries_expected"] > 0
+        assert lv["from"] is not None and lv["to"] is not None
+
+
+def test_backfill_without_init_is_one_line(influxdb_v1, cli):
+    db = f"rollups_{uuid.uuid4().hex[:8]}"
+    influxdb_v1.create_database(db)
+    try:
+        result = cli("rollups", "backfill", "--url", influxdb_v1.url, "--database", db)
+    finally:
+        influxdb_v1.drop_database(db)
+    assert result.exit_code == 1
+    assert "run gpuagent rollups init" in result.stderr and "Traceback" not in result.output
