@@ -64,21 +64,37 @@ def _same(a, b, path="doc"):
         assert a == b, f"{path}: {a!r} (rollups) against {b!r} (raw)"
 
 
+def _figures_equal(cli, server, db, start_ns, stop_ns, by):
+    rolled = _compare(cli, server, db, start_ns, stop_ns, "--by", by)
+    raw = _compare(cli, server, db, start_ns, stop_ns, "--by", by, "--raw")
+    assert raw["source"]["kind"] == "raw"
+    assert rolled["source"]["kind"] == "rollup" and rolled["source"]["resolution"] == "3600s"
+    levels = [p["level"] for p in rolled["source"]["pieces"]]
+    assert len(raw["groups"]) >= 4 and raw["groups"][0]["energy_kwh"] > 0
+    for doc in (rolled, raw):
+        doc.pop("source")
+    _same(rolled, raw)
+    return levels
+
+
 @pytest.mark.parametrize("by", ["model", "host", "gpu"])
 def test_every_figure_from_rollups_equals_the_raw_one(rolled_db, influxdb_v1, cli, by):
     db, end_ns = rolled_db
     # Inside minutes at both ends, and long enough for a whole hour: raw, 1m and 1h pieces.
     start_ns, stop_ns = end_ns - DURATION_S * 10**9 + 437 * 10**9 + 1234, end_ns - 83 * 10**9
-    rolled = _compare(cli, influxdb_v1, db, start_ns, stop_ns, "--by", by)
-    raw = _compare(cli, influxdb_v1, db, start_ns, stop_ns, "--by", by, "--raw")
-    assert raw["source"]["kind"] == "raw"
-    assert rolled["source"]["kind"] == "rollup" and rolled["source"]["resolution"] == "3600s"
-    levels = [p["level"] for p in rolled["source"]["pieces"]]
+    levels = _figures_equal(cli, influxdb_v1, db, start_ns, stop_ns, by)
     assert levels[0] == levels[-1] == "raw" and "gpuagent_1m" in levels and "gpuagent_1h" in levels
-    assert len(raw["groups"]) >= 5 and raw["groups"][0]["energy_kwh"] > 0
-    for doc in (rolled, raw):
-        doc.pop("source")
-    _same(rolled, raw)
+
+
+def test_on_bucket_edges_the_first_and_last_sample_times_come_from_raw(rolled_db, influxdb_v1, cli):
+    """From an hour's edge to a minute's: no raw piece, the GPUs' first and last samples are looked
+    for down the levels (gpu_hours, energy per GPU-hour)."""
+    db, end_ns = rolled_db
+    hour, minute = 3600 * 10**9, 60 * 10**9
+    start_ns = -(-(end_ns - DURATION_S * 10**9) // hour) * hour
+    stop_ns = (end_ns - 5 * minute) // minute * minute
+    levels = _figures_equal(cli, influxdb_v1, db, start_ns, stop_ns, "gpu")
+    assert levels[0] == "gpuagent_1h" and levels[-1] == "gpuagent_1m" and "raw" not in levels
 
 
 def test_a_range_that_no_bucket_fits_in_is_read_raw(rolled_db, influxdb_v1, cli):
