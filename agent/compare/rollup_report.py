@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from gpuagent.compare.health import VERDICTS, add_hours, bucket_for, health_hours
 from gpuagent.compare.report import GPU_TAGS, Range, Report, _gpu_key, bucket_seconds, rfc3339
 from gpuagent.compare.rollups import BY_NAME, LEVELS, REASONS, Level, coverage
 
-FROM_RAW = ("power_p95_w", "p2p", "mig", "vgpu", "l2_probe", "health_gpu_hours", "work")
+FROM_RAW = ("power_p95_w", "p2p", "mig", "vgpu", "l2_probe", "work")
 
 Piece = tuple  # (Level | None, start_ns, end_ns): None is raw points
 
@@ -66,6 +67,7 @@ class RollupReport(Report):
         super().__init__(client, rng, by, where)
         self.reach = reach if reach is not None else coverage(client)
         self.pieces = plan(rng.start_ns, rng.end_ns, self.reach)
+        self.from_raw = list(FROM_RAW)
 
     # -- piece-wise queries -----------------------------------------------------------------------
     def _piece_where(self, start_ns: int, end_ns: int, extra: str = "") -> str:
@@ -246,6 +248,34 @@ class RollupReport(Report):
             g["fb_total_bytes"] = r.get("fb_total_max")
             g["l2_cache_bytes"] = r.get("l2_max")
 
+    def _health(self, groups) -> None:
+        """health_gpu_hours from the per-verdict sample counts of the rollups, in the raw report's buckets
+        (gpuagent.compare.health); from raw points where a verdict the rollups do not count was written."""
+        span = (self.range.end_ns - self.range.start_ns) / 1e9
+        bucket = bucket_for(span)
+        pieces = plan(self.range.start_ns, self.range.end_ns, self.reach, max_s=bucket)
+        tail = f", time({bucket}s) fill(none)"
+        # Keyed as the raw report keys them: (gpu key, bucket time).
+        total = {(k[:-1], k[-1]): r["verdict_count"] for k, r in self._agg(
+            "gpu_health", ("verdict_count",), GPU_TAGS, pieces, tail).items() if r.get("verdict_count")}
+        per_word = {}
+        for word in VERDICTS:
+            found = {(k[:-1], k[-1]): r["n"] for k, r in self._agg(
+                f"gpu_health_{word}", ("n",), GPU_TAGS, pieces, tail).items() if r.get("n")}
+            if found:
+                per_word[word] = found
+        counted: dict[tuple, float] = defaultdict(float)
+        for found in per_word.values():
+            for k, n in found.items():
+                counted[k] += n
+        if any(counted.get(k, 0) != n for k, n in total.items()):
+            health_hours(self, groups)  # another word among the verdicts: counted from raw points
+            self.from_raw.append("health_gpu_hours")
+            return
+        for g in groups.values():
+            g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
+        add_hours(self, groups, total, per_word, bucket)
+
     def _series(self, groups) -> dict[str, Any]:
         span = (self.range.end_ns - self.range.start_ns) / 1e9
         bucket = bucket_seconds(span)
@@ -269,7 +299,7 @@ class RollupReport(Report):
             "resolution": f"{coarsest.seconds}s" if coarsest else None,
             "pieces": [{"from": rfc3339(a), "to": rfc3339(b), "level": lv.name if lv else "raw"}
                        for lv, a, b in self.pieces],
-            "from_raw": list(FROM_RAW),
+            "from_raw": self.from_raw,
         })
         return doc
 

@@ -34,6 +34,12 @@ def record(rollup: Rollup, f: Field, level_name: str) -> str:
 
 def _raw_expr(scheme: str, rollup: Rollup, f: Field, window: str) -> str:
     fn, _, arg = f.raw.partition("(")
+    if rollup.source == "gpu_health":  # the verdict is a label of the _info series (plugins/prometheus)
+        from gpuagent.plugins.prometheus.naming import metric_for
+
+        name = metric_for("gpuagent", "gpu_health", "verdict", True).name
+        word = rollup.name.removeprefix("gpu_health").removeprefix("_")
+        return f'count_over_time({name}{{verdict="{word}"}}[{window}])' if word else f"count_over_time({name}[{window}])"
     name = series(scheme, rollup.source, arg.strip('")'))
     if rollup.name.startswith("gpu_clocks_"):  # samples with the reason set: the 0/1 series' sum
         return f"sum_over_time({name}[{window}])"
@@ -47,8 +53,8 @@ def rules_yaml(scheme: str) -> str:
         window = level.every
         lines += [f"  - name: gpuagent_rollups_{window}", f"    interval: {window}", "    rules:"]
         for rollup in ROLLUPS:
-            if rollup.name == "gpu_memory_gpm" and scheme == "influx":
-                continue  # the condition is a string field, which line protocol in VictoriaMetrics drops
+            if scheme == "influx" and (rollup.name == "gpu_memory_gpm" or rollup.source == "gpu_health"):
+                continue  # a string field, which line protocol in VictoriaMetrics drops
             for f in rollup.fields:
                 if level.source_rp is None:
                     expr = _raw_expr(scheme, rollup, f, window)

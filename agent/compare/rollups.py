@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuagent.compare.health import VERDICTS
 from gpuagent.compare.query import InfluxQL
 
 # Throttle reasons, as gpu_clocks writes them (the booleans the report counts).
@@ -93,6 +94,12 @@ ROLLUPS = (
         *_sum_count("dram_util", "dram_bw_util_pct"),
         *_sum_count("dram_gbps", "dram_bw_gbps"),
     )),
+)
+# Health: samples per GPU and bucket, and those of each verdict gpu_health writes (plugins/health).
+ROLLUPS += (
+    Rollup("gpu_health", "gpu_health", "", (Field("verdict_count", 'COUNT("verdict")', "SUM"),)),
+    *(Rollup(f"gpu_health_{v}", "gpu_health", f"\"verdict\" = '{v}'", (Field("n", 'COUNT("verdict")', "SUM"),))
+      for v in VERDICTS),
 )
 BY_NAME = {r.name: r for r in ROLLUPS}
 

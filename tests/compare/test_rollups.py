@@ -34,11 +34,21 @@ def rolled_db(influxdb_v1, cli):
         args += ["--spec", spec]
     result = cli(*args)
     assert result.exit_code == 0, result.output
+    _write_verdicts(influxdb_v1, db, end_s * 10**9)
     for command in (("init",), ("backfill", "--since", f"{DURATION_S + 3600}s")):
         result = cli("rollups", *command, "--url", influxdb_v1.url, "--database", db)
         assert result.exit_code == 0, result.output
     yield db, end_s * 10**9
     influxdb_v1.drop_database(db)
+
+
+def _write_verdicts(server, db, end_ns):
+    """One GPU degraded for 40 min beside its collector's own `ok` verdicts (shares within buckets)."""
+    series = server.query('SELECT LAST("verdict") FROM "gpu_health" GROUP BY "host", "uuid", "model", "gpu"', db=db)
+    tags = series[0]["tags"]
+    key = ",".join(f"{k}={v.replace(' ', chr(92) + ' ')}" for k, v in sorted(tags.items()))
+    start = end_ns - 90 * 60 * 10**9 + 15 * 10**9
+    server.write([f'gpu_health,{key} verdict="degraded" {start + i * 30 * 10**9}' for i in range(80)], db=db)
 
 
 def _compare(cli, server, db, start_ns, end_ns, *extra):
@@ -70,7 +80,9 @@ def _figures_equal(cli, server, db, start_ns, stop_ns, by):
     assert raw["source"]["kind"] == "raw"
     assert rolled["source"]["kind"] == "rollup" and rolled["source"]["resolution"] == "3600s"
     levels = [p["level"] for p in rolled["source"]["pieces"]]
+    assert rolled["source"]["from_raw"] == ["power_p95_w", "p2p", "mig", "vgpu", "l2_probe", "work"]
     assert len(raw["groups"]) >= 4 and raw["groups"][0]["energy_kwh"] > 0
+    assert any(g["health_gpu_hours"]["degraded"] > 0 for g in raw["groups"])
     for doc in (rolled, raw):
         doc.pop("source")
     _same(rolled, raw)
@@ -118,6 +130,33 @@ def test_init_twice_changes_nothing_and_status_says_how_far(rolled_db, influxdb_
     for lv in levels.values():
         assert lv["exists"] and lv["continuous_queries"] == lv["continuous_queries_expected"] > 0
         assert lv["from"] is not None and lv["to"] is not None
+
+
+def test_a_verdict_the_rollups_do_not_count_is_counted_from_raw(influxdb_v1, cli):
+    db = f"rollups_{uuid.uuid4().hex[:8]}"
+    influxdb_v1.create_database(db)
+    try:
+        end_s = int(time.time()) // 60 * 60 - 60
+        tags = "host=n1,uuid=GPU-n1-0,model=NVIDIA\\ L40S,gpu=0"
+        lines = []
+        for i in range(0, 3 * 3600, 20):
+            t = (end_s - 3 * 3600 + i) * 10**9
+            lines.append(f"gpu_power,{tags} power_w={100 + i % 7}.5,energy_j={1000.0 + i * 100} {t}")
+            lines.append(f'gpu_health,{tags} verdict="{"quarantined" if i % 60 == 0 else "ok"}" {t}')
+        influxdb_v1.write(lines, db=db)
+        for command in (("init",), ("backfill", "--since", "4h")):
+            assert cli("rollups", *command, "--url", influxdb_v1.url, "--database", db).exit_code == 0
+        start_ns, stop_ns = (end_s - 2 * 3600 - 7) * 10**9, (end_s - 13) * 10**9
+        rolled = _compare(cli, influxdb_v1, db, start_ns, stop_ns)
+        raw = _compare(cli, influxdb_v1, db, start_ns, stop_ns, "--raw")
+    finally:
+        influxdb_v1.drop_database(db)
+    assert rolled["source"]["kind"] == "rollup" and "health_gpu_hours" in rolled["source"]["from_raw"]
+    hours = rolled["groups"][0]["health_gpu_hours"]
+    assert hours["quarantined"] > 0 and hours == raw["groups"][0]["health_gpu_hours"]
+    for doc in (rolled, raw):
+        doc.pop("source")
+    _same(rolled, raw)
 
 
 def test_backfill_without_init_is_one_line(influxdb_v1, cli):
