@@ -168,12 +168,15 @@ def _continuous_queries(client: InfluxQL) -> dict[str, str]:
 
 
 def backfill(client: InfluxQL, start_ns: int, end_ns: int, chunk_s: int = 3600, echo=None) -> int:
-    """The continuous queries' SELECT ... INTO over [start, end) cut to whole buckets, level by level
+    """The continuous queries' SELECT ... INTO over [start, end), from the start of start's hour to the
+    last whole bucket of each level, level by level
     (the 1h level reads what the 1m level wrote), in chunks of `chunk_s`; points written."""
     _require(client)
     db, written = client.conn.database, 0
+    # Every level from the coarsest level's bucket edge: its first bucket then reads whole finer buckets.
+    start_ns = start_ns // LEVELS[-1].ns * LEVELS[-1].ns
     for level in LEVELS:
-        a = start_ns // level.ns * level.ns
+        a = start_ns
         b = end_ns // level.ns * level.ns
         step = max(chunk_s * 10**9 // level.ns, 1) * level.ns
         while a < b:
@@ -184,7 +187,7 @@ def backfill(client: InfluxQL, start_ns: int, end_ns: int, chunk_s: int = 3600, 
                     written += int(row.get("written") or 0)
             a = c
         if echo:
-            echo(f"{level.name}: {rfc3339(start_ns // level.ns * level.ns)} to {rfc3339(b)}")
+            echo(f"{level.name}: {rfc3339(start_ns)} to {rfc3339(b)}")
     return written
 
 

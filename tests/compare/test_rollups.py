@@ -1,6 +1,6 @@
 """`gpuagent rollups` on a real InfluxDB 1.6 and `compare` reading them (the `influxdb_v1` fixture).
 
-A simulated fleet (5 hosts, 2 h at 10 s) is backfilled, then rolled up (`rollups init`, `rollups
+A simulated fleet (5 hosts, 3 h at 10 s) is backfilled, then rolled up (`rollups init`, `rollups
 backfill`); every figure of `compare --format json` from rollups must equal the one from raw points
 (`--raw`), by model, host and GPU, on a range that starts and ends inside minutes.
 """
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.servers
 
 SPECS = ("l40s-vgpu:2", "h100-sxm:2", "rtx4090:2", "h100-sxm-mig:2", "a100-sxm4:2")
 STEP_S = 10
-DURATION_S = 2 * 3600
+DURATION_S = 3 * 3600  # a range 7 min shorter still holds a whole hour, whatever the clock
 
 
 @pytest.fixture(scope="module")
@@ -132,28 +132,54 @@ def test_init_twice_changes_nothing_and_status_says_how_far(rolled_db, influxdb_
         assert lv["from"] is not None and lv["to"] is not None
 
 
-def test_a_verdict_the_rollups_do_not_count_is_counted_from_raw(influxdb_v1, cli):
+def _one_gpu(server, cli, db, end_s, since, odd_verdict=False):
+    """3 h of one GPU every 20 s (a `quarantined` verdict every minute with odd_verdict), rolled up."""
+    tags = "host=n1,uuid=GPU-n1-0,model=NVIDIA\\ L40S,gpu=0"
+    lines = []
+    for i in range(0, 3 * 3600, 20):
+        t = (end_s - 3 * 3600 + i) * 10**9
+        lines.append(f"gpu_power,{tags} power_w={100 + i % 7}.5,energy_j={1000.0 + i * 100} {t}")
+        lines.append(f'gpu_health,{tags} verdict="{"quarantined" if odd_verdict and i % 60 == 0 else "ok"}" {t}')
+    server.write(lines, db=db)
+    for command in (("init",), ("backfill", "--since", since)):
+        result = cli("rollups", *command, "--url", server.url, "--database", db)
+        assert result.exit_code == 0, result.output
+
+
+@pytest.fixture
+def fresh_db(influxdb_v1):
     db = f"rollups_{uuid.uuid4().hex[:8]}"
     influxdb_v1.create_database(db)
-    try:
-        end_s = int(time.time()) // 60 * 60 - 60
-        tags = "host=n1,uuid=GPU-n1-0,model=NVIDIA\\ L40S,gpu=0"
-        lines = []
-        for i in range(0, 3 * 3600, 20):
-            t = (end_s - 3 * 3600 + i) * 10**9
-            lines.append(f"gpu_power,{tags} power_w={100 + i % 7}.5,energy_j={1000.0 + i * 100} {t}")
-            lines.append(f'gpu_health,{tags} verdict="{"quarantined" if i % 60 == 0 else "ok"}" {t}')
-        influxdb_v1.write(lines, db=db)
-        for command in (("init",), ("backfill", "--since", "4h")):
-            assert cli("rollups", *command, "--url", influxdb_v1.url, "--database", db).exit_code == 0
-        start_ns, stop_ns = (end_s - 2 * 3600 - 7) * 10**9, (end_s - 13) * 10**9
-        rolled = _compare(cli, influxdb_v1, db, start_ns, stop_ns)
-        raw = _compare(cli, influxdb_v1, db, start_ns, stop_ns, "--raw")
-    finally:
-        influxdb_v1.drop_database(db)
+    yield db
+    influxdb_v1.drop_database(db)
+
+
+def test_a_verdict_the_rollups_do_not_count_is_counted_from_raw(influxdb_v1, cli, fresh_db):
+    end_s = int(time.time()) // 60 * 60 - 60
+    _one_gpu(influxdb_v1, cli, fresh_db, end_s, "4h", odd_verdict=True)
+    start_ns, stop_ns = (end_s - 2 * 3600 - 7) * 10**9, (end_s - 13) * 10**9
+    rolled = _compare(cli, influxdb_v1, fresh_db, start_ns, stop_ns)
+    raw = _compare(cli, influxdb_v1, fresh_db, start_ns, stop_ns, "--raw")
     assert rolled["source"]["kind"] == "rollup" and "health_gpu_hours" in rolled["source"]["from_raw"]
     hours = rolled["groups"][0]["health_gpu_hours"]
     assert hours["quarantined"] > 0 and hours == raw["groups"][0]["health_gpu_hours"]
+    for doc in (rolled, raw):
+        doc.pop("source")
+    _same(rolled, raw)
+
+
+def test_backfill_since_inside_an_hour_rolls_up_that_hour_whole(influxdb_v1, cli, fresh_db):
+    """--since 150m starts inside an hour of a longer history: the first 1h bucket still holds all of it."""
+    end_s = int(time.time()) // 60 * 60 - 60
+    _one_gpu(influxdb_v1, cli, fresh_db, end_s, "150m")
+    hour = 3600 * 10**9
+    start_ns = (time.time_ns() - 150 * 60 * 10**9) // hour * hour
+    assert start_ns >= (end_s - 3 * 3600) * 10**9
+    stop_ns = (end_s - 13) * 10**9
+    rolled = _compare(cli, influxdb_v1, fresh_db, start_ns, stop_ns)
+    assert rolled["source"]["pieces"][0] == {"from": rolled["range"]["start"], "to": rolled["source"]["pieces"][1]["from"],
+                                             "level": "gpuagent_1h"}
+    raw = _compare(cli, influxdb_v1, fresh_db, start_ns, stop_ns, "--raw")
     for doc in (rolled, raw):
         doc.pop("source")
     _same(rolled, raw)
