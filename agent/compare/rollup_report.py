@@ -7,8 +7,9 @@ SUM("power_sum") of rollup points) and the pieces merged (sums add, max/min sele
 counts and sums equal those of raw points. The energy counter: per piece its first and last value
 and its increase inside; across pieces the non-negative steps between them. A GPU's first and last
 sample times, where they fall in a rollup bucket, are looked for in the finer levels down to raw
-(one bucket's worth). The 95th percentile, P2P, MIG, vGPU, the L2 probe, health and work figures are
-computed from raw points, as the raw report does (source.from_raw lists them).
+(one bucket's worth). The 95th percentile, the L2 probe and the work figures are computed from raw
+points, as the raw report does (source.from_raw lists them; health too where a verdict the rollups
+do not count was written).
 """
 
 from __future__ import annotations
@@ -17,10 +18,18 @@ from collections import defaultdict
 from typing import Any
 
 from gpuagent.compare.health import VERDICTS, add_hours, bucket_for, health_hours
-from gpuagent.compare.report import GPU_TAGS, Range, Report, _gpu_key, bucket_seconds, rfc3339
+from gpuagent.compare.report import (
+    GPU_TAGS,
+    Range,
+    Report,
+    _gpu_key,
+    bucket_seconds,
+    p2p_summary,
+    rfc3339,
+)
 from gpuagent.compare.rollups import BY_NAME, LEVELS, REASONS, Level, coverage
 
-FROM_RAW = ("power_p95_w", "p2p", "mig", "vgpu", "l2_probe", "work")
+FROM_RAW = ("power_p95_w", "l2_probe", "work")
 
 Piece = tuple  # (Level | None, start_ns, end_ns): None is raw points
 
@@ -275,6 +284,64 @@ class RollupReport(Report):
         for g in groups.values():
             g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
         add_hours(self, groups, total, per_word, bucket)
+
+    def _p2p(self, groups, gpus) -> None:
+        nvlink = {k for k, r in self._agg("gpu_p2p_nvlink", ("n",), GPU_TAGS).items() if r.get("n")}
+        pcie = {k for k, r in self._agg("gpu_p2p_pcie", ("n",), GPU_TAGS).items() if r.get("n")}
+        tally: dict[tuple, dict[str, int]] = {k: {"nvlink": 0, "pcie": 0, "none": 0} for k in groups}
+        for key in gpus:
+            kind = "nvlink" if key in nvlink else "pcie" if key in pcie else "none"
+            tally[self._group_of(key)][kind] += 1
+        for gkey, g in groups.items():
+            g["p2p"] = tally[gkey]
+            g["p2p_summary"] = p2p_summary(tally[gkey])
+
+    def _mig(self, groups, gpus) -> None:
+        rows = self._agg("gpu_mig", ("max_mig_devices_max", "mig_devices_max", "mig_index_count"),
+                         (*GPU_TAGS, "mig_profile"))
+        capable: dict[tuple, int] = {}
+        profiles = defaultdict(set)
+        for k, r in rows.items():
+            gpu, profile = k[:-1], k[-1]
+            if r.get("max_mig_devices_max") is not None or r.get("mig_devices_max") is not None:
+                capable[gpu] = max(capable.get(gpu, 0), int(r.get("mig_devices_max") or 0))
+            if profile and r.get("mig_index_count"):
+                profiles[self._group_of(gpu)].add(profile)
+        enabled = {k for k, r in self._agg("gpu_mig_enabled", ("n",), GPU_TAGS).items() if r.get("n")}
+        for gkey, g in groups.items():
+            g["mig"] = {"capable_gpus": 0, "enabled_gpus": 0, "devices": 0, "profiles": sorted(profiles.get(gkey, ()))}
+        for key in gpus:
+            m = groups[self._group_of(key)]["mig"]
+            if key in capable:
+                m["capable_gpus"] += 1
+                m["devices"] += capable[key]
+            if key in enabled:
+                m["enabled_gpus"] += 1
+
+    def _vgpu(self, groups, gpus) -> None:
+        rows = self._agg("gpu_vgpu", ("mode_last", "active_instances_max", "vgpu_type_id_count"),
+                         (*GPU_TAGS, "vgpu_type"))
+        modes: dict[tuple, str] = {}
+        instances: dict[tuple, int] = {}
+        types = defaultdict(set)
+        for k, r in rows.items():
+            gpu, vgpu_type = k[:-1], k[-1]
+            if r.get("mode_last") is not None and not vgpu_type:  # the GPU's own points, not an instance's
+                modes[gpu] = r["mode_last"]
+            if r.get("active_instances_max") is not None:
+                instances[gpu] = max(instances.get(gpu, 0), int(r["active_instances_max"]))
+            if vgpu_type and r.get("vgpu_type_id_count"):
+                types[self._group_of(gpu)].add(vgpu_type)
+        for gkey, g in groups.items():
+            g["vgpu"] = {"modes": {}, "instances": 0, "types": sorted(types.get(gkey, ()))}
+        for key in gpus:
+            v = groups[self._group_of(key)]["vgpu"]
+            if key in modes:
+                v["modes"][modes[key]] = v["modes"].get(modes[key], 0) + 1
+            if key in instances:
+                v["instances"] += instances[key]
+        for g in groups.values():
+            g["vgpu"]["modes"] = dict(sorted(g["vgpu"]["modes"].items()))
 
     def _series(self, groups) -> dict[str, Any]:
         span = (self.range.end_ns - self.range.start_ns) / 1e9

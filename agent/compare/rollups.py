@@ -101,6 +101,22 @@ ROLLUPS += (
     *(Rollup(f"gpu_health_{v}", "gpu_health", f"\"verdict\" = '{v}'", (Field("n", 'COUNT("verdict")', "SUM"),))
       for v in VERDICTS),
 )
+# P2P, MIG and vGPU: what the report tallies per GPU (every tag kept: mig_profile, vgpu_type).
+ROLLUPS += (
+    Rollup("gpu_p2p_nvlink", "gpu_p2p", '"nvlink_ok" = true', (Field("n", 'COUNT("nvlink_ok")', "SUM"),)),
+    Rollup("gpu_p2p_pcie", "gpu_p2p", '"read_ok" = true', (Field("n", 'COUNT("read_ok")', "SUM"),)),
+    Rollup("gpu_mig", "gpu_mig", "", (
+        Field("max_mig_devices_max", 'MAX("max_mig_devices")', "MAX"),
+        Field("mig_devices_max", 'MAX("mig_devices")', "MAX"),
+        Field("mig_index_count", 'COUNT("mig_index")', "SUM"),
+    )),
+    Rollup("gpu_mig_enabled", "gpu_mig", '"mig_mode_current" = true', (Field("n", 'COUNT("mig_mode_current")', "SUM"),)),
+    Rollup("gpu_vgpu", "gpu_vgpu", "", (
+        Field("mode_last", 'LAST("virtualization_mode")', "LAST"),
+        Field("active_instances_max", 'MAX("active_instances")', "MAX"),
+        Field("vgpu_type_id_count", 'COUNT("vgpu_type_id")', "SUM"),
+    )),
+)
 BY_NAME = {r.name: r for r in ROLLUPS}
 
 
