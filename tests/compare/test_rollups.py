@@ -197,3 +197,17 @@ def test_backfill_without_init_is_one_line(influxdb_v1, cli):
         influxdb_v1.drop_database(db)
     assert result.exit_code == 1
     assert "run gpuagent rollups init" in result.stderr and "Traceback" not in result.output
+
+
+def test_status_from_the_config_and_on_a_database_without_rollups(influxdb_v1, cli, fresh_db, tmp_path):
+    config = tmp_path / "gpuagent.toml"
+    config.write_text(f'[sinks.influxdb]\nurl = "{influxdb_v1.url}"\napi = "v1"\ndatabase = "{fresh_db}"\n')
+    result = cli("rollups", "status", "--config", str(config))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "gpuagent_1m (60s): absent (gpuagent rollups init)",
+        "gpuagent_1h (3600s): absent (gpuagent rollups init)",
+    ]
+    assert cli("rollups", "init", "--config", str(config)).exit_code == 0
+    result = cli("rollups", "status", "--config", str(config))
+    assert result.exit_code == 0 and "no points" in result.stdout
