@@ -5,7 +5,7 @@ with its `/select/0/prometheus` prefix in the URL), Mimir and Thanos: only
 the standard API is used; `engine` says whether MetricsQL's
 `tfirst_over_time` / `tlast_over_time` exist (VictoriaMetrics), which spares
 a subquery. Every failure is one line naming the URL and what the query was
-for. Only the standard library and urllib3 (already a dependency).
+for. Requests go through gpuagent.http_client (a deadline on each as a whole).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from gpuagent.compare.query import SLOW, slow_answer, unreachable_reason
+from gpuagent.compare.query import send
 from gpuagent.errors import AgentError, ConfigError
 
 
@@ -91,17 +91,7 @@ class PromQL:
     """`query(q, at, purpose)` -> the result list; `many([...])` runs several at once."""
 
     def __init__(self, conn: PromConnection, workers: int = 4):
-        import urllib3
-
         self.conn = conn
-        self._urllib3 = urllib3
-        self._pool = urllib3.PoolManager(
-            num_pools=2,
-            maxsize=workers,
-            retries=False,
-            timeout=urllib3.Timeout(total=conn.timeout),
-            cert_reqs="CERT_REQUIRED" if conn.verify_tls else "CERT_NONE",
-        )
         self._headers = {"Content-Type": "application/x-www-form-urlencoded"}
         if conn.token:
             self._headers["Authorization"] = f"Bearer {conn.token}"
@@ -112,25 +102,16 @@ class PromQL:
     def _post(self, path: str, params: dict, purpose: str) -> Any:
         url = f"{self.conn.url}{path}"
         self.requests += 1
+        resp = send("POST", url, self.conn.timeout, self.conn.verify_tls, f"the PromQL server at {self.conn.url}",
+                    purpose, urllib.parse.urlencode(params).encode(), self._headers)
         try:
-            resp = self._pool.request("POST", url, body=urllib.parse.urlencode(params), headers=self._headers)
-        except self._urllib3.exceptions.HTTPError as exc:
-            if slow_answer(exc):
-                raise AgentError(
-                    f"the PromQL server at {self.conn.url} did not answer within {self.conn.timeout:g}s "
-                    f"({purpose}; {SLOW})"
-                ) from None
-            raise AgentError(
-                f"cannot reach the PromQL server at {self.conn.url} ({purpose}): {unreachable_reason(exc)}"
-            ) from None
-        try:
-            doc = json.loads(resp.data or b"{}")
+            doc = json.loads(resp.body or b"{}")
         except ValueError:
             doc = {}
         if resp.status in (401, 403):
             raise AgentError(f"the PromQL server at {self.conn.url} refused the credentials ({resp.status}, {purpose})")
         if resp.status >= 300 or doc.get("status") != "success":
-            error = doc.get("error") or resp.data[:200].decode(errors="replace").strip() or f"HTTP {resp.status}"
+            error = doc.get("error") or resp.body[:200].decode(errors="replace").strip() or f"HTTP {resp.status}"
             error = " ".join(str(error).split())
             raise AgentError(f"the PromQL server at {self.conn.url} answered an error ({purpose}): {error}")
         return doc.get("data", {})
@@ -159,4 +140,4 @@ class PromQL:
         return self.engine
 
     def close(self) -> None:
-        self._pool.clear()
+        pass  # a connection per request: nothing is kept open
