@@ -217,3 +217,8 @@ class InfluxQL:
 
     def close(self) -> None:
         pass  # a connection per request: nothing is kept open
+
+
+def quote_ident(name: str) -> str:
+    """An InfluxQL identifier in double quotes (CREATE DATABASE "x"), its quotes and backslashes escaped."""
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
