@@ -19,7 +19,7 @@ import pynvml
 
 import gpuagent
 from gpuagent import cuda_attrs, specs
-from gpuagent.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported
+from gpuagent.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported, whole_gpus
 from gpuagent.nvml_read import valid
 
 log = logging.getLogger("gpuagent.collector.memory")
@@ -183,7 +183,6 @@ class MemoryCollector(gpuagent.Collector):
     def __init__(self, config: MemoryConfig, context):
         super().__init__(config, context)
         self._gpm = GpmSamplers()
-        self._gpm_primed: set[str] = set()  # uuids of GPUs holding an earlier GPM sample
         # A simulated GPU's bus id may equal a real one on this machine: never ask the real CUDA driver.
         self._use_cuda = not context.simulated
 
@@ -198,18 +197,9 @@ class MemoryCollector(gpuagent.Collector):
         return self._gpm.read(gpu, metric_ids)
 
     def collect(self, acc: gpuagent.Accumulator) -> None:
-        gpus = self.gpus
-        # GPM reports over the interval between two samples: on the first run take the earlier
-        # sample of every GPM GPU, wait once for all of them, then collect as usual.
-        new = []
-        for gpu in gpus:
-            try:
-                if gpu.uuid not in self._gpm_primed and self._uses_gpm(gpu):
-                    new.append((gpu, None))
-                    self._gpm_primed.add(gpu.uuid)
-            except gpuagent.GpuLost:
-                continue
-        self._gpm.warm_up(new, self.config.gpm_warmup)
+        # GPM reports over the interval between two samples: a new GPU's earlier sample first
+        # (one wait for all of them), a lost GPU's sampler freed.
+        self._gpm.start_run(whole_gpus(self.gpus, self._uses_gpm), self.config.gpm_warmup)
         super().collect(acc)
 
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:

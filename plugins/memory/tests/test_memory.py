@@ -242,3 +242,19 @@ def test_video_engines_and_the_new_gpm_metrics(profile, simulated_fleet, sim_clo
     else:
         assert f["decoder_util_pct"] == 0
         assert not (new_gpm | engines) & set(f)
+
+
+def test_a_lost_gpus_gpm_samples_are_freed(simulated_fleet, sim_clock, recording_accumulator):
+    # Each GPM GPU holds two NVML samples; a GPU off the bus gives its samples back at the next
+    # run (the memory collector's own set-up once kept them until the agent stopped).
+    machine = simulated_fleet("h100-sxm:2", scenario="training")
+    memory = collector(machine)
+    memory.collect(recording_accumulator)
+    assert len(machine.gpm_samples) == 4
+    machine.lose_gpu(1)
+    for _ in range(2):
+        sim_clock.advance(10)
+        memory.collect(recording_accumulator)
+    assert len(machine.gpm_samples) == 2 and len(memory._gpm) == 1
+    memory.close()
+    assert not machine.gpm_samples
