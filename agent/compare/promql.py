@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuagent.compare.query import send
-from gpuagent.errors import AgentError, ConfigError
+from gpuagent.errors import AgentError
 
 
 @dataclass
@@ -47,39 +47,17 @@ def promql_url_from(config_path: str | None, url: str | None, influx_url: str | 
 
     if resolve_path(config_path) is None:
         return None
-    table = read_config(config_path).raw.get("compare", {})
-    return table.get("promql_url") or None if isinstance(table, dict) else None
+    return read_config(config_path).compare.promql_url or None
 
 
 def prom_connection_from(config_path: str | None, url: str | None) -> PromConnection:
-    """`--promql-url` over `[compare] promql_url` of the config (with scheme, namespace, timeout)."""
-    from pydantic import BaseModel, ConfigDict, ValidationError
+    """`--promql-url` over `[compare] promql_url` of the config (with scheme, namespace, timeout):
+    the table as gpuagent.config.CompareSection typed it (a wrong key or type is one line there)."""
+    from gpuagent.config import CompareSection, read_config, resolve_path
 
-    class CompareTable(BaseModel):
-        model_config = ConfigDict(extra="forbid", strict=True)
-        promql_url: str = ""
-        scheme: str = "auto"
-        namespace: str = "gpuagent"
-        timeout: float = 60.0
-        verify_tls: bool = True
-        token: str | None = None
-        prices: dict = {}  # [compare.prices], read by gpuagent.compare.prices
-
-    table: dict = {}
-    if config_path or not url:
-        from gpuagent.config import read_config, resolve_path
-
-        if resolve_path(config_path) is not None:
-            config = read_config(config_path)
-            table = config.raw.get("compare", {})
-    try:
-        cfg = CompareTable.model_validate(table)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"[compare] {key}: {first['msg']}") from None
-    if cfg.scheme not in ("auto", "influx", "prometheus"):
-        raise ConfigError(f"[compare] scheme: expected auto, influx or prometheus, got {cfg.scheme!r}")
+    cfg = CompareSection()
+    if (config_path or not url) and resolve_path(config_path) is not None:
+        cfg = read_config(config_path).compare
     url = url or cfg.promql_url
     parts = urllib.parse.urlsplit(url or "")
     if parts.scheme not in ("http", "https") or not parts.netloc:
