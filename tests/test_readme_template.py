@@ -16,9 +16,9 @@ from test_plugin_readmes import CODE, ROW, is_documented
 
 from conftest import REPO
 
-TEMPLATED = ("clocks", "power", "memory", "pcie", "p2p", "nvlink", "mig", "vgpu", "host")
+TEMPLATED = ("clocks", "power", "memory", "pcie", "p2p", "nvlink", "mig", "vgpu", "host", "processes")
 # Plugins that write several measurements (the title names them all, in this order).
-MEASUREMENTS = {"host": ("host", "host_cpu")}
+MEASUREMENTS = {"host": ("host", "host_cpu"), "processes": ("gpu_process", "gpu_job", "gpu_attribution")}
 SECTIONS = ["Tags", "Fields", "Config", "Example output"]
 FIELD_HEADER = "| field | type | unit | NVML source | notes |"
 TYPES = {"int", "float", "bool", "string"}
