@@ -16,9 +16,10 @@ from test_plugin_readmes import CODE, ROW, is_documented
 
 from conftest import REPO
 
-TEMPLATED = ("clocks", "power", "memory", "pcie", "p2p", "nvlink", "mig", "vgpu", "host", "processes")
+TEMPLATED = ("clocks", "power", "memory", "pcie", "p2p", "nvlink", "mig", "vgpu", "host", "processes", "health")
 # Plugins that write several measurements (the title names them all, in this order).
-MEASUREMENTS = {"host": ("host", "host_cpu"), "processes": ("gpu_process", "gpu_job", "gpu_attribution")}
+MEASUREMENTS = {"host": ("host", "host_cpu"), "processes": ("gpu_process", "gpu_job", "gpu_attribution"),
+                "health": ("gpu_health", "gpu_inventory", "gpu_action")}
 SECTIONS = ["Tags", "Fields", "Config", "Example output"]
 FIELD_HEADER = "| field | type | unit | NVML source | notes |"
 TYPES = {"int", "float", "bool", "string"}
