@@ -54,3 +54,27 @@ def test_compare_promql_gives_up_on_a_dripping_server_at_its_timeout(dripping_se
     assert str(failed.value).startswith(
         f"the PromQL server at {dripping_server.url} did not answer within 1s (the test query; ")
     assert dripping_server.wait_cut() and dripping_server.finished == 0
+
+
+def test_no_module_but_http_client_opens_http_connections():
+    # One HTTP layer: a client of its own (urllib, urllib3, a bare HTTPConnection) would bring
+    # back a per-read timeout. Read from the source of the product (agent/, plugins/ less tests).
+    import ast
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    opening = {"HTTPConnection", "HTTPSConnection", "urlopen", "PoolManager", "create_connection"}
+    found = []
+    for path in [*repo.glob("agent/**/*.py"), *repo.glob("plugins/**/*.py")]:
+        rel = path.relative_to(repo)
+        if "tests" in rel.parts or rel.as_posix() == "agent/http_client.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            called = isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
+            if called in opening:
+                found.append(f"{rel}:{node.lineno} {called}()")
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                found += [f"{rel}:{node.lineno} import {n}" for n in names
+                          if n.split(".")[0] in ("urllib3", "requests", "httpx") or n == "urllib.request"]
+    assert not found, found
