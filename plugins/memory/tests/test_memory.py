@@ -178,16 +178,10 @@ def test_memory_info_v1_on_old_drivers(simulated_fleet, recording_accumulator):
 # + encoder and decoder utilisation (the decoder from GPM on the H100): issue 32.
 @pytest.mark.parametrize("profile, bound", [("l40s", 5), ("h100-sxm", 6), ("rtx4090", 5)])
 def test_nvml_calls_per_cycle(
-    profile, bound, simulated_fleet, nvml_calls, sim_clock, recording_accumulator
+    profile, bound, simulated_fleet, two_cycles
 ):
-    machine = simulated_fleet(profile, scenario="training")
-    memory = collector(machine)
-    calls = nvml_calls()
-    memory.collect(recording_accumulator)
-    first = sum(calls.values())
-    calls.clear()
-    sim_clock.advance(10)
-    memory.collect(recording_accumulator)
+    memory = collector(simulated_fleet(profile, scenario="training"))
+    first, calls = two_cycles(memory, advance=10)
     # Steady state: memory info v2, BAR1, utilisation; GPM cards add one sample and one metrics call.
     assert sum(calls.values()) <= bound, dict(calls)
     for static in (
