@@ -12,7 +12,7 @@ from __future__ import annotations
 import pynvml
 
 import gpuagent
-from gpuagent.nvml_read import CYCLE, Field, FieldReader, current_tick, poll, poll_first, valid
+from gpuagent.nvml_read import CYCLE, Field, FieldReader, current_tick, poll_first, valid
 
 MEASUREMENT = "gpu_power"
 
@@ -160,7 +160,7 @@ def read_gpu(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
         "power_limit_w": watts(readings.get("power_limit_mw")),
         "enforced_power_limit_w": watts(readings.get("enforced_power_limit_mw")),
         "temperature_c": valid(poll_first(gpu, TEMPERATURE_CALLS, pynvml.NVML_TEMPERATURE_GPU)),
-        "fan_speed_pct": valid(poll(gpu, pynvml.nvmlDeviceGetFanSpeed)),
+        "fan_speed_pct": valid(gpu.query(pynvml.nvmlDeviceGetFanSpeed)),
     }
     if gpu.arch in TLIMIT_ARCHS:
         fields["thermal_margin_c"] = thermal_margin(gpu)
