@@ -108,6 +108,7 @@ def test_on_bucket_edges_the_first_and_last_sample_times_come_from_raw(rolled_db
     hour, minute = 3600 * 10**9, 60 * 10**9
     start_ns = -(-(end_ns - DURATION_S * 10**9) // hour) * hour
     stop_ns = (end_ns - 5 * minute) // minute * minute
+    stop_ns -= minute if stop_ns % hour == 0 else 0  # a minute's edge that is not an hour's
     levels = _figures_equal(cli, influxdb_v1, db, start_ns, stop_ns, "gpu")
     assert levels[0] == "gpuagent_1h" and levels[-1] == "gpuagent_1m" and "raw" not in levels
 
@@ -136,11 +137,11 @@ def test_init_twice_changes_nothing_and_status_says_how_far(rolled_db, influxdb_
 
 
 def _one_gpu(server, cli, db, end_s, since, odd_verdict=False):
-    """3 h of one GPU every 20 s (a `quarantined` verdict every minute with odd_verdict), rolled up."""
+    """4 h of one GPU every 20 s (a `quarantined` verdict every minute with odd_verdict), rolled up."""
     tags = "host=n1,uuid=GPU-n1-0,model=NVIDIA\\ L40S,gpu=0"
     lines = []
-    for i in range(0, 3 * 3600, 20):
-        t = (end_s - 3 * 3600 + i) * 10**9
+    for i in range(0, 4 * 3600, 20):
+        t = (end_s - 4 * 3600 + i) * 10**9
         lines.append(f"gpu_power,{tags} power_w={100 + i % 7}.5,energy_j={1000.0 + i * 100} {t}")
         lines.append(f'gpu_health,{tags} verdict="{"quarantined" if odd_verdict and i % 60 == 0 else "ok"}" {t}')
     server.write(lines, db=db)
@@ -159,7 +160,7 @@ def fresh_db(influxdb_v1):
 
 def test_a_verdict_the_rollups_do_not_count_is_counted_from_raw(influxdb_v1, cli, fresh_db):
     end_s = int(time.time()) // 60 * 60 - 60
-    _one_gpu(influxdb_v1, cli, fresh_db, end_s, "4h", odd_verdict=True)
+    _one_gpu(influxdb_v1, cli, fresh_db, end_s, "5h", odd_verdict=True)
     start_ns, stop_ns = (end_s - 2 * 3600 - 7) * 10**9, (end_s - 13) * 10**9
     rolled = _compare(cli, influxdb_v1, fresh_db, start_ns, stop_ns)
     raw = _compare(cli, influxdb_v1, fresh_db, start_ns, stop_ns, "--raw")
@@ -177,7 +178,7 @@ def test_backfill_since_inside_an_hour_rolls_up_that_hour_whole(influxdb_v1, cli
     _one_gpu(influxdb_v1, cli, fresh_db, end_s, "150m")
     hour = 3600 * 10**9
     start_ns = (time.time_ns() - 150 * 60 * 10**9) // hour * hour
-    assert start_ns >= (end_s - 3 * 3600) * 10**9
+    assert start_ns >= (end_s - 4 * 3600) * 10**9
     stop_ns = (end_s - 13) * 10**9
     rolled = _compare(cli, influxdb_v1, fresh_db, start_ns, stop_ns)
     assert rolled["source"]["pieces"][0] == {"from": rolled["range"]["start"], "to": rolled["source"]["pieces"][1]["from"],
