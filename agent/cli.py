@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "inspect": "gpuagent.inspect:inspect",
     "sim": "gpuagent.sim.cli:sim_group",
     "compare": "gpuagent.compare.cli:compare",
+    "rollups": "gpuagent.compare.rollups_cli:rollups",
     "health": "gpuagent.commands.health:health",
     "probe": "gpuagent.probe.cli:probe",
     "top": "gpuagent.top.cli:top",

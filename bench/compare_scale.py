@@ -17,6 +17,10 @@ also writes `gpu_work` points (gpuagent.sim.work: three workloads, one over two 
 `compare --by model,workload` (units, energy and cost per unit, what limits it) is timed beside
 `compare --by model` (whose groups now carry the same work figures). Goal: at most 10 s at 1,000
 hosts on VictoriaMetrics.
+
+From rollups (`run_rollups`, `python -m bench.compare_scale --rollups [HOSTS ...]`): the same fleet on
+InfluxDB 1.6 only, then `gpuagent rollups init` and `backfill` (timed), then `compare --by model`
+from rollups and with `--raw`. Goal: at most 10 s at 1,000 hosts.
 """
 
 from __future__ import annotations
@@ -172,8 +176,51 @@ def run_work(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs: in
     }
 
 
+def run_rollups(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs: int = 2) -> dict:
+    """compare on InfluxDB 1.6 from rollups (`gpuagent rollups init` + `backfill`) against raw (`--raw`)."""
+    servers = _servers()
+    sizes = sizes or ((10,) if quick else (10, 100, 1000))
+    root = Path(tempfile.mkdtemp(prefix="gpuagent-bench-rollups-"))
+    influx = servers.InfluxdServer(servers.find_binary(servers.INFLUXD, "influxdb"), root / "influxd")
+    rows = []
+    try:
+        influx.start()
+        end_s = int(time.time()) // STEP_S * STEP_S - 60
+        for n in sizes:
+            db = f"rollups{n}"
+            influx.create_database(db)
+            points, build = _build(influx.url, db, n, end_s, jobs)
+            conn = ["--url", influx.url, "--database", db]
+            t0 = time.perf_counter()
+            for command in (["init"], ["backfill", "--since", f"{DURATION_S + 3600}s"]):
+                result = _cli("rollups", *command, *conn)
+                if result.exit_code != 0:
+                    raise RuntimeError(result.output[-2000:])
+            row = {"hosts": n, "gpus": n * 8, "points": points, "build_points_per_s": round(points / build),
+                   "rollups_init_and_backfill_s": round(time.perf_counter() - t0, 2),
+                   "influxql_raw": _compare([*conn, "--raw"], end_s),
+                   "influxql_rollups": _compare(conn, end_s)}
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    finally:
+        influx.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    largest = rows[-1]
+    figure = largest["influxql_rollups"]["wall_s"]
+    return {
+        "name": "compare_rollups",
+        "figure": figure,
+        "unit": "s",
+        "goal": f"<= {GOAL_S:g} s at 1,000 hosts x 8 GPUs x 1 h on InfluxDB 1.6 from rollups",
+        "holds": figure <= GOAL_S and largest["hosts"] >= 1000 and "error" not in largest["influxql_rollups"],
+        "detail": {"rows": rows},
+    }
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
-    work, vm_only = "--work" in args, "--vm-only" in args
+    work, vm_only, rollups = "--work" in args, "--vm-only" in args, "--rollups" in args
     sizes = tuple(int(a) for a in args if not a.startswith("--")) or None
-    print(json.dumps(run_work(sizes=sizes, vm_only=vm_only) if work else run(sizes=sizes), indent=2))
+    result = (run_work(sizes=sizes, vm_only=vm_only) if work else run_rollups(sizes=sizes) if rollups
+              else run(sizes=sizes))
+    print(json.dumps(result, indent=2))

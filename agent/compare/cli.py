@@ -125,9 +125,11 @@ def time_range(since: str | None, start: str | None, end: str | None):
     metavar="DURATION",
     help="Longest wait for one query's answer (default: the config's, else 30s for InfluxDB, 60s for PromQL).",
 )
+@click.option("--raw", "raw", is_flag=True, default=False,
+              help="Read raw points even where rollups (gpuagent rollups) cover the range.")
 def compare(
     since, start, end, where, by, fmt, output, config_path, url, database, token, username, password,
-    promql_url=None, timeout=None,
+    promql_url=None, timeout=None, raw=False,
 ) -> None:
     """Compare the fleet's GPUs side by side from the agent's measurements in InfluxDB.
 
@@ -170,6 +172,10 @@ def compare(
             _compare_jobs(client, rng, by, where, fmt, output, config_path)
             return
         report = Report(client, rng, by=by, where=where) if by != "driver" else None
+        if report is not None and not raw:  # rollups where they cover the range (gpuagent.compare.rollup_report)
+            from gpuagent.compare.rollup_report import rollup_report_or_none
+
+            report = rollup_report_or_none(client, rng, by, where) or report
     from gpuagent.compare.prices import prices_from
 
     if report is not None:

@@ -69,6 +69,6 @@ def build_by_driver(client, rng: Range, where: str | None = None) -> dict[str, A
                 series["power_mean_w"][f"{driver} {label}"] = values
     if not groups:
         raise NoData(f"no GPU readings between {rfc3339(rng.start_ns)} and {rfc3339(rng.end_ns)} for any driver")
-    source = {"url": client.conn.url, "database": client.conn.database}
+    source = {"url": client.conn.url, "database": client.conn.database, "kind": "raw", "resolution": None}
     extra = {"series": series} if series is not None else {}
     return report_document(rng, "driver", where, source, definitions, groups, **extra)

@@ -69,6 +69,15 @@ def health_hours(report: Any, groups: dict[tuple, dict[str, Any]]) -> int:
     total = counts()
     # Samples per verdict per GPU and bucket; one word alone has them all (no query for it).
     per_word = {w: counts(f'"verdict" = {_literal(w)}') for w in words} if len(words) > 1 else {words[0]: total}
+    add_hours(report, groups, total, per_word, bucket)
+    return bucket
+
+
+def add_hours(report: Any, groups: dict[tuple, dict[str, Any]], total: dict, per_word: dict[str, dict],
+              bucket: int) -> None:
+    """Add each verdict's share of each (GPU, bucket) to its group, from sample counts per
+    (gpu key, bucket time): total, and per verdict word (the raw report's and the rollup report's)."""
+    rng = report.range
     hours: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for word, found in per_word.items():
         for (gpu, t), n in found.items():
@@ -79,7 +88,6 @@ def health_hours(report: Any, groups: dict[tuple, dict[str, Any]]) -> int:
         if group is not None:
             for word, h in sorted(by_word.items()):
                 group["health_gpu_hours"][word] = group["health_gpu_hours"].get(word, 0.0) + h  # unknown words kept
-    return bucket
 
 
 def health_text(hours: dict[str, float] | None) -> str:

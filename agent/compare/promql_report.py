@@ -174,7 +174,8 @@ class PromReport:
         self._health(groups)
         self._work(groups)
         series = self._series(groups)
-        source = {"url": self.client.conn.url, "database": f"PromQL ({self.client.engine}, {self.scheme} names)"}
+        source = {"url": self.client.conn.url, "database": f"PromQL ({self.client.engine}, {self.scheme} names)",
+                  "kind": "raw", "resolution": None}
         return report_document(self.range, self.by, self.where, source, {**PROMQL_DEFINITIONS, **work_definitions()},
                                groups, series=series)
 

@@ -222,7 +222,7 @@ class Report:
             lambda shadow: self._mig(shadow, gpus),
             lambda shadow: self._vgpu(shadow, gpus),
             self._l2_probe,
-            lambda shadow: health_hours(self, shadow),
+            self._health,
             self._work,
         )
         shadows = [{gkey: {} for gkey in groups} for _ in sections]
@@ -235,9 +235,13 @@ class Report:
         for shadow in shadows:
             for gkey, fields in shadow.items():
                 groups[gkey].update(fields)
-        source = {"url": self.client.conn.url, "database": self.client.conn.database}
+        source = {"url": self.client.conn.url, "database": self.client.conn.database, "kind": "raw",
+                  "resolution": None}
         return report_document(self.range, self.by, self.where, source, {**DEFINITIONS, **work_definitions()},
                                groups, series=series)
+
+    def _health(self, groups) -> None:
+        health_hours(self, groups)
 
     def _work(self, groups) -> None:
         """Per unit of work and what limits it, from gpu_work (gpuagent.compare.work)."""

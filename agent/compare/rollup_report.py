@@ -1,0 +1,382 @@
+"""The compare report (`--by model|host|gpu`) from rollups (gpuagent.compare.rollups) where they cover it.
+
+The range is cut into pieces: the whole buckets of the coarsest level that fit in it (and in that
+level's coverage), the edges from the next finer level, and what is left from raw points. Every
+figure is asked piece by piece with the aggregate that fits the piece (SUM("power_w") of raw points,
+SUM("power_sum") of rollup points) and the pieces merged (sums add, max/min select), so means,
+counts and sums equal those of raw points. The energy counter: per piece its first and last value
+and its increase inside; across pieces the non-negative steps between them. A GPU's first and last
+sample times, where they fall in a rollup bucket, are looked for in the finer levels down to raw
+(one bucket's worth). The 95th percentile, the L2 probe and the work figures are computed from raw
+points, as the raw report does (source.from_raw lists them; health too where a verdict the rollups
+do not count was written).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from gpuagent.compare.health import VERDICTS, add_hours, bucket_for, health_hours
+from gpuagent.compare.report import (
+    GPU_TAGS,
+    Range,
+    Report,
+    _gpu_key,
+    bucket_seconds,
+    p2p_summary,
+    rfc3339,
+)
+from gpuagent.compare.rollups import BY_NAME, LEVELS, REASONS, Level, coverage
+
+FROM_RAW = ("power_p95_w", "l2_probe", "work")
+
+Piece = tuple  # (Level | None, start_ns, end_ns): None is raw points
+
+
+def plan(start_ns: int, end_ns: int, reach: dict[str, tuple[int, int] | None],
+         levels: tuple[Level, ...] = LEVELS, max_s: int | None = None) -> list[Piece]:
+    """[start, end) as pieces, in time order: the coarsest usable level's whole buckets in the middle."""
+    usable = [lv for lv in levels if reach.get(lv.name) and (max_s is None or max_s % lv.seconds == 0)]
+    if not usable or start_ns >= end_ns:
+        return [(None, start_ns, end_ns)] if start_ns < end_ns else []
+    level, finer = usable[-1], tuple(usable[:-1])
+    lo, hi = reach[level.name]
+    a = max(-(-start_ns // level.ns) * level.ns, lo)
+    b = min(end_ns // level.ns * level.ns, hi)
+    if a >= b:
+        return plan(start_ns, end_ns, reach, finer, max_s)
+    return [*plan(start_ns, a, reach, finer, max_s), (level, a, b), *plan(b, end_ns, reach, finer, max_s)]
+
+
+def usable(rng: Range, reach: dict) -> bool:
+    return any(level is not None for level, _, _ in plan(rng.start_ns, rng.end_ns, reach))
+
+
+def _merge(op: str, old, new, later: bool):
+    if old is None:
+        return new
+    if new is None:
+        return old
+    if op == "SUM":
+        return old + new
+    if op == "MAX":
+        return max(old, new)
+    if op == "MIN":
+        return min(old, new)
+    if op == "LAST":
+        return new if later else old
+    return old if later else new  # FIRST
+
+
+class RollupReport(Report):
+    """The raw report's figures, the heavy measurements (gpu_power, gpu_clocks, gpu_memory) from rollups."""
+
+    def __init__(self, client, rng: Range, by: str = "model", where: str | None = None, reach=None):
+        super().__init__(client, rng, by, where)
+        self.reach = reach if reach is not None else coverage(client)
+        self.pieces = plan(rng.start_ns, rng.end_ns, self.reach)
+        self.from_raw = list(FROM_RAW)
+
+    # -- piece-wise queries -----------------------------------------------------------------------
+    def _piece_where(self, start_ns: int, end_ns: int, extra: str = "") -> str:
+        parts = [f"time >= '{rfc3339(start_ns)}' AND time < '{rfc3339(end_ns)}'"]
+        if self.where:
+            parts.append(f"({self.where})")
+        if extra:
+            parts.append(extra)
+        return " AND ".join(parts)
+
+    def _from(self, level: Level | None, rollup_name: str) -> tuple[str, str]:
+        """(FROM, extra condition) of one rollup's points at a level (None: its raw source)."""
+        rollup = BY_NAME[rollup_name]
+        if level is None:
+            return f'"{rollup.source}"', rollup.where
+        return f'"{self.client.conn.database}"."{level.name}"."{rollup.name}"', ""
+
+    def _agg(self, rollup_name: str, names: tuple[str, ...], group: tuple[str, ...],
+             pieces: list[Piece] | None = None, tail: str = "") -> dict[tuple, dict[str, Any]]:
+        """Per group key (and bucket time, with a GROUP BY time tail), each named field merged over the pieces."""
+        rollup = BY_NAME[rollup_name]
+        fields = [f for f in rollup.fields if f.name in names]
+        out: dict[tuple, dict[str, Any]] = {}
+        by = ", ".join(f'"{t}"' for t in group)
+        for level, a, b in pieces if pieces is not None else self.pieces:
+            source, extra = self._from(level, rollup_name)
+            select = ", ".join(f'{f.raw if level is None else f.over_rollup()} AS "{f.name}"' for f in fields)
+            q = f"SELECT {select} FROM {source} WHERE {self._piece_where(a, b, extra)} GROUP BY {by}{tail}"
+            for row in self.client.rows(q):
+                key = tuple(row.get(t, "") for t in group) + ((row["time"],) if tail else ())
+                got = out.setdefault(key, {})
+                for f in fields:
+                    got[f.name] = _merge(f.combine, got.get(f.name), row.get(f.name), later=True)
+        return out
+
+    def _group_agg(self, rollup_name: str, names: tuple[str, ...]) -> dict[tuple, dict[str, Any]]:
+        return self._agg(rollup_name, names, self.group_tags)
+
+    # -- the figures from rollups -----------------------------------------------------------------
+    def _inventory(self) -> dict[tuple, dict]:
+        gpus: dict[tuple, dict] = defaultdict(dict)
+        power = self._agg("gpu_power", ("power_count",), GPU_TAGS)
+        util = self._agg("gpu_memory", ("util_sum", "util_count"), GPU_TAGS)
+        clocks = self._agg("gpu_clocks", ("sm_clock_count", "max_sm_clock_count"), GPU_TAGS)
+        memory = self._agg("gpu_memory", ("util_count", "fb_used_count"), GPU_TAGS)
+        for key, row in power.items():
+            if row.get("power_count"):
+                gpus[key]["power_samples"] = row["power_count"]
+        for key, row in util.items():
+            if row.get("util_count"):
+                gpus[key]["util_mean_pct"] = row["util_sum"] / row["util_count"]
+        for key in (*clocks, *memory):
+            gpus.setdefault(key, {})
+        for key, (energy, first_t, last_t) in self._energy_per_gpu().items():
+            gpus[key]["observed_s"] = (last_t - first_t) / 1e9
+            gpus[key]["energy_j"] = energy
+        return dict(gpus)
+
+    def _energy_per_gpu(self) -> dict[tuple, tuple[float, int, int]]:
+        """Per GPU: (energy_j increase, first sample time, last sample time) over the pieces."""
+        per_gpu: dict[tuple, list] = defaultdict(list)
+        for index, piece in enumerate(self.pieces):
+            for key, part in self._energy_piece(piece).items():
+                per_gpu[key].append((index, *part))
+        out = {}
+        for key, parts in per_gpu.items():
+            parts.sort()
+            energy = sum(p[3] for p in parts)
+            energy += sum(max(0.0, b[1] - a[2]) for a, b in zip(parts, parts[1:], strict=False))
+            first_t = self._edge_time("first", parts[0][0], parts[0][4], key)
+            last_t = self._edge_time("last", parts[-1][0], parts[-1][5], key)
+            out[key] = (float(energy), first_t, last_t)
+        return out
+
+    def _energy_piece(self, piece: Piece) -> dict[tuple, tuple]:
+        """Per GPU in the piece: (first value, last value, increase inside, first time, last time)."""
+        level, a, b = piece
+        tags = ", ".join(GPU_TAGS)
+        where = self._piece_where(a, b)
+        source, _ = self._from(level, "gpu_power")
+        first_field, last_field = ("energy_j", "energy_j") if level is None else ("energy_first", "energy_last")
+        first = {_gpu_key(r): r for r in self.client.rows(
+            f'SELECT FIRST("{first_field}") FROM {source} WHERE {where} GROUP BY {tags}')}
+        last = {_gpu_key(r): r for r in self.client.rows(
+            f'SELECT LAST("{last_field}") FROM {source} WHERE {where} GROUP BY {tags}')}
+        inner = f'SELECT NON_NEGATIVE_DIFFERENCE("{last_field}") AS d FROM {source} WHERE {where} GROUP BY {tags}'
+        steps = {_gpu_key(r): r["sum"] or 0.0 for r in self.client.rows(
+            f"SELECT SUM(d) FROM ({inner}) WHERE {where} GROUP BY {tags}")}
+        inside = {}
+        if level is not None:  # the first bucket's own increase (its first to its last value)
+            inside = {_gpu_key(r): r for r in self.client.rows(
+                f'SELECT FIRST("energy_last") FROM {source} WHERE {where} GROUP BY {tags}')}
+        out = {}
+        for key, f in first.items():
+            if key not in last:
+                continue
+            increase = steps.get(key, 0.0)
+            if key in inside:
+                increase += max(0.0, inside[key]["first"] - f["first"])
+            out[key] = (f["first"], last[key]["last"], increase, f["time"], last[key]["time"])
+        return out
+
+    def _edge_time(self, which: str, index: int, t: int, key: tuple) -> int:
+        """The time of a GPU's first or last energy_j sample, looked for within the bucket at `t` in
+        the finer levels down to raw points (one query per bucket, shared by the GPUs in it)."""
+        level = self.pieces[index][0]
+        while level is not None:
+            finer = next((lv for lv in reversed(LEVELS) if lv.seconds < level.seconds), None)
+            found = self._edge_times(which, level, finer, t).get(key)
+            if found is None:
+                return t  # the finer level or raw points are gone: the bucket's start
+            t, level = found, finer
+        return t
+
+    def _edge_times(self, which: str, level: Level, finer: Level | None, t: int) -> dict[tuple, int]:
+        memo = self.__dict__.setdefault("_edge_memo", {})
+        if (which, level.name, t) not in memo:
+            source, _ = self._from(finer, "gpu_power")
+            field = "energy_j" if finer is None else "energy_count"
+            fn = "FIRST" if which == "first" else "LAST"
+            rows = self.client.rows(f'SELECT {fn}("{field}") FROM {source} '
+                                    f'WHERE {self._piece_where(t, t + level.ns)} GROUP BY {", ".join(GPU_TAGS)}')
+            memo[(which, level.name, t)] = {_gpu_key(r): r["time"] for r in rows}
+        return memo[(which, level.name, t)]
+
+    def _power(self, groups) -> None:
+        rows = self._group_agg("gpu_power", ("power_sum", "power_count"))
+        p95 = self._per_group('PERCENTILE("power_w", 95)', "gpu_power")  # raw: percentiles do not roll up
+        for gkey, g in groups.items():
+            r = rows.get(gkey, {})
+            n = r.get("power_count") or 0
+            g["power_samples"] = n
+            g["power_mean_w"] = r["power_sum"] / n if n else None
+            g["power_p95_w"] = p95.get(gkey, {}).get("percentile")
+
+    def _clocks(self, groups) -> None:
+        rows = self._group_agg("gpu_clocks", ("sm_clock_sum", "sm_clock_count", "max_sm_clock_sum",
+                                              "max_sm_clock_count"))
+        for gkey, g in groups.items():
+            r = rows.get(gkey, {})
+            mean = r["sm_clock_sum"] / r["sm_clock_count"] if r.get("sm_clock_count") else None
+            peak = r["max_sm_clock_sum"] / r["max_sm_clock_count"] if r.get("max_sm_clock_count") else None
+            g["sm_clock_mean_mhz"] = mean
+            g["sm_clock_max_mhz"] = peak
+            g["sm_clock_pct_of_max"] = 100.0 * mean / peak if mean is not None and peak else None
+
+    def _throttle(self, groups) -> None:
+        totals = self._group_agg("gpu_clocks", tuple(f"{r}_n" for r in REASONS))
+        shares: dict[tuple, dict[str, float]] = defaultdict(dict)
+        for reason in REASONS:
+            if not any(t.get(f"{reason}_n") for t in totals.values()):
+                continue
+            hits = self._group_agg(f"gpu_clocks_{reason}", ("hits",))
+            for gkey, total in totals.items():
+                n = total.get(f"{reason}_n") or 0
+                if n:
+                    shares[gkey][reason] = 100.0 * (hits.get(gkey, {}).get("hits") or 0) / n
+        for gkey, g in groups.items():
+            g["throttle_share_pct"] = dict(shares.get(gkey, {}))
+
+    def _memory(self, groups) -> None:
+        rows = self._group_agg("gpu_memory", ("util_sum", "util_count", "fb_used_sum", "fb_used_count",
+                                              "fb_used_max", "fb_total_max", "dram_peak_max", "l2_max"))
+        dram = self._group_agg("gpu_memory_gpm", ("dram_util_sum", "dram_util_count", "dram_gbps_sum",
+                                                  "dram_gbps_count"))
+
+        def mean(r, name):
+            return r[f"{name}_sum"] / r[f"{name}_count"] if r.get(f"{name}_count") else None
+
+        for gkey, g in groups.items():
+            r, d = rows.get(gkey, {}), dram.get(gkey, {})
+            g["gpu_util_mean_pct"] = mean(r, "util")
+            g["dram_bw_util_mean_pct"] = mean(d, "dram_util")
+            g["dram_bw_mean_gbps"] = mean(d, "dram_gbps")
+            g["dram_peak_gbps"] = r.get("dram_peak_max")
+            g["fb_used_mean_bytes"] = mean(r, "fb_used")
+            g["fb_used_max_bytes"] = r.get("fb_used_max")
+            g["fb_total_bytes"] = r.get("fb_total_max")
+            g["l2_cache_bytes"] = r.get("l2_max")
+
+    def _health(self, groups) -> None:
+        """health_gpu_hours from the per-verdict sample counts of the rollups, in the raw report's buckets
+        (gpuagent.compare.health); from raw points where a verdict the rollups do not count was written."""
+        span = (self.range.end_ns - self.range.start_ns) / 1e9
+        bucket = bucket_for(span)
+        pieces = plan(self.range.start_ns, self.range.end_ns, self.reach, max_s=bucket)
+        tail = f", time({bucket}s) fill(none)"
+        # Keyed as the raw report keys them: (gpu key, bucket time).
+        total = {(k[:-1], k[-1]): r["verdict_count"] for k, r in self._agg(
+            "gpu_health", ("verdict_count",), GPU_TAGS, pieces, tail).items() if r.get("verdict_count")}
+        per_word = {}
+        for word in VERDICTS:
+            found = {(k[:-1], k[-1]): r["n"] for k, r in self._agg(
+                f"gpu_health_{word}", ("n",), GPU_TAGS, pieces, tail).items() if r.get("n")}
+            if found:
+                per_word[word] = found
+        counted: dict[tuple, float] = defaultdict(float)
+        for found in per_word.values():
+            for k, n in found.items():
+                counted[k] += n
+        if any(counted.get(k, 0) != n for k, n in total.items()):
+            health_hours(self, groups)  # another word among the verdicts: counted from raw points
+            self.from_raw.append("health_gpu_hours")
+            return
+        for g in groups.values():
+            g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
+        add_hours(self, groups, total, per_word, bucket)
+
+    def _p2p(self, groups, gpus) -> None:
+        nvlink = {k for k, r in self._agg("gpu_p2p_nvlink", ("n",), GPU_TAGS).items() if r.get("n")}
+        pcie = {k for k, r in self._agg("gpu_p2p_pcie", ("n",), GPU_TAGS).items() if r.get("n")}
+        tally: dict[tuple, dict[str, int]] = {k: {"nvlink": 0, "pcie": 0, "none": 0} for k in groups}
+        for key in gpus:
+            kind = "nvlink" if key in nvlink else "pcie" if key in pcie else "none"
+            tally[self._group_of(key)][kind] += 1
+        for gkey, g in groups.items():
+            g["p2p"] = tally[gkey]
+            g["p2p_summary"] = p2p_summary(tally[gkey])
+
+    def _mig(self, groups, gpus) -> None:
+        rows = self._agg("gpu_mig", ("max_mig_devices_max", "mig_devices_max", "mig_index_count"),
+                         (*GPU_TAGS, "mig_profile"))
+        capable: dict[tuple, int] = {}
+        profiles = defaultdict(set)
+        for k, r in rows.items():
+            gpu, profile = k[:-1], k[-1]
+            if r.get("max_mig_devices_max") is not None or r.get("mig_devices_max") is not None:
+                capable[gpu] = max(capable.get(gpu, 0), int(r.get("mig_devices_max") or 0))
+            if profile and r.get("mig_index_count"):
+                profiles[self._group_of(gpu)].add(profile)
+        enabled = {k for k, r in self._agg("gpu_mig_enabled", ("n",), GPU_TAGS).items() if r.get("n")}
+        for gkey, g in groups.items():
+            g["mig"] = {"capable_gpus": 0, "enabled_gpus": 0, "devices": 0, "profiles": sorted(profiles.get(gkey, ()))}
+        for key in gpus:
+            m = groups[self._group_of(key)]["mig"]
+            if key in capable:
+                m["capable_gpus"] += 1
+                m["devices"] += capable[key]
+            if key in enabled:
+                m["enabled_gpus"] += 1
+
+    def _vgpu(self, groups, gpus) -> None:
+        rows = self._agg("gpu_vgpu", ("mode_last", "active_instances_max", "vgpu_type_id_count"),
+                         (*GPU_TAGS, "vgpu_type"))
+        modes: dict[tuple, str] = {}
+        instances: dict[tuple, int] = {}
+        types = defaultdict(set)
+        for k, r in rows.items():
+            gpu, vgpu_type = k[:-1], k[-1]
+            if r.get("mode_last") is not None and not vgpu_type:  # the GPU's own points, not an instance's
+                modes[gpu] = r["mode_last"]
+            if r.get("active_instances_max") is not None:
+                instances[gpu] = max(instances.get(gpu, 0), int(r["active_instances_max"]))
+            if vgpu_type and r.get("vgpu_type_id_count"):
+                types[self._group_of(gpu)].add(vgpu_type)
+        for gkey, g in groups.items():
+            g["vgpu"] = {"modes": {}, "instances": 0, "types": sorted(types.get(gkey, ()))}
+        for key in gpus:
+            v = groups[self._group_of(key)]["vgpu"]
+            if key in modes:
+                v["modes"][modes[key]] = v["modes"].get(modes[key], 0) + 1
+            if key in instances:
+                v["instances"] += instances[key]
+        for g in groups.values():
+            g["vgpu"]["modes"] = dict(sorted(g["vgpu"]["modes"].items()))
+
+    def _series(self, groups) -> dict[str, Any]:
+        span = (self.range.end_ns - self.range.start_ns) / 1e9
+        bucket = bucket_seconds(span)
+        # Only levels whose buckets fit whole in the series' buckets.
+        pieces = plan(self.range.start_ns, self.range.end_ns, self.reach, max_s=bucket)
+        rows = self._agg("gpu_power", ("power_sum", "power_count"), self.group_tags, pieces,
+                         tail=f", time({bucket}s) fill(none)")
+        lines: dict[str, list] = defaultdict(list)
+        for key, r in rows.items():
+            gkey, t = key[:-1], key[-1]
+            if gkey in groups and r.get("power_count"):
+                lines[groups[gkey]["label"]].append([t, r["power_sum"] / r["power_count"]])
+        return {"bucket_s": bucket, "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())}}
+
+    def build(self) -> dict[str, Any]:
+        doc = super().build()
+        used = [lv for lv, _, _ in self.pieces if lv is not None]
+        coarsest = max(used, key=lambda lv: lv.seconds) if used else None
+        doc["source"].update({
+            "kind": "rollup" if coarsest else "raw",
+            "resolution": f"{coarsest.seconds}s" if coarsest else None,
+            "pieces": [{"from": rfc3339(a), "to": rfc3339(b), "level": lv.name if lv else "raw"}
+                       for lv, a, b in self.pieces],
+            "from_raw": self.from_raw,
+        })
+        return doc
+
+
+def rollup_report_or_none(client, rng: Range, by: str, where: str | None) -> RollupReport | None:
+    """The report from rollups when some level's whole buckets fall in the range; None otherwise."""
+    from gpuagent.errors import AgentError
+
+    try:
+        reach = coverage(client)
+    except AgentError:
+        return None  # no rollups to read (or not allowed to list them): raw points
+    return RollupReport(client, rng, by, where, reach) if usable(rng, reach) else None

@@ -1,0 +1,254 @@
+"""Rollups on InfluxDB 1.x: what `gpuagent rollups init|backfill|status` sets up and compare reads.
+
+Two levels, each a retention policy holding one point per GPU (every tag kept: GROUP BY *) and
+bucket: `gpuagent_1m`, filled from the raw points by continuous queries, and `gpuagent_1h`, filled
+from `gpuagent_1m` (every field combines: sums and counts add, max/min/first/last select). Fields
+are sums and counts rather than means, so a mean over any set of buckets is exact; the energy
+counter keeps its first and last value per bucket, so the increase over buckets is exact while the
+counter does not reset (a reset costs up to one bucket instead of one interval). The 95th
+percentile does not roll up: compare computes it from raw points (gpuagent.compare.rollup_report).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuagent.compare.health import VERDICTS
+from gpuagent.compare.query import InfluxQL
+
+# Throttle reasons, as gpu_clocks writes them (the booleans the report counts).
+from gpuagent.compare.report import REASONS, rfc3339
+from gpuagent.errors import AgentError
+
+
+@dataclass(frozen=True)
+class Level:
+    name: str  # the retention policy
+    seconds: int
+    source_rp: str | None  # None: the raw points (the database's default retention policy)
+    duration: str  # how long the retention policy keeps its points
+
+    @property
+    def ns(self) -> int:
+        return self.seconds * 10**9
+
+    @property
+    def every(self) -> str:
+        return f"{self.seconds // 60}m" if self.seconds < 3600 else f"{self.seconds // 3600}h"
+
+
+LEVELS = (
+    Level("gpuagent_1m", 60, None, "30d"),
+    Level("gpuagent_1h", 3600, "gpuagent_1m", "INF"),
+)
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str  # the rollup's field
+    raw: str  # aggregate of raw points: 'SUM("power_w")'
+    combine: str  # aggregate that merges rollup points: SUM, MAX, MIN, FIRST, LAST
+
+    def over_rollup(self) -> str:
+        return f'{self.combine}("{self.name}")'
+
+
+def _sum_count(prefix: str, field: str) -> tuple[Field, Field]:
+    return Field(f"{prefix}_sum", f'SUM("{field}")', "SUM"), Field(f"{prefix}_count", f'COUNT("{field}")', "SUM")
+
+
+@dataclass(frozen=True)
+class Rollup:
+    name: str  # the measurement in each level's retention policy
+    source: str  # the raw measurement
+    where: str  # condition on the raw points ('' for none)
+    fields: tuple[Field, ...]
+
+
+ROLLUPS = (
+    Rollup("gpu_power", "gpu_power", "", (
+        *_sum_count("power", "power_w"),
+        Field("power_max", 'MAX("power_w")', "MAX"),
+        Field("power_min", 'MIN("power_w")', "MIN"),
+        Field("energy_first", 'FIRST("energy_j")', "FIRST"),
+        Field("energy_last", 'LAST("energy_j")', "LAST"),
+        Field("energy_count", 'COUNT("energy_j")', "SUM"),
+    )),
+    Rollup("gpu_clocks", "gpu_clocks", "", (
+        *_sum_count("sm_clock", "sm_clock_mhz"),
+        *_sum_count("max_sm_clock", "max_sm_clock_mhz"),
+        *(Field(f"{r}_n", f'COUNT("{r}")', "SUM") for r in REASONS),
+    )),
+    *(Rollup(f"gpu_clocks_{r}", "gpu_clocks", f'"{r}" = true', (Field("hits", f'COUNT("{r}")', "SUM"),))
+      for r in REASONS),
+    Rollup("gpu_memory", "gpu_memory", "", (
+        *_sum_count("util", "gpu_util_pct"),
+        *_sum_count("fb_used", "fb_used_bytes"),
+        Field("fb_used_max", 'MAX("fb_used_bytes")', "MAX"),
+        Field("fb_total_max", 'MAX("fb_total_bytes")', "MAX"),
+        Field("dram_peak_max", 'MAX("dram_peak_gbps")', "MAX"),
+        Field("l2_max", 'MAX("l2_cache_bytes")', "MAX"),
+    )),
+    # DRAM bandwidth only as GPM measured it (the raw report's own condition).
+    Rollup("gpu_memory_gpm", "gpu_memory", "\"dram_bw_source\" = 'gpm'", (
+        *_sum_count("dram_util", "dram_bw_util_pct"),
+        *_sum_count("dram_gbps", "dram_bw_gbps"),
+    )),
+)
+# Health: samples per GPU and bucket, and those of each verdict gpu_health writes (plugins/health).
+ROLLUPS += (
+    Rollup("gpu_health", "gpu_health", "", (Field("verdict_count", 'COUNT("verdict")', "SUM"),)),
+    *(Rollup(f"gpu_health_{v}", "gpu_health", f"\"verdict\" = '{v}'", (Field("n", 'COUNT("verdict")', "SUM"),))
+      for v in VERDICTS),
+)
+# P2P, MIG and vGPU: what the report tallies per GPU (every tag kept: mig_profile, vgpu_type).
+ROLLUPS += (
+    Rollup("gpu_p2p_nvlink", "gpu_p2p", '"nvlink_ok" = true', (Field("n", 'COUNT("nvlink_ok")', "SUM"),)),
+    Rollup("gpu_p2p_pcie", "gpu_p2p", '"read_ok" = true', (Field("n", 'COUNT("read_ok")', "SUM"),)),
+    Rollup("gpu_mig", "gpu_mig", "", (
+        Field("max_mig_devices_max", 'MAX("max_mig_devices")', "MAX"),
+        Field("mig_devices_max", 'MAX("mig_devices")', "MAX"),
+        Field("mig_index_count", 'COUNT("mig_index")', "SUM"),
+    )),
+    Rollup("gpu_mig_enabled", "gpu_mig", '"mig_mode_current" = true', (Field("n", 'COUNT("mig_mode_current")', "SUM"),)),
+    Rollup("gpu_vgpu", "gpu_vgpu", "", (
+        Field("mode_last", 'LAST("virtualization_mode")', "LAST"),
+        Field("active_instances_max", 'MAX("active_instances")', "MAX"),
+        Field("vgpu_type_id_count", 'COUNT("vgpu_type_id")', "SUM"),
+    )),
+)
+BY_NAME = {r.name: r for r in ROLLUPS}
+
+
+def select_into(db: str, level: Level, rollup: Rollup) -> tuple[str, str, str]:
+    """(SELECT list, INTO target, FROM source) of the statement that fills one rollup at one level."""
+    if level.source_rp is None:
+        select = ", ".join(f"{f.raw} AS \"{f.name}\"" for f in rollup.fields)
+        source = f'"{rollup.source}"'
+    else:
+        select = ", ".join(f"{f.over_rollup()} AS \"{f.name}\"" for f in rollup.fields)
+        source = f'"{db}"."{level.source_rp}"."{rollup.name}"'
+    return select, f'"{db}"."{level.name}"."{rollup.name}"', source
+
+
+def statement(db: str, level: Level, rollup: Rollup, time_clause: str = "") -> str:
+    select, into, source = select_into(db, level, rollup)
+    conds = [c for c in (time_clause, rollup.where if level.source_rp is None else "") if c]
+    where = f" WHERE {' AND '.join(conds)}" if conds else ""
+    return f"SELECT {select} INTO {into} FROM {source}{where} GROUP BY time({level.every}), *"
+
+
+def cq_name(level: Level, rollup: Rollup) -> str:
+    return f"{level.name}_{rollup.name}"
+
+
+def cq_statement(db: str, level: Level, rollup: Rollup) -> str:
+    # Resampled over two buckets: points that arrive a bucket late (a buffered agent) still count, and
+    # the 1h level, which runs when the 1m level does, sees the 1m level's last minute an hour later.
+    return (
+        f'CREATE CONTINUOUS QUERY "{cq_name(level, rollup)}" ON "{db}" '
+        f"RESAMPLE EVERY {level.every} FOR {2 * level.seconds // 60}m "
+        f"BEGIN {statement(db, level, rollup)} END"
+    )
+
+
+def init(client: InfluxQL) -> list[str]:
+    """Create what is missing (retention policies, continuous queries); what was created, by name."""
+    db = client.conn.database
+    made = []
+    policies = {r["name"] for r in client.rows("SHOW RETENTION POLICIES")}
+    for level in LEVELS:
+        if level.name not in policies:
+            client.query(
+                f'CREATE RETENTION POLICY "{level.name}" ON "{db}" DURATION {level.duration} REPLICATION 1',
+                post=True,
+            )
+            made.append(f"retention policy {level.name}")
+    existing = _continuous_queries(client)
+    for level in LEVELS:
+        for rollup in ROLLUPS:
+            name = cq_name(level, rollup)
+            if name not in existing:
+                client.query(cq_statement(db, level, rollup), post=True)
+                made.append(f"continuous query {name}")
+    return made
+
+
+def _continuous_queries(client: InfluxQL) -> dict[str, str]:
+    out = {}
+    for series in client.query("SHOW CONTINUOUS QUERIES"):
+        if series.get("name") == client.conn.database:
+            for name, query in series.get("values", []):
+                out[name] = query
+    return out
+
+
+def backfill(client: InfluxQL, start_ns: int, end_ns: int, chunk_s: int = 3600, echo=None) -> int:
+    """The continuous queries' SELECT ... INTO over [start, end), from the start of start's hour to the
+    last whole bucket of each level, level by level
+    (the 1h level reads what the 1m level wrote), in chunks of `chunk_s`; points written."""
+    _require(client)
+    db, written = client.conn.database, 0
+    # Every level from the coarsest level's bucket edge: its first bucket then reads whole finer buckets.
+    start_ns = start_ns // LEVELS[-1].ns * LEVELS[-1].ns
+    for level in LEVELS:
+        a = start_ns
+        b = end_ns // level.ns * level.ns
+        step = max(chunk_s * 10**9 // level.ns, 1) * level.ns
+        while a < b:
+            c = min(a + step, b)
+            clause = f"time >= '{rfc3339(a)}' AND time < '{rfc3339(c)}'"
+            for rollup in ROLLUPS:
+                for row in client.rows(statement(db, level, rollup, clause)):
+                    written += int(row.get("written") or 0)
+            a = c
+        if echo:
+            echo(f"{level.name}: {rfc3339(start_ns)} to {rfc3339(b)}")
+    return written
+
+
+def _require(client: InfluxQL) -> None:
+    policies = {r["name"] for r in client.rows("SHOW RETENTION POLICIES")}
+    missing = [lv.name for lv in LEVELS if lv.name not in policies]
+    if missing:
+        raise AgentError(
+            f"no rollup retention policies ({', '.join(missing)}) in {client.conn.label}: run gpuagent rollups init"
+        )
+
+
+def coverage(client: InfluxQL) -> dict[str, tuple[int, int] | None]:
+    """Per level, [first bucket, last bucket + resolution) of its gpu_power rollup; None when empty or absent."""
+    db = client.conn.database
+    policies = {r["name"] for r in client.rows("SHOW RETENTION POLICIES")}
+    out: dict[str, tuple[int, int] | None] = {}
+    for level in LEVELS:
+        if level.name not in policies:
+            out[level.name] = None
+            continue
+        m = f'"{db}"."{level.name}"."gpu_power"'
+        first = client.rows(f'SELECT FIRST("power_count") FROM {m}')
+        last = client.rows(f'SELECT LAST("power_count") FROM {m}')
+        out[level.name] = (first[0]["time"], last[0]["time"] + level.ns) if first and last else None
+    return out
+
+
+def status(client: InfluxQL) -> dict:
+    """What exists (retention policies, continuous queries) and how far each level reaches."""
+    policies = {r["name"]: r for r in client.rows("SHOW RETENTION POLICIES")}
+    cqs = _continuous_queries(client)
+    reach = coverage(client)
+    levels = []
+    for level in LEVELS:
+        span = reach.get(level.name)
+        names = [cq_name(level, r) for r in ROLLUPS]
+        levels.append({
+            "retention_policy": level.name,
+            "resolution_s": level.seconds,
+            "exists": level.name in policies,
+            "duration": policies.get(level.name, {}).get("duration"),
+            "continuous_queries": sum(n in cqs for n in names),
+            "continuous_queries_expected": len(names),
+            "from": rfc3339(span[0]) if span else None,
+            "to": rfc3339(span[1]) if span else None,
+        })
+    return {"url": client.conn.url, "database": client.conn.database, "levels": levels}

@@ -1,0 +1,214 @@
+"""`gpuagent rollups` on a real InfluxDB 1.6 and `compare` reading them (the `influxdb_v1` fixture).
+
+A simulated fleet (5 hosts, 3 h at 10 s) is backfilled, then rolled up (`rollups init`, `rollups
+backfill`); every figure of `compare --format json` from rollups must equal the one from raw points
+(`--raw`), by model, host and GPU, on a range that starts and ends inside minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+
+import pytest
+
+pytestmark = pytest.mark.servers
+
+SPECS = ("l40s-vgpu:2", "h100-sxm:2", "rtx4090:2", "h100-sxm-mig:2", "a100-sxm4:2")
+STEP_S = 10
+DURATION_S = 3 * 3600  # a range 7 min shorter still holds a whole hour, whatever the clock
+
+
+@pytest.fixture(scope="module")
+def rolled_db(influxdb_v1, cli):
+    """A database with the fleet's history and its rollups; (name, end_ns of the history)."""
+    db = f"rollups_{uuid.uuid4().hex[:8]}"
+    influxdb_v1.create_database(db)
+    end_s = int(time.time()) // STEP_S * STEP_S - 60
+    args = ["sim", "fleet", "--url", influxdb_v1.url, "--database", db, "--hosts", "5",
+            "--duration", f"{DURATION_S}s", "--step", f"{STEP_S}s", "--end", str(end_s), "--seed", "5",
+            "--jobs", "1"]
+    for spec in SPECS:
+        args += ["--spec", spec]
+    result = cli(*args)
+    assert result.exit_code == 0, result.output
+    _write_verdicts(influxdb_v1, db, end_s * 10**9)
+    for command in (("init",), ("backfill", "--since", f"{DURATION_S + 3600}s")):
+        result = cli("rollups", *command, "--url", influxdb_v1.url, "--database", db)
+        assert result.exit_code == 0, result.output
+    yield db, end_s * 10**9
+    influxdb_v1.drop_database(db)
+
+
+def _write_verdicts(server, db, end_ns):
+    """One GPU degraded for 40 min beside its collector's own `ok` verdicts (shares within buckets)."""
+    series = server.query('SELECT LAST("verdict") FROM "gpu_health" GROUP BY "host", "uuid", "model", "gpu"', db=db)
+    tags = series[0]["tags"]
+    key = ",".join(f"{k}={v.replace(' ', chr(92) + ' ')}" for k, v in sorted(tags.items()))
+    start = end_ns - 90 * 60 * 10**9 + 15 * 10**9
+    server.write([f'gpu_health,{key} verdict="degraded" {start + i * 30 * 10**9}' for i in range(80)], db=db)
+
+
+def _compare(cli, server, db, start_ns, end_ns, *extra):
+    result = cli("compare", "--url", server.url, "--database", db, "--start", f"{start_ns / 1e9:.3f}",
+                 "--end", f"{end_ns / 1e9:.3f}", "--format", "json", *extra)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _same(a, b, path="doc"):
+    """Equal documents: numbers within relative 1e-9, everything else exactly."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert sorted(a) == sorted(b), f"{path}: keys {sorted(set(a) ^ set(b))}"
+        for k in a:
+            _same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), f"{path}: {len(a)} items against {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _same(x, y, f"{path}[{i}]")
+    elif isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
+        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9), f"{path}: {a} (rollups) against {b} (raw)"
+    else:
+        assert a == b, f"{path}: {a!r} (rollups) against {b!r} (raw)"
+
+
+def _figures_equal(cli, server, db, start_ns, stop_ns, by):
+    rolled = _compare(cli, server, db, start_ns, stop_ns, "--by", by)
+    raw = _compare(cli, server, db, start_ns, stop_ns, "--by", by, "--raw")
+    assert raw["source"]["kind"] == "raw"
+    assert rolled["source"]["kind"] == "rollup" and rolled["source"]["resolution"] == "3600s"
+    levels = [p["level"] for p in rolled["source"]["pieces"]]
+    assert rolled["source"]["from_raw"] == ["power_p95_w", "l2_probe", "work"]
+    assert len(raw["groups"]) >= 4 and raw["groups"][0]["energy_kwh"] > 0
+    assert any(g["health_gpu_hours"]["degraded"] > 0 for g in raw["groups"])
+    assert any(g["mig"]["enabled_gpus"] and g["mig"]["profiles"] for g in raw["groups"])
+    assert any(g["vgpu"]["instances"] and g["vgpu"]["types"] for g in raw["groups"])
+    assert any(g["p2p"]["nvlink"] for g in raw["groups"])
+    for doc in (rolled, raw):
+        doc.pop("source")
+    _same(rolled, raw)
+    return levels
+
+
+@pytest.mark.parametrize("by", ["model", "host", "gpu"])
+def test_every_figure_from_rollups_equals_the_raw_one(rolled_db, influxdb_v1, cli, by):
+    db, end_ns = rolled_db
+    # Inside minutes at both ends, and long enough for a whole hour: raw, 1m and 1h pieces.
+    start_ns, stop_ns = end_ns - DURATION_S * 10**9 + 437 * 10**9 + 1234, end_ns - 83 * 10**9
+    levels = _figures_equal(cli, influxdb_v1, db, start_ns, stop_ns, by)
+    assert levels[0] == levels[-1] == "raw" and "gpuagent_1m" in levels and "gpuagent_1h" in levels
+
+
+def test_on_bucket_edges_the_first_and_last_sample_times_come_from_raw(rolled_db, influxdb_v1, cli):
+    """From an hour's edge to a minute's: no raw piece, the GPUs' first and last samples are looked
+    for down the levels (gpu_hours, energy per GPU-hour)."""
+    db, end_ns = rolled_db
+    hour, minute = 3600 * 10**9, 60 * 10**9
+    start_ns = -(-(end_ns - DURATION_S * 10**9) // hour) * hour
+    stop_ns = (end_ns - 5 * minute) // minute * minute
+    stop_ns -= minute if stop_ns % hour == 0 else 0  # a minute's edge that is not an hour's
+    levels = _figures_equal(cli, influxdb_v1, db, start_ns, stop_ns, "gpu")
+    assert levels[0] == "gpuagent_1h" and levels[-1] == "gpuagent_1m" and "raw" not in levels
+
+
+def test_a_range_that_no_bucket_fits_in_is_read_raw(rolled_db, influxdb_v1, cli):
+    db, end_ns = rolled_db
+    start_ns = end_ns // 60_000_000_000 * 60_000_000_000 - 50 * 10**9
+    doc = _compare(cli, influxdb_v1, db, start_ns, start_ns + 40 * 10**9)
+    assert doc["source"]["kind"] == "raw"
+
+
+def test_init_twice_changes_nothing_and_status_says_how_far(rolled_db, influxdb_v1, cli):
+    db, end_ns = rolled_db
+    before = influxdb_v1.query("SHOW CONTINUOUS QUERIES")
+    result = cli("rollups", "init", "--url", influxdb_v1.url, "--database", db)
+    assert result.exit_code == 0, result.output
+    assert "nothing changed" in result.stdout and "created" not in result.stdout
+    assert influxdb_v1.query("SHOW CONTINUOUS QUERIES") == before
+    result = cli("rollups", "status", "--json", "--url", influxdb_v1.url, "--database", db)
+    assert result.exit_code == 0, result.output
+    levels = {lv["retention_policy"]: lv for lv in json.loads(result.stdout)["levels"]}
+    assert set(levels) == {"gpuagent_1m", "gpuagent_1h"}
+    for lv in levels.values():
+        assert lv["exists"] and lv["continuous_queries"] == lv["continuous_queries_expected"] > 0
+        assert lv["from"] is not None and lv["to"] is not None
+
+
+def _one_gpu(server, cli, db, end_s, since, odd_verdict=False):
+    """4 h of one GPU every 20 s (a `quarantined` verdict every minute with odd_verdict), rolled up."""
+    tags = "host=n1,uuid=GPU-n1-0,model=NVIDIA\\ L40S,gpu=0"
+    lines = []
+    for i in range(0, 4 * 3600, 20):
+        t = (end_s - 4 * 3600 + i) * 10**9
+        lines.append(f"gpu_power,{tags} power_w={100 + i % 7}.5,energy_j={1000.0 + i * 100} {t}")
+        lines.append(f'gpu_health,{tags} verdict="{"quarantined" if odd_verdict and i % 60 == 0 else "ok"}" {t}')
+    server.write(lines, db=db)
+    for command in (("init",), ("backfill", "--since", since)):
+        result = cli("rollups", *command, "--url", server.url, "--database", db)
+        assert result.exit_code == 0, result.output
+
+
+@pytest.fixture
+def fresh_db(influxdb_v1):
+    db = f"rollups_{uuid.uuid4().hex[:8]}"
+    influxdb_v1.create_database(db)
+    yield db
+    influxdb_v1.drop_database(db)
+
+
+def test_a_verdict_the_rollups_do_not_count_is_counted_from_raw(influxdb_v1, cli, fresh_db):
+    end_s = int(time.time()) // 60 * 60 - 60
+    _one_gpu(influxdb_v1, cli, fresh_db, end_s, "5h", odd_verdict=True)
+    start_ns, stop_ns = (end_s - 2 * 3600 - 7) * 10**9, (end_s - 13) * 10**9
+    rolled = _compare(cli, influxdb_v1, fresh_db, start_ns, stop_ns)
+    raw = _compare(cli, influxdb_v1, fresh_db, start_ns, stop_ns, "--raw")
+    assert rolled["source"]["kind"] == "rollup" and "health_gpu_hours" in rolled["source"]["from_raw"]
+    hours = rolled["groups"][0]["health_gpu_hours"]
+    assert hours["quarantined"] > 0 and hours == raw["groups"][0]["health_gpu_hours"]
+    for doc in (rolled, raw):
+        doc.pop("source")
+    _same(rolled, raw)
+
+
+def test_backfill_since_inside_an_hour_rolls_up_that_hour_whole(influxdb_v1, cli, fresh_db):
+    """--since 150m starts inside an hour of a longer history: the first 1h bucket still holds all of it."""
+    end_s = int(time.time()) // 60 * 60 - 60
+    _one_gpu(influxdb_v1, cli, fresh_db, end_s, "150m")
+    hour = 3600 * 10**9
+    start_ns = (time.time_ns() - 150 * 60 * 10**9) // hour * hour
+    assert start_ns >= (end_s - 4 * 3600) * 10**9
+    stop_ns = (end_s - 13) * 10**9
+    rolled = _compare(cli, influxdb_v1, fresh_db, start_ns, stop_ns)
+    assert rolled["source"]["pieces"][0] == {"from": rolled["range"]["start"], "to": rolled["source"]["pieces"][1]["from"],
+                                             "level": "gpuagent_1h"}
+    raw = _compare(cli, influxdb_v1, fresh_db, start_ns, stop_ns, "--raw")
+    for doc in (rolled, raw):
+        doc.pop("source")
+    _same(rolled, raw)
+
+
+def test_backfill_without_init_is_one_line(influxdb_v1, cli):
+    db = f"rollups_{uuid.uuid4().hex[:8]}"
+    influxdb_v1.create_database(db)
+    try:
+        result = cli("rollups", "backfill", "--url", influxdb_v1.url, "--database", db)
+    finally:
+        influxdb_v1.drop_database(db)
+    assert result.exit_code == 1
+    assert "run gpuagent rollups init" in result.stderr and "Traceback" not in result.output
+
+
+def test_status_from_the_config_and_on_a_database_without_rollups(influxdb_v1, cli, fresh_db, tmp_path):
+    config = tmp_path / "gpuagent.toml"
+    config.write_text(f'[sinks.influxdb]\nurl = "{influxdb_v1.url}"\napi = "v1"\ndatabase = "{fresh_db}"\n')
+    result = cli("rollups", "status", "--config", str(config))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "gpuagent_1m (60s): absent (gpuagent rollups init)",
+        "gpuagent_1h (3600s): absent (gpuagent rollups init)",
+    ]
+    assert cli("rollups", "init", "--config", str(config)).exit_code == 0
+    result = cli("rollups", "status", "--config", str(config))
+    assert result.exit_code == 0 and "no points" in result.stdout
