@@ -22,7 +22,6 @@ COMMANDS: dict[str, str] = {
     "inspect": "gpuagent.inspect:inspect",
     "sim": "gpuagent.sim.cli:sim_group",
     "compare": "gpuagent.compare.cli:compare",
-    "health": "gpuagent.commands.health:health",
     "probe": "gpuagent.probe.cli:probe",
     "top": "gpuagent.top.cli:top",
 }

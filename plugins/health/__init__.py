@@ -698,3 +698,11 @@ class HealthCollector(gpuagent.Collector):
 @gpuagent.hookimpl
 def gpuagent_register_collectors(register):
     register(HealthCollector)
+
+
+@gpuagent.hookimpl
+def gpuagent_register_commands(cli):
+    # `gpuagent health` is this plugin's: with the plugin disabled there is no such command.
+    from gpuagent.plugins.health.command import health
+
+    cli.add_command(health)
