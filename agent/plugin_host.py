@@ -230,6 +230,23 @@ def load_host(
     return PluginHost(disabled=disabled, plugins_dir=folder, load_entry_points=entry_points).load()
 
 
+_SHARED: list[PluginHost] = []
+
+
+def registered(kind: str, name: str) -> type:
+    """The class a loaded plugin registered (``kind``: "collectors" or "sinks"), for code that reads
+    what that plugin writes (compare reads the Prometheus sink's metric names and the InfluxDB
+    sink's config): the host is built once, through load_host; not loaded is a one-line AgentError."""
+    from gpuagent.errors import AgentError
+
+    if not _SHARED:
+        _SHARED.append(load_host())
+    cls = getattr(_SHARED[0], kind).get(name)
+    if cls is None:
+        raise AgentError(f"the {name} plugin is not loaded (see `gpuagent plugins`)")
+    return cls
+
+
 def builtin_names() -> list[str]:
     """The built-in plugins' names, in load order."""
     return [modname.rsplit(".", 1)[-1] for modname in DEFAULT_PLUGINS]

@@ -20,7 +20,7 @@ import pynvml
 
 import gpuagent
 from gpuagent.gpu import ABSENT_CODES, PERMANENT_CODES, Gpu, GpuLost
-from gpuagent.nvml_read import CYCLE, Field, FieldReader, field_value, poll
+from gpuagent.nvml_read import CYCLE, Field, FieldReader, field_value, poll, thermal_margin
 from gpuagent.plugins.health.catalog import LOST_XID, SEVERITY, load_catalog
 from gpuagent.plugins.health.inventory import AT_FIRST_START, expected_count, inventory_fields
 from gpuagent.plugins.health.levels import Level, reaches
@@ -595,9 +595,7 @@ class HealthCollector(gpuagent.Collector):
             fields["fabric_status"] = int(fabric.status)
             fields["fabric_clique_id"] = int(fabric.cliqueId)
             fields["fabric_health_mask"] = int(fabric.healthMask)
-        from gpuagent.plugins.power import thermal_margin
-
-        margin = thermal_margin(gpu)
+        margin = thermal_margin(gpu)  # power reads it too: once a tick (agent/nvml_read.py)
         if margin is not None:
             fields["thermal_margin_c"] = margin
         verdict, reason = self.verdict(gpu, fields, readings, nvlink, fabric)
