@@ -202,8 +202,8 @@ def gpu_facts(
         facts["pci_device_id"] = f"0x{int(pci.pciDeviceId):08X}" if pci is not None else None
         readings = read_all(gpu, collectors)
         for key in MEASUREMENTS:
-            if key in readings:
-                facts[key] = readings.pop(key)
+            # null where its plugin is not loaded: the document keeps its keys, without the plugin's facts.
+            facts[key] = readings.pop(key, None)
         facts["l2_probe"] = (l2_probes or {}).get(gpu.uuid)
         if "health" in readings:
             facts["health"] = readings.pop("health")

@@ -252,8 +252,8 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
             lines.append(f"\n  Health: {health_text(gpu['health'])}")
         return Group(title, lines)
 
-    # A measurement is absent where its plugin is not loaded: its cells stay blank, a row of two
-    # absent ones goes (the others keep their places).
+    # A measurement is null where its plugin is not loaded: its cells stay blank, a row of two
+    # blank ones goes (the others keep their places). MIG and vGPU are null on cards without them too: n/a.
     mem, clocks, power = gpu.get("gpu_memory"), gpu.get("gpu_clocks"), gpu.get("gpu_power")
     pcie, ecc = gpu.get("gpu_pcie"), gpu.get("gpu_health")
     pstate = clocks.get("pstate") if clocks else None
@@ -269,8 +269,7 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
         (clocks and ("Throttling", throttle_text(active_reasons(clocks))),
          clocks and ("P-state", f"P{pstate}" if pstate is not None else NA)),
         (pcie and ("PCIe link", pcie_text(pcie)), ecc and ("ECC", ecc_text(ecc))),
-        ("gpu_vgpu" in gpu and ("Virtualisation", virtualization_text(gpu["gpu_vgpu"])),
-         "gpu_mig" in gpu and ("MIG", mig_text(gpu["gpu_mig"]))),
+        (("Virtualisation", virtualization_text(gpu.get("gpu_vgpu"))), ("MIG", mig_text(gpu.get("gpu_mig")))),
     ]
     rows = [(*(left or ("", "")), *(right or ("", ""))) for left, right in cells if left or right]
     grid = Table.grid(padding=(0, 2))
