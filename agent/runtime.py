@@ -135,6 +135,7 @@ def build(options: Options, config: Config | None = None, plugins: PluginHost | 
         interval = cfg.interval or c.default_interval or config.agent.interval
         entries.append((c, interval, cfg.timeout or interval))
     scheduler = Scheduler(context, entries, sinks, config.agent.interval, failed_collectors=failed)
+    scheduler.fold_nvml_errors = bool(options.test)  # what --test prints stays readable
     return Agent(config, plugins, context, collectors, sinks, scheduler, nvml, options)
 
 

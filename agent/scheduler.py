@@ -173,6 +173,7 @@ class Scheduler:
         self.born = time.monotonic()  # a young agent's "last minute" covers only its life so far
         # Enabled collectors that could not be built (name -> why): reported, never run.
         self.failed_collectors = dict(failed_collectors or {})
+        self.fold_nvml_errors = False  # set by run --test
         self.sinks = isolate(sinks, self._sink_failed)
         self.agent_interval = agent_interval
         self.on_tick = on_tick
@@ -458,6 +459,10 @@ class Scheduler:
                 "fields_over_bound_total": metric.fields_over_bound_total,
             },
         )
+        if self.fold_nvml_errors:  # run --test: one line per collector (gpuagent.self_compact)
+            from gpuagent.self_compact import fold_nvml_errors
+
+            return fold_nvml_errors(acc.points)
         return acc.points
 
     def cost(self) -> dict[str, dict[str, float | int]]:

@@ -227,3 +227,8 @@ class InfluxQL:
 
     def close(self) -> None:
         self._pool.clear()
+
+
+def quote_ident(name: str) -> str:
+    """An InfluxQL identifier in double quotes (CREATE DATABASE "x"), its quotes and backslashes escaped."""
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -8,7 +8,8 @@ per-series rows to `build_work`, which does the arithmetic once:
   the increase of `units_total` from its first to its last sample in the range (a decrease is a
   restart: the increase over that interval is the new value, as Prometheus `increase()`), divided
   by `gpus`; its GPU-hours are that span; its energy is the GPU's `energy_j` increase over exactly
-  that span (the non-negative steps between samples inside it);
+  that span (the non-negative steps between samples inside it); work on a MIG slice (`mig_uuid`)
+  is charged the slice's share of both, its `gpu_share` (3/7 for a 3g slice; absent: 1);
 - cost = GPU-hours × the model's price per GPU-hour + energy × PUE × the price of a kWh
   (`[compare.prices]`, gpuagent.compare.prices), per series, so a group of several models is
   priced model by model;
@@ -33,7 +34,7 @@ from gpuagent.compare.report import NoData, Range, bucket_seconds, report_docume
 from gpuagent.errors import AgentError
 
 GPU = ("host", "uuid")
-SERIES_TAGS = ("host", "uuid", "model", "gpu", "workload", "unit", "work_id", "slurm_job_id")
+SERIES_TAGS = ("host", "uuid", "model", "gpu", "workload", "unit", "work_id", "slurm_job_id", "mig_uuid")
 WORK_GROUPS = {
     "model": ("model",),
     "host": ("host",),
@@ -51,10 +52,12 @@ WORKERS = 4
 WORK_DEFINITIONS = {
     "work.units": "per work series (a piece of work on one GPU), the increase of units_total from its first "
     "to its last sample in the range (a decrease is a restart: that interval adds the new value), / gpus; summed",
-    "work.gpu_hours": "per work series, its last - first sample time, summed (a piece of work on N GPUs counts N)",
+    "work.gpu_hours": "per work series, its last - first sample time × its gpu_share (a MIG slice's share of the GPU; "
+    "absent: 1), summed (a piece of work on N GPUs counts N)",
     "work.units_per_gpu_hour": "units / gpu_hours",
     "work.wh_per_unit": "energy / units, the energy per work series being the GPU's energy_j increase "
-    "(non-negative steps) between the series' first and last sample: exactly its GPUs over exactly its time",
+    "(non-negative steps) between the series' first and last sample × its gpu_share: exactly its GPUs (or MIG "
+    "slices' shares of them) over exactly its time",
     "work.cost_per_million_units": "1e6 × cost / units; cost per work series = gpu_hours × [compare.prices] "
     "gpu_hour of its model (else default) + energy kWh × pue × kwh; null without prices",
     "work.spread": "units_per_gpu_hour of each GPU of the group: min, max and the number of GPUs",
@@ -73,6 +76,12 @@ class WorkSeries:
     t1_ns: int
     increase: float  # of units_total, resets counted as restarts
     gpus: float
+    share: float = 1.0  # gpu_share: a MIG slice's share of its GPU's time and energy
+
+    @property
+    def gpu_seconds(self) -> float:
+        """The GPU time charged: the span × the slice's share."""
+        return self.seconds * self.share
 
     @property
     def units(self) -> float:
@@ -131,7 +140,7 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
     def group(key: tuple) -> dict[str, Any]:
         if key not in groups:
             groups[key] = {"key": dict(zip(gtags, key, strict=True)), "label": " / ".join(k or "-" for k in key),
-                           "_models": set(), "_hosts": set(), "_gpus": set(), "_cells": {}}
+                           "_models": set(), "_hosts": set(), "_gpus": set(), "_cells": {}, "_slices": {}}
         return groups[key]
 
     for s in series:
@@ -141,22 +150,23 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
         g["_models"].add(s.tags["model"])
         g["_hosts"].add(s.tags["host"])
         g["_gpus"].add(gpu)
-        joules = energies[(s.t0_ns, s.t1_ns)].get(gpu, 0.0)
+        joules = energies[(s.t0_ns, s.t1_ns)].get(gpu, 0.0) * s.share
         u = per_unit[key].setdefault(s.tags["unit"], {"units": 0.0, "seconds": 0.0, "joules": 0.0, "cost": 0.0,
                                                       "priced": True, "per_gpu": defaultdict(lambda: [0.0, 0.0])})
         u["units"] += s.units
-        u["seconds"] += s.seconds
+        u["seconds"] += s.gpu_seconds
         u["joules"] += joules
-        cost = prices.cost(s.tags["model"], s.seconds / 3600, joules / 3.6e6)
+        cost = prices.cost(s.tags["model"], s.gpu_seconds / 3600, joules / 3.6e6)
         if cost is None:
             u["priced"] = False
         else:
             u["cost"] += cost
         u["per_gpu"][gpu][0] += s.units
-        u["per_gpu"][gpu][1] += s.seconds
+        u["per_gpu"][gpu][1] += s.gpu_seconds
         if by not in GPU_GROUPINGS:  # the buckets the work ran in, weighted by its time in each
-            for t, hours in span_buckets(s.t0_ns, s.t1_ns, bucket):
-                g["_cells"][(gpu, t)] = max(hours, g["_cells"].get((gpu, t), 0.0))
+            for t, hours in span_buckets(s.t0_ns, s.t1_ns, bucket):  # (a MIG slice by its share)
+                k = (gpu, t, s.tags.get("mig_uuid", ""))
+                g["_slices"][k] = max(hours * s.share, g["_slices"].get(k, 0.0))
     if by in GPU_GROUPINGS:  # every GPU with readings, its idle time included
         for (gpu, _t) in cells:
             tags = {"host": gpu[0], "uuid": gpu[1], "model": model_of.get(gpu, "")}
@@ -174,6 +184,8 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
             if key in groups:  # every bucket counts its time in the range; allocated: some work ran in it
                 groups[key]["_cells"][(gpu, t)] = ((gpu, t) in allocated, overlap_hours(rng, t, bucket))
     for key, g in groups.items():
+        for (gpu, t, _slice), hours in g.pop("_slices").items():  # the slices of a GPU add up
+            g["_cells"][(gpu, t)] = g["_cells"].get((gpu, t), 0.0) + hours
         weighted = []
         for (gpu, t), mark in g.pop("_cells").items():
             cell = cells.get((gpu, t))
@@ -217,18 +229,18 @@ def cross_model(series: list[WorkSeries], energies: dict, prices: Prices) -> lis
     acc: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for s in series:
         gpu = tuple(s.tags[t] for t in GPU)
-        joules = energies[(s.t0_ns, s.t1_ns)].get(gpu, 0.0)
+        joules = energies[(s.t0_ns, s.t1_ns)].get(gpu, 0.0) * s.share
         m = acc[(s.tags["workload"], s.tags["unit"])].setdefault(
             s.tags["model"], {"units": 0.0, "seconds": 0.0, "joules": 0.0, "cost": 0.0, "priced": True,
                               "per_gpu": defaultdict(lambda: [0.0, 0.0])})
         m["units"] += s.units
-        m["seconds"] += s.seconds
+        m["seconds"] += s.gpu_seconds
         m["joules"] += joules
-        cost = prices.cost(s.tags["model"], s.seconds / 3600, joules / 3.6e6)
+        cost = prices.cost(s.tags["model"], s.gpu_seconds / 3600, joules / 3.6e6)
         m["priced"] = m["priced"] and cost is not None
         m["cost"] += cost or 0.0
         m["per_gpu"][gpu][0] += s.units
-        m["per_gpu"][gpu][1] += s.seconds
+        m["per_gpu"][gpu][1] += s.gpu_seconds
     out = []
     for (workload, unit), models in sorted(acc.items()):
         if len(models) < 2:
@@ -253,6 +265,12 @@ def cross_model(series: list[WorkSeries], energies: dict, prices: Prices) -> lis
                 r[f"{figure}_best_pct"] = 100 * r[figure] / best if best and r[figure] is not None else None
         out.append({"workload": workload, "unit": unit, "models": rows})
     return out
+
+
+def _share(v) -> float:
+    """gpu_share as read: a fraction in (0, 1]; absent (a whole GPU) or out of range counts 1."""
+    f = _finite(v)
+    return f if f is not None and 0 < f <= 1 else 1.0
 
 
 def _finite(v) -> float | None:
@@ -297,23 +315,26 @@ class InfluxWork:
             f'SELECT FIRST("units_total") {base}',
             f'SELECT LAST("units_total") {base}',
             f'SELECT LAST("gpus") {base}',
+            f'SELECT LAST("gpu_share") {base}',
             f"SELECT SUM(d) FROM ({diffs}) WHERE {self.range.clause()} GROUP BY {by}",
             f"SELECT d FROM ({steps}) WHERE {self.range.clause()} AND d < 0 GROUP BY {by}",
             f'SELECT LAST("power_w") FROM "gpu_power" WHERE {self._w(work=False)} GROUP BY "host", "uuid"',
         )
         with ThreadPoolExecutor(WORKERS) as pool:
-            first, last, gpus, sums, drops, count = pool.map(self.client.rows, queries)
+            first, last, gpus, shares, sums, drops, count = pool.map(self.client.rows, queries)
         self._gpu_count = len(count)
         key = lambda r: tuple(r.get(t) or "" for t in SERIES_TAGS)  # noqa: E731
         last_t = {key(r): r["time"] for r in last}
         n_gpus = {key(r): r["last"] for r in gpus}
+        share = {key(r): r["last"] for r in shares}
         total = {key(r): r["sum"] or 0.0 for r in sums}
         restarts = self._restart_values(drops)
         out = []
         for r in first:
             k = key(r)
             out.append(WorkSeries(dict(zip(SERIES_TAGS, k, strict=True)), r["time"], last_t.get(k, r["time"]),
-                                  total.get(k, 0.0) + restarts.get(k, 0.0), float(n_gpus.get(k) or 1)))
+                                  total.get(k, 0.0) + restarts.get(k, 0.0), float(n_gpus.get(k) or 1),
+                                  _share(share.get(k))))
         return out
 
     def _restart_values(self, drops: list[dict]) -> dict[tuple, float]:
@@ -469,6 +490,7 @@ class PromWork:
         self._ready()
         n = self.names
         u, g = self._sel("gpu_work", "units_total"), self._sel("gpu_work", "gpus")
+        sh = self._sel("gpu_work", "gpu_share")
         r = f"{u}[{n.window}]"
         by = ", ".join(SERIES_TAGS)
         # A counter that restarted: MetricsQL's increase_prometheus() adds up the steps inside the window
@@ -479,16 +501,17 @@ class PromWork:
             (f"min by ({by}) ({self._t('first', u, n.window)})", n.at, "work: first samples"),
             (f"max by ({by}) ({self._t('last', u, n.window)})", n.at, "work: last samples"),
             (f"max by ({by}) (last_over_time({g}[{n.window}]))", n.at, "work: GPUs per piece of work"),
+            (f"max by ({by}) (last_over_time({sh}[{n.window}]))", n.at, "work: MIG slices' shares of their GPU"),
             (f"group by (host, uuid, model) (count_over_time({self._sel('gpu_power', 'power_w', False)}[{n.window}]))",
              n.at, "work: the GPUs and their models"),
         ]
-        inc_rows, first, last, gpus, models = self.client.many(calls)
+        inc_rows, first, last, gpus, shares, models = self.client.many(calls)
         self._model_of = {(r["metric"].get("host", ""), r["metric"].get("uuid", "")): r["metric"].get("model", "")
                           for r in models}
         self._gpu_count = len(self._model_of)
         key = lambda row: tuple(row["metric"].get(t, "") for t in SERIES_TAGS)  # noqa: E731
         val = lambda row: _finite(row["value"][1])  # noqa: E731
-        incs, lasts, ngpus = ({key(x): val(x) for x in rows} for rows in (inc_rows, last, gpus))
+        incs, lasts, ngpus, share = ({key(x): val(x) for x in rows} for rows in (inc_rows, last, gpus, shares))
         out = []
         for x in first:
             k = key(x)
@@ -497,7 +520,8 @@ class PromWork:
                 continue
             t1 = lasts.get(k) if lasts.get(k) is not None else t0
             out.append(WorkSeries(dict(zip(SERIES_TAGS, k, strict=True)), int(round(t0 * 1000)) * 1_000_000,
-                                  int(round(t1 * 1000)) * 1_000_000, incs.get(k) or 0.0, ngpus.get(k) or 1.0))
+                                  int(round(t1 * 1000)) * 1_000_000, incs.get(k) or 0.0, ngpus.get(k) or 1.0,
+                                  _share(share.get(k))))
         return out
 
     def energy(self, t0_ns: int, t1_ns: int, gpus=None) -> dict[tuple, float]:

@@ -134,5 +134,23 @@ class WorkSim:
                     "source": p.workload.source,
                     "work_id": p.work_id,
                 }
-                out.append(serialize("gpu_work", tags, {"units_total": int(p.total), "gpus": len(p.gpus)}, t_ns))
+                fields = {"units_total": int(p.total), "gpus": len(p.gpus)}
+                slices = mig_slices(self.machine.devices[g])
+                if not slices:
+                    out.append(serialize("gpu_work", tags, fields, t_ns))
+                for mig_tags, share in slices:
+                    # One server per MIG slice, doing the slice's share of the GPU's work; tagged and
+                    # charged as the work collector does (plugins/work: mig_uuid, gpu_share).
+                    out.append(serialize("gpu_work", {**tags, **mig_tags, "work_id": f"{p.work_id}/{mig_tags['gi_id']}"},
+                                         {**fields, "units_total": int(p.total * share), "gpu_share": share}, t_ns))
         return out
+
+
+def mig_slices(device) -> list[tuple[dict[str, str], float]]:
+    """A MIG-enabled GPU's devices: their tags (as plugins/mig names them) and their share of the
+    GPU (compute slices / max_devices, as plugins/mig.shared_devices rounds it)."""
+    total = (device.mig or {}).get("max_devices") if device.mig_enabled else None
+    if not total:
+        return []
+    return [({"gi_id": str(m.gi_id), "ci_id": str(m.ci_id), "mig_uuid": m.uuid.decode(), "mig_profile": m.profile},
+             round(m.slices / total, 6)) for m in device.mig_devices]

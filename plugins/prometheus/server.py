@@ -22,10 +22,13 @@ from __future__ import annotations
 import logging
 import queue
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ssl
 
 BACKLOG = 128
 MAX_REQUEST_HEAD = 16 * 1024
@@ -138,7 +141,7 @@ class MetricsServer:
             conn.do_handshake()
         except TimeoutError:
             raise DeadlineExceeded from None
-        except (ssl.SSLError, ConnectionError):
+        except (_ssl_error(), ConnectionError):
             self.handshake_failures_total += 1  # plain HTTP, an unknown CA, no client certificate
             raise OSError("handshake failed") from None
 
@@ -268,3 +271,11 @@ def _refuse(conn: socket.socket) -> None:
         pass
     finally:
         conn.close()
+
+
+def _ssl_error() -> type[Exception]:
+    """ssl.SSLError, imported where a TLS handshake happens (ssl is loaded by then): the module is
+    not imported by an agent that serves plain HTTP."""
+    import ssl
+
+    return ssl.SSLError

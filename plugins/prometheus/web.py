@@ -17,20 +17,23 @@ import base64
 import hashlib
 import hmac
 import os
-import ssl
 import threading
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from gpuagent.errors import AgentError
 
-_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
-             "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+if TYPE_CHECKING:
+    import ssl
+
+# Names in the ssl module, looked up when a context is built: ssl (4 MB) is imported only by an
+# agent that serves TLS (tests/test_lazy_imports.py).
+_VERSIONS = {"TLS10": "TLSv1", "TLS11": "TLSv1_1", "TLS12": "TLSv1_2", "TLS13": "TLSv1_3"}
 # exporter-toolkit's names. RequestClientCert and RequireAnyClientCert (a certificate asked for but
 # not verified) have no counterpart in OpenSSL through Python's ssl module: refused by the model.
-_CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
-                "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
+_CLIENT_AUTH = {"NoClientCert": "CERT_NONE", "VerifyClientCertIfGiven": "CERT_OPTIONAL",
+                "RequireAndVerifyClientCert": "CERT_REQUIRED"}
 TlsVersion = Literal["TLS10", "TLS11", "TLS12", "TLS13"]
 
 
@@ -84,16 +87,18 @@ class CertReloader:
         return tuple(out)
 
     def _build(self) -> ssl.SSLContext:
+        import ssl
+
         tls = self.tls
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = _VERSIONS[tls.min_version]
-        ctx.maximum_version = _VERSIONS[tls.max_version]
+        ctx.minimum_version = getattr(ssl.TLSVersion, _VERSIONS[tls.min_version])
+        ctx.maximum_version = getattr(ssl.TLSVersion, _VERSIONS[tls.max_version])
         try:
             ctx.load_cert_chain(tls.cert_file, tls.key_file)
         except (OSError, ssl.SSLError) as exc:
             raise AgentError(f"sinks.prometheus.tls_server_config: cannot load cert_file {tls.cert_file} / "
                              f"key_file {tls.key_file}: {getattr(exc, 'strerror', None) or exc}") from None
-        ctx.verify_mode = _CLIENT_AUTH[tls.client_auth_type]
+        ctx.verify_mode = getattr(ssl, _CLIENT_AUTH[tls.client_auth_type])
         if tls.client_ca_file:
             try:
                 ctx.load_verify_locations(cafile=tls.client_ca_file)

@@ -193,7 +193,7 @@ class Discovery:
             source = families.detect(answer.body) if answer.status == 200 else None
             if source is None:
                 listener.other.add(port)
-                log.info("work: pid %d port %d answers no known server's /metrics; left alone", pid, port)
+                log.debug("work: pid %d port %d answers no known server's /metrics; left alone", pid, port)
                 continue
             workload = ""
             if source == "tgi":

@@ -99,8 +99,9 @@ def _raw(influxdb_v1, db, measurement, fields, start_ns, stop_ns):
 
 
 def recompute(influxdb_v1, db, start_ns, stop_ns, prices=PRICES):
-    """Per (model, workload) and unit: units, GPU-hours, Wh and $ from the raw points, as the docs say."""
-    work = _raw(influxdb_v1, db, "gpu_work", ["units_total", "gpus"], start_ns, stop_ns)
+    """Per (model, workload) and unit: units, GPU-hours, Wh and $ from the raw points, as the docs say
+    (work on a MIG slice charged its gpu_share of the GPU-hours and energy)."""
+    work = _raw(influxdb_v1, db, "gpu_work", ["units_total", "gpus", "gpu_share"], start_ns, stop_ns)
     power = _raw(influxdb_v1, db, "gpu_power", ["energy_j"], start_ns, stop_ns)
     energy_of = {}
     for tags, rows in power.items():
@@ -119,11 +120,13 @@ def recompute(influxdb_v1, db, start_ns, stop_ns, prices=PRICES):
         t0, t1 = rows[0]["time"], rows[-1]["time"]
         samples = [(ts, e) for ts, e in energy_of[(t["host"], t["uuid"])] if t0 <= ts <= t1]
         joules = sum(max(0.0, e2 - e1) for (_, e1), (_, e2) in zip(samples, samples[1:], strict=False))
-        hours = (t1 - t0) / 3.6e12
+        share = rows[-1].get("gpu_share") or 1.0
+        joules *= share
+        hours = (t1 - t0) / 3.6e12 * share
         price = prices["gpu_hour"].get(t["model"], prices["gpu_hour"]["default"])
         o = out[(t["model"], t["workload"], t["unit"])]
         o["units"] += increase / rows[-1]["gpus"]
-        o["seconds"] += (t1 - t0) / 1e9
+        o["seconds"] += (t1 - t0) / 1e9 * share
         o["joules"] += joules
         o["cost"] += price * hours + prices["kwh"] * prices["pue"] * joules / 3.6e6
     return out, resets
