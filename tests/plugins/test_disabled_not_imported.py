@@ -71,10 +71,11 @@ def test_inspect_neither_imports_nor_shows_a_plugin_disabled_in_the_config(tmp_p
     from gpuagent.facts import schema
 
     cfg = tmp_path / "gpuagent.toml"
-    cfg.write_text('[plugins]\ndisabled = ["power", "p2p"]\n')
+    cfg.write_text('[plugins]\ndisabled = ["power", "p2p", "mig"]\n')
     args = ["inspect", "--simulate", "h100-sxm:2", "--config", str(cfg)]
     proc, mods = imported_modules([*args, "--json"], tmp=str(tmp_path))
-    assert "gpuagent.plugins.power" not in mods and "gpuagent.plugins.p2p" not in mods
+    # Not through another plugin either (health read power's margin, work read mig's shared name).
+    assert not {"gpuagent.plugins.power", "gpuagent.plugins.p2p", "gpuagent.plugins.mig"} & mods
     assert "gpuagent.plugins.clocks" in mods  # the check can see a plugin module being imported
     doc = json.loads(proc.stdout)
     jsonschema.validate(doc, schema())
