@@ -80,14 +80,23 @@ def gather(
 ) -> dict[str, Any]:
     """Every fact `inspect` shows, for ``selected`` GPUs (default: all) of an open NvmlSession.
 
-    ``plugins`` is a loaded PluginHost (its plugins are listed, failed ones
-    with their error); None lists none. ``l2_probes`` is
+    ``plugins`` is a loaded PluginHost (plugin_host.load_host): its collectors
+    read (those with a ``read_gpu``), its plugins are listed, failed ones with
+    their error; None reads and lists none. ``l2_probes`` is
     ``gpuagent.probe.readback.latest_l2_probes()``.
     """
     all_gpus = list(session.gpus)
     chosen = list(selected) if selected is not None else all_gpus
     collectors = readers(plugins, session, hostname)
-    gpus = [gpu_facts(gpu, l2_probes or {}, collectors) for gpu in chosen]
+    try:
+        gpus = [gpu_facts(gpu, l2_probes or {}, collectors) for gpu in chosen]
+        pairs = p2p_facts(chosen, all_gpus, collectors)
+    finally:
+        for collector in collectors:
+            try:
+                collector.close()
+            except Exception as exc:  # a third-party close() that raises: said, never inspect's failure
+                log.warning("collector %s: close failed: %s: %s", collector.name, type(exc).__name__, exc)
     # GPUs NVML lists but that could not be opened: shown with the reason (not with --gpu).
     unavailable = list(getattr(session, "unavailable", None) or ()) if selected is None else []
     gpus = sorted(gpus + [unavailable_facts(g) for g in unavailable], key=lambda g: g["index"])
@@ -101,7 +110,7 @@ def gather(
         },
         "driver": driver_facts(session),
         "gpus": gpus,
-        "p2p": p2p_facts(chosen, all_gpus, collectors),
+        "p2p": pairs,
         "plugins": plugin_facts(plugins),
     }
 
