@@ -25,6 +25,14 @@ def _load_servers():
 servers = _load_servers()
 
 
+@pytest.fixture
+def dripping_server():
+    """A local HTTP server that drips a valid answer one byte at a time (tests/servers.py)."""
+    server = servers.DrippingServer()
+    yield server
+    server.close()
+
+
 @pytest.fixture(scope="session")
 def influxdb_v1(tmp_path_factory):
     """A running influxd 1.x shared by the session, database "gpuagent" created. Do not stop it."""

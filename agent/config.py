@@ -58,6 +58,21 @@ class PluginsSection(BaseModel):
     dir: str = ""
 
 
+class CompareSection(BaseModel):
+    """`[compare]`: where `gpuagent compare` and `top --fleet` read the fleet by PromQL (the
+    InfluxQL path reads [sinks.influxdb]); the agent itself reads none of it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    promql_url: str = ""
+    scheme: Literal["auto", "influx", "prometheus"] = "auto"
+    namespace: str = "gpuagent"
+    timeout: Duration = 60.0
+    verify_tls: bool = True
+    token: str | None = None  # sent as Authorization: Bearer
+    prices: dict[str, Any] = {}  # [compare.prices]: checked by gpuagent.compare.prices
+
+
 class TopLevel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -65,7 +80,7 @@ class TopLevel(BaseModel):
     plugins: PluginsSection = PluginsSection()
     collectors: dict[str, dict[str, Any]] = {}
     sinks: dict[str, dict[str, Any]] = {}
-    compare: dict[str, Any] = {}  # read by `gpuagent compare` (gpuagent.compare.promql), not by the agent
+    compare: CompareSection = CompareSection()
 
 
 @dataclass
@@ -77,6 +92,7 @@ class Config:
     agent: AgentSection
     plugins: PluginsSection
     raw: dict[str, Any]
+    compare: CompareSection = field(default_factory=CompareSection)
     collectors: dict[str, CollectorConfig] = field(default_factory=dict)
     sinks: dict[str, SinkConfig] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -116,7 +132,11 @@ def read_config(path: str | Path | None) -> Config:
     except ValidationError as exc:
         raise ConfigError(f"{label}: {format_validation_error(exc)}") from None
     _check_agent(top.agent, label)
-    return Config(path=resolved, agent=top.agent, plugins=top.plugins, raw=raw)
+    if top.compare.prices:
+        from gpuagent.compare.prices import parse_prices
+
+        parse_prices(top.compare.prices, label)  # a wrong price is one line at `config check` too
+    return Config(path=resolved, agent=top.agent, plugins=top.plugins, raw=raw, compare=top.compare)
 
 
 def _check_agent(agent: AgentSection, label: str) -> None:

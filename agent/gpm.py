@@ -4,8 +4,9 @@ Shared by the memory (DRAM bandwidth, SM and tensor activity), mig (per GPU
 instance utilisation) and nvlink (per link throughput) collectors. A sampler
 keeps two NVML samples and alternates them: each read takes a new sample and
 returns the metrics over the time since the previous one, so the first read
-after start returns nothing; ``GpmSamplers.warm_up`` takes those first samples
-for every source a run is about to read and waits once for all of them.
+after start returns nothing. ``GpmSamplers.start_run``, the one set-up of the three
+collectors, frees the samplers of sources gone since the last run and takes the first
+samples of new ones, waiting once for all of them.
 """
 
 from __future__ import annotations
@@ -138,6 +139,19 @@ class GpmSampler:
         self._have_previous = False
 
 
+def whole_gpus(gpus: Iterable[Gpu], uses: Callable[[Gpu], bool]) -> list[tuple[Gpu, None]]:
+    """The GPM sources of a collector that reads whole GPUs: those of `gpus` that `uses`
+    (a GPU lost while asked is left out; its collector meets GpuLost when it reads it)."""
+    sources = []
+    for gpu in gpus:
+        try:
+            if uses(gpu):
+                sources.append((gpu, None))
+        except GpuLost:
+            continue
+    return sources
+
+
 class GpmSamplers:
     """One sampler per source, created on first use, freed on close()."""
 
@@ -173,6 +187,18 @@ class GpmSamplers:
         if primed:
             time.sleep(seconds)
         return primed
+
+    def start_run(self, sources: Iterable[tuple[Gpu, int | None]], seconds: float) -> bool:
+        """A collector's GPM set-up at the start of a run, given the sources it reads this run:
+        free the samplers of the sources not among them (a lost GPU, a destroyed GPU
+        instance), then warm up the new ones (see warm_up). Returns whether it waited."""
+        sources = list(sources)
+        keep = {(gpu.uuid, gpu_instance_id) for gpu, gpu_instance_id in sources}
+        self.forget(lambda uuid, gpu_instance_id: (uuid, gpu_instance_id) in keep)
+        return self.warm_up(sources, seconds)
+
+    def __len__(self) -> int:
+        return len(self._samplers)
 
     def forget(self, keep: Callable[[str, int | None], bool]) -> None:
         """Free the samplers of sources that are gone (a destroyed GPU instance, a lost GPU)."""

@@ -1,7 +1,7 @@
 """One GPU as collectors see it: identity tags, cached static facts, and the NVML error policy.
 
 Every NVML read of the agent, built-in or third-party, goes through ``Gpu.query``
-(``static``, ``nvml_read.poll``/``poll_first``/``FieldReader``, the facts of
+(``static``, ``nvml_read.poll_first``/``FieldReader``, the facts of
 `inspect` and the MIG/vGPU adapters all call it). One policy, by return code:
 
 - GPU_IS_LOST: the GPU is marked lost and ``GpuLost`` is raised (the lost-GPU path).

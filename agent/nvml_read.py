@@ -3,8 +3,6 @@
 - ``valid``: NVML's "not available" values (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF,
   and 0 where 0 cannot be a real reading) become None, so no sentinel number
   ever reaches a field.
-- ``poll``: ``gpu.query`` under its older name (the error policy lives in
-  ``Gpu.query``: a call refused for good is not asked again, see gpuagent.gpu).
 - ``poll_first``: the first of several spellings of one call that answers.
 - ``FieldReader``: several readings in one nvmlDeviceGetFieldValues call. The
   first read asks for every field; each entry follows ``Gpu.query``'s policy
@@ -60,14 +58,6 @@ def valid(value: Any, *, zero: bool = True) -> Any:
         if not math.isfinite(value) or (not zero and value == 0.0):
             return None
     return value
-
-
-def poll(gpu: Gpu, fn: Callable[..., Any], *args: Any) -> Any:
-    """``gpu.query(fn, *args)``: the same policy (a permanently refused call is not asked again).
-
-    Kept as a name of its own because collectors use it; it is ``query`` since the policy moved there.
-    """
-    return gpu.query(fn, *args)
 
 
 def poll_first(gpu: Gpu, names: tuple[str, ...], *args: Any) -> Any:

@@ -43,3 +43,38 @@ def gpm_warmup_on_sim_clock(sim_clock, monkeypatch):
     # One warm-up for memory, nvlink and mig: GpmSamplers.warm_up in gpuagent.gpm.
     monkeypatch.setattr(gpm, "time", SimpleNamespace(sleep=sim_clock.advance))
     return sim_clock
+
+
+@pytest.fixture
+def two_cycles(nvml_calls, sim_clock, recording_accumulator):
+    """two_cycles(collector, advance=10) -> (NVML calls of its first run in all, the calls by
+    name of its second run `advance` simulated seconds later): the per-cycle cost the plugins'
+    tests bound (the first run adds the static reads)."""
+
+    def run(collector, advance: float = 10.0) -> tuple[int, Counter]:
+        calls = nvml_calls()
+        collector.collect(recording_accumulator)
+        first = sum(calls.values())
+        calls.clear()
+        sim_clock.advance(advance)
+        collector.collect(recording_accumulator)
+        return first, calls
+
+    return run
+
+
+@pytest.fixture
+def captured_run(tmp_path, simulated_fleet, sim_clock, recording_accumulator):
+    """captured_run(capture, make) -> the capture's profile, after one run of the collector
+    `make(machine)` builds on that profile, 30 s into a training load (the points are in
+    recording_accumulator). A capture of None skips the test (tests/captures.py)."""
+    from captures import capture_profile
+
+    def run(capture, make) -> dict:
+        spec, profile = capture_profile(capture, tmp_path)
+        machine = simulated_fleet(spec, scenario="training")
+        sim_clock.advance(30)
+        make(machine).collect(recording_accumulator)
+        return profile
+
+    return run

@@ -3,7 +3,7 @@
 # lintian to check it): the agent in its own virtualenv under /usr/lib/gpuagent, built from the wheel
 # with pip from PyPI on Debian's python3.11, /usr/bin/gpuagent, the systemd unit,
 # /etc/gpuagent/gpuagent.toml as a conffile. Why a virtualenv and not Debian's python3 modules:
-# Debian 12 has pydantic 1 (the agent needs 2), no influxdb-client and no nvidia-ml-py.
+# Debian 12 has pydantic 1 (the agent needs 2) and no nvidia-ml-py.
 # Depends (packaging/deb/control): python3.11, libc6 for the wheels' extensions, procps for the
 # unit's ExecReload=/bin/kill (systemd-analyze verify refuses the unit without it).
 # The state directory is the unit's StateDirectory= (systemd makes it at start, with

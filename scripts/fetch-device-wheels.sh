@@ -22,8 +22,8 @@ PIP=${PIP:-$LOCAL_PY -m pip}
 # What the package needs (setup.cfg install_requires), its tests, the bench, and
 # the build tools for a non-editable install of this tree there (--no-build-isolation).
 PACKAGES=(
-    nvidia-ml-py click pluggy influxdb-client psutil pydantic pydantic-core rich
-    pytest jsonschema prometheus-client numpy setuptools wheel blessed wcwidth
+    nvidia-ml-py click pluggy psutil pydantic pydantic-core rich bcrypt
+    pytest jsonschema prometheus-client influxdb-client numpy setuptools wheel blessed wcwidth
 )
 if [[ "${WITH_CUPY:-0}" == 1 ]]; then PACKAGES+=(cupy-cuda12x); fi
 # Pure-Python packages published as source only: built into wheels here. Their

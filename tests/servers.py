@@ -662,3 +662,66 @@ class VmalertServer(_Server):
         if status != 200:
             raise RuntimeError(f"vmalert /api/v1/alerts: {status} {data[:300]!r}")
         return json.loads(data)["data"]["alerts"]
+
+
+class DrippingServer:
+    """A local HTTP server that answers every request with a valid 200, one byte every `pace`
+    seconds: a per-read socket timeout never fires against it, only a whole-request deadline
+    does. `finished` counts the answers sent to their last byte; `cut` those whose client
+    hung up first. Only this kind of server can drip, so it is not a real one (see
+    plugins/influxdb/tests/test_faults.py for the sink's own)."""
+
+    def __init__(self, body: bytes = b'{"status": "success", "data": {"result": []}, "results": [{}]}',
+                 pace: float = 0.25):
+        import threading
+
+        self.answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        self.answer += b"Content-Length: %d\r\n\r\n" % len(body) + body
+        self.pace = pace
+        self.finished = self.cut = 0
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        import threading
+
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                head += chunk
+            try:
+                for byte in self.answer:
+                    if self._stop.wait(self.pace):
+                        return
+                    conn.sendall(bytes([byte]))
+            except OSError:  # the client shut its socket: its deadline passed
+                self.cut += 1
+                return
+            self.finished += 1
+
+    def wait_cut(self, timeout: float = 10.0) -> bool:
+        """Whether the client hung up on an answer (seen by the next byte the server drips)."""
+        end = time.monotonic() + timeout
+        while not self.cut and time.monotonic() < end:
+            time.sleep(0.05)
+        return self.cut > 0
+
+    def close(self) -> None:
+        self._stop.set()
+        self._sock.close()

@@ -329,3 +329,30 @@ def test_a_bad_url_is_echoed_with_its_credentials_masked(invoke, tmp_path, url, 
         f'gpuagent: error: {path}: sinks.influxdb: url: expected http://HOST:PORT or https://HOST:PORT, got "{shown}"\n'
     )
     assert "hunter2" not in result.stderr
+
+
+@pytest.mark.parametrize(("table", "error"), [
+    ('[compare]\npromql_url = "http://vm:8428"\nschema = "influx"\n', "compare.schema: unknown key"),
+    ('[compare]\nscheme = "graphite"\n',
+     "compare.scheme: expected 'auto', 'influx' or 'prometheus', got \"graphite\""),
+    ('[compare]\ntimeout = "soon"\n', "compare.timeout: "),
+    ('[compare]\nverify_tls = "no"\n', 'compare.verify_tls: expected true or false, got "no"'),
+    ('[compare.prices]\nkwh = -1\n', "compare.prices.kwh: expected a number >= 0, got -1"),
+])
+def test_config_check_types_the_compare_table(invoke, tmp_path, table, error):
+    # [compare] is read by `gpuagent compare` only, but `config check` is where a typo shows.
+    path = tmp_path / "gpuagent.toml"
+    path.write_text(table)
+    check = invoke("config", "check", str(path))
+    lines = check.stderr.strip().splitlines()
+    assert check.exit_code == 1 and len(lines) == 1 and lines[0].startswith(f"gpuagent: error: {path}: {error}"), (
+        check.stderr)
+
+
+def test_the_compare_table_reaches_compare_typed(tmp_path):
+    path = tmp_path / "gpuagent.toml"
+    path.write_text('[compare]\npromql_url = "http://vm:8428/"\ntimeout = "90s"\nscheme = "influx"\n')
+    from gpuagent.compare.promql import prom_connection_from
+
+    conn = prom_connection_from(str(path), None)
+    assert (conn.url, conn.timeout, conn.scheme, conn.namespace) == ("http://vm:8428", 90.0, "influx", "gpuagent")

@@ -16,7 +16,10 @@ from test_plugin_readmes import CODE, ROW, is_documented
 
 from conftest import REPO
 
-TEMPLATED = ("clocks", "power", "memory", "pcie", "p2p", "nvlink", "mig", "vgpu")
+TEMPLATED = ("clocks", "power", "memory", "pcie", "p2p", "nvlink", "mig", "vgpu", "host", "processes", "health")
+# Plugins that write several measurements (the title names them all, in this order).
+MEASUREMENTS = {"host": ("host", "host_cpu"), "processes": ("gpu_process", "gpu_job", "gpu_attribution"),
+                "health": ("gpu_health", "gpu_inventory", "gpu_action")}
 SECTIONS = ["Tags", "Fields", "Config", "Example output"]
 FIELD_HEADER = "| field | type | unit | NVML source | notes |"
 TYPES = {"int", "float", "bool", "string"}
@@ -36,12 +39,14 @@ def field_rows(fields: str) -> list[list[str]]:
     return rows
 
 
-def check(text: str, measurement: str) -> list[str]:
+def check(text: str, measurement: str | tuple[str, ...]) -> list[str]:
     """What is wrong with one README against the template; [] when nothing."""
     problems = []
+    measurements = (measurement,) if isinstance(measurement, str) else measurement
     title = text.splitlines()[0]
-    if not re.fullmatch(rf"# [a-z0-9_]+: `{measurement}`", title):
-        problems.append(f"title {title!r}: want '# <plugin>: `{measurement}`'")
+    spans = ", ".join(f"`{m}`" for m in measurements)
+    if not re.fullmatch(rf"# [a-z0-9_]+: {re.escape(spans)}", title):
+        problems.append(f"title {title!r}: want '# <plugin>: {spans}'")
     headings = [h for h in re.findall(r"^## (.+)$", text, re.M) if h in SECTIONS]
     if headings != SECTIONS:
         return [*problems, f"sections {headings}, want {SECTIONS} in this order"]
@@ -59,8 +64,8 @@ def check(text: str, measurement: str) -> list[str]:
     names, spans = documented_text(text)
     for line in example:
         got, tags, point_fields, _ = parse_line(line)
-        if got != measurement:
-            problems.append(f"example of {got}, not {measurement}")
+        if got not in measurements:
+            problems.append(f"example of {got}, not of {spans}")
         problems += [f"example field {f} has no row" for f in point_fields if not is_documented(f, names)]
         problems += [f"example tag {t} not named" for t in tags if not is_documented(t, names | spans)]
     return problems
@@ -78,7 +83,8 @@ def test_readme_follows_the_template(plugin):
 
     module = importlib.import_module(f"gpuagent.plugins.{plugin}")
     text = (REPO / "plugins" / plugin / "README.md").read_text()
-    assert not check(text, module.MEASUREMENT), "\n".join(check(text, module.MEASUREMENT))
+    measurements = MEASUREMENTS.get(plugin) or module.MEASUREMENT
+    assert not check(text, measurements), "\n".join(check(text, measurements))
 
 
 def test_the_check_finds_a_missing_section_a_bad_row_and_an_undocumented_example_field():

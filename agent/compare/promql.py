@@ -5,7 +5,7 @@ with its `/select/0/prometheus` prefix in the URL), Mimir and Thanos: only
 the standard API is used; `engine` says whether MetricsQL's
 `tfirst_over_time` / `tlast_over_time` exist (VictoriaMetrics), which spares
 a subquery. Every failure is one line naming the URL and what the query was
-for. Only the standard library and urllib3 (already a dependency).
+for. Requests go through gpuagent.http_client (a deadline on each as a whole).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from gpuagent.compare.query import SLOW, slow_answer, unreachable_reason
-from gpuagent.errors import AgentError, ConfigError
+from gpuagent.compare.query import send
+from gpuagent.errors import AgentError
 
 
 @dataclass
@@ -47,39 +47,17 @@ def promql_url_from(config_path: str | None, url: str | None, influx_url: str | 
 
     if resolve_path(config_path) is None:
         return None
-    table = read_config(config_path).raw.get("compare", {})
-    return table.get("promql_url") or None if isinstance(table, dict) else None
+    return read_config(config_path).compare.promql_url or None
 
 
 def prom_connection_from(config_path: str | None, url: str | None) -> PromConnection:
-    """`--promql-url` over `[compare] promql_url` of the config (with scheme, namespace, timeout)."""
-    from pydantic import BaseModel, ConfigDict, ValidationError
+    """`--promql-url` over `[compare] promql_url` of the config (with scheme, namespace, timeout):
+    the table as gpuagent.config.CompareSection typed it (a wrong key or type is one line there)."""
+    from gpuagent.config import CompareSection, read_config, resolve_path
 
-    class CompareTable(BaseModel):
-        model_config = ConfigDict(extra="forbid", strict=True)
-        promql_url: str = ""
-        scheme: str = "auto"
-        namespace: str = "gpuagent"
-        timeout: float = 60.0
-        verify_tls: bool = True
-        token: str | None = None
-        prices: dict = {}  # [compare.prices], read by gpuagent.compare.prices
-
-    table: dict = {}
-    if config_path or not url:
-        from gpuagent.config import read_config, resolve_path
-
-        if resolve_path(config_path) is not None:
-            config = read_config(config_path)
-            table = config.raw.get("compare", {})
-    try:
-        cfg = CompareTable.model_validate(table)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"[compare] {key}: {first['msg']}") from None
-    if cfg.scheme not in ("auto", "influx", "prometheus"):
-        raise ConfigError(f"[compare] scheme: expected auto, influx or prometheus, got {cfg.scheme!r}")
+    cfg = CompareSection()
+    if (config_path or not url) and resolve_path(config_path) is not None:
+        cfg = read_config(config_path).compare
     url = url or cfg.promql_url
     parts = urllib.parse.urlsplit(url or "")
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -91,17 +69,7 @@ class PromQL:
     """`query(q, at, purpose)` -> the result list; `many([...])` runs several at once."""
 
     def __init__(self, conn: PromConnection, workers: int = 4):
-        import urllib3
-
         self.conn = conn
-        self._urllib3 = urllib3
-        self._pool = urllib3.PoolManager(
-            num_pools=2,
-            maxsize=workers,
-            retries=False,
-            timeout=urllib3.Timeout(total=conn.timeout),
-            cert_reqs="CERT_REQUIRED" if conn.verify_tls else "CERT_NONE",
-        )
         self._headers = {"Content-Type": "application/x-www-form-urlencoded"}
         if conn.token:
             self._headers["Authorization"] = f"Bearer {conn.token}"
@@ -112,25 +80,16 @@ class PromQL:
     def _post(self, path: str, params: dict, purpose: str) -> Any:
         url = f"{self.conn.url}{path}"
         self.requests += 1
+        resp = send("POST", url, self.conn.timeout, self.conn.verify_tls, f"the PromQL server at {self.conn.url}",
+                    purpose, urllib.parse.urlencode(params).encode(), self._headers)
         try:
-            resp = self._pool.request("POST", url, body=urllib.parse.urlencode(params), headers=self._headers)
-        except self._urllib3.exceptions.HTTPError as exc:
-            if slow_answer(exc):
-                raise AgentError(
-                    f"the PromQL server at {self.conn.url} did not answer within {self.conn.timeout:g}s "
-                    f"({purpose}; {SLOW})"
-                ) from None
-            raise AgentError(
-                f"cannot reach the PromQL server at {self.conn.url} ({purpose}): {unreachable_reason(exc)}"
-            ) from None
-        try:
-            doc = json.loads(resp.data or b"{}")
+            doc = json.loads(resp.body or b"{}")
         except ValueError:
             doc = {}
         if resp.status in (401, 403):
             raise AgentError(f"the PromQL server at {self.conn.url} refused the credentials ({resp.status}, {purpose})")
         if resp.status >= 300 or doc.get("status") != "success":
-            error = doc.get("error") or resp.data[:200].decode(errors="replace").strip() or f"HTTP {resp.status}"
+            error = doc.get("error") or resp.body[:200].decode(errors="replace").strip() or f"HTTP {resp.status}"
             error = " ".join(str(error).split())
             raise AgentError(f"the PromQL server at {self.conn.url} answered an error ({purpose}): {error}")
         return doc.get("data", {})
@@ -159,4 +118,4 @@ class PromQL:
         return self.engine
 
     def close(self) -> None:
-        self._pool.clear()
+        pass  # a connection per request: nothing is kept open

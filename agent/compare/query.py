@@ -2,8 +2,8 @@
 
 One client for InfluxDB 1.x (`/query?db=`, Basic auth), 2.x through its
 v1-compatible API (a DBRP mapping of the bucket, `Authorization: Token …`)
-and 3.x (`/query?db=` with a token). Only the standard library and urllib3
-(already a dependency through influxdb-client) are used.
+and 3.x (`/query?db=` with a token), through gpuagent.http_client (a deadline on each
+request as a whole, a bounded answer).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+from gpuagent import http_client
 from gpuagent.errors import AgentError, ConfigError
 
 
@@ -115,36 +116,33 @@ def _sink_table(config_path: str | None) -> dict | None:
 SLOW = "a long range or a large fleet: give it longer with --timeout"
 
 
-def slow_answer(exc: Exception) -> bool:
-    """urllib3 gave up reading: the server took the request and stayed silent (slow, not gone)."""
-    import urllib3
-
-    timed_out = urllib3.exceptions.ReadTimeoutError
-    return isinstance(exc, timed_out) or isinstance(getattr(exc, "reason", None), timed_out)
+ANSWER_BYTES = 256 << 20  # the most of one query's answer read; a range that asks more is cut
+TOO_BIG = "narrow it with --since or --where"
 
 
-def unreachable_reason(exc: Exception) -> str:
-    """Why a request urllib3 gave up on could not reach the server: "connection refused",
-    "timed out" (connecting), or urllib3's own words."""
-    text = str(getattr(exc, "reason", None) or exc)
-    return "connection refused" if "refused" in text else "timed out" if "timed out" in text.lower() else text
+def send(method: str, url: str, timeout: float, verify_tls: bool, server: str, purpose: str = "",
+         body: bytes | None = None, headers: dict | None = None) -> http_client.Answer:
+    """One request to a query server, or one AgentError line naming `server` (and `purpose`):
+    unreachable, slow (the deadline passed after it took the connection) or an answer too long."""
+    why = f" ({purpose})" if purpose else ""
+    try:
+        answer = http_client.request(method, url, timeout=timeout, body=body, headers=headers,
+                                     limit=ANSWER_BYTES, verify_tls=verify_tls)
+    except http_client.RequestFailed as exc:
+        if exc.timed_out and exc.connected:
+            slow = f"{purpose}; {SLOW}" if purpose else SLOW
+            raise AgentError(f"{server} did not answer within {timeout:g}s ({slow})") from None
+        raise AgentError(f"cannot reach {server}{why}: {exc.reason}") from None
+    if not answer.complete:
+        raise AgentError(f"{server} answered more than {ANSWER_BYTES >> 20} MiB{why}: {TOO_BIG}")
+    return answer
 
 
 class InfluxQL:
     """A thin InfluxQL client: `query(q)` -> the result's series; `write(body)` -> posts line protocol."""
 
     def __init__(self, conn: Connection):
-        import urllib3
-
         self.conn = conn
-        self._urllib3 = urllib3
-        self._pool = urllib3.PoolManager(
-            num_pools=2,
-            maxsize=4,
-            retries=False,
-            timeout=urllib3.Timeout(total=conn.timeout),
-            cert_reqs="CERT_REQUIRED" if conn.verify_tls else "CERT_NONE",
-        )
         self._headers: dict[str, str] = {}
         if conn.token:
             self._headers["Authorization"] = f"Token {conn.token}"
@@ -160,16 +158,8 @@ class InfluxQL:
         url = f"{self.conn.url}{path}?{urllib.parse.urlencode(params)}"
         with self._count_lock:  # a report asks several queries at once
             self.requests += 1
-        try:
-            return self._pool.request(
-                method, url, body=body, headers={**self._headers, **(headers or {})}, retries=False
-            )
-        except self._urllib3.exceptions.HTTPError as exc:
-            if slow_answer(exc):
-                raise AgentError(
-                    f"InfluxDB at {self.conn.url} did not answer within {self.conn.timeout:g}s ({SLOW})"
-                ) from None
-            raise AgentError(f"cannot reach InfluxDB at {self.conn.url}: {unreachable_reason(exc)}") from None
+        return send(method, url, self.conn.timeout, self.conn.verify_tls, f"InfluxDB at {self.conn.url}",
+                    body=body, headers={**self._headers, **(headers or {})})
 
     def query(self, q: str, post: bool = False) -> list[dict[str, Any]]:
         """Run one InfluxQL statement; the series of its result (`[]` when nothing matched).
@@ -179,7 +169,7 @@ class InfluxQL:
             params["rp"] = self.conn.retention_policy
         resp = self._request("POST" if post else "GET", "/query", params)
         try:
-            doc = json.loads(resp.data or b"{}")
+            doc = json.loads(resp.body or b"{}")
         except ValueError:
             doc = {}
         if resp.status in (401, 403):
@@ -222,11 +212,11 @@ class InfluxQL:
             {"Content-Type": "text/plain; charset=utf-8", "Content-Encoding": "gzip"},
         )
         if resp.status >= 300:
-            text = resp.data[:300].decode(errors="replace").strip()
+            text = resp.body[:300].decode(errors="replace").strip()
             raise AgentError(f"InfluxDB at {self.conn.url} refused a write ({resp.status}): {text}")
 
     def close(self) -> None:
-        self._pool.clear()
+        pass  # a connection per request: nothing is kept open
 
 
 def quote_ident(name: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pynvml
 
 import gpuagent
-from gpuagent.nvml_read import CYCLE, Field, FieldReader, poll, poll_first, valid
+from gpuagent.nvml_read import CYCLE, Field, FieldReader, poll_first, valid
 
 # (clock type, field stem) for nvmlDeviceGetClockInfo / nvmlDeviceGetMaxClockInfo.
 CLOCKS = (
@@ -102,7 +102,7 @@ def read_gpu(gpu: gpuagent.Gpu) -> dict[str, int | float | bool | None]:
     for clock_type, stem in CLOCKS:
         # 0 MHz is NVML's "not available" (e.g. on a MIG-enabled GPU), not a reading.
         fields[f"{stem}_clock_mhz"] = valid(
-            poll(gpu, pynvml.nvmlDeviceGetClockInfo, clock_type), zero=False
+            gpu.query(pynvml.nvmlDeviceGetClockInfo, clock_type), zero=False
         )
     for clock_type, stem in CLOCKS:
         fields[f"max_{stem}_clock_mhz"] = max_clock_mhz(gpu, clock_type)
@@ -110,7 +110,7 @@ def read_gpu(gpu: gpuagent.Gpu) -> dict[str, int | float | bool | None]:
         fields[f"applications_{stem}_clock_mhz"] = valid(
             poll_first(gpu, APPLICATIONS_CLOCK_CALLS, clock_type), zero=False
         )
-    pstate = poll(gpu, pynvml.nvmlDeviceGetPerformanceState)
+    pstate = gpu.query(pynvml.nvmlDeviceGetPerformanceState)
     fields["pstate"] = None if pstate is None or pstate == PSTATE_UNKNOWN else valid(pstate)
 
     supported = supported_reasons(gpu)

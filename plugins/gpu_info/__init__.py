@@ -16,7 +16,6 @@ from collections.abc import Callable
 import pynvml
 
 import gpuagent
-from gpuagent.nvml_read import poll
 
 MEASUREMENT = "gpu_info"
 
@@ -69,8 +68,8 @@ def read_gpu(gpu: gpuagent.Gpu, session) -> dict[str, str | bool | None]:
         ),
     }
     for name, (fn, args) in STRING_CALLS.items():
-        fields[name] = _text(poll(gpu, fn, *args))
-    mode = poll(gpu, pynvml.nvmlDeviceGetPersistenceMode)
+        fields[name] = _text(gpu.query(fn, *args))
+    mode = gpu.query(pynvml.nvmlDeviceGetPersistenceMode)
     fields["persistence_mode"] = None if mode is None else bool(mode)
     return fields
 

@@ -20,7 +20,7 @@ import pynvml
 
 import gpuagent
 from gpuagent.gpu import ABSENT_CODES, PERMANENT_CODES, Gpu, GpuLost
-from gpuagent.nvml_read import CYCLE, Field, FieldReader, field_value, poll, thermal_margin
+from gpuagent.nvml_read import CYCLE, Field, FieldReader, field_value, thermal_margin
 from gpuagent.plugins.health.catalog import LOST_XID, SEVERITY, load_catalog
 from gpuagent.plugins.health.inventory import AT_FIRST_START, expected_count, inventory_fields
 from gpuagent.plugins.health.levels import Level, reaches
@@ -572,7 +572,7 @@ class HealthCollector(gpuagent.Collector):
             fields["remapped_rows_uncorrectable"] = int(uncorrectable)
             fields["remapped_rows_pending"] = bool(rows_pending)
             fields["remapped_rows_failure"] = bool(failure)
-            histogram = poll(gpu, pynvml.nvmlDeviceGetRowRemapperHistogram)
+            histogram = gpu.query(pynvml.nvmlDeviceGetRowRemapperHistogram)
             if histogram is not None:
                 for bucket in HISTOGRAM_BUCKETS:
                     fields[f"row_remap_banks_{bucket}"] = int(getattr(histogram, bucket))
@@ -587,7 +587,7 @@ class HealthCollector(gpuagent.Collector):
         for kind in NVLINK_ERROR_FIELDS:
             if nvlink.get(kind):
                 fields[f"nvlink_{kind}_errors_total"] = sum(nvlink[kind].values())
-        fabric = poll(gpu, fabric_info)
+        fabric = gpu.query(fabric_info)
         if fabric is not None and fabric.state != pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
             fields["fabric_state"] = {1: "not_started", 2: "in_progress", 3: "completed"}.get(
                 int(fabric.state), str(int(fabric.state))

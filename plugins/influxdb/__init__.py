@@ -10,7 +10,6 @@ import base64
 import gzip
 import logging
 import os
-import socket
 import stat
 import threading
 import urllib.parse
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import BeforeValidator, Field, SecretStr, model_validator
 
 import gpuagent
+from gpuagent import http_client
 from gpuagent.batch_sender import Outcome, Result
 from gpuagent.delivery import Delivery, classify_http
 from gpuagent.durations import Duration, Interval
@@ -168,20 +168,17 @@ def answer_limit(status: int, sent: int, lines: int) -> int:
 
 
 class _HTTPTransport:
-    """POST line protocol over http.client, with a whole-request deadline and a bounded answer.
+    """POST line protocol through gpuagent.http_client: a whole-request deadline, a bounded answer.
 
     v1: /write?db=&rp=&precision=ns (InfluxDB 1.x); v2: /api/v2/write?org=&bucket=&precision=ns
-    (InfluxDB 2.x, 3.x, Cloud, 1.8+, VictoriaMetrics). A per-read socket timeout never fires
-    against a server that answers one byte at a time or never ends a chunked answer; a timer
-    shuts the socket down when the request as a whole has taken `timeout`, so the send fails
-    (and is retried) by then, in the calling thread: no thread is left behind. Up to two
-    keep-alive connections (a replay keeps two requests in flight).
+    (InfluxDB 2.x, 3.x, Cloud, 1.8+, VictoriaMetrics). A send that takes `timeout` in all
+    fails (and is retried) by then, in the calling thread. Up to two keep-alive connections (a
+    replay keeps two requests in flight).
     """
 
     def __init__(self, cfg: InfluxDBSinkConfig, token: str | None):
-        import http.client  # here, not at import: it loads ssl (4 MB) on agents that never send to InfluxDB
+        import http.client  # noqa: F401  here, not at import: it loads ssl (4 MB) on agents that never send
 
-        self._http = http.client
         self._v2 = cfg.api == "v2"
         parts = urllib.parse.urlsplit(cfg.url)
         base = parts.path.rstrip("/") or ""
@@ -193,8 +190,8 @@ class _HTTPTransport:
             if cfg.retention_policy:
                 params["rp"] = cfg.retention_policy
             self._path = base + "/write?" + urllib.parse.urlencode(params)
-        self._https = parts.scheme == "https"
-        self._host, self._port = parts.hostname or "127.0.0.1", parts.port
+        self._url = cfg.url
+        self._verify_tls = cfg.verify_tls
         self._headers = {"Content-Type": "text/plain; charset=utf-8", "Accept": "application/json",
                          "User-Agent": f"gpuagent/{gpuagent.__version__}"}
         if cfg.gzip:
@@ -211,14 +208,6 @@ class _HTTPTransport:
             self._headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
         self._gzip = cfg.gzip
         self._timeout = cfg.timeout
-        self._ssl = None
-        if self._https:
-            import ssl
-
-            self._ssl = ssl.create_default_context()
-            if not cfg.verify_tls:
-                self._ssl.check_hostname = False
-                self._ssl.verify_mode = ssl.CERT_NONE
         self._lock = threading.Lock()
         self._idle: list[http.client.HTTPConnection] = []
         self._active: set[http.client.HTTPConnection] = set()
@@ -228,9 +217,7 @@ class _HTTPTransport:
         with self._lock:
             if self._idle:
                 return self._idle.pop(), True
-        if self._https:
-            return self._http.HTTPSConnection(self._host, self._port, timeout=self._timeout, context=self._ssl), False
-        return self._http.HTTPConnection(self._host, self._port, timeout=self._timeout), False
+        return http_client.connection(self._url, self._timeout, self._verify_tls), False
 
     def send(self, body: bytes, lines: int) -> Result:
         data = gzip.compress(body, compresslevel=1) if self._gzip else body
@@ -244,39 +231,23 @@ class _HTTPTransport:
     def _request(self, conn: http.client.HTTPConnection, data: bytes, sent: int, lines: int,
                  reused: bool) -> tuple[Result, bool]:
         """One request on conn: (result, whether to try once more on a fresh connection)."""
-        fired = threading.Event()
-
-        def cut() -> None:
-            fired.set()
-            _shutdown(conn)
-
-        timer = threading.Timer(self._timeout, cut)
-        timer.daemon = True
-        timer.start()
         with self._lock:
             self._active.add(conn)
-        got_answer = False
         try:
-            if conn.sock is None:
-                conn.connect()
-            conn.request("POST", self._path, body=data, headers=self._headers)
-            resp = conn.getresponse()
-            got_answer = True
-            payload = resp.read(answer_limit(resp.status, sent, lines))
-            whole = resp.isclosed()  # http.client closes the response once its body is all read
-        except (OSError, self._http.HTTPException) as exc:
-            conn.close()
-            if fired.is_set():
-                return Result(Outcome.RETRY, None, f"no complete answer within {self._timeout:g}s"), False
+            answer = http_client.exchange(conn, "POST", self._path, timeout=self._timeout, body=data,
+                                          headers=self._headers,
+                                          limit=lambda status: answer_limit(status, sent, lines))
+        except http_client.RequestFailed as exc:
+            if exc.timed_out and exc.connected:
+                return Result(Outcome.RETRY, None, exc.reason), False
             if self._closed:
                 return Result(Outcome.RETRY, None, "cut short: the agent is stopping"), False
             # A kept-alive connection the server closed meanwhile: one more try on a new one.
-            return Result(Outcome.RETRY, None, _describe(exc)), reused and not got_answer
+            return Result(Outcome.RETRY, None, exc.reason), reused and not exc.answered
         finally:
-            timer.cancel()
             with self._lock:
                 self._active.discard(conn)
-        if fired.is_set() or not whole or resp.will_close:
+        if not answer.reusable:
             # The deadline passed as the answer completed (the socket is gone), or the rest
             # of a long body is not worth reading: this connection cannot be used again.
             conn.close()
@@ -286,8 +257,8 @@ class _HTTPTransport:
                     conn.close()
                 else:
                     self._idle.append(conn)
-        result = classify_http(resp.status, payload, resp.headers)
-        if self._v2 and resp.status == 404 and payload.strip() == b"404 page not found":
+        result = classify_http(answer.status, answer.body, answer.headers)
+        if self._v2 and answer.status == 404 and answer.body.strip() == b"404 page not found":
             # Go's default answer for a path the server does not route, as influxd before 1.8
             # gives for /api/v2/write: no database is missing, the API is.
             result.hint = 'the server has no v2 write API (/api/v2/write); InfluxDB 1.x before 1.8: set api = "v1"'
@@ -299,7 +270,7 @@ class _HTTPTransport:
             self._closed = True
             active = list(self._active)
         for conn in active:
-            _shutdown(conn)
+            http_client.shutdown(conn)
 
     def close(self) -> None:
         with self._lock:
@@ -307,26 +278,6 @@ class _HTTPTransport:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
-
-
-def _shutdown(conn: http.client.HTTPConnection) -> None:
-    sock = conn.sock
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-
-def _describe(exc: BaseException) -> str:
-    # urllib3 wraps the cause; the innermost reason reads best ("Connection refused").
-    reason = getattr(exc, "reason", None) or exc
-    text = str(reason)
-    if "Connection refused" in text:
-        return "connection refused"
-    if "timed out" in text.lower():
-        return "timed out"
-    return f"{type(reason).__name__}: {text}"[:300]
 
 
 class InfluxDBSink(gpuagent.Sink):

@@ -19,8 +19,8 @@ import pynvml
 
 import gpuagent
 from gpuagent import cuda_attrs, specs
-from gpuagent.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported
-from gpuagent.nvml_read import poll, valid
+from gpuagent.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported, whole_gpus
+from gpuagent.nvml_read import valid
 
 log = logging.getLogger("gpuagent.collector.memory")
 
@@ -122,32 +122,32 @@ def read_gpu(
     read has no earlier sample).
     """
     fields: dict[str, Any] = {}
-    info = poll(gpu, pynvml.nvmlDeviceGetMemoryInfo, pynvml.nvmlMemory_v2)
+    info = gpu.query(pynvml.nvmlDeviceGetMemoryInfo, pynvml.nvmlMemory_v2)
     if info is not None:
         fields["fb_reserved_bytes"] = valid(info.reserved)
     else:  # drivers before r510 have only the v1 struct (no reserved)
-        info = poll(gpu, pynvml.nvmlDeviceGetMemoryInfo)
+        info = gpu.query(pynvml.nvmlDeviceGetMemoryInfo)
     if info is not None:
         fields["fb_total_bytes"] = valid(info.total)
         fields["fb_used_bytes"] = valid(info.used)
         fields["fb_free_bytes"] = valid(info.free)
-    bar1 = poll(gpu, pynvml.nvmlDeviceGetBAR1MemoryInfo)
+    bar1 = gpu.query(pynvml.nvmlDeviceGetBAR1MemoryInfo)
     if bar1 is not None:
         fields["bar1_total_bytes"] = valid(bar1.bar1Total)
         fields["bar1_used_bytes"] = valid(bar1.bar1Used)
         fields["bar1_free_bytes"] = valid(bar1.bar1Free)
-    util = poll(gpu, pynvml.nvmlDeviceGetUtilizationRates)
+    util = gpu.query(pynvml.nvmlDeviceGetUtilizationRates)
     if util is not None:
         fields["gpu_util_pct"] = valid(util.gpu)
         # The share of time memory was read or written (busy time), not bandwidth.
         fields["memory_util_pct"] = valid(util.memory)
     # GPU-level video engines: the encoder through its call on every card (GPM has no NVENC
     # metric); the decoder through its call where GPM is not read (with GPM: nvdec_active_pct).
-    encoder = poll(gpu, pynvml.nvmlDeviceGetEncoderUtilization)
+    encoder = gpu.query(pynvml.nvmlDeviceGetEncoderUtilization)
     if encoder is not None:
         fields["encoder_util_pct"] = valid(encoder[0])
     if gpm_read is None:
-        decoder = poll(gpu, pynvml.nvmlDeviceGetDecoderUtilization)
+        decoder = gpu.query(pynvml.nvmlDeviceGetDecoderUtilization)
         if decoder is not None:
             fields["decoder_util_pct"] = valid(decoder[0])
 
@@ -186,7 +186,6 @@ class MemoryCollector(gpuagent.Collector):
     def __init__(self, config: MemoryConfig, context):
         super().__init__(config, context)
         self._gpm = GpmSamplers()
-        self._gpm_primed: set[str] = set()  # uuids of GPUs holding an earlier GPM sample
         # A simulated GPU's bus id may equal a real one on this machine: never ask the real CUDA driver.
         self._use_cuda = not context.simulated
 
@@ -201,18 +200,9 @@ class MemoryCollector(gpuagent.Collector):
         return self._gpm.read(gpu, metric_ids)
 
     def collect(self, acc: gpuagent.Accumulator) -> None:
-        gpus = self.gpus
-        # GPM reports over the interval between two samples: on the first run take the earlier
-        # sample of every GPM GPU, wait once for all of them, then collect as usual.
-        new = []
-        for gpu in gpus:
-            try:
-                if gpu.uuid not in self._gpm_primed and self._uses_gpm(gpu):
-                    new.append((gpu, None))
-                    self._gpm_primed.add(gpu.uuid)
-            except gpuagent.GpuLost:
-                continue
-        self._gpm.warm_up(new, self.config.gpm_warmup)
+        # GPM reports over the interval between two samples: a new GPU's earlier sample first
+        # (one wait for all of them), a lost GPU's sampler freed.
+        self._gpm.start_run(whole_gpus(self.gpus, self._uses_gpm), self.config.gpm_warmup)
         super().collect(acc)
 
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:

@@ -175,19 +175,14 @@ class MigCollector(gpuagent.Collector):
             if state is not None:
                 states.append((gpu, state))
         self.context.shared.publish(SHARED_NAME, shared_devices(states))
-        self._prime_gpm(states)
+        # A new GPU instance's earlier GPM sample first (one wait for all), a destroyed one's freed.
+        sources = [(gpu, gi_id) for gpu, state in states for gi_id in state["gpm_instances"]]
+        self._gpm.start_run(sources, self.config.gpm_warmup)
         for gpu, state in states:
             try:
                 self._emit(acc, gpu, state)
             except GpuLost:
                 continue
-        live = {(gpu.uuid, gi) for gpu, state in states for gi in state["gpm_instances"]}
-        self._gpm.forget(lambda uuid, gi: (uuid, gi) in live)
-
-    def _prime_gpm(self, states: list[tuple[Gpu, dict[str, Any]]]) -> None:
-        """Take the earlier GPM sample of every new GPU instance, then wait once for all of them."""
-        sources = [(gpu, gi_id) for gpu, state in states for gi_id in state["gpm_instances"]]
-        self._gpm.warm_up(sources, self.config.gpm_warmup)
 
     def _emit(self, acc: gpuagent.Accumulator, gpu: Gpu, state: dict[str, Any]) -> None:
         utilisation: dict[int, dict[str, float | None]] = {}

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable
 import pynvml
 
 import gpuagent
-from gpuagent.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported
-from gpuagent.gpu import Gpu, GpuLost, as_str
+from gpuagent.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported, whole_gpus
+from gpuagent.gpu import Gpu, as_str
 from gpuagent.nvlinks import card_links, link_states
 
 MEASUREMENT = "gpu_nvlink"
@@ -176,11 +176,9 @@ class NvlinkCollector(gpuagent.Collector):
         return self.config.gpm and bool(card_links(gpu)) and gpm_supported(gpu)
 
     def collect(self, acc: gpuagent.Accumulator) -> None:
-        # On the first run take the earlier GPM sample of every GPU, wait once for all, then collect.
-        self._gpm.warm_up(((gpu, None) for gpu in self.gpus if _uses(self._uses_gpm, gpu)), self.config.gpm_warmup)
+        # A new GPU's earlier GPM sample first (one wait for all of them), a lost GPU's sampler freed.
+        self._gpm.start_run(whole_gpus(self.gpus, self._uses_gpm), self.config.gpm_warmup)
         super().collect(acc)
-        live = {gpu.uuid for gpu in self.gpus}
-        self._gpm.forget(lambda uuid, _gi: uuid in live)  # free the samples of lost GPUs
 
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: Gpu) -> None:
         gpm_read = self._gpm.read if self._uses_gpm(gpu) else None
@@ -197,13 +195,6 @@ class NvlinkCollector(gpuagent.Collector):
 
     def close(self) -> None:
         self._gpm.close()
-
-
-def _uses(check: Callable[[Gpu], bool], gpu: Gpu) -> bool:
-    try:
-        return check(gpu)
-    except GpuLost:
-        return False
 
 
 def _bytes(mib_per_sec: float | None) -> float | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pynvml
 
 import gpuagent
-from gpuagent.nvml_read import CYCLE, Field, FieldReader, poll, valid
+from gpuagent.nvml_read import CYCLE, Field, FieldReader, valid
 
 # NVML reports throughput in KB/s, KB being 1024 bytes as everywhere in nvidia-smi.
 KIB = 1024
@@ -68,8 +68,8 @@ def link_value(value: int | None) -> int | None:
 def read_gpu(gpu: gpuagent.Gpu, throughput: bool = True) -> dict[str, int | None]:
     """One GPU's gpu_pcie fields; ``throughput`` samples the link (about 20 ms per direction)."""
     fields: dict[str, int | None] = {
-        "link_gen": link_value(poll(gpu, pynvml.nvmlDeviceGetCurrPcieLinkGeneration)),
-        "link_width": link_value(poll(gpu, pynvml.nvmlDeviceGetCurrPcieLinkWidth)),
+        "link_gen": link_value(gpu.query(pynvml.nvmlDeviceGetCurrPcieLinkGeneration)),
+        "link_width": link_value(gpu.query(pynvml.nvmlDeviceGetCurrPcieLinkWidth)),
         "max_link_gen": link_value(gpu.static("pcie.max_gen", pynvml.nvmlDeviceGetMaxPcieLinkGeneration)),
         "max_link_width": link_value(gpu.static("pcie.max_width", pynvml.nvmlDeviceGetMaxPcieLinkWidth)),
     }
@@ -78,7 +78,7 @@ def read_gpu(gpu: gpuagent.Gpu, throughput: bool = True) -> dict[str, int | None
             (pynvml.NVML_PCIE_UTIL_TX_BYTES, "tx_bytes_per_s"),
             (pynvml.NVML_PCIE_UTIL_RX_BYTES, "rx_bytes_per_s"),
         ):
-            kib = valid(poll(gpu, pynvml.nvmlDeviceGetPcieThroughput, counter))
+            kib = valid(gpu.query(pynvml.nvmlDeviceGetPcieThroughput, counter))
             fields[name] = None if kib is None else kib * KIB
     fields.update(FIELDS.read(gpu))
     return fields

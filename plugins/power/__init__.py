@@ -17,7 +17,6 @@ from gpuagent.nvml_read import (
     TLIMIT_ARCHS,
     Field,
     FieldReader,
-    poll,
     poll_first,
     thermal_margin,
     valid,
@@ -151,7 +150,7 @@ def read_gpu(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
         "power_limit_w": watts(readings.get("power_limit_mw")),
         "enforced_power_limit_w": watts(readings.get("enforced_power_limit_mw")),
         "temperature_c": valid(poll_first(gpu, TEMPERATURE_CALLS, pynvml.NVML_TEMPERATURE_GPU)),
-        "fan_speed_pct": valid(poll(gpu, pynvml.nvmlDeviceGetFanSpeed)),
+        "fan_speed_pct": valid(gpu.query(pynvml.nvmlDeviceGetFanSpeed)),
     }
     if gpu.arch in TLIMIT_ARCHS:
         fields["thermal_margin_c"] = thermal_margin(gpu)

@@ -28,7 +28,7 @@ import pynvml
 
 import gpuagent
 from gpuagent.gpu import GpuLost
-from gpuagent.nvml_read import poll, valid
+from gpuagent.nvml_read import valid
 from gpuagent.plugins.processes import kubelet as kubelet_api
 from gpuagent.plugins.processes import slurm
 from gpuagent.plugins.processes.attribution import OWNER_TAGS, PID_VANISHED, Attributor, Owner
@@ -216,7 +216,7 @@ class ProcessesCollector(gpuagent.Collector):
         for fn, kind in KINDS:
             if kind == "G" and not self.config.graphics:
                 continue
-            procs = poll(gpu, fn)
+            procs = gpu.query(fn)
             if procs is None:
                 procs = self._mig_lists(gpu, fn)
             for proc in procs or ():
@@ -232,7 +232,7 @@ class ProcessesCollector(gpuagent.Collector):
 
     def _mig_lists(self, gpu: gpuagent.Gpu, fn) -> list | None:
         """The list from each MIG device handle, where the parent's was refused (unprivileged)."""
-        modes = poll(gpu, pynvml.nvmlDeviceGetMigMode)
+        modes = gpu.query(pynvml.nvmlDeviceGetMigMode)
         if not modes or int(modes[0]) != pynvml.NVML_DEVICE_MIG_ENABLE:
             return None
         count = gpu.static("max_mig_device_count", pynvml.nvmlDeviceGetMaxMigDeviceCount) or 0
@@ -263,7 +263,7 @@ class ProcessesCollector(gpuagent.Collector):
         as NVIDIA's device plugin names them with MIG on); asked only when it names any."""
         if not any(uuid.startswith("MIG-") for uuid in self._pods):
             return {}
-        modes = poll(gpu, pynvml.nvmlDeviceGetMigMode)
+        modes = gpu.query(pynvml.nvmlDeviceGetMigMode)
         if not modes or int(modes[0]) != pynvml.NVML_DEVICE_MIG_ENABLE:
             return {}
         count = gpu.static("max_mig_device_count", pynvml.nvmlDeviceGetMaxMigDeviceCount) or 0
@@ -372,8 +372,8 @@ class ProcessesCollector(gpuagent.Collector):
             return
         # The GPU's own energy counter and busy time, on every job point of this GPU, so that a
         # job's energy is the increase of energy_j over its own series (see the README).
-        energy_mj = valid(poll(gpu, pynvml.nvmlDeviceGetTotalEnergyConsumption))
-        rates = poll(gpu, pynvml.nvmlDeviceGetUtilizationRates)
+        energy_mj = valid(gpu.query(pynvml.nvmlDeviceGetTotalEnergyConsumption))
+        rates = gpu.query(pynvml.nvmlDeviceGetUtilizationRates)
         gpu_util = valid(rates.gpu) if rates is not None else None
         pods = [k for k in jobs if k[0] == "k8s_pod_uid"]
         for key, job in jobs.items():

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pynvml
 
 from gpuagent.gpu import Gpu
-from gpuagent.nvml_read import poll, valid
+from gpuagent.nvml_read import valid
 from gpuagent.timebase import monotonic_clock
 
 ACCOUNTING_REFRESH_S = 30.0  # how stale the accounting mode may be
@@ -91,7 +91,7 @@ class ProcessUsage:
         now = self._clock()
         asked = self._accounting.get(gpu.index)
         if asked is None or now - asked[0] >= ACCOUNTING_REFRESH_S:
-            on = poll(gpu, pynvml.nvmlDeviceGetAccountingMode) == pynvml.NVML_FEATURE_ENABLED
+            on = gpu.query(pynvml.nvmlDeviceGetAccountingMode) == pynvml.NVML_FEATURE_ENABLED
             asked = self._accounting[gpu.index] = (now, on)
         return asked[1]
 

@@ -1,10 +1,11 @@
-"""One bounded HTTP GET: a timeout on connect and on each read, and a cap on the body."""
+"""One bounded HTTP GET: a deadline on the request as a whole, and a cap on the body."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+
+from gpuagent import http_client
 
 MAX_BODY = 16 << 20  # a vLLM /metrics with every histogram is well under 1 MiB
 ACCEPT = "text/plain;version=0.0.4"  # the Prometheus text format, not OpenMetrics
@@ -18,27 +19,15 @@ class Answer:
 
 
 def get(url: str, timeout: float, accept: str = ACCEPT) -> Answer:
-    import http.client  # here, not at load: it brings ssl (4 MB) to agents that never scrape
-
-    parts = urlsplit(url)
-    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    path = parts.path or "/"
-    if parts.query:
-        path += "?" + parts.query
-    conn = conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
+    """GET url within `timeout` seconds in all (gpuagent.http_client's deadline), at most MAX_BODY."""
     try:
-        conn.request("GET", path, headers={"Accept": accept, "User-Agent": "gpuagent-work"})
-        resp = conn.getresponse()
-        body = resp.read(MAX_BODY + 1)
-        if len(body) > MAX_BODY:
-            return Answer(resp.status, "", f"answer over {MAX_BODY >> 20} MiB")
-        return Answer(resp.status, body.decode("utf-8", errors="replace"))
-    except http.client.HTTPException as exc:  # answered, but not HTTP (an SSH banner, a DB port)
-        return Answer(0, "", f"not HTTP: {type(exc).__name__}")
-    except (OSError, ValueError) as exc:
-        return Answer(None, "", str(exc) or type(exc).__name__)
-    finally:
-        conn.close()
+        answer = http_client.request("GET", url, timeout=timeout, limit=MAX_BODY,
+                                     headers={"Accept": accept, "User-Agent": "gpuagent-work"})
+    except http_client.RequestFailed as exc:
+        return Answer(0 if exc.not_http else None, "", exc.reason)
+    if not answer.complete:
+        return Answer(answer.status, "", f"answer over {MAX_BODY >> 20} MiB")
+    return Answer(answer.status, answer.body.decode("utf-8", errors="replace"))
 
 
 def url_for(host: str, port: int, path: str) -> str:

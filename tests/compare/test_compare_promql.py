@@ -278,7 +278,7 @@ def test_bad_where_and_config_are_one_line(cli, tmp_path):
               "PromQL label matchers")
     config = tmp_path / "gpuagent.toml"
     config.write_text('[compare]\npromql_url = "http://127.0.0.1:9"\nscheme = "graphite"\n')
-    _one_line(cli("compare", "--config", str(config), "--since", "1h"), "[compare] scheme")
+    _one_line(cli("compare", "--config", str(config), "--since", "1h"), "compare.scheme: expected")
     _one_line(cli("compare", "--promql-url", "ftp://x", "--since", "1h"), "--promql-url")
     _one_line(cli("compare", "--promql-url", "http://127.0.0.1:9", "--url", "http://127.0.0.1:9", "--since", "1h"),
               "not both")

@@ -10,7 +10,7 @@ import pytest
 
 from gpuagent import facts
 from gpuagent.gpu import NvmlErrors, current_collector
-from gpuagent.nvml_read import Field, FieldReader, poll
+from gpuagent.nvml_read import Field, FieldReader
 from gpuagent.plugins.clocks import ClocksCollector
 from gpuagent.plugins.power import AVERAGED_FIELDS as POWER_FIELDS
 from gpuagent.testing import make_collector
@@ -95,7 +95,7 @@ def test_a_permanent_refusal_is_not_asked_again(simulated_fleet, code):
     machine.force("nvmlDeviceGetPowerUsage", code)
     gpu = machine.gpus[0]
     assert [gpu.query(pynvml.nvmlDeviceGetPowerUsage) for _ in range(3)] == [None] * 3
-    assert poll(gpu, pynvml.nvmlDeviceGetPowerUsage) is None
+    assert gpu.query(pynvml.nvmlDeviceGetPowerUsage) is None
     assert calls(machine, 0, "nvmlDeviceGetPowerUsage") == 1
     assert gpu.refused(pynvml.nvmlDeviceGetPowerUsage)
     ((_, call, number, count, gpus),) = gpu.errors.snapshot()

@@ -157,3 +157,20 @@ def test_a_server_that_stops_answering_keeps_the_last_frame(victoria_metrics_fac
         assert len(app.frame.rows) == HOSTS and "cannot reach the PromQL server" in app.frame.note
     finally:
         source.close()
+
+
+def test_a_dripping_server_is_cut_off_at_the_timeout_in_one_line(dripping_server):
+    # top --fleet asks through compare's clients: a server that answers a byte at a time is cut
+    # off at the connection's timeout (the whole request), in one line that says so.
+    from gpuagent.compare.promql import PromConnection, PromQL
+    from gpuagent.errors import AgentError
+    from gpuagent.top.fleet import PromFleet
+
+    source = PromFleet(PromQL(PromConnection(dripping_server.url, timeout=1.0)), by="host")
+    app = Top(source, View(fleet=True, sort="health"))
+    try:
+        with pytest.raises(AgentError, match=f"the PromQL server at {dripping_server.url} did not answer within 1s"):
+            app.refresh()
+        assert dripping_server.wait_cut() and dripping_server.finished == 0
+    finally:
+        source.close()

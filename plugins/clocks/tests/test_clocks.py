@@ -7,7 +7,7 @@ import json
 
 import pynvml
 import pytest
-from captures import capture_names, capture_profile
+from captures import capture_names
 
 from gpuagent.plugins.clocks import REASONS, ClocksCollector
 from gpuagent.plugins.power import PowerCollector
@@ -146,16 +146,10 @@ def test_lost_gpu_is_skipped_and_the_others_still_report(
 
 @pytest.mark.parametrize("profile, bound", [("l40s", 9), ("h100-sxm", 9), ("rtx4090", 9)])
 def test_nvml_calls_per_cycle(
-    profile, bound, simulated_fleet, nvml_calls, sim_clock, recording_accumulator
+    profile, bound, simulated_fleet, two_cycles
 ):
-    machine = simulated_fleet(profile, scenario="training")
-    clocks = collector(machine)
-    calls = nvml_calls()
-    clocks.collect(recording_accumulator)
-    first = sum(calls.values())
-    calls.clear()
-    sim_clock.advance(10)
-    clocks.collect(recording_accumulator)
+    clocks = collector(simulated_fleet(profile, scenario="training"))
+    first, calls = two_cycles(clocks, advance=10)
     steady = sum(calls.values())
     # Steady state: 4 current clocks, 2 applications clocks (not asked again where refused),
     # P-state, current reasons, field values for the reason time counters.
@@ -169,12 +163,9 @@ def test_nvml_calls_per_cycle(
 
 @pytest.mark.parametrize("capture", capture_names())
 def test_clocks_on_captured_profiles(
-    capture, tmp_path, simulated_fleet, sim_clock, recording_accumulator
+    capture, captured_run, recording_accumulator
 ):
-    spec, profile = capture_profile(capture, tmp_path)
-    machine = simulated_fleet(spec, scenario="training")
-    sim_clock.advance(30)
-    collector(machine).collect(recording_accumulator)
+    profile = captured_run(capture, collector)
     (point,) = recording_accumulator.by_measurement("gpu_clocks")
     assert point.tags["model"] == profile["product_name"]
     assert_clean(point.fields)

@@ -60,7 +60,7 @@ def test_readme_documents_every_field():
     time.sleep(0.25)
     acc = gpuagent.Accumulator()
     collector.collect(acc)
-    documented = set(re.findall(r"^\| ([a-z0-9_, ]+) \|", README.read_text(), re.M))
-    names = {n.strip() for row in documented for n in row.split(",")}
+    documented = set(re.findall(r"^\| ([a-z0-9_, `]+) \|", README.read_text(), re.M))
+    names = {n.strip().strip("`") for row in documented for n in row.split(",")}
     for field in acc.points[0].fields:
         assert field in names, f"{field} missing from {README}"

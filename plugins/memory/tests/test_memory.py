@@ -178,16 +178,10 @@ def test_memory_info_v1_on_old_drivers(simulated_fleet, recording_accumulator):
 # + encoder and decoder utilisation (the decoder from GPM on the H100): issue 32.
 @pytest.mark.parametrize("profile, bound", [("l40s", 5), ("h100-sxm", 6), ("rtx4090", 5)])
 def test_nvml_calls_per_cycle(
-    profile, bound, simulated_fleet, nvml_calls, sim_clock, recording_accumulator
+    profile, bound, simulated_fleet, two_cycles
 ):
-    machine = simulated_fleet(profile, scenario="training")
-    memory = collector(machine)
-    calls = nvml_calls()
-    memory.collect(recording_accumulator)
-    first = sum(calls.values())
-    calls.clear()
-    sim_clock.advance(10)
-    memory.collect(recording_accumulator)
+    memory = collector(simulated_fleet(profile, scenario="training"))
+    first, calls = two_cycles(memory, advance=10)
     # Steady state: memory info v2, BAR1, utilisation; GPM cards add one sample and one metrics call.
     assert sum(calls.values()) <= bound, dict(calls)
     for static in (
@@ -242,3 +236,19 @@ def test_video_engines_and_the_new_gpm_metrics(profile, simulated_fleet, sim_clo
     else:
         assert f["decoder_util_pct"] == 0
         assert not (new_gpm | engines) & set(f)
+
+
+def test_a_lost_gpus_gpm_samples_are_freed(simulated_fleet, sim_clock, recording_accumulator):
+    # Each GPM GPU holds two NVML samples; a GPU off the bus gives its samples back at the next
+    # run (the memory collector's own set-up once kept them until the agent stopped).
+    machine = simulated_fleet("h100-sxm:2", scenario="training")
+    memory = collector(machine)
+    memory.collect(recording_accumulator)
+    assert len(machine.gpm_samples) == 4
+    machine.lose_gpu(1)
+    for _ in range(2):
+        sim_clock.advance(10)
+        memory.collect(recording_accumulator)
+    assert len(machine.gpm_samples) == 2 and len(memory._gpm) == 1
+    memory.close()
+    assert not machine.gpm_samples

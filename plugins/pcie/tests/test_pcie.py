@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 import pytest
-from captures import capture_names, capture_profile
+from captures import capture_names
 
 from gpuagent.plugins.pcie import COUNTER_WRAP, PcieCollector, WrappedCounters
 from gpuagent.sim import load_profile
@@ -85,16 +85,10 @@ def test_slower_default_interval_and_throughput_switch(
 
 @pytest.mark.parametrize("profile, bound", [("l40s", 5), ("h100-sxm", 5), ("rtx4090", 5)])
 def test_nvml_calls_per_cycle(
-    profile, bound, simulated_fleet, nvml_calls, sim_clock, recording_accumulator
+    profile, bound, simulated_fleet, two_cycles
 ):
-    machine = simulated_fleet(profile, scenario="training")
-    pcie = collector(machine)
-    calls = nvml_calls()
-    pcie.collect(recording_accumulator)
-    first = sum(calls.values())
-    calls.clear()
-    sim_clock.advance(30)
-    pcie.collect(recording_accumulator)
+    pcie = collector(simulated_fleet(profile, scenario="training"))
+    first, calls = two_cycles(pcie, advance=30)
     # Steady state: current gen and width, TX and RX throughput, one field-values call (counters).
     assert sum(calls.values()) <= bound, dict(calls)
     assert calls["nvmlDeviceGetPcieThroughput"] == 2
@@ -107,12 +101,9 @@ def test_nvml_calls_per_cycle(
 
 @pytest.mark.parametrize("capture", capture_names())
 def test_pcie_on_captured_profiles(
-    capture, tmp_path, simulated_fleet, sim_clock, recording_accumulator
+    capture, captured_run, recording_accumulator
 ):
-    spec, profile = capture_profile(capture, tmp_path)
-    machine = simulated_fleet(spec, scenario="training")
-    sim_clock.advance(30)
-    collector(machine).collect(recording_accumulator)
+    profile = captured_run(capture, collector)
     (point,) = recording_accumulator.by_measurement("gpu_pcie")
     assert point.tags["model"] == profile["product_name"]
     assert_clean(point.fields)

@@ -6,7 +6,7 @@ import functools
 import json
 
 import pytest
-from captures import capture_names, capture_profile
+from captures import capture_names
 
 from gpuagent.plugins.power import PowerCollector
 from gpuagent.sim import load_profile
@@ -111,16 +111,10 @@ def test_zero_threshold_is_left_out(simulated_fleet, recording_accumulator, tmp_
 
 @pytest.mark.parametrize("profile, bound", [("l40s", 6), ("h100-sxm", 6), ("rtx4090", 6)])
 def test_nvml_calls_per_cycle(
-    profile, bound, simulated_fleet, nvml_calls, sim_clock, recording_accumulator
+    profile, bound, simulated_fleet, two_cycles
 ):
-    machine = simulated_fleet(profile, scenario="training")
-    power = collector(machine)
-    calls = nvml_calls()
-    power.collect(recording_accumulator)
-    first = sum(calls.values())
-    calls.clear()
-    sim_clock.advance(10)
-    power.collect(recording_accumulator)
+    power = collector(simulated_fleet(profile, scenario="training"))
+    first, calls = two_cycles(power, advance=10)
     # Steady state: power, management limit, enforced limit, temperature, fan (only where the
     # card has one), one field-values call for energy and memory temperature.
     assert sum(calls.values()) <= bound, dict(calls)
@@ -134,12 +128,9 @@ def test_nvml_calls_per_cycle(
 
 @pytest.mark.parametrize("capture", capture_names())
 def test_power_on_captured_profiles(
-    capture, tmp_path, simulated_fleet, sim_clock, recording_accumulator
+    capture, captured_run, recording_accumulator
 ):
-    spec, profile = capture_profile(capture, tmp_path)
-    machine = simulated_fleet(spec, scenario="training")
-    sim_clock.advance(30)
-    collector(machine).collect(recording_accumulator)
+    profile = captured_run(capture, collector)
     (point,) = recording_accumulator.by_measurement("gpu_power")
     assert point.tags["model"] == profile["product_name"]
     f = point.fields

@@ -9,7 +9,7 @@ import sys
 
 import psutil
 import pytest
-from captures import capture_names, capture_profile
+from captures import capture_names
 
 from gpuagent.plugins.processes import ProcessesCollector
 from gpuagent.testing import IDENTITY_TAGS as IDENTITY
@@ -100,12 +100,9 @@ def test_nvml_calls_per_cycle(
 
 @pytest.mark.parametrize("capture", capture_names())
 def test_processes_on_captured_profiles(
-    capture, tmp_path, simulated_fleet, sim_clock, recording_accumulator
+    capture, captured_run, recording_accumulator
 ):
-    spec, profile = capture_profile(capture, tmp_path)
-    machine = simulated_fleet(spec, scenario="training")
-    sim_clock.advance(30)
-    collector(machine).collect(recording_accumulator)
+    profile = captured_run(capture, collector)
     points = recording_accumulator.by_measurement("gpu_process")
     assert points, "a training GPU has processes"
     # The loaded run's processes, with the memory the capture shows ("N/A" on Windows: left out).
