@@ -23,7 +23,6 @@ COMMANDS: dict[str, str] = {
     "sim": "gpuagent.sim.cli:sim_group",
     "compare": "gpuagent.compare.cli:compare",
     "rollups": "gpuagent.compare.rollups_cli:rollups",
-    "health": "gpuagent.commands.health:health",
     "probe": "gpuagent.probe.cli:probe",
     "top": "gpuagent.top.cli:top",
 }
@@ -107,13 +106,13 @@ def disabled_plugins(argv: list[str]) -> list[str]:
 
 def build_cli(argv: list[str] | None = None) -> click.Group:
     """The CLI with the commands plugins add (gpuagent_register_commands)."""
-    from gpuagent.plugin_host import PluginHost
+    from gpuagent.plugin_host import load_host
 
     args = list(sys.argv[1:] if argv is None else argv)
     # Load errors are reported by `gpuagent plugins` and by run; not on every command.
     logging.getLogger("gpuagent.plugins").setLevel(logging.CRITICAL)
     try:
-        host = PluginHost(disabled=disabled_plugins(args)).load()
+        host = load_host(extra_disabled=disabled_plugins(args))
         host.register_commands(cli)
     finally:
         logging.getLogger("gpuagent.plugins").setLevel(logging.NOTSET)

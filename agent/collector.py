@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -63,6 +63,13 @@ class Collector:
 
     def collect_gpu(self, acc: Accumulator, gpu: Gpu) -> None:
         raise NotImplementedError(f"{type(self).__name__} implements neither collect nor collect_gpu")
+
+    def read_gpu(self, gpu: Gpu) -> dict[str, Any] | None:
+        """Optional: one GPU's facts for `gpuagent inspect`, read once (no earlier sample, no
+        waiting), keyed by the measurement they stream as, with the stream's field names: a dict
+        of fields, or for several points one object (the GPU's own fields, the others under
+        ``points``). Called on an instance built with the default Config. None: nothing to show."""
+        return None
 
     def close(self) -> None:
         """Release what the collector holds (threads, event sets). Called once at shutdown/reload."""

@@ -1,9 +1,11 @@
 """A machine's GPU facts as a plain dict (what `gpuagent inspect` shows): the collectors' readings, arranged.
 
 This module reads nothing of its own: each GPU's facts are the per-GPU
-readings of the collectors (``read_gpu`` of clocks, power, memory, pcie,
-mig, vgpu, nvlink; ``read_points`` of p2p), keyed by the measurement they
-stream as and with the stream's field names, so a fact means the same thing
+readings of the loaded collectors (their optional ``read_gpu(gpu)``: clocks,
+power, memory, pcie, health, mig, vgpu, nvlink and any third-party collector
+that has one; ``read_pairs`` of p2p), keyed by the measurement they stream as
+and with the stream's field names, so a disabled plugin is neither imported
+nor shown, so a fact means the same thing
 and has the same name in `inspect --json` as in InfluxDB. ``gather`` returns a
 JSON-ready dict (numbers as numbers, units in key names, None where the card
 does not offer a reading) that `inspect --json` prints as is and the human
@@ -28,7 +30,6 @@ from typing import Any
 import pynvml
 
 from gpuagent.gpu import Gpu, GpuLost
-from gpuagent.plugins import clocks, memory, mig, nvlink, p2p, pcie, power, vgpu
 
 log = logging.getLogger("gpuagent.facts")
 
@@ -48,15 +49,16 @@ REASON_WORDS = {
 }
 
 # The measurements of one GPU, in the order `inspect --json` gives them.
+# Others (third-party collectors') follow under "more". Names, not imports: agent/ knows no plugin.
 MEASUREMENTS = (
-    clocks.MEASUREMENT,
-    power.MEASUREMENT,
-    memory.MEASUREMENT,
-    pcie.MEASUREMENT,
+    "gpu_clocks",
+    "gpu_power",
+    "gpu_memory",
+    "gpu_pcie",
     "gpu_health",
-    mig.MEASUREMENT,
-    vgpu.MEASUREMENT,
-    nvlink.MEASUREMENT,
+    "gpu_mig",
+    "gpu_vgpu",
+    "gpu_nvlink",
 )
 
 
@@ -78,15 +80,23 @@ def gather(
 ) -> dict[str, Any]:
     """Every fact `inspect` shows, for ``selected`` GPUs (default: all) of an open NvmlSession.
 
-    ``plugins`` is a loaded PluginHost (its plugins are listed, failed ones
-    with their error); None lists none. ``l2_probes`` is
+    ``plugins`` is a loaded PluginHost (plugin_host.load_host): its collectors
+    read (those with a ``read_gpu``), its plugins are listed, failed ones with
+    their error; None reads and lists none. ``l2_probes`` is
     ``gpuagent.probe.readback.latest_l2_probes()``.
     """
     all_gpus = list(session.gpus)
     chosen = list(selected) if selected is not None else all_gpus
-    # As the memory collector: a simulated GPU's bus id may equal a real one here, never ask real CUDA.
-    use_cuda = not session.simulated
-    gpus = [gpu_facts(gpu, l2_probes or {}, use_cuda=use_cuda) for gpu in chosen]
+    collectors = readers(plugins, session, hostname)
+    try:
+        gpus = [gpu_facts(gpu, l2_probes or {}, collectors) for gpu in chosen]
+        pairs = p2p_facts(chosen, all_gpus, collectors)
+    finally:
+        for collector in collectors:
+            try:
+                collector.close()
+            except Exception as exc:  # a third-party close() that raises: said, never inspect's failure
+                log.warning("collector %s: close failed: %s: %s", collector.name, type(exc).__name__, exc)
     # GPUs NVML lists but that could not be opened: shown with the reason (not with --gpu).
     unavailable = list(getattr(session, "unavailable", None) or ()) if selected is None else []
     gpus = sorted(gpus + [unavailable_facts(g) for g in unavailable], key=lambda g: g["index"])
@@ -100,7 +110,7 @@ def gather(
         },
         "driver": driver_facts(session),
         "gpus": gpus,
-        "p2p": p2p_facts(chosen, all_gpus),
+        "p2p": pairs,
         "plugins": plugin_facts(plugins),
     }
 
@@ -167,59 +177,77 @@ def unavailable_facts(gpu: Any) -> dict[str, Any]:
     }
 
 
-def gpu_facts(gpu: Gpu, l2_probes: dict[str, dict[str, Any]] | None = None, use_cuda: bool = True) -> dict[str, Any]:
-    """One GPU's facts; a GPU lost before or while being read comes back as its identity, lost."""
+def readers(plugins: Any, session: Any, hostname: str | None = None) -> list[Any]:
+    """The loaded collectors that read for `inspect` (a ``read_gpu`` or ``read_pairs`` of their
+    own), each with its default config on ``session``; one that cannot be built is left out, said once."""
+    from gpuagent.collector import Collector
+    from gpuagent.context import AgentContext
+
+    if plugins is None:
+        return []
+    context = AgentContext(hostname=hostname or socket.gethostname(), gpus=list(session.gpus), nvml=session)
+    out = []
+    for name, cls in plugins.collectors.items():
+        if cls.read_gpu is Collector.read_gpu and not hasattr(cls, "read_pairs"):
+            continue
+        try:
+            out.append(cls(cls.Config(), context))
+        except Exception as exc:  # a third-party collector's bad constructor: not inspect's failure
+            log.warning("collector %s: cannot read for inspect: %s: %s", name, type(exc).__name__, exc)
+    return out
+
+
+def gpu_facts(
+    gpu: Gpu, l2_probes: dict[str, dict[str, Any]] | None = None, collectors: Iterable[Any] = ()
+) -> dict[str, Any]:
+    """One GPU's facts: each collector's ``read_gpu``, in MEASUREMENTS order, then the others'
+    under ``more``; a GPU lost before or while being read comes back as its identity (and verdict), lost."""
+    collectors = list(collectors)
     if gpu.lost:
-        return {**identity(gpu), "health": health_facts(gpu)}
+        return lost_facts(gpu, collectors)
     try:
         facts = identity(gpu)
         pci = gpu.static("pci_info", pynvml.nvmlDeviceGetPciInfo_v3)
         facts["pci_device_id"] = f"0x{int(pci.pciDeviceId):08X}" if pci is not None else None
-        facts[clocks.MEASUREMENT] = clocks.read_gpu(gpu)
-        facts[power.MEASUREMENT] = power.read_gpu(gpu)
-        facts[memory.MEASUREMENT] = memory.read_gpu(gpu, use_cuda=use_cuda)
-        facts[pcie.MEASUREMENT] = pcie.read_gpu(gpu, throughput=False)
-        facts["gpu_health"] = ecc_fields(gpu)
-        facts[mig.MEASUREMENT] = arrange(gpu, mig.read_gpu(gpu))
-        facts[vgpu.MEASUREMENT] = arrange(gpu, vgpu.read_gpu(gpu))
-        facts[nvlink.MEASUREMENT] = arrange(gpu, nvlink.read_gpu(gpu), summary_last=True)
+        readings = read_all(gpu, collectors)
+        for key in MEASUREMENTS:
+            # null where its plugin is not loaded: the document keeps its keys, without the plugin's facts.
+            facts[key] = readings.pop(key, None)
         facts["l2_probe"] = (l2_probes or {}).get(gpu.uuid)
-        facts["health"] = health_facts(gpu)
+        if "health" in readings:
+            facts["health"] = readings.pop("health")
+        if readings:
+            facts["more"] = readings
         if gpu.lost:  # refused mid-read without raising: what was read may be partial
-            return {**identity(gpu), "health": health_facts(gpu)}
+            return lost_facts(gpu, collectors)
         return facts
     except GpuLost:
-        return {**identity(gpu), "health": health_facts(gpu)}
+        return lost_facts(gpu, collectors)
 
 
-def health_facts(gpu: Gpu) -> dict[str, Any]:
-    """The health collector's verdict and reason from one read (its rules, its README's table)."""
-    from gpuagent.accumulator import Accumulator
-    from gpuagent.context import AgentContext
-    from gpuagent.plugins.health import HealthCollector
-
-    lost = {"verdict": "lost", "reason": "The GPU answers GPU_IS_LOST."}
-    if gpu.lost:
-        return lost
-    collector = HealthCollector(HealthCollector.Config(xid_events=False), AgentContext("inspect", gpus=[gpu]))
-    acc = Accumulator()
-    try:
-        collector.collect_gpu(acc, gpu)  # not collect(): a one-off view never takes a lost GPU back
-    except GpuLost:
-        return lost
-    except pynvml.NVMLError as exc:
-        log.warning("GPU %d: health read failed: %s; shown as degraded", gpu.index, exc)
-        return {"verdict": "degraded", "reason": f"Health could not be read ({exc})."}
-    fields = acc.points[-1].fields
-    return {"verdict": fields["verdict"], "reason": fields["verdict_reason"]}
+def read_all(gpu: Gpu, collectors: Iterable[Any]) -> dict[str, Any]:
+    """Every collector's ``read_gpu`` of one GPU, merged; a third-party one that fails is left out
+    (one warning line); GpuLost goes to the caller."""
+    readings: dict[str, Any] = {}
+    for collector in collectors:
+        try:
+            reading = collector.read_gpu(gpu)
+        except GpuLost:
+            raise
+        except Exception as exc:
+            log.warning("GPU %d: collector %s failed to read: %s: %s", gpu.index, collector.name, type(exc).__name__, exc)
+            continue
+        readings.update(reading or {})
+    return readings
 
 
-def ecc_fields(gpu: Gpu) -> dict[str, bool | None]:
-    """ECC mode under the health collector's field names (one call; health reads many more per cycle)."""
-    modes = gpu.query(pynvml.nvmlDeviceGetEccMode)
-    if modes is None:
-        return {"ecc_enabled": None, "ecc_pending_enabled": None}
-    return {"ecc_enabled": bool(modes[0]), "ecc_pending_enabled": bool(modes[1])}
+def lost_facts(gpu: Gpu, collectors: Iterable[Any]) -> dict[str, Any]:
+    """A lost GPU's entry: its identity and, where the health collector is loaded, its verdict."""
+    facts = identity(gpu)
+    for collector in collectors:
+        if collector.name == "health":
+            facts["health"] = collector.read_gpu(gpu)["health"]
+    return facts
 
 
 def arrange(
@@ -243,20 +271,25 @@ def arrange(
 # -- between GPUs -------------------------------------------------------------
 
 
-def p2p_facts(rows: list[Gpu], all_gpus: list[Gpu]) -> list[dict[str, Any]]:
-    """One entry per ordered pair (row GPU -> any other GPU): the gpu_p2p fields, and how P2P works."""
+def p2p_facts(rows: list[Gpu], all_gpus: list[Gpu], collectors: Iterable[Any] = ()) -> list[dict[str, Any]]:
+    """One entry per ordered pair (row GPU -> any other GPU): the gpu_p2p fields (the p2p collector's
+    ``read_pairs``; none where it is not loaded), and how P2P works."""
     live = [g for g in all_gpus if not g.lost]
     pairs = []
-    for tags, fields in p2p.read_points(live, rows=[g for g in rows if not g.lost]):
-        pairs.append(
-            {
-                "gpu": int(tags["gpu"]),
-                "peer_gpu": int(tags["peer_gpu"]),
-                "peer_uuid": tags["peer_uuid"],
-                "p2p": p2p_kind(fields),
-                **fields,
-            }
-        )
+    for collector in collectors:
+        read_pairs = getattr(collector, "read_pairs", None)
+        if read_pairs is None:
+            continue
+        for tags, fields in read_pairs(live, rows=[g for g in rows if not g.lost]):
+            pairs.append(
+                {
+                    "gpu": int(tags["gpu"]),
+                    "peer_gpu": int(tags["peer_gpu"]),
+                    "peer_uuid": tags["peer_uuid"],
+                    "p2p": p2p_kind(fields),
+                    **fields,
+                }
+            )
     return pairs
 
 

@@ -84,11 +84,15 @@ def read_facts(
     plugins_dir: str | None = None,
     config_path: str | None = None,
 ) -> dict[str, Any]:
+    from gpuagent.config import read_config
     from gpuagent.facts import gather
     from gpuagent.nvml import open_nvml
-    from gpuagent.plugin_host import PluginHost
+    from gpuagent.plugin_host import load_host
     from gpuagent.probe.readback import latest_l2_probes
 
+    # The config's [plugins] (disabled, dir) as every command applies them: a disabled plugin is
+    # neither imported nor shown.
+    plugins = load_host(read_config(config_path), plugins_dir=plugins_dir)
     try:
         session = open_nvml(simulate, seed=seed or 0)
     except pynvml.NVMLError as exc:
@@ -99,7 +103,7 @@ def read_facts(
         return gather(
             session,
             selected=chosen,
-            plugins=PluginHost(plugins_dir=plugins_dir).load(),
+            plugins=plugins,
             l2_probes=latest_l2_probes(config_path),
         )
     finally:
@@ -248,20 +252,26 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
             lines.append(f"\n  Health: {health_text(gpu['health'])}")
         return Group(title, lines)
 
-    mem, clocks, power = gpu["gpu_memory"], gpu["gpu_clocks"], gpu["gpu_power"]
-    pstate = clocks.get("pstate")
-    rows = [
-        ("UUID", gpu["uuid"], "PCI bus id", gpu["pci_bus_id"]),
-        ("Memory", memory_text(mem), "L2 cache", l2_text(mem)),
-        ("Bus width", unit(mem.get("bus_width_bits"), "-bit", sep=""), "Peak DRAM", bandwidth_text(mem.get("dram_peak_gbps"))),
-        ("SM clock", clock_text(clocks["sm_clock_mhz"], clocks["max_sm_clock_mhz"]),
-         "Mem clock", clock_text(clocks["memory_clock_mhz"], clocks["max_memory_clock_mhz"])),
-        ("Power", power_text(power["power_w"], power["power_limit_w"], power.get("enforced_power_limit_w")),
-         "Temperature", unit(power["temperature_c"], "C")),
-        ("Throttling", throttle_text(active_reasons(clocks)), "P-state", f"P{pstate}" if pstate is not None else NA),
-        ("PCIe link", pcie_text(gpu["gpu_pcie"]), "ECC", ecc_text(gpu["gpu_health"])),
-        ("Virtualisation", virtualization_text(gpu["gpu_vgpu"]), "MIG", mig_text(gpu["gpu_mig"])),
+    # A measurement is null where its plugin is not loaded: its cells stay blank, a row of two
+    # blank ones goes (the others keep their places). MIG and vGPU are null on cards without them too: n/a.
+    mem, clocks, power = gpu.get("gpu_memory"), gpu.get("gpu_clocks"), gpu.get("gpu_power")
+    pcie, ecc = gpu.get("gpu_pcie"), gpu.get("gpu_health")
+    pstate = clocks.get("pstate") if clocks else None
+    cells = [
+        (("UUID", gpu["uuid"]), ("PCI bus id", gpu["pci_bus_id"])),
+        (mem and ("Memory", memory_text(mem)), mem and ("L2 cache", l2_text(mem))),
+        (mem and ("Bus width", unit(mem.get("bus_width_bits"), "-bit", sep="")),
+         mem and ("Peak DRAM", bandwidth_text(mem.get("dram_peak_gbps")))),
+        (clocks and ("SM clock", clock_text(clocks["sm_clock_mhz"], clocks["max_sm_clock_mhz"])),
+         clocks and ("Mem clock", clock_text(clocks["memory_clock_mhz"], clocks["max_memory_clock_mhz"]))),
+        (power and ("Power", power_text(power["power_w"], power["power_limit_w"], power.get("enforced_power_limit_w"))),
+         power and ("Temperature", unit(power["temperature_c"], "C"))),
+        (clocks and ("Throttling", throttle_text(active_reasons(clocks))),
+         clocks and ("P-state", f"P{pstate}" if pstate is not None else NA)),
+        (pcie and ("PCIe link", pcie_text(pcie)), ecc and ("ECC", ecc_text(ecc))),
+        (("Virtualisation", virtualization_text(gpu.get("gpu_vgpu"))), ("MIG", mig_text(gpu.get("gpu_mig")))),
     ]
+    rows = [(*(left or ("", "")), *(right or ("", ""))) for left, right in cells if left or right]
     grid = Table.grid(padding=(0, 2))
     if wide:
         # Two facts a row at fixed widths: every block lines up, and the whole fits in 100 columns.
@@ -281,12 +291,14 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
     parts: list[Any] = [title, grid]
     if gpu.get("health"):  # absent in documents from before the verdict
         parts.append(Text("  Health: " + health_text(gpu["health"]), style=HEALTH_STYLES.get(gpu["health"]["verdict"], "red")))
-    for instance in points(gpu["gpu_mig"]):
+    for instance in points(gpu.get("gpu_mig")):
         parts.append(Text("  " + mig_instance_text(instance)))
-    for vgpu in points(gpu["gpu_vgpu"]):
+    for vgpu in points(gpu.get("gpu_vgpu")):
         parts.append(Text("  " + vgpu_text(vgpu)))
     if gpu.get("gpu_nvlink"):
         parts.append(Text("  " + nvlink_text(gpu["gpu_nvlink"])))
+    for measurement, reading in (gpu.get("more") or {}).items():
+        parts.extend(Text("  " + line) for line in more_lines(measurement, reading))
     probe = gpu.get("l2_probe")
     if probe:
         parts.append(Text("  " + l2_probe_text(probe)))
@@ -456,6 +468,19 @@ def nvlink_text(summary: dict[str, Any]) -> str:
     versions = sorted({p["version_name"] for p in summary["points"] if p.get("version_name")})
     text = f"NVLink: {summary['links']} links, {summary['links_active']} active"
     return text + (f" (NVLink {', '.join(versions)})" if versions else "")
+
+
+def more_lines(measurement: str, reading: dict[str, Any] | None) -> list[str]:
+    """A third-party collector's facts: its fields, then one line per sub-point."""
+    if not reading:
+        return []
+
+    def fields(values: dict[str, Any]) -> str:
+        return ", ".join(f"{k}={na(v)}" for k, v in values.items() if k != "points") or NA
+
+    lines = [f"{measurement}: {fields(reading)}"]
+    lines += [f"  {fields(point)}" for point in reading.get("points") or () if isinstance(point, dict)]
+    return lines
 
 
 def l2_probe_text(probe: dict[str, Any]) -> str:

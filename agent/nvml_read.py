@@ -386,3 +386,24 @@ class FieldReader:
 
 # Collectors on the default [agent] interval (clocks, power, ...) read their fields in one batch.
 CYCLE = FieldGroup("cycle")
+
+
+# Architectures with T.Limit readings (margin temperature, the *_tlimit thresholds): Ada and newer.
+TLIMIT_ARCHS = frozenset({"Ada Lovelace", "Hopper", "Blackwell"})
+
+
+def thermal_margin(gpu: Gpu) -> int | None:
+    """Degrees left before the GPU reaches T.Limit 0 (nvmlDeviceGetMarginTemperature; nvidia-smi's
+    "GPU T.Limit Temp"). Negative past the limit; None where the card has no margin (pre-Ada)."""
+    if gpu.arch not in TLIMIT_ARCHS or not hasattr(pynvml, "nvmlDeviceGetMarginTemperature"):
+        return None
+    # Asked once per scheduler tick: power and health (its verdict) both read it.
+    tick = current_tick.get()
+    last = gpu.remember("power.margin", dict)
+    if tick is not None and last.get("tick") == tick:
+        return last["value"]
+    margin = gpu.query(pynvml.nvmlDeviceGetMarginTemperature)
+    value = int(margin) if isinstance(margin, int) and -300 < margin < 300 else None
+    if tick is not None:
+        last.update(tick=tick, value=value)
+    return value

@@ -213,6 +213,45 @@ class PluginHost:
         return sample.read_text() if sample.is_file() else None
 
 
+def load_host(
+    config=None,
+    *,
+    plugins_dir: str | Path | None = None,
+    extra_disabled: Iterable[str] = (),
+    entry_points: bool = True,
+) -> PluginHost:
+    """The one way to build the plugin host: ``config``'s ``[plugins]`` (disabled, dir) applied,
+    a command line's ``plugins_dir`` and ``extra_disabled`` on top. Every command goes through
+    here, so a plugin disabled for one is disabled (and never imported) for all.
+    ``entry_points=False`` loads the built-ins (and ``dir``) only: the default config's text."""
+    plugins = getattr(config, "plugins", None)
+    disabled = (*(getattr(plugins, "disabled", None) or ()), *extra_disabled)
+    folder = plugins_dir or getattr(plugins, "dir", None) or None
+    return PluginHost(disabled=disabled, plugins_dir=folder, load_entry_points=entry_points).load()
+
+
+_SHARED: list[PluginHost] = []
+
+
+def registered(kind: str, name: str) -> type:
+    """The class a loaded plugin registered (``kind``: "collectors" or "sinks"), for code that reads
+    what that plugin writes (compare reads the Prometheus sink's metric names and the InfluxDB
+    sink's config): the host is built once, through load_host; not loaded is a one-line AgentError."""
+    from gpuagent.errors import AgentError
+
+    if not _SHARED:
+        _SHARED.append(load_host())
+    cls = getattr(_SHARED[0], kind).get(name)
+    if cls is None:
+        raise AgentError(f"the {name} plugin is not loaded (see `gpuagent plugins`)")
+    return cls
+
+
+def builtin_names() -> list[str]:
+    """The built-in plugins' names, in load order."""
+    return [modname.rsplit(".", 1)[-1] for modname in DEFAULT_PLUGINS]
+
+
 def _hooks_of(pm: pluggy.PluginManager, name: str) -> list[str]:
     plugin = pm.get_plugin(name)
     callers = pm.get_hookcallers(plugin) or []

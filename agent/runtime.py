@@ -15,7 +15,7 @@ from gpuagent.context import AgentContext
 from gpuagent.errors import AgentError, ConfigError, NvmlUnavailable
 from gpuagent.logsetup import stream_is_journal
 from gpuagent.nvml import NvmlSession, open_nvml
-from gpuagent.plugin_host import PluginHost
+from gpuagent.plugin_host import PluginHost, load_host
 from gpuagent.scheduler import Scheduler
 from gpuagent.sink import Sink
 
@@ -36,8 +36,7 @@ class Options:
 
 
 def load_plugins(config: Config, options: Options) -> PluginHost:
-    disabled = (*config.plugins.disabled, *options.extra_disabled)
-    return PluginHost(disabled=disabled, plugins_dir=options.plugins_dir or config.plugins.dir or None).load()
+    return load_host(config, plugins_dir=options.plugins_dir, extra_disabled=options.extra_disabled)
 
 
 def load(options: Options) -> tuple[Config, PluginHost]:
@@ -173,9 +172,10 @@ def _make_sinks(config, plugins, context, options) -> list[Sink]:
     if not options.sinks:
         return []
     if options.test:
-        from gpuagent.plugins.file import FileSink
-
-        sink = FileSink(FileSink.Config(path="-"), context)
+        if "file" not in plugins.sinks:
+            raise AgentError("--test prints through the file sink, and the file plugin is not loaded")
+        file_sink = plugins.sinks["file"]
+        sink = file_sink(file_sink.Config(path="-"), context)
         sink.start()
         return [sink]
     configured = {n: c for n, c in config.sinks.items() if c.enabled}

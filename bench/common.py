@@ -21,9 +21,9 @@ def build_agent(spec: str | None, collectors: list[str] | None = None, extra: st
     tmp = Path(tempfile.mkdtemp(prefix="gpuagent-bench-"))
     text = f'[agent]\nstate_dir = "{tmp}"\n[sinks.file]\npath = "/dev/null"\n{extra}'
     if collectors is not None:
-        from gpuagent.plugin_host import PluginHost
+        from gpuagent.plugin_host import load_host
 
-        for name in PluginHost(load_entry_points=False).load().collectors:
+        for name in load_host(entry_points=False).collectors:
             if name not in collectors:
                 text += f"\n[collectors.{name}]\nenabled = false\n"
     path = tmp / "gpuagent.toml"

@@ -111,11 +111,21 @@ def test_an_empty_simulate_says_the_spec_is_empty(command):
 def test_unknown_name_in_gpuagent_disable_plugins_is_said(tmp_path):
     """A misspelt name would leave the plugin it meant running; the known ones still apply."""
     proc = run_cli("run", "--once", "--test", "--config", str(host_only_config(tmp_path)),
-                   env={"GPUAGENT_DISABLE_PLUGINS": "hots, file"})
+                   env={"GPUAGENT_DISABLE_PLUGINS": "hots, power"})
     assert proc.returncode == 0, proc.stderr
     warned = [line for line in proc.stderr.splitlines() if "GPUAGENT_DISABLE_PLUGINS" in line]
     assert len(warned) == 1 and "'hots'" in warned[0] and "host" in warned[0], proc.stderr
-    assert "'file'" not in warned[0]
+    assert "'power'" not in warned[0]
+
+
+def test_test_mode_without_the_file_plugin_says_so_in_one_line(tmp_path):
+    """--test prints through the file sink the host loaded; a disabled file plugin is never imported."""
+    proc = run_cli("run", "--once", "--test", "--config", str(host_only_config(tmp_path)),
+                   env={"GPUAGENT_DISABLE_PLUGINS": "file"})
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1] == (
+        "gpuagent: error: --test prints through the file sink, and the file plugin is not loaded"
+    ), proc.stderr
     plugins = json.loads(run_cli("plugins", "--json", env={"GPUAGENT_DISABLE_PLUGINS": "file"}).stdout)
     assert {p["name"]: p["status"] for p in plugins["plugins"]}["file"] == "disabled"
 

@@ -96,12 +96,12 @@ interval = "10s"            # default interval of every collector (at least 100m
 
 def default_config_text() -> str:
     """The agent table plus every built-in plugin's sample table, commented where optional."""
-    from gpuagent.plugin_host import DEFAULT_PLUGINS, PluginHost
+    from gpuagent.plugin_host import builtin_names, load_host
 
-    host = PluginHost(load_entry_points=False).load()
+    host = load_host(entry_points=False)
     parts = [AGENT_TABLE]
-    for modname in DEFAULT_PLUGINS:
-        sample = host.sample_config(modname.rsplit(".", 1)[-1])
+    for name in builtin_names():
+        sample = host.sample_config(name)
         if sample:
             parts.append("\n" + sample.rstrip("\n") + "\n")
     return "".join(parts)

@@ -91,10 +91,10 @@ def simulate_host(plan: HostPlan, conn: Connection | None, keep: bool = False):
     from gpuagent.context import AgentContext
     from gpuagent.gpu import Gpu
     from gpuagent.metric import serialize
-    from gpuagent.plugin_host import PluginHost
+    from gpuagent.plugin_host import load_host
     from gpuagent.sim.clock import ManualClock
 
-    plugins = PluginHost().load()
+    plugins = load_host()
     clock = ManualClock(UPTIME_S)
     machine = sim.install(plan.spec, seed=plan.seed, clock=clock, scenario=plan.scenario)
     book = _with_jobs(machine, plan) if plan.with_jobs else None
@@ -121,7 +121,7 @@ def simulate_host(plan: HostPlan, conn: Connection | None, keep: bool = False):
             if book is not None and name == "processes":
                 from gpuagent.sim.jobs import JobHost
 
-                collector.host = JobHost(book)  # the simulated jobs' pids are not in /proc
+                collector.host = JobHost(book, cls.Owner)  # the simulated jobs' pids are not in /proc
             interval_ns = int((collector.default_interval or 0) * 1e9) or plan.step_ns
             runners.append([collector, interval_ns, None])
         lines: list[str] = []
@@ -363,9 +363,9 @@ def fleet(
         raise AgentError(f"--step: {exc}") from None
     if step_s > duration_s:
         raise AgentError("--step is longer than --duration")
-    from gpuagent.plugin_host import PluginHost
+    from gpuagent.plugin_host import load_host
 
-    known = {n: c for n, c in PluginHost().load().collectors.items() if c.requires_gpus}
+    known = {n: c for n, c in load_host().collectors.items() if c.requires_gpus}
     names = tuple(n.strip() for n in collector_names.split(",") if n.strip())
     if names == ("all",):
         names = tuple(sorted(known))

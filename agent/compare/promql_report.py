@@ -10,7 +10,7 @@ Two name schemes (docs/compare.md):
   (`gpu_power_power_w`), values as written; string fields are dropped there.
 - ``prometheus``: the agent's /metrics scraped by Prometheus
   (`gpuagent_gpu_power_power_watts`), base units undone with the sink's own
-  mapping (gpuagent.plugins.prometheus.naming), string fields as `_info` series.
+  mapping (the prometheus sink's metric_for), string fields as `_info` series.
 
 Where PromQL must differ from InfluxQL (the p95, the observed time), DEFINITIONS says how.
 """
@@ -84,9 +84,9 @@ class PromReport:
     def name(self, measurement: str, field: str, is_string: bool = False) -> tuple[str, float]:
         if self.scheme == "influx":
             return f"{measurement}_{field}", 1.0
-        from gpuagent.plugins.prometheus.naming import metric_for
+        from gpuagent.plugin_host import registered
 
-        spec = metric_for(self.namespace, measurement, field, is_string)
+        spec = registered("sinks", "prometheus").metric_for(self.namespace, measurement, field, is_string)
         return spec.name, spec.scale
 
     def sel(self, measurement: str, field: str, is_string: bool = False) -> str:
@@ -200,9 +200,9 @@ class PromReport:
             g["health_gpu_hours"] = {}
         if self.scheme != "prometheus":  # strings are not kept by VictoriaMetrics' line protocol
             return
-        from gpuagent.plugins.prometheus.naming import metric_for
+        from gpuagent.plugin_host import registered
 
-        spec = metric_for(self.namespace, "gpu_health", "verdict", True)
+        spec = registered("sinks", "prometheus").metric_for(self.namespace, "gpu_health", "verdict", True)
         for g in groups.values():
             g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
         bucket = bucket_for((self.range.end_ns - self.range.start_ns) / 1e9)

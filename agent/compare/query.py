@@ -56,10 +56,10 @@ def connection_from(
         from pydantic import ValidationError
 
         from gpuagent.config import format_validation_error, resolve_path
-        from gpuagent.plugins.influxdb import InfluxDBSinkConfig
+        from gpuagent.plugin_host import registered
 
         try:
-            cfg = InfluxDBSinkConfig.model_validate(table)
+            cfg = registered("sinks", "influxdb").Config.model_validate(table)
         except ValidationError as exc:
             label = resolve_path(config_path).name
             raise ConfigError(

@@ -22,7 +22,7 @@ from gpuagent.compare.health import health_hours
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.query import InfluxQL
 from gpuagent.errors import AgentError
-from gpuagent.plugins.clocks import REASONS as CLOCK_REASONS
+from gpuagent.facts import REASON_WORDS
 
 GPU_TAGS = ("host", "uuid", "model", "gpu")
 # Queries asked at once: each runs on one of the server's cores, so a report takes about the time
@@ -30,8 +30,9 @@ GPU_TAGS = ("host", "uuid", "model", "gpu")
 WORKERS = 4
 GROUP_TAGS = {"model": ("model",), "host": ("host",), "gpu": ("host", "uuid")}
 
-# The clock-event reason booleans of gpu_clocks, in NVML bit order: the collector's own names.
-REASONS = tuple(CLOCK_REASONS.values())
+# The clock-event reason booleans of gpu_clocks, in NVML bit order: the stream's field names
+# (what a fleet wrote, whichever plugins this machine loads).
+REASONS = tuple(REASON_WORDS)
 # The ones that hold clocks below what the work asks for (the chart shows these).
 THROTTLE_REASONS = (
     "sw_power_cap",

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import hashlib
 
-from gpuagent.plugins.processes.attribution import Owner
-
 PID_BASE = 1 << 22  # Linux's PID_MAX_LIMIT: no real process has a pid this high
 USERS = ("ana", "bo", "chen", "dev")
 ACCOUNTS = ("vision", "llm", "speech")
@@ -61,8 +59,9 @@ class JobHost:
     """The processes collector's host look-ups (see plugins/processes HostProcesses) for the
     book's simulated processes: a name, a user and the Slurm job, never a /proc read."""
 
-    def __init__(self, book: JobBook):
+    def __init__(self, book: JobBook, owner: type):
         self.book = book
+        self.owner = owner  # the processes collector's Owner (agent/ imports no plugin)
 
     def new_cycle(self) -> None:
         pass
@@ -70,8 +69,8 @@ class JobHost:
     def describe(self, pid: int):
         tags = self.book.owner(pid)
         if tags is None:
-            return None, Owner(reasons=["pid_vanished"])
-        return {"name": "python3", "user": tags["slurm_user"]}, Owner(tags=dict(tags))
+            return None, self.owner(reasons=["pid_vanished"])
+        return {"name": "python3", "user": tags["slurm_user"]}, self.owner(tags=dict(tags))
 
     def keep_only(self, pids: set[int]) -> None:
         pass

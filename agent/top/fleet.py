@@ -166,9 +166,9 @@ class PromFleet(FleetSource):
                 keys.append((f, scale))
         verdict_spec = None
         if self.names.scheme == "prometheus":
-            from gpuagent.plugins.prometheus.naming import metric_for
+            from gpuagent.plugin_host import registered
 
-            verdict_spec = metric_for(self.names.namespace, "gpu_health", "verdict", True)
+            verdict_spec = registered("sinks", "prometheus").metric_for(self.names.namespace, "gpu_health", "verdict", True)
             # A GPU has a series per verdict it ever had: the one sampled last is its verdict now.
             calls.append((f"timestamp({self._sel(verdict_spec.name, host)})", at, "newest verdict"))
         else:  # line protocol in VictoriaMetrics keeps no strings: only `lost` says anything of health

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from gpuagent.plugins.health.catalog import SEVERITY
+from gpuagent.compare.health import VERDICTS
 
 # Short throttle words (a column of 80 columns' worth), keyed by the clocks collector's fields;
 # the most telling first: a row shows the first one active.
@@ -76,6 +76,9 @@ def short_model(name: str) -> str:
     for prefix in ("NVIDIA ", "GeForce "):
         name = name.removeprefix(prefix)
     return name
+
+
+SEVERITY = {v: n for n, v in enumerate(VERDICTS)}  # least to most severe, as the health collector ranks them
 
 
 def severity(verdict: str | None) -> int:

@@ -130,6 +130,9 @@ class ClocksCollector(gpuagent.Collector):
     name = "clocks"
     requires_gpus = True
 
+    def read_gpu(self, gpu: gpuagent.Gpu) -> dict:
+        return {MEASUREMENT: read_gpu(gpu)}
+
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
         acc.add_fields(MEASUREMENT, read_gpu(gpu), tags=gpu.tags)
 

@@ -20,7 +20,7 @@ import pynvml
 
 import gpuagent
 from gpuagent.gpu import ABSENT_CODES, PERMANENT_CODES, Gpu, GpuLost
-from gpuagent.nvml_read import CYCLE, Field, FieldReader, field_value
+from gpuagent.nvml_read import CYCLE, Field, FieldReader, field_value, thermal_margin
 from gpuagent.plugins.health.catalog import LOST_XID, SEVERITY, load_catalog
 from gpuagent.plugins.health.inventory import AT_FIRST_START, expected_count, inventory_fields
 from gpuagent.plugins.health.levels import Level, reaches
@@ -386,6 +386,30 @@ class HealthCollector(gpuagent.Collector):
         slurm_node: str = ""  # default: this machine's short host name
         scontrol: str = "scontrol"
 
+    def read_gpu(self, gpu: Gpu) -> dict[str, Any]:
+        """inspect's one-off: the ECC mode (one call, under gpu_health's field names) and the
+        verdict of one read by these rules (no XID watch: a one-off sees no events)."""
+        lost = {"verdict": "lost", "reason": "The GPU answers GPU_IS_LOST."}
+        if gpu.lost:
+            return {"health": lost}
+        modes = gpu.query(pynvml.nvmlDeviceGetEccMode)
+        ecc = {"ecc_enabled": bool(modes[0]), "ecc_pending_enabled": bool(modes[1])} if modes is not None else \
+            {"ecc_enabled": None, "ecc_pending_enabled": None}
+        from gpuagent.accumulator import Accumulator
+        from gpuagent.context import AgentContext
+
+        one_off = HealthCollector(self.Config(xid_events=False), AgentContext("inspect", gpus=[gpu]))
+        acc = Accumulator()
+        try:
+            one_off.collect_gpu(acc, gpu)  # not collect(): a one-off view never takes a lost GPU back
+        except GpuLost:
+            return {"health": lost}
+        except pynvml.NVMLError as exc:
+            log.warning("GPU %d: health read failed: %s; shown as degraded", gpu.index, exc)
+            return {"gpu_health": ecc, "health": {"verdict": "degraded", "reason": f"Health could not be read ({exc})."}}
+        fields = acc.points[-1].fields
+        return {"gpu_health": ecc, "health": {"verdict": fields["verdict"], "reason": fields["verdict_reason"]}}
+
     def __init__(self, config, context):
         super().__init__(config, context)
         if config.expected_gpus is not None and not isinstance(config.expected_gpus, str) and config.expected_gpus < 1:
@@ -571,9 +595,7 @@ class HealthCollector(gpuagent.Collector):
             fields["fabric_status"] = int(fabric.status)
             fields["fabric_clique_id"] = int(fabric.cliqueId)
             fields["fabric_health_mask"] = int(fabric.healthMask)
-        from gpuagent.plugins.power import thermal_margin
-
-        margin = thermal_margin(gpu)
+        margin = thermal_margin(gpu)  # power reads it too: once a tick (agent/nvml_read.py)
         if margin is not None:
             fields["thermal_margin_c"] = margin
         verdict, reason = self.verdict(gpu, fields, readings, nvlink, fabric)
@@ -674,3 +696,11 @@ class HealthCollector(gpuagent.Collector):
 @gpuagent.hookimpl
 def gpuagent_register_collectors(register):
     register(HealthCollector)
+
+
+@gpuagent.hookimpl
+def gpuagent_register_commands(cli):
+    # `gpuagent health` is this plugin's: with the plugin disabled there is no such command.
+    from gpuagent.plugins.health.command import health
+
+    cli.add_command(health)

@@ -180,6 +180,9 @@ class MemoryCollector(gpuagent.Collector):
     requires_gpus = True
     Config = MemoryConfig
 
+    def read_gpu(self, gpu: gpuagent.Gpu) -> dict:
+        return {MEASUREMENT: read_gpu(gpu, use_cuda=self._use_cuda)}  # no GPM: no earlier sample
+
     def __init__(self, config: MemoryConfig, context):
         super().__init__(config, context)
         self._gpm = GpmSamplers()

@@ -156,6 +156,11 @@ class MigCollector(gpuagent.Collector):
         # GPM reports between two samples: the first run takes one, waits this long, takes the next.
         gpm_warmup: gpuagent.Duration = GPM_WARMUP_S
 
+    def read_gpu(self, gpu: Gpu) -> dict:
+        from gpuagent.facts import arrange
+
+        return {MEASUREMENT: arrange(gpu, read_gpu(gpu))}
+
     def __init__(self, config, context):
         super().__init__(config, context)
         self._gpm = GpmSamplers()

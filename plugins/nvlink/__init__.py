@@ -162,6 +162,11 @@ class NvlinkCollector(gpuagent.Collector):
         # Without GPM: throughput from NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_* between two runs.
         throughput_counters: bool = True
 
+    def read_gpu(self, gpu: Gpu) -> dict:
+        from gpuagent.facts import arrange
+
+        return {MEASUREMENT: arrange(gpu, read_gpu(gpu), summary_last=True)}
+
     def __init__(self, config, context):
         super().__init__(config, context)
         self._gpm = GpmSamplers()

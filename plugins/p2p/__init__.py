@@ -180,6 +180,11 @@ class P2pCollector(gpuagent.Collector):
     requires_gpus = True
     default_interval = 300.0
 
+    @staticmethod
+    def read_pairs(gpus, rows=None) -> list[tuple[dict[str, str], dict[str, object]]]:
+        """inspect's P2P matrix: the gpu_p2p points of ``rows`` (default: all) to every other GPU."""
+        return read_points(gpus, rows=rows)
+
     def collect(self, acc: gpuagent.Accumulator) -> None:
         for tags, fields in read_points(self.gpus):
             acc.add_fields(MEASUREMENT, fields, tags=tags)

@@ -90,6 +90,9 @@ class PcieCollector(gpuagent.Collector):
     Config = PcieConfig
     default_interval = 30.0
 
+    def read_gpu(self, gpu: gpuagent.Gpu) -> dict:
+        return {MEASUREMENT: read_gpu(gpu, throughput=False)}  # throughput samples the link for 20 ms
+
     def __init__(self, config: PcieConfig, context) -> None:
         super().__init__(config, context)
         self._byte_counters = WrappedCounters()

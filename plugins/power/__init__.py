@@ -12,7 +12,15 @@ from __future__ import annotations
 import pynvml
 
 import gpuagent
-from gpuagent.nvml_read import CYCLE, Field, FieldReader, current_tick, poll_first, valid
+from gpuagent.nvml_read import (
+    CYCLE,
+    TLIMIT_ARCHS,
+    Field,
+    FieldReader,
+    poll_first,
+    thermal_margin,
+    valid,
+)
 
 MEASUREMENT = "gpu_power"
 
@@ -112,7 +120,6 @@ TLIMIT_FIELDS = (
     (pynvml.NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT, "temperature_gpu_max_tlimit_c"),
     (pynvml.NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT, "temperature_memory_max_tlimit_c"),
 )
-TLIMIT_ARCHS = frozenset({"Ada Lovelace", "Hopper", "Blackwell"})
 
 
 def _signed(fv) -> int | None:
@@ -133,23 +140,6 @@ def tlimit_thresholds(gpu: gpuagent.Gpu) -> dict[str, int | None]:
     if values is None:
         return {name: None for _, name in TLIMIT_FIELDS}
     return {name: _signed(fv) for (_, name), fv in zip(TLIMIT_FIELDS, values, strict=False)}
-
-
-def thermal_margin(gpu: gpuagent.Gpu) -> int | None:
-    """Degrees left before the GPU reaches T.Limit 0 (nvmlDeviceGetMarginTemperature; nvidia-smi's
-    "GPU T.Limit Temp"). Negative past the limit; None where the card has no margin (pre-Ada)."""
-    if gpu.arch not in TLIMIT_ARCHS or not hasattr(pynvml, "nvmlDeviceGetMarginTemperature"):
-        return None
-    # Asked once per scheduler tick: power and health (its verdict) both read it.
-    tick = current_tick.get()
-    last = gpu.remember("power.margin", dict)
-    if tick is not None and last.get("tick") == tick:
-        return last["value"]
-    margin = gpu.query(pynvml.nvmlDeviceGetMarginTemperature)
-    value = int(margin) if isinstance(margin, int) and -300 < margin < 300 else None
-    if tick is not None:
-        last.update(tick=tick, value=value)
-    return value
 
 
 def read_gpu(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
@@ -175,6 +165,9 @@ def read_gpu(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
 class PowerCollector(gpuagent.Collector):
     name = "power"
     requires_gpus = True
+
+    def read_gpu(self, gpu: gpuagent.Gpu) -> dict:
+        return {MEASUREMENT: read_gpu(gpu)}
 
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
         acc.add_fields(MEASUREMENT, read_gpu(gpu), tags=gpu.tags)

@@ -159,6 +159,8 @@ class ProcessesCollector(gpuagent.Collector):
     name = "processes"
     requires_gpus = True
     Config = ProcessesConfig
+    # What `host.describe(pid)` returns beside the process: a stand-in host (the simulated jobs) builds these too.
+    Owner = Owner
 
     def __init__(self, config, context):
         super().__init__(config, context)

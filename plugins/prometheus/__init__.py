@@ -81,6 +81,8 @@ class PrometheusSinkConfig(gpuagent.SinkConfig):
 
 class PrometheusSink(gpuagent.Sink):
     name = "prometheus"
+    # The names this sink serves a field under: compare and top query by them.
+    metric_for = staticmethod(metric_for)
     nonblocking = True  # write() only updates the series; scrapes are served by its own threads
     Config = PrometheusSinkConfig
 

@@ -153,6 +153,11 @@ class VgpuCollector(gpuagent.Collector):
     name = "vgpu"
     requires_gpus = True
 
+    def read_gpu(self, gpu: Gpu) -> dict:
+        from gpuagent.facts import arrange
+
+        return {MEASUREMENT: arrange(gpu, read_gpu(gpu))}  # no utilisation: no earlier sample
+
     def __init__(self, config, context):
         super().__init__(config, context)
         # Per GPU, the newest utilisation sample seen: NVML returns samples after it.

@@ -13,18 +13,23 @@ spans, so a GPU's share is the counter's increase divided by ``gpus``; a decreas
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
 from pydantic import BaseModel, ConfigDict
 
 import gpuagent
-from gpuagent.plugins.mig import SHARED_NAME as MIG_DEVICES
-from gpuagent.plugins.processes import SHARED_NAME as PROCESSES
-from gpuagent.plugins.processes import GpuProcess, slurm
 from gpuagent.plugins.work import families, scrape
 from gpuagent.plugins.work.discovery import Discovery, Endpoint
 from gpuagent.plugins.work.jobfiles import JobFiles
+
+if TYPE_CHECKING:
+    from gpuagent.plugins.processes import GpuProcess
+
+# What the processes and mig collectors publish on the shared board, under their names: read by
+# name, not imported, so disabling either plugin keeps it unimported.
+PROCESSES = "processes"
+MIG_DEVICES = "mig"
 
 MEASUREMENT = "gpu_work"
 JOB_TAGS = ("slurm_job_id", "k8s_pod_uid")
@@ -179,6 +184,8 @@ class WorkCollector(gpuagent.Collector):
         for p in procs:
             if p.pid == pid and "slurm_job_id" in p.owner:
                 return p.owner["slurm_job_id"]
+        from gpuagent.plugins.processes import slurm  # a job file's pid the processes list lacks
+
         try:
             return slurm.from_environ(slurm.read_environ(pid)).get("slurm_job_id")
         except OSError:

@@ -16,11 +16,17 @@ from gpuagent import facts as facts_mod
 from gpuagent.gpu import as_str
 from gpuagent.inspect import WIDTH, render_text
 from gpuagent.nvml import NvmlSession
+from gpuagent.plugin_host import load_host
 from gpuagent.sim.profile import BUILTIN_NAMES
 
 HERE = Path(__file__).parent
 MIXED = "l40s:2,rtx4090:2,h100-sxm:4"
 UPDATE = bool(os.environ.get("GPUAGENT_UPDATE_SNAPSHOTS"))
+
+
+def gather(session, **kwargs):
+    """The facts as inspect reads them: through the built-in plugins' collectors."""
+    return facts_mod.gather(session, plugins=load_host(entry_points=False), **kwargs)
 
 
 def session_for(machine, spec: str) -> NvmlSession:
@@ -35,7 +41,7 @@ def session_for(machine, spec: str) -> NvmlSession:
 @pytest.fixture
 def mixed_facts(simulated_fleet):
     machine = simulated_fleet(MIXED, seed=7)
-    return facts_mod.gather(session_for(machine, MIXED), hostname="testhost")
+    return gather(session_for(machine, MIXED), hostname="testhost")
 
 
 def blocks(text: str) -> dict[int, str]:
@@ -143,7 +149,7 @@ def test_same_seed_same_time_same_facts(simulated_fleet):
         clock = ManualClock()
         machine = simulated_fleet("l40s:1,h100-sxm:1", seed=3, scenario="training", clock=clock)
         clock.advance(30)
-        runs.append(facts_mod.gather(session_for(machine, "x"), hostname="h"))
+        runs.append(gather(session_for(machine, "x"), hostname="h"))
     assert runs[0] == runs[1]
     assert runs[0]["gpus"][0]["gpu_power"]["power_w"] > 100  # under load, not idle
 
@@ -153,7 +159,7 @@ def test_same_seed_same_time_same_facts(simulated_fleet):
 
 def test_mig_instances_listed(simulated_fleet):
     machine = simulated_fleet("h100-sxm-mig:1")
-    doc = facts_mod.gather(session_for(machine, "h100-sxm-mig:1"), hostname="h")
+    doc = gather(session_for(machine, "h100-sxm-mig:1"), hostname="h")
     jsonschema.validate(doc, facts_mod.schema())
     mig = doc["gpus"][0]["gpu_mig"]
     assert mig["mig_mode_current"] is True and len(mig["points"]) == 2 == mig["mig_devices"]
@@ -165,7 +171,7 @@ def test_mig_instances_listed(simulated_fleet):
 
 def test_vgpus_listed(simulated_fleet):
     machine = simulated_fleet("l40s-vgpu:1")
-    doc = facts_mod.gather(session_for(machine, "l40s-vgpu:1"), hostname="h")
+    doc = gather(session_for(machine, "l40s-vgpu:1"), hostname="h")
     jsonschema.validate(doc, facts_mod.schema())
     virt = doc["gpus"][0]["gpu_vgpu"]
     assert virt["virtualization_mode"] == "host_vgpu" and len(virt["points"]) == 2
@@ -178,7 +184,7 @@ def test_gpu_lost_in_the_middle_shows_as_lost_and_the_rest_print(simulated_fleet
     machine = simulated_fleet("l40s:3")
     # GPU 1 answers its identity and memory, then falls off the bus when asked for power.
     machine.force("nvmlDeviceGetPowerUsage", "GPU_IS_LOST", gpu=1)
-    doc = facts_mod.gather(session_for(machine, "l40s:3"), hostname="h")
+    doc = gather(session_for(machine, "l40s:3"), hostname="h")
     jsonschema.validate(doc, facts_mod.schema())
     assert [g["lost"] for g in doc["gpus"]] == [False, True, False]
     assert "gpu_memory" not in doc["gpus"][1]

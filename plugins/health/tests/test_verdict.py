@@ -298,13 +298,14 @@ def test_inspect_shows_the_verdict_and_reason_per_gpu(simulated_fleet, sim_clock
     from gpuagent import facts
     from gpuagent.inspect import render_text
     from gpuagent.nvml import NvmlSession
+    from gpuagent.plugin_host import load_host
 
     machine = simulated_fleet("h100-sxm:3@recovery=1:reboot:1s@lost=2:1s")
     sim_clock.set(2)
     session = NvmlSession(gpus=machine.gpus, simulated=True, machine=machine, spec=machine.spec)
     session.driver_version = session.nvml_version = "595.80"
     session.cuda_driver_version = 13020
-    doc = facts.gather(session, hostname="testhost")
+    doc = facts.gather(session, hostname="testhost", plugins=load_host(entry_points=False))
     got = [(g["index"], g["health"]["verdict"]) for g in doc["gpus"]]
     assert got == [(0, "ok"), (1, "reboot_required"), (2, "lost")]
     assert doc["gpus"][1]["health"]["reason"] == "NVML recovery action: node reboot."

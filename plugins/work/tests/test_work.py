@@ -419,6 +419,15 @@ def test_a_configured_endpoint_that_does_not_answer_is_one_line_and_costs_nothin
     assert {p.tags["gpu"] for p in points} == {"0"}  # the found server's points, unchanged
 
 
+def test_the_shared_names_read_are_those_the_processes_and_mig_collectors_publish():
+    """work reads them by name (importing neither plugin, so either can be disabled)."""
+    import gpuagent.plugins.mig as mig
+    import gpuagent.plugins.processes as processes
+    import gpuagent.plugins.work as work
+
+    assert (work.PROCESSES, work.MIG_DEVICES) == (processes.SHARED_NAME, mig.SHARED_NAME)
+
+
 def test_a_scrape_of_a_dripping_endpoint_ends_at_request_timeout(dripping_server):
     # A per-read timeout never fires against one byte every 0.25 s; the request's deadline does.
     from gpuagent.plugins.work import scrape
