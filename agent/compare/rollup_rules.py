@@ -23,9 +23,9 @@ COMBINE = {"SUM": "sum_over_time", "MAX": "max_over_time", "MIN": "min_over_time
 def series(scheme: str, measurement: str, field: str) -> str:
     if scheme == "influx":
         return f"{measurement}_{field}"
-    from gpuagent.plugins.prometheus.naming import metric_for
+    from gpuagent.plugin_host import registered
 
-    return metric_for("gpuagent", measurement, field).name
+    return registered("sinks", "prometheus").metric_for("gpuagent", measurement, field).name
 
 
 def record(rollup: Rollup, f: Field, level_name: str) -> str:
@@ -35,9 +35,9 @@ def record(rollup: Rollup, f: Field, level_name: str) -> str:
 def _raw_expr(scheme: str, rollup: Rollup, f: Field, window: str) -> str:
     fn, _, arg = f.raw.partition("(")
     if rollup.source == "gpu_health":  # the verdict is a label of the _info series (plugins/prometheus)
-        from gpuagent.plugins.prometheus.naming import metric_for
+        from gpuagent.plugin_host import registered
 
-        name = metric_for("gpuagent", "gpu_health", "verdict", True).name
+        name = registered("sinks", "prometheus").metric_for("gpuagent", "gpu_health", "verdict", True).name
         word = rollup.name.removeprefix("gpu_health").removeprefix("_")
         return f'count_over_time({name}{{verdict="{word}"}}[{window}])' if word else f"count_over_time({name}[{window}])"
     name = series(scheme, rollup.source, arg.strip('")'))
