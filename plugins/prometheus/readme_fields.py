@@ -22,7 +22,7 @@ from importlib import resources
 AGENT_DOC = ("gpuagent", "measurement.md")
 
 _MEASUREMENT = re.compile(
-    r"^#+ *[\w-]+: *`(\w+)`|^#+ *`(\w+)` *$|[Mm]easurement `(\w+)`|the `(\w+)` measurement", re.M
+    r"^#+ *[\w -]+: *`(\w+)`|^#+ *`(\w+)` *$|[Mm]easurement `(\w+)`|the `(\w+)` measurement", re.M
 )
 _COUNTER = re.compile(r"\bcounter\b", re.I)
 

@@ -44,7 +44,25 @@ def test_every_documented_field_maps_to_a_valid_unique_base_unit_name():
             assert spec.name.removesuffix("_total").endswith(suffix), (measurement, field, doc.unit, spec.name)
         assert doc.text and doc.text in spec.help or field.replace("_", " ") in spec.help
         key = (spec.name, spec.label)
+        if (measurement, field) in ONE_FAMILY:  # the per-CPU series of the same quantity, by design
+            continue
         assert names.setdefault(key, (measurement, field)) == (measurement, field), f"{key} twice"
+
+
+# Documented fields that share a family with another on purpose: host_cpu's usage_pct (label `cpu`)
+# is the per-CPU series of host's cpu_usage_pct, gpuagent_host_cpu_usage_ratio, same unit and type.
+ONE_FAMILY = {("host_cpu", "usage_pct")}
+
+
+def test_the_fields_that_share_a_family_agree_in_unit_and_kind():
+    docs = documented()
+    for measurement, field in ONE_FAMILY:
+        mine = metric_for("gpuagent", measurement, field)
+        [other] = [(m, f) for (m, f) in docs if (m, f) != (measurement, field)
+                   and metric_for("gpuagent", m, f).name == mine.name]
+        theirs = metric_for("gpuagent", *other)
+        assert (theirs.kind, theirs.scale) == (mine.kind, mine.scale)
+        assert docs[other].unit == docs[(measurement, field)].unit
 
 
 @pytest.mark.parametrize("measurement, field, name, kind, scale", [
