@@ -189,18 +189,8 @@ def compare(
             doc = report.build()
     finally:
         client.close()
-    text = RENDERERS[fmt](doc)
-    if output and output != "-":
-        try:
-            Path(output).write_text(text)
-        except OSError as exc:
-            raise AgentError(f"cannot write {output!r}: {exc.strerror or exc}") from None
-        click.echo(
-            f"wrote {output} ({len(doc['groups'])} group(s), {sum(g['gpus'] for g in doc['groups'])} GPUs)",
-            err=True,
-        )
-    else:
-        sys.stdout.write(text)
+    _emit(RENDERERS[fmt](doc), output,
+          f"{len(doc['groups'])} group(s), {sum(g['gpus'] for g in doc['groups'])} GPUs")
 
 
 def _timeout(text: str | None) -> float | None:
@@ -267,12 +257,4 @@ def _compare_jobs(client, rng, by: str, where, fmt: str, output, config_path=Non
         doc = report.build()
     finally:
         client.close()
-    text = render(doc, fmt)
-    if output and output != "-":
-        try:
-            Path(output).write_text(text)
-        except OSError as exc:
-            raise AgentError(f"cannot write {output!r}: {exc.strerror or exc}") from None
-        click.echo(f"wrote {output} ({len(doc['groups'])} {by}(s))", err=True)
-    else:
-        sys.stdout.write(text)
+    _emit(render(doc, fmt), output, f"{len(doc['groups'])} {by}(s)")
