@@ -385,15 +385,7 @@ class Report:
     def _p2p(self, groups, gpus) -> None:
         nvlink = self._per_gpu('COUNT("nvlink_ok")', "gpu_p2p", '"nvlink_ok" = true')
         pcie = self._per_gpu('COUNT("read_ok")', "gpu_p2p", '"read_ok" = true')
-        tally: dict[tuple, dict[str, int]] = {
-            k: {"nvlink": 0, "pcie": 0, "none": 0} for k in groups
-        }
-        for key in gpus:
-            kind = "nvlink" if key in nvlink else "pcie" if key in pcie else "none"
-            tally[self._group_of(key)][kind] += 1
-        for gkey, g in groups.items():
-            g["p2p"] = tally[gkey]
-            g["p2p_summary"] = p2p_summary(tally[gkey])
+        add_p2p(groups, gpus, nvlink, pcie, self._group_of)
 
     def _mig(self, groups, gpus) -> None:
         capable = self._per_gpu('MAX("max_mig_devices"), MAX("mig_devices")', "gpu_mig")
@@ -478,6 +470,18 @@ class Report:
 
 def _gpu_key(row: dict) -> tuple:
     return tuple(row.get(t, "") for t in GPU_TAGS)
+
+
+def add_p2p(groups, gpus, nvlink, pcie, group_of) -> None:
+    """Each group's GPUs by their best P2P path (NVLink, else PCIe, else none), and its summary;
+    `nvlink` and `pcie` are the GPU keys that reached a peer that way (raw points or rollups)."""
+    tally: dict[tuple, dict[str, int]] = {k: {"nvlink": 0, "pcie": 0, "none": 0} for k in groups}
+    for key in gpus:
+        kind = "nvlink" if key in nvlink else "pcie" if key in pcie else "none"
+        tally[group_of(key)][kind] += 1
+    for gkey, g in groups.items():
+        g["p2p"] = tally[gkey]
+        g["p2p_summary"] = p2p_summary(tally[gkey])
 
 
 def p2p_summary(tally: dict[str, int]) -> str:

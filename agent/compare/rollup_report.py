@@ -23,8 +23,8 @@ from gpuagent.compare.report import (
     Range,
     Report,
     _gpu_key,
+    add_p2p,
     bucket_seconds,
-    p2p_summary,
     rfc3339,
 )
 from gpuagent.compare.rollups import BY_NAME, LEVELS, REASONS, Level, coverage
@@ -288,13 +288,7 @@ class RollupReport(Report):
     def _p2p(self, groups, gpus) -> None:
         nvlink = {k for k, r in self._agg("gpu_p2p_nvlink", ("n",), GPU_TAGS).items() if r.get("n")}
         pcie = {k for k, r in self._agg("gpu_p2p_pcie", ("n",), GPU_TAGS).items() if r.get("n")}
-        tally: dict[tuple, dict[str, int]] = {k: {"nvlink": 0, "pcie": 0, "none": 0} for k in groups}
-        for key in gpus:
-            kind = "nvlink" if key in nvlink else "pcie" if key in pcie else "none"
-            tally[self._group_of(key)][kind] += 1
-        for gkey, g in groups.items():
-            g["p2p"] = tally[gkey]
-            g["p2p_summary"] = p2p_summary(tally[gkey])
+        add_p2p(groups, gpus, nvlink, pcie, self._group_of)
 
     def _mig(self, groups, gpus) -> None:
         rows = self._agg("gpu_mig", ("max_mig_devices_max", "mig_devices_max", "mig_index_count"),
