@@ -14,6 +14,7 @@ do not count was written).
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from typing import Any
 
@@ -77,6 +78,9 @@ class RollupReport(Report):
         self.reach = reach if reach is not None else coverage(client)
         self.pieces = plan(rng.start_ns, rng.end_ns, self.reach)
         self.from_raw = list(FROM_RAW)
+        self._memo: dict[tuple, list[dict]] = {}
+        self._memo_locks: dict[tuple, threading.Lock] = {}
+        self._memo_lock = threading.Lock()
 
     # -- piece-wise queries -----------------------------------------------------------------------
     def _piece_where(self, start_ns: int, end_ns: int, extra: str = "") -> str:
@@ -96,21 +100,44 @@ class RollupReport(Report):
 
     def _agg(self, rollup_name: str, names: tuple[str, ...], group: tuple[str, ...],
              pieces: list[Piece] | None = None, tail: str = "") -> dict[tuple, dict[str, Any]]:
-        """Per group key (and bucket time, with a GROUP BY time tail), each named field merged over the pieces."""
+        """Per group key (and bucket time, with a GROUP BY time tail), each named field merged over the pieces.
+
+        Without a tail, each piece is asked once per rollup, every field per GPU, and the groups are
+        summed here: InfluxDB 1.x costs per series and query, so the figures of one measurement (the
+        inventory's and the groups') share one query per piece instead of one each."""
         rollup = BY_NAME[rollup_name]
         fields = [f for f in rollup.fields if f.name in names]
+        fine = (*GPU_TAGS, *(t for t in group if t not in GPU_TAGS))
+        selects = ("FIRST", "LAST")
+        shared = not tail and (fine == group or not any(f.combine in selects for f in fields))
         out: dict[tuple, dict[str, Any]] = {}
-        by = ", ".join(f'"{t}"' for t in group)
-        for level, a, b in pieces if pieces is not None else self.pieces:
-            source, extra = self._from(level, rollup_name)
-            select = ", ".join(f'{f.raw if level is None else f.over_rollup()} AS "{f.name}"' for f in fields)
-            q = f"SELECT {select} FROM {source} WHERE {self._piece_where(a, b, extra)} GROUP BY {by}{tail}"
-            for row in self.client.rows(q):
+        for piece in pieces if pieces is not None else self.pieces:
+            rows = self._piece_rows(rollup_name, piece, fine if shared else group, tail)
+            for row in rows:
                 key = tuple(row.get(t, "") for t in group) + ((row["time"],) if tail else ())
                 got = out.setdefault(key, {})
                 for f in fields:
+                    # Rows of one piece (GPUs of a group) merge as rows of later pieces do; FIRST/LAST
+                    # only where each row is its own group (`shared` above).
                     got[f.name] = _merge(f.combine, got.get(f.name), row.get(f.name), later=True)
         return out
+
+    def _piece_rows(self, rollup_name: str, piece: Piece, tags: tuple[str, ...], tail: str) -> list[dict]:
+        """Every field of one rollup over one piece, per `tags` (and bucket); asked once, shared by the
+        report's sections (they run in threads: one lock per query)."""
+        key = (rollup_name, piece, tags, tail)
+        with self._memo_lock:
+            lock = self._memo_locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._memo:
+                level, a, b = piece
+                source, extra = self._from(level, rollup_name)
+                select = ", ".join(f'{f.raw if level is None else f.over_rollup()} AS "{f.name}"'
+                                   for f in BY_NAME[rollup_name].fields)
+                by = ", ".join(f'"{t}"' for t in tags)
+                self._memo[key] = self.client.rows(
+                    f"SELECT {select} FROM {source} WHERE {self._piece_where(a, b, extra)} GROUP BY {by}{tail}")
+            return self._memo[key]
 
     def _group_agg(self, rollup_name: str, names: tuple[str, ...]) -> dict[tuple, dict[str, Any]]:
         return self._agg(rollup_name, names, self.group_tags)

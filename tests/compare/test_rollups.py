@@ -212,3 +212,28 @@ def test_status_from_the_config_and_on_a_database_without_rollups(influxdb_v1, c
     assert cli("rollups", "init", "--config", str(config)).exit_code == 0
     result = cli("rollups", "status", "--config", str(config))
     assert result.exit_code == 0 and "no points" in result.stdout
+
+
+def test_each_measurement_is_asked_once_per_piece(rolled_db, influxdb_v1):
+    """InfluxDB 1.x costs per series and query: the inventory's and the groups' figures of one
+    measurement share one query per piece (gpu_memory was asked twice, gpu_clocks three times)."""
+    from gpuagent.compare.query import InfluxQL, connection_from
+    from gpuagent.compare.report import Range
+    from gpuagent.compare.rollup_report import RollupReport
+
+    db, end_ns = rolled_db
+    asked = []
+
+    class Counting(InfluxQL):
+        def rows(self, q):
+            asked.append(q)
+            return super().rows(q)
+
+    start_ns, stop_ns = end_ns - 2 * 3600 * 10**9 + 437 * 10**9, end_ns - 83 * 10**9
+    doc = RollupReport(Counting(connection_from(None, influxdb_v1.url, db)), Range(start_ns, stop_ns), "model").build()
+    assert doc["source"]["kind"] == "rollup"
+    pieces = len(doc["source"]["pieces"])
+    assert pieces >= 3
+    for field in ('"util_count"', '"sm_clock_count"', '"power_count"'):
+        plain = [q for q in asked if q.startswith("SELECT SUM(") and field in q and "time(" not in q]  # not the series
+        assert len(plain) == pieces, plain
