@@ -14,6 +14,7 @@ do not count was written).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import defaultdict
 from typing import Any
@@ -31,6 +32,23 @@ from gpuagent.compare.report import (
 from gpuagent.compare.rollups import BY_NAME, LEVELS, REASONS, Level, coverage
 
 FROM_RAW = ("power_p95_w", "l2_probe", "work")
+
+# Raw pieces up to this long (the edges inside a minute) count their tallies from the points: one
+# query per measurement instead of one per throttle reason, verdict, P2P kind (InfluxDB 1.x costs
+# per query and series, the points of a minute are few).
+EDGE_NS = 120 * 10**9
+_EQUALS = re.compile(r"""^"(\w+)" = (true|'([^']*)')$""")
+_TAIL = re.compile(r"time\((\d+)s\)")
+
+
+def _tally(rollup_name: str) -> tuple[str, Any] | None:
+    """(field, value) of a rollup that counts the points where that field equals that value; else None."""
+    rollup = BY_NAME[rollup_name]
+    m = _EQUALS.match(rollup.where)
+    if not m or any(f.raw != f'COUNT("{m[1]}")' for f in rollup.fields):
+        return None
+    return m[1], True if m[2] == "true" else m[3]
+
 
 Piece = tuple  # (Level | None, start_ns, end_ns): None is raw points
 
@@ -129,6 +147,8 @@ class RollupReport(Report):
         with self._memo_lock:
             lock = self._memo_locks.setdefault(key, threading.Lock())
         with lock:
+            if key not in self._memo and _tally(rollup_name) and piece[0] is None and piece[2] - piece[1] <= EDGE_NS:
+                self._memo[key] = self._tally_rows(rollup_name, piece, tags, tail)
             if key not in self._memo:
                 level, a, b = piece
                 source, extra = self._from(level, rollup_name)
@@ -137,6 +157,36 @@ class RollupReport(Report):
                 by = ", ".join(f'"{t}"' for t in tags)
                 self._memo[key] = self.client.rows(
                     f"SELECT {select} FROM {source} WHERE {self._piece_where(a, b, extra)} GROUP BY {by}{tail}")
+            return self._memo[key]
+
+    def _tally_rows(self, rollup_name: str, piece: Piece, tags: tuple[str, ...], tail: str) -> list[dict]:
+        """A short raw piece (an edge) of a tally rollup (a count of points where one field equals a
+        value): counted here from the points of every tally of that measurement, asked once."""
+        rollup = BY_NAME[rollup_name]
+        field, value = _tally(rollup_name)
+        points = self._points(rollup.source, piece, tags)
+        bucket_ns = int(_TAIL.search(tail)[1]) * 10**9 if tail else None
+        counts: dict[tuple, list] = {}
+        for row in points:
+            if row.get(field) != value:
+                continue
+            t = row["time"] // bucket_ns * bucket_ns if bucket_ns else piece[1]
+            key = (*(row.get(tag, "") for tag in tags), t)
+            counts.setdefault(key, [dict(zip(tags, key[:-1], strict=True)), 0])[1] += 1
+        return [{**row_tags, "time": key[-1], **dict.fromkeys((f.name for f in rollup.fields), n)}
+                for key, (row_tags, n) in counts.items()]
+
+    def _points(self, source: str, piece: Piece, tags: tuple[str, ...]) -> list[dict]:
+        key = ("points", source, piece, tags)
+        with self._memo_lock:
+            lock = self._memo_locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._memo:
+                fields = sorted({_tally(r.name)[0] for r in BY_NAME.values() if r.source == source and _tally(r.name)})
+                select = ", ".join(f'"{f}"' for f in fields)
+                by = ", ".join(f'"{t}"' for t in tags)
+                self._memo[key] = self.client.rows(
+                    f'SELECT {select} FROM "{source}" WHERE {self._piece_where(piece[1], piece[2])} GROUP BY {by}')
             return self._memo[key]
 
     def _group_agg(self, rollup_name: str, names: tuple[str, ...]) -> dict[tuple, dict[str, Any]]:
