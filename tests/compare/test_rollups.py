@@ -237,3 +237,7 @@ def test_each_measurement_is_asked_once_per_piece(rolled_db, influxdb_v1):
     for field in ('"util_count"', '"sm_clock_count"', '"power_count"'):
         plain = [q for q in asked if q.startswith("SELECT SUM(") and field in q and "time(" not in q]  # not the series
         assert len(plain) == pieces, plain
+    # The raw edges count the throttle reasons from one points query, not one COUNT per reason.
+    raw_pieces = sum(p["level"] == "raw" for p in doc["source"]["pieces"])
+    clocks = [q for q in asked if ' FROM "gpu_clocks" ' in q]
+    assert len(clocks) == 2 * raw_pieces, clocks
