@@ -130,7 +130,8 @@ class RollupReport(Report):
         shared = not tail and (fine == group or not any(f.combine in selects for f in fields))
         out: dict[tuple, dict[str, Any]] = {}
         for piece in pieces if pieces is not None else self.pieces:
-            rows = self._piece_rows(rollup_name, piece, fine if shared else group, tail)
+            rows = self._piece_rows(rollup_name, piece, fine if shared else group, tail,
+                                    any(f.combine in selects for f in fields))
             for row in rows:
                 key = tuple(row.get(t, "") for t in group) + ((row["time"],) if tail else ())
                 got = out.setdefault(key, {})
@@ -140,10 +141,12 @@ class RollupReport(Report):
                     got[f.name] = _merge(f.combine, got.get(f.name), row.get(f.name), later=True)
         return out
 
-    def _piece_rows(self, rollup_name: str, piece: Piece, tags: tuple[str, ...], tail: str) -> list[dict]:
+    def _piece_rows(self, rollup_name: str, piece: Piece, tags: tuple[str, ...], tail: str,
+                    selectors: bool = False) -> list[dict]:
         """Every field of one rollup over one piece, per `tags` (and bucket); asked once, shared by the
-        report's sections (they run in threads: one lock per query)."""
-        key = (rollup_name, piece, tags, tail)
+        report's sections (they run in threads: one lock per query). FIRST/LAST fields only with
+        `selectors`: InfluxDB 1.x pays for them (the energy counter's are asked on their own)."""
+        key = (rollup_name, piece, tags, tail, selectors)
         with self._memo_lock:
             lock = self._memo_locks.setdefault(key, threading.Lock())
         with lock:
@@ -153,7 +156,8 @@ class RollupReport(Report):
                 level, a, b = piece
                 source, extra = self._from(level, rollup_name)
                 select = ", ".join(f'{f.raw if level is None else f.over_rollup()} AS "{f.name}"'
-                                   for f in BY_NAME[rollup_name].fields)
+                                   for f in BY_NAME[rollup_name].fields
+                                   if selectors or f.combine not in ("FIRST", "LAST"))
                 by = ", ".join(f'"{t}"' for t in tags)
                 self._memo[key] = self.client.rows(
                     f"SELECT {select} FROM {source} WHERE {self._piece_where(a, b, extra)} GROUP BY {by}{tail}")
