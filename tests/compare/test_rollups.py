@@ -241,3 +241,14 @@ def test_each_measurement_is_asked_once_per_piece(rolled_db, influxdb_v1):
     raw_pieces = sum(p["level"] == "raw" for p in doc["source"]["pieces"])
     clocks = [q for q in asked if ' FROM "gpu_clocks" ' in q]
     assert len(clocks) == 2 * raw_pieces, clocks
+
+
+def test_rollups_take_a_timeout_as_compare_does(influxdb_v1, cli, fresh_db):
+    """The slow-answer error says "give it longer with --timeout": the rollups commands take it."""
+    conn = ("--url", influxdb_v1.url, "--database", fresh_db)
+    result = cli("rollups", "init", "--timeout", "0s", *conn)
+    assert result.exit_code == 1 and "--timeout: expected a positive duration" in result.stderr
+    assert "Traceback" not in result.output
+    for command in (("init",), ("backfill", "--since", "1h"), ("status",)):
+        result = cli("rollups", *command, "--timeout", "120s", *conn)
+        assert result.exit_code == 0, result.output
