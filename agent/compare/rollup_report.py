@@ -14,6 +14,8 @@ do not count was written).
 
 from __future__ import annotations
 
+import re
+import threading
 from collections import defaultdict
 from typing import Any
 
@@ -30,6 +32,23 @@ from gpuagent.compare.report import (
 from gpuagent.compare.rollups import BY_NAME, LEVELS, REASONS, Level, coverage
 
 FROM_RAW = ("power_p95_w", "l2_probe", "work")
+
+# Raw pieces up to this long (the edges inside a minute) count their tallies from the points: one
+# query per measurement instead of one per throttle reason, verdict, P2P kind (InfluxDB 1.x costs
+# per query and series, the points of a minute are few).
+EDGE_NS = 120 * 10**9
+_EQUALS = re.compile(r"""^"(\w+)" = (true|'([^']*)')$""")
+_TAIL = re.compile(r"time\((\d+)s\)")
+
+
+def _tally(rollup_name: str) -> tuple[str, Any] | None:
+    """(field, value) of a rollup that counts the points where that field equals that value; else None."""
+    rollup = BY_NAME[rollup_name]
+    m = _EQUALS.match(rollup.where)
+    if not m or any(f.raw != f'COUNT("{m[1]}")' for f in rollup.fields):
+        return None
+    return m[1], True if m[2] == "true" else m[3]
+
 
 Piece = tuple  # (Level | None, start_ns, end_ns): None is raw points
 
@@ -77,6 +96,9 @@ class RollupReport(Report):
         self.reach = reach if reach is not None else coverage(client)
         self.pieces = plan(rng.start_ns, rng.end_ns, self.reach)
         self.from_raw = list(FROM_RAW)
+        self._memo: dict[tuple, list[dict]] = {}
+        self._memo_locks: dict[tuple, threading.Lock] = {}
+        self._memo_lock = threading.Lock()
 
     # -- piece-wise queries -----------------------------------------------------------------------
     def _piece_where(self, start_ns: int, end_ns: int, extra: str = "") -> str:
@@ -96,21 +118,80 @@ class RollupReport(Report):
 
     def _agg(self, rollup_name: str, names: tuple[str, ...], group: tuple[str, ...],
              pieces: list[Piece] | None = None, tail: str = "") -> dict[tuple, dict[str, Any]]:
-        """Per group key (and bucket time, with a GROUP BY time tail), each named field merged over the pieces."""
+        """Per group key (and bucket time, with a GROUP BY time tail), each named field merged over the pieces.
+
+        Without a tail, each piece is asked once per rollup, every field per GPU, and the groups are
+        summed here: InfluxDB 1.x costs per series and query, so the figures of one measurement (the
+        inventory's and the groups') share one query per piece instead of one each."""
         rollup = BY_NAME[rollup_name]
         fields = [f for f in rollup.fields if f.name in names]
+        fine = (*GPU_TAGS, *(t for t in group if t not in GPU_TAGS))
+        selects = ("FIRST", "LAST")
+        shared = not tail and (fine == group or not any(f.combine in selects for f in fields))
         out: dict[tuple, dict[str, Any]] = {}
-        by = ", ".join(f'"{t}"' for t in group)
-        for level, a, b in pieces if pieces is not None else self.pieces:
-            source, extra = self._from(level, rollup_name)
-            select = ", ".join(f'{f.raw if level is None else f.over_rollup()} AS "{f.name}"' for f in fields)
-            q = f"SELECT {select} FROM {source} WHERE {self._piece_where(a, b, extra)} GROUP BY {by}{tail}"
-            for row in self.client.rows(q):
+        for piece in pieces if pieces is not None else self.pieces:
+            rows = self._piece_rows(rollup_name, piece, fine if shared else group, tail,
+                                    any(f.combine in selects for f in fields))
+            for row in rows:
                 key = tuple(row.get(t, "") for t in group) + ((row["time"],) if tail else ())
                 got = out.setdefault(key, {})
                 for f in fields:
+                    # Rows of one piece (GPUs of a group) merge as rows of later pieces do; FIRST/LAST
+                    # only where each row is its own group (`shared` above).
                     got[f.name] = _merge(f.combine, got.get(f.name), row.get(f.name), later=True)
         return out
+
+    def _piece_rows(self, rollup_name: str, piece: Piece, tags: tuple[str, ...], tail: str,
+                    selectors: bool = False) -> list[dict]:
+        """Every field of one rollup over one piece, per `tags` (and bucket); asked once, shared by the
+        report's sections (they run in threads: one lock per query). FIRST/LAST fields only with
+        `selectors`: InfluxDB 1.x pays for them (the energy counter's are asked on their own)."""
+        key = (rollup_name, piece, tags, tail, selectors)
+        with self._memo_lock:
+            lock = self._memo_locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._memo and _tally(rollup_name) and piece[0] is None and piece[2] - piece[1] <= EDGE_NS:
+                self._memo[key] = self._tally_rows(rollup_name, piece, tags, tail)
+            if key not in self._memo:
+                level, a, b = piece
+                source, extra = self._from(level, rollup_name)
+                select = ", ".join(f'{f.raw if level is None else f.over_rollup()} AS "{f.name}"'
+                                   for f in BY_NAME[rollup_name].fields
+                                   if selectors or f.combine not in ("FIRST", "LAST"))
+                by = ", ".join(f'"{t}"' for t in tags)
+                self._memo[key] = self.client.rows(
+                    f"SELECT {select} FROM {source} WHERE {self._piece_where(a, b, extra)} GROUP BY {by}{tail}")
+            return self._memo[key]
+
+    def _tally_rows(self, rollup_name: str, piece: Piece, tags: tuple[str, ...], tail: str) -> list[dict]:
+        """A short raw piece (an edge) of a tally rollup (a count of points where one field equals a
+        value): counted here from the points of every tally of that measurement, asked once."""
+        rollup = BY_NAME[rollup_name]
+        field, value = _tally(rollup_name)
+        points = self._points(rollup.source, piece, tags)
+        bucket_ns = int(_TAIL.search(tail)[1]) * 10**9 if tail else None
+        counts: dict[tuple, list] = {}
+        for row in points:
+            if row.get(field) != value:
+                continue
+            t = row["time"] // bucket_ns * bucket_ns if bucket_ns else piece[1]
+            key = (*(row.get(tag, "") for tag in tags), t)
+            counts.setdefault(key, [dict(zip(tags, key[:-1], strict=True)), 0])[1] += 1
+        return [{**row_tags, "time": key[-1], **dict.fromkeys((f.name for f in rollup.fields), n)}
+                for key, (row_tags, n) in counts.items()]
+
+    def _points(self, source: str, piece: Piece, tags: tuple[str, ...]) -> list[dict]:
+        key = ("points", source, piece, tags)
+        with self._memo_lock:
+            lock = self._memo_locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._memo:
+                fields = sorted({_tally(r.name)[0] for r in BY_NAME.values() if r.source == source and _tally(r.name)})
+                select = ", ".join(f'"{f}"' for f in fields)
+                by = ", ".join(f'"{t}"' for t in tags)
+                self._memo[key] = self.client.rows(
+                    f'SELECT {select} FROM "{source}" WHERE {self._piece_where(piece[1], piece[2])} GROUP BY {by}')
+            return self._memo[key]
 
     def _group_agg(self, rollup_name: str, names: tuple[str, ...]) -> dict[tuple, dict[str, Any]]:
         return self._agg(rollup_name, names, self.group_tags)

@@ -17,6 +17,9 @@ from gpuagent.units import parse_duration
 
 
 def _connection_options(f):
+    f = click.option("--timeout", default=None, metavar="DURATION",
+                     help="Longest wait for one query's answer (default: the config's, else 30s); a "
+                          "backfill of a large fleet may need longer, or a shorter --chunk.")(f)
     f = click.option("--password", default=None, envvar="INFLUX_PASSWORD", help="1.x password ($INFLUX_PASSWORD).")(f)
     f = click.option("--username", default=None, help="1.x user (Basic auth), with --password.")(f)
     f = click.option("--database", default=None, help="Database.")(f)
@@ -27,10 +30,14 @@ def _connection_options(f):
     return f
 
 
-def _client(config_path, url, database, username, password):
+def _client(config_path, url, database, username, password, timeout=None):
+    from gpuagent.compare.cli import _timeout
     from gpuagent.compare.query import InfluxQL, connection_from
 
     conn = connection_from(config_path, url, database, None, username, password)
+    wait = _timeout(timeout)
+    if wait is not None:
+        conn.timeout = wait
     conn.retention_policy = ""  # the raw points: the database's default retention policy
     return InfluxQL(conn)
 
@@ -42,11 +49,11 @@ def rollups() -> None:
 
 @rollups.command("init")
 @_connection_options
-def init(config_path, url, database, username, password) -> None:
+def init(config_path, url, database, username, password, timeout) -> None:
     """Create the retention policies and continuous queries (what exists is left as it is)."""
     from gpuagent.compare import rollups as r
 
-    client = _client(config_path, url, database, username, password)
+    client = _client(config_path, url, database, username, password, timeout)
     try:
         made = r.init(client)
     finally:
@@ -63,7 +70,7 @@ def init(config_path, url, database, username, password) -> None:
 @click.option("--chunk", default="1h", show_default=True, metavar="DURATION",
               help="Time each SELECT ... INTO covers.")
 @_connection_options
-def backfill(since, chunk, config_path, url, database, username, password) -> None:
+def backfill(since, chunk, config_path, url, database, username, password, timeout) -> None:
     """Roll up history already stored (the continuous queries' statements over the past)."""
     from gpuagent.compare import rollups as r
 
@@ -73,7 +80,7 @@ def backfill(since, chunk, config_path, url, database, username, password) -> No
         raise AgentError(f"--since/--chunk: {exc}") from None
     if seconds <= 0 or chunk_s < 60:
         raise AgentError("--since must be more than 0 and --chunk at least 1m")
-    client = _client(config_path, url, database, username, password)
+    client = _client(config_path, url, database, username, password, timeout)
     end = time.time_ns()
     try:
         written = r.backfill(client, end - int(seconds * 1e9), end, int(chunk_s), echo=click.echo)
@@ -85,11 +92,11 @@ def backfill(since, chunk, config_path, url, database, username, password) -> No
 @rollups.command("status")
 @click.option("--json", "as_json", is_flag=True, default=False, help="One JSON document.")
 @_connection_options
-def status(as_json, config_path, url, database, username, password) -> None:
+def status(as_json, config_path, url, database, username, password, timeout) -> None:
     """What exists and how far each level reaches."""
     from gpuagent.compare import rollups as r
 
-    client = _client(config_path, url, database, username, password)
+    client = _client(config_path, url, database, username, password, timeout)
     try:
         doc = r.status(client)
     finally:

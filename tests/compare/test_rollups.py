@@ -212,3 +212,43 @@ def test_status_from_the_config_and_on_a_database_without_rollups(influxdb_v1, c
     assert cli("rollups", "init", "--config", str(config)).exit_code == 0
     result = cli("rollups", "status", "--config", str(config))
     assert result.exit_code == 0 and "no points" in result.stdout
+
+
+def test_each_measurement_is_asked_once_per_piece(rolled_db, influxdb_v1):
+    """InfluxDB 1.x costs per series and query: the inventory's and the groups' figures of one
+    measurement share one query per piece (gpu_memory was asked twice, gpu_clocks three times)."""
+    from gpuagent.compare.query import InfluxQL, connection_from
+    from gpuagent.compare.report import Range
+    from gpuagent.compare.rollup_report import RollupReport
+
+    db, end_ns = rolled_db
+    asked = []
+
+    class Counting(InfluxQL):
+        def rows(self, q):
+            asked.append(q)
+            return super().rows(q)
+
+    start_ns, stop_ns = end_ns - 2 * 3600 * 10**9 + 437 * 10**9, end_ns - 83 * 10**9
+    doc = RollupReport(Counting(connection_from(None, influxdb_v1.url, db)), Range(start_ns, stop_ns), "model").build()
+    assert doc["source"]["kind"] == "rollup"
+    pieces = len(doc["source"]["pieces"])
+    assert pieces >= 3
+    for field in ('"util_count"', '"sm_clock_count"', '"power_count"'):
+        plain = [q for q in asked if q.startswith("SELECT SUM(") and field in q and "time(" not in q]  # not the series
+        assert len(plain) == pieces, plain
+    # The raw edges count the throttle reasons from one points query, not one COUNT per reason.
+    raw_pieces = sum(p["level"] == "raw" for p in doc["source"]["pieces"])
+    clocks = [q for q in asked if ' FROM "gpu_clocks" ' in q]
+    assert len(clocks) == 2 * raw_pieces, clocks
+
+
+def test_rollups_take_a_timeout_as_compare_does(influxdb_v1, cli, fresh_db):
+    """The slow-answer error says "give it longer with --timeout": the rollups commands take it."""
+    conn = ("--url", influxdb_v1.url, "--database", fresh_db)
+    result = cli("rollups", "init", "--timeout", "0s", *conn)
+    assert result.exit_code == 1 and "--timeout: expected a positive duration" in result.stderr
+    assert "Traceback" not in result.output
+    for command in (("init",), ("backfill", "--since", "1h"), ("status",)):
+        result = cli("rollups", *command, "--timeout", "120s", *conn)
+        assert result.exit_code == 0, result.output
