@@ -70,27 +70,8 @@ class JobReport:
 
     def build(self) -> dict[str, Any]:
         series = (*self.key_tags, *GPU_TAGS)
-        by = ", ".join(f'"{t}"' for t in series)
-        inner = (
-            f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "gpu_job" '
-            f"WHERE {self._where()} GROUP BY {by}"
-        )
-        energy = {
-            _key(r, series): r.get("sum") or 0.0
-            for r in self.client.rows(
-                f"SELECT SUM(d) FROM ({inner}) WHERE {self.range.clause()} GROUP BY {by}"
-            )
-        }
-        idle_inner = (
-            f'SELECT NON_NEGATIVE_DIFFERENCE("idle_s") AS d FROM "gpu_job" '
-            f'WHERE {self._where()} AND "allocated_idle" = true GROUP BY {by}'
-        )
-        idle = {
-            _key(r, series): r.get("sum") or 0.0
-            for r in self.client.rows(
-                f"SELECT SUM(d) FROM ({idle_inner}) WHERE {self.range.clause()} GROUP BY {by}"
-            )
-        }
+        energy = self._increase("energy_j", series)
+        idle = self._increase("idle_s", series, ' AND "allocated_idle" = true')
         first = {_key(r, series): r["time"] for r in self._rows('FIRST("processes")', series)}
         last = {_key(r, series): r["time"] for r in self._rows('LAST("processes")', series)}
         if not first:
@@ -152,6 +133,18 @@ class JobReport:
             definitions = {**JOB_DEFINITIONS, **WORK_DEFINITIONS}
         source = {"url": self.client.conn.url, "database": self.client.conn.database}
         return report_document(self.range, self.by, self.where, source, definitions, groups)
+
+    def _increase(self, field: str, series: tuple[str, ...], condition: str = "") -> dict[tuple, float]:
+        """Per job series: how much a counter field grew over the range (its non-negative steps summed)."""
+        by = ", ".join(f'"{t}"' for t in series)
+        inner = (
+            f'SELECT NON_NEGATIVE_DIFFERENCE("{field}") AS d FROM "gpu_job" '
+            f"WHERE {self._where()}{condition} GROUP BY {by}"
+        )
+        return {
+            _key(r, series): r.get("sum") or 0.0
+            for r in self.client.rows(f"SELECT SUM(d) FROM ({inner}) WHERE {self.range.clause()} GROUP BY {by}")
+        }
 
     def _idle_cost(self, per_gpu: list[tuple[str, float]]) -> float | None:
         """Idle GPU-hours in money, each GPU at its model's price; None when a GPU that idled has none."""
