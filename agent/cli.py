@@ -9,8 +9,8 @@ import sys
 import click
 
 from gpuagent import __version__
+from gpuagent.commands.lazycli import LazyGroup
 from gpuagent.errors import AgentError
-from gpuagent.lazycli import LazyGroup
 
 log = logging.getLogger("gpuagent")
 
@@ -19,7 +19,7 @@ COMMANDS: dict[str, str] = {
     "run": "gpuagent.commands.run:run",
     "plugins": "gpuagent.commands.plugins:plugins",
     "config": "gpuagent.commands.config:config",
-    "inspect": "gpuagent.inspect:inspect",
+    "inspect": "gpuagent.commands.inspect:inspect",
     "sim": "gpuagent.sim.cli:sim_group",
     "compare": "gpuagent.compare.cli:compare",
     "rollups": "gpuagent.compare.rollups_cli:rollups",

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from gpuagent.durations import Duration
-from gpuagent.gpu import GpuLost
+from gpuagent.gpus.gpu import GpuLost
+from gpuagent.units import Duration
 
 if TYPE_CHECKING:
-    from gpuagent.accumulator import Accumulator
     from gpuagent.context import AgentContext
-    from gpuagent.gpu import Gpu
+    from gpuagent.gpus.gpu import Gpu
+    from gpuagent.pipeline.accumulator import Accumulator
 
 
 class CollectorConfig(BaseModel):

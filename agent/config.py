@@ -13,13 +13,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from gpuagent import names
 from gpuagent.collector import CollectorConfig
-from gpuagent.durations import MIN_INTERVAL, Duration, Interval
 from gpuagent.errors import AgentError, ConfigError
-from gpuagent.logsetup import mask_url
+from gpuagent.pipeline import names
+from gpuagent.service.logsetup import mask_url
 from gpuagent.sink import SinkConfig
-from gpuagent.units import format_duration
+from gpuagent.units import MIN_INTERVAL, Duration, Interval, format_duration
 
 log = logging.getLogger("gpuagent.config")
 

@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuagent.liveness import Liveness
-from gpuagent.shared import Shared
+from gpuagent.service.liveness import Liveness
+from gpuagent.service.shared import Shared
 
 if TYPE_CHECKING:
-    from gpuagent.gpu import Gpu
-    from gpuagent.nvml import NvmlSession
+    from gpuagent.gpus.gpu import Gpu
+    from gpuagent.gpus.nvml import NvmlSession
 
 
 @dataclass

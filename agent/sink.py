@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
     from gpuagent.context import AgentContext
-    from gpuagent.metric import Point
+    from gpuagent.pipeline.metric import Point
 
 
 class SinkConfig(BaseModel):
@@ -26,7 +26,7 @@ class Sink:
     blocks (it buffers and sends from its own thread) says so with
     ``nonblocking = True`` and is called from the loop; any other sink is
     called from a thread of its own behind a bounded queue
-    (gpuagent.sink_isolation), so one slow or stuck sink never holds the
+    (gpuagent.pipeline.sink_isolation), so one slow or stuck sink never holds the
     others or the collection back. ``flush(timeout)`` delivers or persists what is
     buffered (to the server or a durable spool) before returning; ``close``
     stops threads. ``stats`` feeds the agent's own ``gpuagent`` measurement.

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from gpuagent.accumulator import Accumulator
+from gpuagent.pipeline.accumulator import Accumulator
 
 
 class RecordingAccumulator(Accumulator):
@@ -63,7 +63,7 @@ def simulated_fleet(sim_clock) -> Iterator[Any]:
     import pynvml
 
     from gpuagent import sim
-    from gpuagent.gpu import Gpu
+    from gpuagent.gpus.gpu import Gpu
 
     started: list[Any] = []
 
@@ -107,7 +107,7 @@ SIGNED_FIELD_SUFFIXES = ("_tlimit_c", "thermal_margin_c")
 def make_collector(machine: Any, cls: type, hostname: str = "testhost", **config: Any) -> Any:
     """A collector of class ``cls`` over a simulated machine's GPUs, its table given as keywords."""
     from gpuagent.context import AgentContext
-    from gpuagent.nvml import NvmlSession
+    from gpuagent.gpus.nvml import NvmlSession
 
     session = NvmlSession(gpus=machine.gpus, simulated=True, machine=machine)
     context = AgentContext(hostname=hostname, gpus=machine.gpus, nvml=session)

@@ -120,3 +120,17 @@ def human_bytes(n: float) -> str:
 # pydantic field types for config models.
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 ByteSize = Annotated[int, BeforeValidator(parse_bytes)]
+
+# The shortest interval a config may ask for (collection, flush, retry): shorter ones
+# only burn CPU and flood the log (1ms: 110% CPU and thousands of lines a second).
+MIN_INTERVAL = 0.1
+
+
+def parse_interval(value: object) -> float:
+    seconds = parse_duration(value)
+    if seconds < MIN_INTERVAL:
+        raise ValueError(f"expected at least {format_duration(MIN_INTERVAL)} (the floor for intervals), got {value!r}")
+    return seconds
+
+
+Interval = Annotated[float, BeforeValidator(parse_interval)]

@@ -8,7 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuagent.runtime import Options, build
+from gpuagent.service.runtime import Options, build
 
 
 def bench_spec(default: str) -> str | None:

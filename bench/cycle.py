@@ -24,11 +24,11 @@ import time
 import pynvml
 
 from bench.common import bench_spec, build_agent
-from gpuagent.accumulator import Accumulator
-from gpuagent.metric import to_lines
+from gpuagent.pipeline.accumulator import Accumulator
+from gpuagent.pipeline.metric import to_lines
 
 try:
-    from gpuagent.nvml_read import current_tick
+    from gpuagent.gpus.nvml_read import current_tick
 except ImportError:  # an agent from before field-value batches (to bench it the same way)
     import contextvars
 

@@ -9,8 +9,8 @@ facts gpustat also prints), which read a superset.
 from __future__ import annotations
 
 from bench.common import build_agent, median_cpu
-from gpuagent.accumulator import Accumulator
-from gpuagent.metric import to_lines
+from gpuagent.pipeline.accumulator import Accumulator
+from gpuagent.pipeline.metric import to_lines
 
 SPEC = "h100-sxm:8"
 OURS = ["power", "memory", "processes"]

@@ -29,9 +29,9 @@ def _child(mode: str, cycles: int) -> None:
     logging.disable(logging.WARNING)
     from bench.common import build_agent
     from bench.cycle import _recording, _replayer, _restore
-    from gpuagent.accumulator import Accumulator
-    from gpuagent.metric import to_lines
-    from gpuagent.nvml_read import current_tick
+    from gpuagent.gpus.nvml_read import current_tick
+    from gpuagent.pipeline.accumulator import Accumulator
+    from gpuagent.pipeline.metric import to_lines
 
     agent = build_agent(SPEC)
     tags = agent.context.default_tags

@@ -22,9 +22,9 @@ import subprocess
 import time
 
 from bench.common import build_agent, median_cpu
-from gpuagent.accumulator import Accumulator
 from gpuagent.errors import NvmlUnavailable
-from gpuagent.metric import to_lines
+from gpuagent.pipeline.accumulator import Accumulator
+from gpuagent.pipeline.metric import to_lines
 
 NAME = "nvidia_smi"
 QUERY = "name,temperature.gpu,utilization.gpu,memory.used,memory.total,power.draw"

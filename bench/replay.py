@@ -69,8 +69,8 @@ def _cpu_seconds(pid: int) -> float:
 
 def run(quick: bool = False) -> dict:
     from gpuagent.context import AgentContext
+    from gpuagent.pipeline.spool import Spool
     from gpuagent.plugins.influxdb import InfluxDBSink
-    from gpuagent.spool import Spool
 
     servers = _servers()
     binary = shutil.which(servers.INFLUXD) or "/usr/bin/influxd"

@@ -38,9 +38,9 @@ def gpm_warmup_on_sim_clock(sim_clock, monkeypatch):
     lie the warm-up apart in simulated time (the driver refuses samples 100 ms or less apart)."""
     from types import SimpleNamespace
 
-    from gpuagent import gpm
+    from gpuagent.gpus import gpm
 
-    # One warm-up for memory, nvlink and mig: GpmSamplers.warm_up in gpuagent.gpm.
+    # One warm-up for memory, nvlink and mig: GpmSamplers.warm_up in gpuagent.gpus.gpm.
     monkeypatch.setattr(gpm, "time", SimpleNamespace(sleep=sim_clock.advance))
     return sim_clock
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Build agent/nvml_conformance.json: the return codes nvml.h documents for each NVML function
+"""Build agent/gpus/nvml_conformance.json: the return codes nvml.h documents for each NVML function
 the agent calls.
 
-    scripts/nvml-conformance-table.py NVML_H [--older OLDER_NVML_H] [--symbols FILE] > agent/nvml_conformance.json
-    scripts/nvml-conformance-table.py --reuse agent/nvml_conformance.json > new.json   # no header at hand
+    scripts/nvml-conformance-table.py NVML_H [--older OLDER_NVML_H] [--symbols FILE] > agent/gpus/nvml_conformance.json
+    scripts/nvml-conformance-table.py --reuse agent/gpus/nvml_conformance.json > new.json   # no header at hand
 
 NVML_H is NVIDIA's header (e.g. gen/nvml/nvml.h of github.com/NVIDIA/go-nvml). The symbols
 are the C functions a `gpuagent run --once` over every built-in simulator profile really

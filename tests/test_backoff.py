@@ -1,11 +1,11 @@
-"""The retry timing of a sink (gpuagent.backoff): doubling, jitter, Retry-After, fatal answers, outages."""
+"""The retry timing of a sink (gpuagent.pipeline.backoff): doubling, jitter, Retry-After, fatal answers, outages."""
 
 from __future__ import annotations
 
 import logging
 
-from gpuagent.backoff import RETRY_AFTER_CAP, Backoff, Outage
-from gpuagent.batch_sender import Outcome, Result
+from gpuagent.pipeline.backoff import RETRY_AFTER_CAP, Backoff, Outage
+from gpuagent.pipeline.batch_sender import Outcome, Result
 
 
 def no_jitter(low: float, high: float) -> float:

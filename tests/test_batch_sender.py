@@ -1,11 +1,11 @@
-"""Sending a sink's batches and settling the answers (gpuagent.batch_sender): refusals split in halves.
+"""Sending a sink's batches and settling the answers (gpuagent.pipeline.batch_sender): refusals split in halves.
 
 The transport here is a small in-process server of the Transport protocol: it answers as InfluxDB
 does (a 400 "unable to parse" naming the bad line, a 413 above a size) without a network."""
 
 from __future__ import annotations
 
-from gpuagent.batch_sender import BAD_REQUEST_HINT, BatchSender, Outcome, Result, encode
+from gpuagent.pipeline.batch_sender import BAD_REQUEST_HINT, BatchSender, Outcome, Result, encode
 
 
 class Notes:

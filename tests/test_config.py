@@ -273,14 +273,14 @@ def test_run_once_test_into_a_closed_pipe_exits_quietly(tmp_path):
     assert first.startswith(b"gpu_") or first.startswith(b"host")
     # Only the NVML error policy's once-per-GPU notes (the h100-sxm profile is driver 590: its
     # applications clocks answer DEPRECATED); nothing about the closed pipe.
-    noise = [line for line in err.splitlines() if " INFO gpuagent.gpu: " not in line]
+    noise = [line for line in err.splitlines() if " INFO gpuagent.gpus.gpu: " not in line]
     assert noise == [], err
 
 
 def test_log_lines_never_carry_credentials_inside_a_url():
     import logging
 
-    from gpuagent.logsetup import make_formatter
+    from gpuagent.service.logsetup import make_formatter
 
     record = logging.LogRecord("gpuagent.x", logging.ERROR, __file__, 1,
                                "cannot reach %s", ("https://admin:S3CRET@db:8086/write",), None)

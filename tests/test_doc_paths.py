@@ -60,9 +60,9 @@ def test_every_path_a_doc_names_exists(doc):
 
 def test_the_check_finds_a_dead_path(tmp_path):
     doc = tmp_path / "x.md"
-    doc.write_text("See `gpuagent/facts.py` and [here](nowhere.md); `agent/gpu.py` exists.\n```\nagent/nope.py\n```\n")
+    doc.write_text("See `gpuagent/commands/facts.py` and [here](nowhere.md); `agent/gpus/gpu.py` exists.\n```\nagent/nope.py\n```\n")
     found = [w for w, p in named_paths(doc) if not p.exists()]
-    assert found == ["nowhere.md", "gpuagent/facts.py"]
+    assert found == ["nowhere.md", "gpuagent/commands/facts.py"]
 
 
 # Files beside the repository (the design contract, the captures) that a user's clone lacks.

@@ -1,4 +1,4 @@
-"""gpuagent.http_client and its clients in agent/: a deadline on the request as a whole.
+"""gpuagent.pipeline.http_client and its clients in agent/: a deadline on the request as a whole.
 
 Against a server that drips a valid answer one byte at a time, a per-read timeout never fires
 (urllib3's and http.client's timeouts are per read): the answer arrives in full, however long
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpuagent import http_client
 from gpuagent.compare.promql import PromConnection, PromQL
 from gpuagent.compare.query import Connection, InfluxQL
 from gpuagent.errors import AgentError
+from gpuagent.pipeline import http_client
 
 
 def test_a_dripping_answer_is_cut_at_the_deadline(dripping_server):
@@ -67,7 +67,7 @@ def test_no_module_but_http_client_opens_http_connections():
     found = []
     for path in [*repo.glob("agent/**/*.py"), *repo.glob("plugins/**/*.py")]:
         rel = path.relative_to(repo)
-        if "tests" in rel.parts or rel.as_posix() == "agent/http_client.py":
+        if "tests" in rel.parts or rel.as_posix() == "agent/pipeline/http_client.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             called = isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))

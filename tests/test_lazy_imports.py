@@ -28,7 +28,7 @@ def test_loading_every_plugin_imports_no_network_or_spool_module():
 def test_the_modules_come_when_a_sink_needs_them(tmp_path):
     # The same check would pass if nothing ever imported them: an InfluxDB v1 sink with a spool does.
     loaded = _imported_after(
-        "from gpuagent.runtime import Options, build\n"
+        "from gpuagent.service.runtime import Options, build\n"
         "from pathlib import Path\n"
         f"p = Path({str(tmp_path)!r}) / 'g.toml'\n"
         f"p.write_text('[agent]\\nstate_dir = \"{tmp_path}\"\\n[sinks.influxdb]\\nurl = \"http://127.0.0.1:9\"\\napi = \"v1\"\\ndatabase = \"gpus\"\\n')\n"

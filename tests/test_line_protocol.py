@@ -9,8 +9,8 @@ from influxdb_client.domain.write_precision import WritePrecision
 from lineprotocol_parser import parse_line
 
 from gpuagent import Accumulator
-from gpuagent.metric import Point, format_field, serialize, to_lines
-from gpuagent.names import RESERVED_KEYS
+from gpuagent.pipeline.metric import Point, format_field, serialize, to_lines
+from gpuagent.pipeline.names import RESERVED_KEYS
 
 # Names may hold any printable character, delimiters and backslashes included.
 # Left to the examples below: a backslash before a delimiter or at the end and
@@ -165,7 +165,7 @@ def _awkward_names(count: int, seed: int) -> list[str]:
 
 @pytest.mark.servers
 def test_every_tag_value_and_key_is_stored_unchanged_or_refused_by_our_rules(influxdb_v1):
-    from gpuagent import names as rules
+    from gpuagent.pipeline import names as rules
 
     db = "lp_names"
     influxdb_v1.create_database(db)
@@ -191,7 +191,7 @@ def test_every_tag_value_and_key_is_stored_unchanged_or_refused_by_our_rules(inf
 @pytest.mark.parametrize("value", ["\\\\fileserver\\gpu\\", "x\\"])
 def test_a_trailing_backslash_is_refused_by_influxd_whatever_the_escaping(influxdb_v1, value):
     """Why names.py refuses it: neither one nor two backslashes at the end survive influxd's parser."""
-    from gpuagent import names as rules
+    from gpuagent.pipeline import names as rules
 
     assert rules.tag_value_problem(value) and "backslash" in rules.tag_value_problem(value)
     for wire in (value, value + "\\"):
@@ -212,7 +212,7 @@ def test_measurement_names_are_stored_unchanged(influxdb_v1, measurement):
 def test_bad_names_cost_the_tag_or_field_not_the_point_and_warn_once(caplog):
     import logging
 
-    with caplog.at_level(logging.WARNING, logger="gpuagent.names"):
+    with caplog.at_level(logging.WARNING, logger="gpuagent.pipeline.names"):
         for _ in range(3):
             line = Point("m", {"ok": "1", "bad": "once-23\\", "time": "t"}, {"v": 1, "time": 2}, 7).to_line()
             assert line == "m,ok=1 v=1i 7"

@@ -1,4 +1,4 @@
-"""What /healthz and /readyz read (gpuagent.liveness), fed by the scheduler's loop."""
+"""What /healthz and /readyz read (gpuagent.service.liveness), fed by the scheduler's loop."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import threading
 import time
 
 import gpuagent
-from gpuagent import scheduler as scheduler_mod
 from gpuagent.context import AgentContext
-from gpuagent.liveness import Liveness
-from gpuagent.scheduler import Scheduler
+from gpuagent.service import scheduler as scheduler_mod
+from gpuagent.service.liveness import Liveness
+from gpuagent.service.scheduler import Scheduler
 
 
 class Once(gpuagent.Collector):

@@ -1,4 +1,4 @@
-"""The service caps glibc's malloc arenas (gpuagent.malloc_arenas), counted with malloc_info."""
+"""The service caps glibc's malloc arenas (gpuagent.service.malloc_arenas), counted with malloc_info."""
 
 import subprocess
 import sys
@@ -8,7 +8,7 @@ import pytest
 # Threads that allocate at once, then glibc's own account of its heaps (one <heap> per arena).
 PROGRAM = r"""
 import ctypes, os, sys, tempfile, threading
-from gpuagent.malloc_arenas import limit_arenas
+from gpuagent.service.malloc_arenas import limit_arenas
 print(limit_arenas() if sys.argv[1] == "cap" else "uncapped")
 barrier = threading.Barrier(8)
 def work():

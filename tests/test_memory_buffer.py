@@ -1,8 +1,8 @@
-"""Lines a sink keeps in memory (gpuagent.memory_buffer): bounded, oldest dropped and counted."""
+"""Lines a sink keeps in memory (gpuagent.pipeline.memory_buffer): bounded, oldest dropped and counted."""
 
 from __future__ import annotations
 
-from gpuagent.memory_buffer import MemoryBuffer
+from gpuagent.pipeline.memory_buffer import MemoryBuffer
 
 
 class Notes:

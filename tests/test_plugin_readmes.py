@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuagent.runtime import Options, build
+from gpuagent.service.runtime import Options, build
 from gpuagent.sim import profile as sim_profile
 from gpuagent.testing import IDENTITY_TAGS, RecordingAccumulator
 

@@ -1,12 +1,12 @@
 """`gpuagent run --once --test` prints the readings and a compact self-measurement: one `gpuagent`
-line per collector (agent/measurement.md), the per-call NVML refusal series folded into their
+line per collector (agent/service/measurement.md), the per-call NVML refusal series folded into their
 collector's line, none of them lost; a normal run's sinks still get the per-call series."""
 
 from __future__ import annotations
 
 import re
 
-from gpuagent.self_compact import fold_nvml_errors
+from gpuagent.service.self_compact import fold_nvml_errors
 from tests.nvml.runs import run_once
 
 SPEC = "l40s:1"
@@ -60,7 +60,7 @@ def test_the_self_measurement_is_one_line_per_collector_and_keeps_every_refusal(
 
 
 def test_a_call_without_its_collector_line_is_kept():
-    from gpuagent.metric import Point
+    from gpuagent.pipeline.metric import Point
 
     call = Point("gpuagent", {"host": "h", "collector": "gone", "nvml_call": "nvmlX", "nvml_error": "TIMEOUT"},
                  {"nvml_errors_total": 2})

@@ -7,7 +7,7 @@ import pytest
 
 import gpuagent
 from gpuagent.context import AgentContext
-from gpuagent.scheduler import Scheduler
+from gpuagent.service.scheduler import Scheduler
 
 
 class Recorder(gpuagent.Sink):
@@ -199,7 +199,7 @@ class Lines(Recorder):
 
     def write(self, points):
         super().write(points)
-        gpuagent.metric.to_lines(points)
+        gpuagent.pipeline.metric.to_lines(points)
 
 
 def test_refused_names_and_unwritable_points_are_counted_in_the_agents_own_point():
@@ -214,12 +214,12 @@ def test_refused_names_and_unwritable_points_are_counted_in_the_agents_own_point
     # Every point that could not be written is counted, run after run.
     assert third["points_unwritable_total"] - second["points_unwritable_total"] == 1
     assert second["points_unwritable_total"] - first["points_unwritable_total"] == 1
-    lines = gpuagent.metric.to_lines(sink.of("fine"))
+    lines = gpuagent.pipeline.metric.to_lines(sink.of("fine"))
     assert lines.count("fine,host=test-host value=1i ") == 3  # the tag is dropped, the point kept
 
 
 def test_a_new_refused_name_moves_the_count():
-    from gpuagent import metric, names
+    from gpuagent.pipeline import metric, names
 
     before = names.refused_total
     metric.Point("m", {"t": f"new-{time.monotonic_ns()}\\"}, {"v": 1}, 1).to_line()

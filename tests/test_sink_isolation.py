@@ -1,4 +1,4 @@
-"""gpuagent.sink_isolation: a sink whose write may block is called from a worker of its own."""
+"""gpuagent.pipeline.sink_isolation: a sink whose write may block is called from a worker of its own."""
 
 import threading
 import time
@@ -6,11 +6,11 @@ import time
 import pytest
 
 import gpuagent
-from gpuagent import sink_isolation
 from gpuagent.context import AgentContext
-from gpuagent.metric import Point
-from gpuagent.scheduler import Scheduler
-from gpuagent.sink_isolation import IsolatedSink
+from gpuagent.pipeline import sink_isolation
+from gpuagent.pipeline.metric import Point
+from gpuagent.pipeline.sink_isolation import IsolatedSink
+from gpuagent.service.scheduler import Scheduler
 
 
 class Gate(gpuagent.Sink):

@@ -1,4 +1,4 @@
-"""The durable spool (gpuagent.spool) and the HTTP answer classification (gpuagent.delivery)."""
+"""The durable spool (gpuagent.pipeline.spool) and the HTTP answer classification (gpuagent.pipeline.delivery)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from gpuagent.delivery import Outcome, classify_http, parse_retry_after
-from gpuagent.spool import Spool
+from gpuagent.pipeline.delivery import Outcome, classify_http, parse_retry_after
+from gpuagent.pipeline.spool import Spool
 from gpuagent.units import parse_bytes
 
 
@@ -116,7 +116,7 @@ import os  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 
-from gpuagent.spool import SpoolError  # noqa: E402
+from gpuagent.pipeline.spool import SpoolError  # noqa: E402
 
 
 def filled(directory, batches: int = 60, points: int = 40) -> int:
@@ -144,7 +144,7 @@ def damage(path, how: str) -> None:
 def test_a_damaged_spool_is_moved_aside_salvaged_and_replaced(tmp_path, caplog, how):
     total = filled(tmp_path)
     damage(tmp_path / Spool.FILENAME, how)
-    with caplog.at_level(logging.ERROR, logger="gpuagent.spool"):
+    with caplog.at_level(logging.ERROR, logger="gpuagent.pipeline.spool"):
         spool = Spool(tmp_path, max_bytes=10**8)
     assert spool.available and spool.writable and spool.damaged_total == 1
     aside = list(tmp_path.glob("spool.damaged-*.sqlite"))
@@ -225,7 +225,7 @@ def test_damage_found_while_running_heals_without_stopping_delivery(tmp_path, ca
     spool = Spool(tmp_path, max_bytes=10**8)
     spool._db.execute("PRAGMA cache_size=1")  # read pages from the file again, as after cache pressure
     damage(tmp_path / Spool.FILENAME, "middle")
-    with caplog.at_level(logging.ERROR, logger="gpuagent.spool"):
+    with caplog.at_level(logging.ERROR, logger="gpuagent.pipeline.spool"):
         delivered = 0
         while (got := spool.peek(40)) is not None:
             spool.remove_through(got[0])
@@ -245,7 +245,7 @@ def test_a_spool_file_replaced_under_the_agent_is_followed_with_every_batch(tmp_
     other = tmp_path / "other.sqlite"
     Spool(tmp_path / "o", max_bytes=10**8).close()
     os.replace(tmp_path / "o" / Spool.FILENAME, spool.path)
-    with caplog.at_level(logging.ERROR, logger="gpuagent.spool"):
+    with caplog.at_level(logging.ERROR, logger="gpuagent.pipeline.spool"):
         spool.push(batch(5), 10)
         spool.push(batch(6), 10)
     errors = [r.getMessage() for r in caplog.records]
@@ -267,7 +267,7 @@ def test_a_deleted_spool_dir_that_cannot_be_made_again_keeps_the_batches_and_say
     spool.push(batch(0), 10)
     shutil.rmtree(tmp_path / "state")
     (tmp_path / "state").write_text("a file where the state dir was")  # mkdir cannot succeed
-    with caplog.at_level(logging.ERROR, logger="gpuagent.spool"):
+    with caplog.at_level(logging.ERROR, logger="gpuagent.pipeline.spool"):
         for seq in (1, 2, 3):
             spool.push(batch(seq), 10)  # into the old, deleted file: readable until stop
         assert not spool.writable and "no new spool can be made" in spool.problem

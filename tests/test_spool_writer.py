@@ -1,13 +1,13 @@
-"""Committing a sink's lines to its spool (gpuagent.spool_writer), memory taking them while it cannot."""
+"""Committing a sink's lines to its spool (gpuagent.pipeline.spool_writer), memory taking them while it cannot."""
 
 from __future__ import annotations
 
 import logging
 import threading
 
-from gpuagent.memory_buffer import MemoryBuffer
-from gpuagent.spool import Spool
-from gpuagent.spool_writer import SpoolWriter
+from gpuagent.pipeline.memory_buffer import MemoryBuffer
+from gpuagent.pipeline.spool import Spool
+from gpuagent.pipeline.spool_writer import SpoolWriter
 
 
 class Notes:

@@ -1,11 +1,11 @@
-"""The thread behind a sink's delivery (gpuagent.worker_loop)."""
+"""The thread behind a sink's delivery (gpuagent.pipeline.worker_loop)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 
-from gpuagent.worker_loop import WorkerLoop
+from gpuagent.pipeline.worker_loop import WorkerLoop
 
 
 class Notes:

@@ -9,8 +9,8 @@ import click
 
 from gpuagent.config import is_secret_key
 from gpuagent.errors import AgentError
-from gpuagent.logsetup import mask_url
-from gpuagent.runtime import Options, check_sinks, load
+from gpuagent.service.logsetup import mask_url
+from gpuagent.service.runtime import Options, check_sinks, load
 
 
 @click.group()

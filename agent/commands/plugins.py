@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from gpuagent.errors import AgentError
-from gpuagent.runtime import Options, load_plugins
+from gpuagent.service.runtime import Options, load_plugins
 
 
 @click.command()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from gpuagent.cli_options import simulate_spec
-from gpuagent.logsetup import setup_logging
-from gpuagent.runtime import Options, build, load
+from gpuagent.commands.cli_options import simulate_spec
+from gpuagent.service.logsetup import setup_logging
+from gpuagent.service.runtime import Options, build, load
 
 
 @click.command()
@@ -31,8 +31,8 @@ def run(config_path, simulate, seed, once, test, plugins_dir, log_level, log_for
         finally:
             agent.close()
         return
-    from gpuagent.daemon import serve
-    from gpuagent.malloc_arenas import limit_arenas
+    from gpuagent.service.daemon import serve
+    from gpuagent.service.malloc_arenas import limit_arenas
 
     limit_arenas()  # before the collector threads: a service keeps what its arenas take
     serve(options, config, host, log_level=log_level, log_format=log_format)

@@ -87,10 +87,10 @@ def simulate_host(plan: HostPlan, conn: Connection | None, keep: bool = False):
     import pynvml
 
     from gpuagent import sim
-    from gpuagent.accumulator import Accumulator
     from gpuagent.context import AgentContext
-    from gpuagent.gpu import Gpu
-    from gpuagent.metric import serialize
+    from gpuagent.gpus.gpu import Gpu
+    from gpuagent.pipeline.accumulator import Accumulator
+    from gpuagent.pipeline.metric import serialize
     from gpuagent.plugin_host import load_host
     from gpuagent.sim.clock import ManualClock
 

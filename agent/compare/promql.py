@@ -5,7 +5,7 @@ with its `/select/0/prometheus` prefix in the URL), Mimir and Thanos: only
 the standard API is used; `engine` says whether MetricsQL's
 `tfirst_over_time` / `tlast_over_time` exist (VictoriaMetrics), which spares
 a subquery. Every failure is one line naming the URL and what the query was
-for. Requests go through gpuagent.http_client (a deadline on each as a whole).
+for. Requests go through gpuagent.pipeline.http_client (a deadline on each as a whole).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 One client for InfluxDB 1.x (`/query?db=`, Basic auth), 2.x through its
 v1-compatible API (a DBRP mapping of the bucket, `Authorization: Token …`)
-and 3.x (`/query?db=` with a token), through gpuagent.http_client (a deadline on each
+and 3.x (`/query?db=` with a token), through gpuagent.pipeline.http_client (a deadline on each
 request as a whole, a bounded answer).
 """
 
@@ -16,8 +16,8 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from gpuagent import http_client
 from gpuagent.errors import AgentError, ConfigError
+from gpuagent.pipeline import http_client
 
 
 @dataclass

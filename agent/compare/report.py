@@ -17,12 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from gpuagent.commands.facts import REASON_WORDS
 from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
 from gpuagent.compare.health import health_hours
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.query import InfluxQL
 from gpuagent.errors import AgentError
-from gpuagent.facts import REASON_WORDS
 
 GPU_TAGS = ("host", "uuid", "model", "gpu")
 # Queries asked at once: each runs on one of the server's cores, so a report takes about the time

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import click
 
-from gpuagent.cli_options import simulate_spec
+from gpuagent.commands.cli_options import simulate_spec
 from gpuagent.errors import AgentError, NvmlUnavailable
-from gpuagent.gpu import GpuLost
+from gpuagent.gpus.gpu import GpuLost
 from gpuagent.probe.backends import (
     NumpyBackend,
     SimulatedBackend,
@@ -62,7 +62,7 @@ def probe_l2(opts: ProbeOptions) -> tuple[ProbeResult, object | None]:
     """Run the probe the options ask for: (result, NVML session or None; the caller closes it)."""
     if opts.cpu:
         return probe_cpu(opts), None
-    from gpuagent.nvml import open_nvml
+    from gpuagent.gpus.nvml import open_nvml
 
     try:
         session = open_nvml(opts.simulate, seed=opts.seed)
@@ -223,7 +223,7 @@ def send_points(
 ) -> int:
     """Write the gpu_l2_probe points through the configured sinks; returns how many."""
     from gpuagent.context import AgentContext
-    from gpuagent.runtime import Options, _make_sinks, load
+    from gpuagent.service.runtime import Options, _make_sinks, load
 
     options = Options(config_path=config_path, simulate=simulate)
     config, host = load(options)

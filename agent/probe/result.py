@@ -6,8 +6,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpuagent.accumulator import Accumulator
-from gpuagent.metric import Point
+from gpuagent.pipeline.accumulator import Accumulator
+from gpuagent.pipeline.metric import Point
 from gpuagent.probe.knee import Knee, find_knees, largest_drop
 from gpuagent.probe.sweep import Backend, SweepResult, run_sweep
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
+from gpuagent.commands.lazycli import LazyGroup
 from gpuagent.errors import AgentError
-from gpuagent.lazycli import LazyGroup
 
 
 def _write(profile: dict, output: str) -> None:

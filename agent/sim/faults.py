@@ -126,7 +126,7 @@ def known_symbols() -> frozenset[str]:
     import gpuagent.sim.fakelib  # noqa: F401 - defining the library registers its symbols
     from gpuagent.sim.machine import CALL_SYMBOLS
 
-    table = json.loads((Path(__file__).resolve().parents[1] / "nvml_conformance.json").read_text())
+    table = json.loads((Path(__file__).resolve().parents[1] / "gpus" / "nvml_conformance.json").read_text())
     return frozenset(CALL_SYMBOLS) | frozenset(table["functions"])
 
 

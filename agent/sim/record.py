@@ -16,7 +16,7 @@ from typing import Any
 import pynvml
 
 from gpuagent.errors import AgentError
-from gpuagent.gpu import ARCH_NAMES, as_str
+from gpuagent.gpus.gpu import ARCH_NAMES, as_str
 from gpuagent.sim.profile import validate
 
 # A refused optional reading is recorded as unknown, whatever the code: drivers from 590

@@ -111,7 +111,7 @@ class WorkSim:
 
     def lines(self, k: int, step_s: float, t_ns: int, gpu_tags: list[dict[str, str]]) -> list[str]:
         """Line protocol of every piece of work at step `k` (its counter advanced by the step)."""
-        from gpuagent.metric import serialize
+        from gpuagent.pipeline.metric import serialize
 
         out = []
         for p in self.pieces:

@@ -98,7 +98,7 @@ def _next(values: list[str], current: str | None) -> str | None:
 
 def print_frame(top: Top, console: Console) -> None:
     """One frame as text, without the blanks that pad its cells at line ends (as inspect prints)."""
-    from gpuagent.inspect import _TRAILING_BLANKS, _keep_reset
+    from gpuagent.commands.inspect import _TRAILING_BLANKS, _keep_reset
 
     with console.capture() as captured:
         console.print(top.draw(console, whole=True), crop=False)

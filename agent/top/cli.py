@@ -36,7 +36,7 @@ DEFAULT_INTERVAL_S = 2.0
 def top(fleet, once, simulate, seed, interval, by, window, where, config_path, url, database, token, username,
         password, promql_url, plugins_dir):
     """A live view of this node's GPUs (or, with --fleet, of the fleet): keys s sort, g / j filter, q quit."""
-    from gpuagent.logsetup import setup_logging
+    from gpuagent.service.logsetup import setup_logging
     from gpuagent.top.app import Top, run_live, run_once, run_plain
     from gpuagent.top.view import View
 
@@ -53,7 +53,7 @@ def top(fleet, once, simulate, seed, interval, by, window, where, config_path, u
         from gpuagent.top.node import NodeSource
 
         source = NodeSource(simulate, seed, config_path, plugins_dir)
-    from gpuagent.inspect import make_console
+    from gpuagent.commands.inspect import make_console
 
     console = make_console()
     view = View(fleet=fleet, sort="health" if fleet else "index", interval=every or (source.interval if fleet else DEFAULT_INTERVAL_S))
@@ -72,7 +72,7 @@ def top(fleet, once, simulate, seed, interval, by, window, where, config_path, u
 
 
 def _duration(option: str, text: str) -> float:
-    from gpuagent.durations import parse_duration
+    from gpuagent.units import parse_duration
 
     try:
         seconds = parse_duration(text)

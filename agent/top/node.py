@@ -20,7 +20,7 @@ TOP_COLLECTORS = ("clocks", "power", "memory", "mig", "vgpu", "health", "process
 
 class NodeSource:
     def __init__(self, simulate: str | None, seed: int | None, config_path: str | None, plugins_dir: str | None = None):
-        from gpuagent.runtime import Options, build, load
+        from gpuagent.service.runtime import Options, build, load
 
         options = Options(config_path=config_path, simulate=simulate, seed=seed, plugins_dir=plugins_dir, sinks=False)
         config, host = load(options)

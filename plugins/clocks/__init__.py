@@ -11,7 +11,7 @@ from __future__ import annotations
 import pynvml
 
 import gpuagent
-from gpuagent.nvml_read import CYCLE, Field, FieldReader, poll_first, valid
+from gpuagent.gpus.nvml_read import CYCLE, Field, FieldReader, poll_first, valid
 
 # (clock type, field stem) for nvmlDeviceGetClockInfo / nvmlDeviceGetMaxClockInfo.
 CLOCKS = (

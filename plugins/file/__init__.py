@@ -17,9 +17,9 @@ from pathlib import Path
 from pydantic import Field
 
 import gpuagent
-from gpuagent import ownership
 from gpuagent.errors import AgentError
-from gpuagent.metric import Point, to_lines
+from gpuagent.pipeline.metric import Point, to_lines
+from gpuagent.service import ownership
 from gpuagent.units import ByteSize
 
 

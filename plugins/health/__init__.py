@@ -19,8 +19,8 @@ from typing import Any, Literal
 import pynvml
 
 import gpuagent
-from gpuagent.gpu import ABSENT_CODES, PERMANENT_CODES, Gpu, GpuLost
-from gpuagent.nvml_read import CYCLE, Field, FieldReader, field_value, thermal_margin
+from gpuagent.gpus.gpu import ABSENT_CODES, PERMANENT_CODES, Gpu, GpuLost
+from gpuagent.gpus.nvml_read import CYCLE, Field, FieldReader, field_value, thermal_margin
 from gpuagent.plugins.health.catalog import LOST_XID, SEVERITY, load_catalog
 from gpuagent.plugins.health.inventory import AT_FIRST_START, expected_count, inventory_fields
 from gpuagent.plugins.health.levels import Level, reaches
@@ -38,7 +38,7 @@ from gpuagent.plugins.health.verdict import (
     window_text,
     xid_finding,
 )
-from gpuagent.timebase import monotonic_clock
+from gpuagent.service.timebase import monotonic_clock
 
 log = logging.getLogger("gpuagent.collector.health")
 
@@ -285,7 +285,7 @@ REMAP_FIELDS = {
     "remapped_rows_failure": pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
 }
 # Everything health reads that has a field id, in the cycle's one field-values call per GPU
-# (shared with power, clocks and pcie: gpuagent.nvml_read.CYCLE).
+# (shared with power, clocks and pcie: gpuagent.gpus.nvml_read.CYCLE).
 HEALTH_FIELDS = FieldReader(
     {
         "ecc_current": Field(pynvml.NVML_FI_DEV_ECC_CURRENT),
@@ -395,8 +395,8 @@ class HealthCollector(gpuagent.Collector):
         modes = gpu.query(pynvml.nvmlDeviceGetEccMode)
         ecc = {"ecc_enabled": bool(modes[0]), "ecc_pending_enabled": bool(modes[1])} if modes is not None else \
             {"ecc_enabled": None, "ecc_pending_enabled": None}
-        from gpuagent.accumulator import Accumulator
         from gpuagent.context import AgentContext
+        from gpuagent.pipeline.accumulator import Accumulator
 
         one_off = HealthCollector(self.Config(xid_events=False), AgentContext("inspect", gpus=[gpu]))
         acc = Accumulator()
@@ -595,7 +595,7 @@ class HealthCollector(gpuagent.Collector):
             fields["fabric_status"] = int(fabric.status)
             fields["fabric_clique_id"] = int(fabric.cliqueId)
             fields["fabric_health_mask"] = int(fabric.healthMask)
-        margin = thermal_margin(gpu)  # power reads it too: once a tick (agent/nvml_read.py)
+        margin = thermal_margin(gpu)  # power reads it too: once a tick (agent/gpus/nvml_read.py)
         if margin is not None:
             fields["thermal_margin_c"] = margin
         verdict, reason = self.verdict(gpu, fields, readings, nvlink, fabric)

@@ -1,4 +1,4 @@
-"""`gpuagent health`'s verdict for the node, from a state document (gpuagent.state_file's shape:
+"""`gpuagent health`'s verdict for the node, from a state document (gpuagent.service.state_file's shape:
 the running agent's file, or the points of a quick read of its own recorded the same way).
 
 The node-health-check contract (Slurm HealthCheckProgram / LBNL NHC, node-problem-detector's

@@ -1,7 +1,7 @@
 """gpuagent health: a node health check (Slurm HealthCheckProgram, LBNL NHC, Kubernetes
 node-problem-detector custom plugins). Exit 0 ok, 1 a problem, 2 unknown; one line on stdout.
 
-It reads the running agent's latest state (gpuagent.state_file) when that is fresh and its
+It reads the running agent's latest state (gpuagent.service.state_file) when that is fresh and its
 writer alive, never under --simulate; else it reads NVML itself: the health collector once,
 after watching XID events for ``--watch`` (NVML delivers only the events that happen while a
 watcher is registered, so a quick read sees an XID only if it comes in that time).
@@ -14,7 +14,7 @@ import time
 
 import click
 
-from gpuagent.logsetup import setup_logging
+from gpuagent.service.logsetup import setup_logging
 from gpuagent.units import parse_duration
 
 
@@ -64,8 +64,8 @@ def drain_node(cfg, line: str):
 
 def judge(config_path, simulate, seed, watch: float, max_length: int):
     from gpuagent.plugins.health.check import evaluate, unknown
-    from gpuagent.runtime import Options, load
-    from gpuagent.state_file import read_fresh
+    from gpuagent.service.runtime import Options, load
+    from gpuagent.service.state_file import read_fresh
 
     config, host = load(Options(config_path=config_path, simulate=simulate, seed=seed))
     cfg = config.collectors.get("health")
@@ -90,10 +90,10 @@ def judge(config_path, simulate, seed, watch: float, max_length: int):
 
 def quick_read(config, host, cfg, simulate, seed, watch: float) -> dict:
     """The health collector once, on an NVML session of its own; the points as a state document."""
-    from gpuagent.accumulator import Accumulator
     from gpuagent.context import AgentContext
-    from gpuagent.nvml import open_nvml
-    from gpuagent.state_file import LatestState
+    from gpuagent.gpus.nvml import open_nvml
+    from gpuagent.pipeline.accumulator import Accumulator
+    from gpuagent.service.state_file import LatestState
 
     nvml = open_nvml(simulate, seed=seed)
     try:

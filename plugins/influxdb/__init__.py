@@ -1,7 +1,7 @@
 """influxdb sink: line protocol to InfluxDB (api v2 /api/v2/write, or v1 /write), over http.client.
 
-Delivery is at-least-once through gpuagent.delivery (buffer, batches, retries)
-and a durable spool in <state_dir>/spool/influxdb (gpuagent.spool).
+Delivery is at-least-once through gpuagent.pipeline.delivery (buffer, batches, retries)
+and a durable spool in <state_dir>/spool/influxdb (gpuagent.pipeline.spool).
 """
 
 from __future__ import annotations
@@ -20,15 +20,14 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import BeforeValidator, Field, SecretStr, model_validator
 
 import gpuagent
-from gpuagent import http_client
-from gpuagent.batch_sender import Outcome, Result
-from gpuagent.delivery import Delivery, classify_http
-from gpuagent.durations import Duration, Interval
 from gpuagent.errors import ConfigError
-from gpuagent.logsetup import mask_url
-from gpuagent.metric import Point
-from gpuagent.spool import Spool
-from gpuagent.units import ByteSize, parse_duration
+from gpuagent.pipeline import http_client
+from gpuagent.pipeline.batch_sender import Outcome, Result
+from gpuagent.pipeline.delivery import Delivery, classify_http
+from gpuagent.pipeline.metric import Point
+from gpuagent.pipeline.spool import Spool
+from gpuagent.service.logsetup import mask_url
+from gpuagent.units import ByteSize, Duration, Interval, parse_duration
 
 if TYPE_CHECKING:
     import http.client
@@ -168,7 +167,7 @@ def answer_limit(status: int, sent: int, lines: int) -> int:
 
 
 class _HTTPTransport:
-    """POST line protocol through gpuagent.http_client: a whole-request deadline, a bounded answer.
+    """POST line protocol through gpuagent.pipeline.http_client: a whole-request deadline, a bounded answer.
 
     v1: /write?db=&rp=&precision=ns (InfluxDB 1.x); v2: /api/v2/write?org=&bucket=&precision=ns
     (InfluxDB 2.x, 3.x, Cloud, 1.8+, VictoriaMetrics). A send that takes `timeout` in all

@@ -2,7 +2,7 @@
 
 Static facts, read once per GPU: bus width, max memory clock, the peak DRAM
 bandwidth derived from them, the L2 size (CUDA driver, else the published
-figures in gpuagent.specs) and GPM support. Per cycle: memory info (v2),
+figures in gpuagent.gpus.specs) and GPM support. Per cycle: memory info (v2),
 BAR1, utilisation rates, and on GPM cards (Hopper and newer) one GPM sample
 plus one metrics call over the interval since the previous sample. DRAM
 bandwidth (``dram_bw_*``) comes only from GPM; NVML's memory utilisation is
@@ -18,9 +18,9 @@ from typing import Any
 import pynvml
 
 import gpuagent
-from gpuagent import cuda_attrs, specs
-from gpuagent.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported, whole_gpus
-from gpuagent.nvml_read import valid
+from gpuagent.gpus import cuda_attrs, specs
+from gpuagent.gpus.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported, whole_gpus
+from gpuagent.gpus.nvml_read import valid
 
 log = logging.getLogger("gpuagent.collector.memory")
 

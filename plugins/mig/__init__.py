@@ -7,12 +7,12 @@ from typing import Any
 import pynvml
 
 import gpuagent
-from gpuagent.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported
-from gpuagent.gpu import Gpu, GpuLost, as_str
+from gpuagent.gpus.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported
+from gpuagent.gpus.gpu import Gpu, GpuLost, as_str
 from gpuagent.plugins.mig.names import mig_profile_name
 
 MEASUREMENT = "gpu_mig"
-# Published each cycle on the agent's shared board (gpuagent.shared) for the work collector:
+# Published each cycle on the agent's shared board (gpuagent.service.shared) for the work collector:
 # (GPU uuid, gi_id) -> {"tags": the MIG device's tags, "share": its compute slices / the GPU's}.
 SHARED_NAME = "mig"
 
@@ -157,7 +157,7 @@ class MigCollector(gpuagent.Collector):
         gpm_warmup: gpuagent.Duration = GPM_WARMUP_S
 
     def read_gpu(self, gpu: Gpu) -> dict:
-        from gpuagent.facts import arrange
+        from gpuagent.commands.facts import arrange
 
         return {MEASUREMENT: arrange(gpu, read_gpu(gpu))}
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pynvml
 
-from gpuagent.gpu import Gpu, GpuLost, as_str
+from gpuagent.gpus.gpu import Gpu, GpuLost, as_str
 
 
 def _on(fn):

@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterable
 import pynvml
 
 import gpuagent
-from gpuagent.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported, whole_gpus
-from gpuagent.gpu import Gpu, as_str
-from gpuagent.nvlinks import card_links, link_states
+from gpuagent.gpus.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported, whole_gpus
+from gpuagent.gpus.gpu import Gpu, as_str
+from gpuagent.gpus.nvlinks import card_links, link_states
 
 MEASUREMENT = "gpu_nvlink"
 
@@ -163,7 +163,7 @@ class NvlinkCollector(gpuagent.Collector):
         throughput_counters: bool = True
 
     def read_gpu(self, gpu: Gpu) -> dict:
-        from gpuagent.facts import arrange
+        from gpuagent.commands.facts import arrange
 
         return {MEASUREMENT: arrange(gpu, read_gpu(gpu), summary_last=True)}
 

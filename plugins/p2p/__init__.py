@@ -7,8 +7,8 @@ from collections.abc import Iterable
 import pynvml
 
 import gpuagent
-from gpuagent.gpu import Gpu, GpuLost, as_str
-from gpuagent.nvlinks import card_links, link_states
+from gpuagent.gpus.gpu import Gpu, GpuLost, as_str
+from gpuagent.gpus.nvlinks import card_links, link_states
 
 MEASUREMENT = "gpu_p2p"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pynvml
 
 import gpuagent
-from gpuagent.nvml_read import CYCLE, Field, FieldReader, valid
+from gpuagent.gpus.nvml_read import CYCLE, Field, FieldReader, valid
 
 # NVML reports throughput in KB/s, KB being 1024 bytes as everywhere in nvidia-smi.
 KIB = 1024

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pynvml
 
 import gpuagent
-from gpuagent.nvml_read import (
+from gpuagent.gpus.nvml_read import (
     CYCLE,
     TLIMIT_ARCHS,
     Field,

@@ -9,7 +9,7 @@ GPU. ``pid`` is a tag: points are keyed by series and timestamp, so with pid as 
 process on a GPU would overwrite the others.
 
 Each cycle's list (GpuProcess: GPU, pid, MIG instance, owner tags) is published on the
-agent's shared board as ``processes`` (gpuagent.shared), so the work collector attributes
+agent's shared board as ``processes`` (gpuagent.service.shared), so the work collector attributes
 work to GPUs and jobs without asking NVML again.
 
 On a MIG GPU an unprivileged agent is refused the parent's process list (NO_PERMISSION, nvml.h);
@@ -27,13 +27,13 @@ import psutil
 import pynvml
 
 import gpuagent
-from gpuagent.gpu import GpuLost
-from gpuagent.nvml_read import valid
+from gpuagent.gpus.gpu import GpuLost
+from gpuagent.gpus.nvml_read import valid
 from gpuagent.plugins.processes import kubelet as kubelet_api
 from gpuagent.plugins.processes import slurm
 from gpuagent.plugins.processes.attribution import OWNER_TAGS, PID_VANISHED, Attributor, Owner
 from gpuagent.plugins.processes.usage import ProcessUsage
-from gpuagent.timebase import monotonic_clock
+from gpuagent.service.timebase import monotonic_clock
 
 KINDS = (
     (pynvml.nvmlDeviceGetComputeRunningProcesses_v3, "C"),

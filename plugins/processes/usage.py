@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import pynvml
 
-from gpuagent.gpu import Gpu
-from gpuagent.nvml_read import valid
-from gpuagent.timebase import monotonic_clock
+from gpuagent.gpus.gpu import Gpu
+from gpuagent.gpus.nvml_read import valid
+from gpuagent.service.timebase import monotonic_clock
 
 ACCOUNTING_REFRESH_S = 30.0  # how stale the accounting mode may be
 

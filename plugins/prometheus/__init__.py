@@ -16,7 +16,7 @@ from pydantic import BeforeValidator, Field, field_validator
 
 import gpuagent
 from gpuagent.errors import AgentError
-from gpuagent.metric import Point
+from gpuagent.pipeline.metric import Point
 from gpuagent.plugins.prometheus.exposition import CONTENT_TYPE, LatestValues, label_name
 from gpuagent.plugins.prometheus.naming import metric_for, sanitize
 from gpuagent.plugins.prometheus.web import BasicAuth, CertReloader, TlsServerConfig, validate_users

@@ -16,8 +16,8 @@ import threading
 import time
 from collections.abc import Sequence
 
-from gpuagent.metric import Point
-from gpuagent.names import utf8_safe
+from gpuagent.pipeline.metric import Point
+from gpuagent.pipeline.names import utf8_safe
 from gpuagent.plugins.prometheus.naming import MetricSpec, metric_for, sanitize
 
 log = logging.getLogger("gpuagent.sink.prometheus")

@@ -19,7 +19,7 @@ from functools import lru_cache
 from importlib import resources
 
 # The agent's own measurement first (its generic sink fields win over a sink's own wording).
-AGENT_DOC = ("gpuagent", "measurement.md")
+AGENT_DOC = ("gpuagent.service", "measurement.md")
 
 _MEASUREMENT = re.compile(
     r"^#+ *[\w -]+: *`(\w+)`|^#+ *`(\w+)` *$|[Mm]easurement `(\w+)`|the `(\w+)` measurement", re.M
@@ -88,7 +88,7 @@ def builtin_sources() -> list[tuple[str, str]]:
     """(source name, README text) of the agent and every built-in plugin, in a fixed order."""
     out = []
     agent = resources.files(AGENT_DOC[0]) / AGENT_DOC[1]
-    out.append((f"gpuagent/{AGENT_DOC[1]}", agent.read_text()))
+    out.append((f"{AGENT_DOC[0].replace('.', '/')}/{AGENT_DOC[1]}", agent.read_text()))
     plugins = resources.files("gpuagent.plugins")
     for folder in sorted(plugins.iterdir(), key=lambda p: p.name):
         readme = folder / "README.md"

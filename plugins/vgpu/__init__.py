@@ -9,7 +9,7 @@ from typing import Any
 import pynvml
 
 import gpuagent
-from gpuagent.gpu import Gpu, as_str
+from gpuagent.gpus.gpu import Gpu, as_str
 
 MEASUREMENT = "gpu_vgpu"
 
@@ -154,7 +154,7 @@ class VgpuCollector(gpuagent.Collector):
     requires_gpus = True
 
     def read_gpu(self, gpu: Gpu) -> dict:
-        from gpuagent.facts import arrange
+        from gpuagent.commands.facts import arrange
 
         return {MEASUREMENT: arrange(gpu, read_gpu(gpu))}  # no utilisation: no earlier sample
 

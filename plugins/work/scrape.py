@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from gpuagent import http_client
+from gpuagent.pipeline import http_client
 
 MAX_BODY = 16 << 20  # a vLLM /metrics with every histogram is well under 1 MiB
 ACCEPT = "text/plain;version=0.0.4"  # the Prometheus text format, not OpenMetrics
@@ -19,7 +19,7 @@ class Answer:
 
 
 def get(url: str, timeout: float, accept: str = ACCEPT) -> Answer:
-    """GET url within `timeout` seconds in all (gpuagent.http_client's deadline), at most MAX_BODY."""
+    """GET url within `timeout` seconds in all (gpuagent.pipeline.http_client's deadline), at most MAX_BODY."""
     try:
         answer = http_client.request("GET", url, timeout=timeout, limit=MAX_BODY,
                                      headers={"Accept": accept, "User-Agent": "gpuagent-work"})

@@ -40,8 +40,8 @@ def _classes():
 def stream(profile: str) -> list[list]:
     """[measurement, tags, fields] of every point of every run, in run order, on ``profile``."""
     from gpuagent import sim
-    from gpuagent.accumulator import Accumulator
-    from gpuagent.gpu import Gpu, current_collector
+    from gpuagent.gpus.gpu import Gpu, current_collector
+    from gpuagent.pipeline.accumulator import Accumulator
     from gpuagent.sim.clock import ManualClock
     from gpuagent.testing import make_collector
 
@@ -53,12 +53,12 @@ def stream(profile: str) -> list[list]:
         machine.gpus = [Gpu(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
         collectors = [make_collector(machine, cls) for cls in _classes().values()]
         # The GPM warm-up's wait moves the simulated clock (samples 100 ms or less apart are
-        # refused): wherever the code keeps its `time` (gpuagent.gpm, or each collector before).
+        # refused): wherever the code keeps its `time` (gpuagent.gpus.gpm, or each collector before).
         import importlib
         from types import SimpleNamespace
 
         patched = []
-        for name in ("gpuagent.gpm", "gpuagent.plugins.memory", "gpuagent.plugins.mig", "gpuagent.plugins.nvlink"):
+        for name in ("gpuagent.gpus.gpm", "gpuagent.plugins.memory", "gpuagent.plugins.mig", "gpuagent.plugins.nvlink"):
             try:
                 module = importlib.import_module(name)
             except ImportError:
@@ -67,7 +67,7 @@ def stream(profile: str) -> list[list]:
                 patched.append((module, module.time))
                 module.time = SimpleNamespace(sleep=clock.advance)
         try:  # runs on one scheduler tick share field-values batches (absent before batching)
-            from gpuagent.nvml_read import current_tick
+            from gpuagent.gpus.nvml_read import current_tick
         except ImportError:
             current_tick = None
         out: list[list] = []

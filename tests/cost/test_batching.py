@@ -9,10 +9,10 @@ import threading
 import pynvml
 import pytest
 
-from gpuagent.accumulator import Accumulator
-from gpuagent.gpu import current_collector
-from gpuagent.nvml_read import CYCLE, Field, FieldGroup, FieldReader, current_tick
-from gpuagent.runtime import Options, build
+from gpuagent.gpus.gpu import current_collector
+from gpuagent.gpus.nvml_read import CYCLE, Field, FieldGroup, FieldReader, current_tick
+from gpuagent.pipeline.accumulator import Accumulator
+from gpuagent.service.runtime import Options, build
 from gpuagent.sim.fakelib.fields import MIRRORED_CALLS
 from gpuagent.sim.profile import BUILTIN_NAMES
 

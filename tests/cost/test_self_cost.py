@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from gpuagent.runtime import Options, build
+from gpuagent.service.runtime import Options, build
 
 
 def _agent(tmp_path, collectors=("clocks", "power")):

@@ -1,4 +1,4 @@
-"""gpuagent.logsetup: timestamps in a terminal, <N> priorities and none of our own in the journal."""
+"""gpuagent.service.logsetup: timestamps in a terminal, <N> priorities and none of our own in the journal."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from gpuagent.logsetup import setup_logging, stream_is_journal, syslog_priority
+from gpuagent.service.logsetup import setup_logging, stream_is_journal, syslog_priority
 
 STAMP = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
 

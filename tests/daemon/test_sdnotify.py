@@ -1,4 +1,4 @@
-"""gpuagent.sdnotify: the datagram systemd reads, and when a watchdog is asked of us."""
+"""gpuagent.service.sdnotify: the datagram systemd reads, and when a watchdog is asked of us."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from gpuagent.sdnotify import monotonic_usec, notify, socket_address, watchdog_interval
+from gpuagent.service.sdnotify import monotonic_usec, notify, socket_address, watchdog_interval
 
 
 @pytest.fixture

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from gpuagent.context import AgentContext
-from gpuagent.daemon import one_line, status_line
 from gpuagent.errors import ConfigError
-from gpuagent.runtime import Agent
-from gpuagent.scheduler import Scheduler
+from gpuagent.service.daemon import one_line, status_line
+from gpuagent.service.runtime import Agent
+from gpuagent.service.scheduler import Scheduler
 from gpuagent.sink import Sink, SinkConfig
 
 

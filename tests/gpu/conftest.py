@@ -40,7 +40,7 @@ def real_gpus() -> int:
 @pytest.fixture(scope="module")
 def real_session(real_gpus):
     """An open NvmlSession on the real driver (never the simulator), closed after the module."""
-    from gpuagent.nvml import open_nvml
+    from gpuagent.gpus.nvml import open_nvml
 
     session = open_nvml(None)
     yield session

@@ -77,7 +77,7 @@ def test_identity_tags_match_nvidia_smi(real_session):
 @pytest.fixture(scope="module")
 def real_agent(real_gpus, tmp_path_factory):
     """An agent on the real GPUs with every built-in collector enabled, writing nowhere."""
-    from gpuagent.runtime import Options, build
+    from gpuagent.service.runtime import Options, build
 
     tmp = tmp_path_factory.mktemp("real-agent")
     text = f'[agent]\nstate_dir = "{tmp}"\n[sinks.file]\npath = "/dev/null"\n'
@@ -140,7 +140,7 @@ def test_each_builtin_collector_collects_cleanly(real_agent, name):
 
 def test_inspect_json_validates_against_the_shipped_schema(real_gpus):
     jsonschema = pytest.importorskip("jsonschema")
-    from gpuagent import facts
+    from gpuagent.commands import facts
 
     proc = run_gpuagent("inspect", "--json")
     assert proc.returncode == 0, proc.stderr

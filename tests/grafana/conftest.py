@@ -76,7 +76,7 @@ def _probe_points(tmp, env) -> list:
     """gpu_l2_probe points of two real `gpuagent.probe --send` runs (simulated curve), via a file sink."""
     from lineprotocol_parser import parse
 
-    from gpuagent.metric import Point
+    from gpuagent.pipeline.metric import Point
 
     out = tmp / "probe.lp"
     config = tmp / "probe-file.toml"
@@ -95,7 +95,7 @@ def _feed_work(sink, prometheus, stop) -> None:
     """gpu_work points (the work collector's schema) for two of the agent's GPUs, their counters
     growing every half second, served by the probe's sink: an L40S serving one model, and a
     workload over both H100s (gpus = 2). The agent has no work source of its own here."""
-    from gpuagent.metric import Point
+    from gpuagent.pipeline.metric import Point
 
     gpus = {}
     while not stop.is_set() and len(gpus) < 3:

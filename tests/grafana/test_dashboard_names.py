@@ -4,7 +4,7 @@ by its InfluxDB name, in PromQL by the name the prometheus sink gives that field
 
 Field names come from the first column of a table in the measurement's README (as
 tests/test_plugin_readmes.py reads them); tag names from the README's code spans. The agent's
-own `gpuagent` measurement is documented by agent/measurement.md, the sinks' READMEs (their
+own `gpuagent` measurement is documented by agent/service/measurement.md, the sinks' READMEs (their
 statistics) and docs/plugins/reference.md; `gpu_l2_probe` by docs/probe.md.
 """
 
@@ -35,7 +35,7 @@ DOCS = {
     "gpu_job": ["plugins/processes/README.md"],
     "host": ["plugins/host/README.md"],
     "gpuagent": [
-        "agent/measurement.md",
+        "agent/service/measurement.md",
         "plugins/influxdb/README.md",
         "plugins/file/README.md",
         "plugins/prometheus/README.md",

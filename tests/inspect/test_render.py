@@ -12,8 +12,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpuagent import facts as facts_mod
-from gpuagent.inspect import WIDTH, make_console, render, render_text
+from gpuagent.commands import facts as facts_mod
+from gpuagent.commands.inspect import WIDTH, make_console, render, render_text
 
 HERE = Path(__file__).parent
 SNAPSHOTS = HERE / "snapshots"

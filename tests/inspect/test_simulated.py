@@ -12,10 +12,10 @@ import pynvml
 import pytest
 from captures import CAPTURES
 
-from gpuagent import facts as facts_mod
-from gpuagent.gpu import as_str
-from gpuagent.inspect import WIDTH, render_text
-from gpuagent.nvml import NvmlSession
+from gpuagent.commands import facts as facts_mod
+from gpuagent.commands.inspect import WIDTH, render_text
+from gpuagent.gpus.gpu import as_str
+from gpuagent.gpus.nvml import NvmlSession
 from gpuagent.plugin_host import load_host
 from gpuagent.sim.profile import BUILTIN_NAMES
 

@@ -1,6 +1,6 @@
 """`inspect --json` and the stream (`run --once --test`) name a fact alike and agree on every static one.
 
-The facts of `inspect` are the collectors' own readings (agent/facts.py arranges
+The facts of `inspect` are the collectors' own readings (agent/commands/facts.py arranges
 them), so on the same fleet and seed: most facts per GPU carry the name the
 stream gives them, and every static fact (limits, max clocks, sizes, L2, bus
 width, link maxima, MIG mode and devices) has the same value in both.

@@ -1,7 +1,7 @@
 """One in-process `gpuagent run --once` over a simulated fleet, for the NVML conformance tests.
 
 In-process (not a subprocess) so that hundreds of forced-fault runs stay cheap on a small
-machine: the agent is built by gpuagent.runtime exactly as `run --once` builds it, its points
+machine: the agent is built by gpuagent.service.runtime exactly as `run --once` builds it, its points
 come back from Scheduler.run_once, and the simulated machine's call counts say which C
 symbols the run really called.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuagent.errors import AgentError
-from gpuagent.runtime import Options, build
+from gpuagent.service.runtime import Options, build
 from gpuagent.sim.profile import BUILTIN_NAMES
 
 # Every built-in profile in one machine: one run touches every code path the profiles have.

@@ -1,6 +1,6 @@
 """NVML conformance: every NVML function a run calls, forced to each code nvml.h documents for it.
 
-agent/nvml_conformance.json lists the functions and their documented codes (built from
+agent/gpus/nvml_conformance.json lists the functions and their documented codes (built from
 nvml.h by scripts/nvml-conformance-table.py; it names the header version). Here:
 
 - the table covers exactly the C symbols a `run --once` over every built-in profile calls
@@ -27,7 +27,7 @@ from nvml.runs import FLEET, Run, base_symbol, keyed, lost_fields, run_once, spe
 from gpuagent.sim.profile import BUILTIN_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
-TABLE = json.loads((REPO / "agent" / "nvml_conformance.json").read_text())
+TABLE = json.loads((REPO / "agent" / "gpus" / "nvml_conformance.json").read_text())
 FUNCTIONS: dict[str, dict] = TABLE["functions"]
 
 NOT_FORCED = {"NVML_SUCCESS", "NVML_ERROR_GPU_IS_LOST", "any"}  # GPU_IS_LOST: the lost-GPU tests
@@ -101,7 +101,7 @@ def test_table_covers_every_function_a_run_calls(baseline):
     called = {symbol for symbol, n in baseline.calls.items() if n}
     assert called == CALLED
     missing = sorted(called - set(FUNCTIONS))
-    assert not missing, f"called but not in agent/nvml_conformance.json (scripts/nvml-conformance-table.py): {missing}"
+    assert not missing, f"called but not in agent/gpus/nvml_conformance.json (scripts/nvml-conformance-table.py): {missing}"
     # Rows no run calls are only the fallbacks (older spellings tried where the newer is refused).
     assert {s for s in FUNCTIONS if s not in called} == {s for s, e in FUNCTIONS.items() if e.get("traced") is False}
 

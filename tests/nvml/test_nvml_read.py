@@ -1,11 +1,11 @@
-"""gpuagent.nvml_read: sentinels and field-value decoding (shared by the core collectors)."""
+"""gpuagent.gpus.nvml_read: sentinels and field-value decoding (shared by the core collectors)."""
 
 from __future__ import annotations
 
 import pynvml
 import pytest
 
-from gpuagent.nvml_read import field_value, valid
+from gpuagent.gpus.nvml_read import field_value, valid
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_decode_batch_reads_every_entry_as_field_value_does():
     on every type, sentinel and code: the faster path claims nothing the slower one would not."""
     import math
 
-    from gpuagent.nvml_read import decode_batch
+    from gpuagent.gpus.nvml_read import decode_batch
 
     codes = (pynvml.NVML_SUCCESS, pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_GPU_IS_LOST)
     cases = [(t, m, v, code) for t, m, v in _DECODE_CASES for code in codes]
@@ -105,7 +105,7 @@ def test_decode_batch_word_path_agrees_with_field_value():
     whose union has a non-zero high half) to the per-entry path with the same result."""
     import itertools
 
-    from gpuagent.nvml_read import _decode_words, decode_batch
+    from gpuagent.gpus.nvml_read import _decode_words, decode_batch
 
     def batch(entries):
         array = (pynvml.c_nvmlFieldValue_t * len(entries))()

@@ -1,4 +1,4 @@
-"""The one NVML error policy (gpuagent.gpu): lost, permanent, transient; counted, logged once."""
+"""The one NVML error policy (gpuagent.gpus.gpu): lost, permanent, transient; counted, logged once."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import logging
 import pynvml
 import pytest
 
-from gpuagent import facts
-from gpuagent.gpu import NvmlErrors, current_collector
-from gpuagent.nvml_read import Field, FieldReader
+from gpuagent.commands import facts
+from gpuagent.gpus.gpu import NvmlErrors, current_collector
+from gpuagent.gpus.nvml_read import Field, FieldReader
 from gpuagent.plugins.clocks import ClocksCollector
 from gpuagent.plugins.power import AVERAGED_FIELDS as POWER_FIELDS
 from gpuagent.testing import make_collector
@@ -37,7 +37,7 @@ def test_deprecated_applications_clocks_cost_only_their_fields(invoke):
     for _, fields in clocks:
         assert "sm_clock_mhz=" in fields and "max_sm_clock_mhz=" in fields and "memory_clock_mhz=" in fields
         assert "applications_graphics_clock_mhz" not in fields and "applications_memory_clock_mhz" not in fields
-    # --test folds the per-call series into the collector's line (agent/measurement.md).
+    # --test folds the per-call series into the collector's line (agent/service/measurement.md).
     counted = [fields for m, tags, fields in parse(result.stdout) if m == "gpuagent" and tags.get("collector") == "clocks"]
     # Refused for good: asked once per GPU and clock type, counted as such.
     assert len(counted) == 1 and 'nvml_errors="nvmlDeviceGetApplicationsClock:DEPRECATED(4)"' in counted[0]
@@ -126,7 +126,7 @@ def test_not_found_is_an_answer_not_a_refusal(simulated_fleet):
 
 
 def test_lost_gpu_takes_the_lost_path(simulated_fleet):
-    from gpuagent.gpu import GpuLost
+    from gpuagent.gpus.gpu import GpuLost
 
     machine = simulated_fleet("l40s:2")
     machine.force("nvmlDeviceGetPowerUsage", "GPU_IS_LOST", gpu=1)
@@ -141,12 +141,12 @@ def test_refusals_are_logged_once_per_gpu_call_and_code(simulated_fleet, caplog)
     machine.force("nvmlDeviceGetPowerUsage", "UNKNOWN")
     machine.force("nvmlDeviceGetFanSpeed", "NO_PERMISSION")
     clocks = make_collector(machine, ClocksCollector)
-    with caplog.at_level(logging.DEBUG, logger="gpuagent.gpu"):
+    with caplog.at_level(logging.DEBUG, logger="gpuagent.gpus.gpu"):
         for _ in range(3):
             for gpu in machine.gpus:
                 gpu.query(pynvml.nvmlDeviceGetPowerUsage)
                 gpu.query(pynvml.nvmlDeviceGetFanSpeed)
-    logged = [r.getMessage() for r in caplog.records if r.name == "gpuagent.gpu"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "gpuagent.gpus.gpu"]
     assert len(logged) == 4, logged  # 2 GPUs x 2 (call, code)
     assert sum("nvmlDeviceGetPowerUsage" in m for m in logged) == 2
     assert clocks  # the collector machinery plays no part in logging

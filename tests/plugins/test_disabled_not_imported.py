@@ -68,7 +68,7 @@ def test_inspect_neither_imports_nor_shows_a_plugin_disabled_in_the_config(tmp_p
 
     import jsonschema
 
-    from gpuagent.facts import schema
+    from gpuagent.commands.facts import schema
 
     cfg = tmp_path / "gpuagent.toml"
     cfg.write_text('[plugins]\ndisabled = ["power", "p2p", "mig"]\n')
@@ -113,7 +113,7 @@ def test_inspect_shows_a_third_party_collectors_facts_from_the_configs_plugin_di
 
     import jsonschema
 
-    from gpuagent.facts import schema
+    from gpuagent.commands.facts import schema
 
     folder = tmp_path / "plugins.d"
     folder.mkdir()

@@ -8,7 +8,7 @@ import click
 from click.testing import CliRunner
 
 from gpuagent.plugin_host import PluginHost
-from gpuagent.runtime import Options, build
+from gpuagent.service.runtime import Options, build
 
 SINK_PLUGIN = """
 import gpuagent

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from gpuagent.errors import ConfigError
-from gpuagent.runtime import Options, build
+from gpuagent.service.runtime import Options, build
 
 PICKY = """
 import gpuagent

@@ -11,7 +11,7 @@ import json
 import logging
 
 from gpuagent.plugin_host import PluginHost
-from gpuagent.runtime import Options, load
+from gpuagent.service.runtime import Options, load
 
 RAISES_ON_IMPORT = """
 raise RuntimeError("tp_broken needs libfoo.so.3")

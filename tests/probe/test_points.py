@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpuagent.metric import to_lines
+from gpuagent.pipeline.metric import to_lines
 from gpuagent.probe.backends import SimulatedBackend
 from gpuagent.probe.result import MEASUREMENT, STEP_NS, run_probe
 from gpuagent.probe.sweep import MIB, working_set_sizes

@@ -6,7 +6,7 @@ import pynvml
 import pytest
 
 from gpuagent import sim
-from gpuagent.gpu import Gpu
+from gpuagent.gpus.gpu import Gpu
 
 
 def handles():

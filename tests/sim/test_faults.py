@@ -7,7 +7,7 @@ import pynvml
 import pytest
 
 from gpuagent.errors import AgentError
-from gpuagent.gpu import GpuLost
+from gpuagent.gpus.gpu import GpuLost
 from gpuagent.sim.faults import parse_fault, parse_seconds
 from gpuagent.sim.profile import load_profile
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gpuagent.context import AgentContext
-from gpuagent.nvml import NvmlSession
+from gpuagent.gpus.nvml import NvmlSession
 from gpuagent.plugins.clocks import ClocksCollector
 from gpuagent.sim import load_profile
 

@@ -7,7 +7,7 @@ import pytest
 from gpuagent import Accumulator
 from gpuagent.context import AgentContext
 from gpuagent.errors import AgentError
-from gpuagent.metric import Point
+from gpuagent.pipeline.metric import Point
 from gpuagent.plugins.file import FileSink
 
 

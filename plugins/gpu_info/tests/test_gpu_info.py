@@ -8,7 +8,7 @@ import functools
 import pytest
 from captures import CAPTURES, capture_names, capture_profile
 
-from gpuagent.metric import Point
+from gpuagent.pipeline.metric import Point
 from gpuagent.plugins.gpu_info import GpuInfoCollector
 from gpuagent.plugins.prometheus import exposition
 from gpuagent.sim.capture_import import facts_from_text, facts_from_xml

@@ -11,7 +11,7 @@ from gpuagent.context import AgentContext
 from gpuagent.plugin_host import PluginHost
 from gpuagent.plugins.health import XID_DESCRIPTIONS, GpuLostError, HealthCollector, xid_description
 from gpuagent.plugins.vgpu import VgpuCollector
-from gpuagent.scheduler import Scheduler
+from gpuagent.service.scheduler import Scheduler
 
 INTERVAL = 10.0
 

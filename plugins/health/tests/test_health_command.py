@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuagent.plugins.health.check import evaluate, shorten
-from gpuagent.state_file import STATE_FILE, read_fresh
+from gpuagent.service.state_file import STATE_FILE, read_fresh
 
 REPO = Path(__file__).resolve().parents[3]
 NPD_CONFIG = REPO / "deploy" / "node-problem-detector" / "gpu-health-monitor.json"

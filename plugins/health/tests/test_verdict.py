@@ -295,9 +295,9 @@ def test_the_readme_has_the_rule_table_naming_every_verdict():
 def test_inspect_shows_the_verdict_and_reason_per_gpu(simulated_fleet, sim_clock):
     import jsonschema
 
-    from gpuagent import facts
-    from gpuagent.inspect import render_text
-    from gpuagent.nvml import NvmlSession
+    from gpuagent.commands import facts
+    from gpuagent.commands.inspect import render_text
+    from gpuagent.gpus.nvml import NvmlSession
     from gpuagent.plugin_host import load_host
 
     machine = simulated_fleet("h100-sxm:3@recovery=1:reboot:1s@lost=2:1s")
@@ -317,7 +317,7 @@ def test_inspect_shows_the_verdict_and_reason_per_gpu(simulated_fleet, sim_clock
 
 def test_a_gpu_back_after_a_reset_is_read_by_every_collector_without_a_restart(simulated_fleet, sim_clock):
     from gpuagent.plugins.power import PowerCollector
-    from gpuagent.scheduler import Scheduler
+    from gpuagent.service.scheduler import Scheduler
 
     machine = simulated_fleet("h100-sxm:2@lost=1:15s@reset=1:35s")
     context = AgentContext(hostname="testhost", gpus=machine.gpus)
@@ -409,7 +409,7 @@ def test_a_gpu_that_flaps_must_answer_for_a_while_before_it_is_read_again(run, c
     import time
 
     r = run("h100-sxm:2")
-    monkeypatch.setattr("gpuagent.gpu.HOLD_S", 0.3)  # answering asked after the first relapse (10 s by default)
+    monkeypatch.setattr("gpuagent.gpus.gpu.HOLD_S", 0.3)  # answering asked after the first relapse (10 s by default)
     with caplog.at_level(logging.WARNING, logger="gpuagent"):
         r.machine.force("nvmlDeviceGetRemappedRows", "GPU_IS_LOST", gpu=1)
         assert verdicts(r.at(1))[1] == "lost"

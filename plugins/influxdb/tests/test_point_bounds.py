@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from gpuagent import Accumulator, metric
+from gpuagent import Accumulator
 from gpuagent.context import AgentContext
+from gpuagent.pipeline import metric
 from gpuagent.plugins.influxdb import InfluxDBSink
 
 pytestmark = pytest.mark.servers
@@ -43,7 +44,7 @@ def test_a_point_with_a_million_fields_keeps_its_first_thousand_and_delivery_flo
     influxdb_v1.create_database(db)
     before = metric.fields_over_bound_total
     acc = Accumulator({"host": "node-1"}, time_ns=10**18)
-    with caplog.at_level(logging.WARNING, logger="gpuagent.names"):
+    with caplog.at_level(logging.WARNING, logger="gpuagent.pipeline.names"):
         acc.add_fields("wide", {f"f{i}": i for i in range(1_000_000)}, tags={"gpu": "0"})
         for seq in range(50):
             acc.add_fields("narrow", {"seq": seq}, tags={"gpu": "0"}, time_ns=10**18 + seq)
@@ -70,7 +71,7 @@ def test_a_line_over_256_kib_loses_its_longest_field_not_the_point(tmp_path, vic
     acc = Accumulator({"host": host}, time_ns=now)
     acc.add_fields("long", {"blob": "x" * 300_000, "size": 7}, tags={"gpu": "0"})
     acc.add_fields("short", {"seq": 1}, tags={"gpu": "0"})
-    with caplog.at_level(logging.WARNING, logger="gpuagent.names"):
+    with caplog.at_level(logging.WARNING, logger="gpuagent.pipeline.names"):
         line = acc.points[0].to_line()
     assert len(line.encode()) <= metric.MAX_LINE_BYTES and "blob" not in line and "size=7i" in line
     assert metric.fields_over_bound_total - before == 1

@@ -1,4 +1,4 @@
-"""gpuagent.specs (published figures) and gpuagent.cuda_attrs (L2 size from libcuda)."""
+"""gpuagent.gpus.specs (published figures) and gpuagent.gpus.cuda_attrs (L2 size from libcuda)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ctypes.util
 
 import pytest
 
-from gpuagent import cuda_attrs, specs
+from gpuagent.gpus import cuda_attrs, specs
 from gpuagent.plugins.memory import peak_dram_gbps
 from gpuagent.sim import load_profile
 

@@ -9,7 +9,7 @@ import pynvml
 import pytest
 from captures import capture_names, capture_profile
 
-from gpuagent import specs
+from gpuagent.gpus import specs
 from gpuagent.plugins.memory import GPM_METRICS, MemoryCollector
 from gpuagent.sim import load_profile
 from gpuagent.testing import IDENTITY_TAGS as IDENTITY

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuagent.context import AgentContext
-from gpuagent.nvml import NvmlSession
+from gpuagent.gpus.nvml import NvmlSession
 from gpuagent.plugins.pcie import PcieCollector
 
 

@@ -13,12 +13,12 @@ import time
 import pytest
 
 from gpuagent.context import AgentContext
-from gpuagent.nvml import NvmlSession
-from gpuagent.nvml_read import current_tick
+from gpuagent.gpus.nvml import NvmlSession
+from gpuagent.gpus.nvml_read import current_tick
 from gpuagent.plugins.mig import MigCollector
 from gpuagent.plugins.processes import ProcessesCollector
 from gpuagent.plugins.work import WorkCollector, families
-from gpuagent.shared import Shared
+from gpuagent.service.shared import Shared
 
 
 def parts(machine, tmp_path, *extra, **work):

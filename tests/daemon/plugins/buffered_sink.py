@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 
 import gpuagent
-from gpuagent.metric import to_lines
+from gpuagent.pipeline.metric import to_lines
 
 
 class BufferedConfig(gpuagent.SinkConfig):

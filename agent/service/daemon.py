@@ -27,11 +27,11 @@ import os
 import signal
 import time
 
-from gpuagent import scheduler as scheduler_mod
 from gpuagent.errors import AgentError
-from gpuagent.logsetup import setup_logging
-from gpuagent.runtime import Agent, Options, build, load
-from gpuagent.sdnotify import monotonic_usec, notify, watchdog_interval
+from gpuagent.service import scheduler as scheduler_mod
+from gpuagent.service.logsetup import setup_logging
+from gpuagent.service.runtime import Agent, Options, build, load
+from gpuagent.service.sdnotify import monotonic_usec, notify, watchdog_interval
 
 log = logging.getLogger("gpuagent")
 

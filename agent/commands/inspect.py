@@ -1,6 +1,6 @@
 """gpuagent inspect: a one-off view of this machine's GPUs (human, --json, or --line-protocol).
 
-The facts are read by gpuagent.facts into a plain dict; this module only
+The facts are read by gpuagent.commands.facts into a plain dict; this module only
 narrows the GPUs, picks the output and renders. The human view is rich
 text laid out to fit 100 columns, plain (no colour) when stdout is not a
 terminal or NO_COLOR is set.
@@ -21,10 +21,10 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from gpuagent.cli_options import simulate_spec
+from gpuagent.commands.cli_options import simulate_spec
+from gpuagent.commands.facts import REASON_WORDS
 from gpuagent.errors import AgentError
-from gpuagent.facts import REASON_WORDS
-from gpuagent.gpu import Gpu
+from gpuagent.gpus.gpu import Gpu
 
 NA = "n/a"
 WIDTH = 100
@@ -59,7 +59,7 @@ P2P_LEGEND = (
 @click.option("--plugins-dir", type=click.Path(file_okay=False, exists=True), help="Also load every .py plugin file in DIR.")
 def inspect(simulate, seed, as_json, line_protocol, gpu_args, config_path, plugins_dir):
     """Show this machine's GPUs: identity, memory, L2, clocks, power, throttling, MIG/vGPU, PCIe, P2P."""
-    from gpuagent.logsetup import setup_logging
+    from gpuagent.service.logsetup import setup_logging
 
     if as_json and line_protocol:
         raise click.UsageError("--json and --line-protocol are exclusive")
@@ -84,9 +84,9 @@ def read_facts(
     plugins_dir: str | None = None,
     config_path: str | None = None,
 ) -> dict[str, Any]:
+    from gpuagent.commands.facts import gather
     from gpuagent.config import read_config
-    from gpuagent.facts import gather
-    from gpuagent.nvml import open_nvml
+    from gpuagent.gpus.nvml import open_nvml
     from gpuagent.plugin_host import load_host
     from gpuagent.probe.readback import latest_l2_probes
 
@@ -131,8 +131,8 @@ def select_gpus(gpus: list[Gpu], wanted: tuple[str, ...] | list[str]) -> list[Gp
 
 def print_line_protocol(simulate, seed, gpu_args, config_path, plugins_dir=None) -> None:
     """Exactly `run --once --test` (optionally on fewer GPUs): the runtime does the work."""
-    from gpuagent.nvml import open_nvml
-    from gpuagent.runtime import Options, build, load
+    from gpuagent.gpus.nvml import open_nvml
+    from gpuagent.service.runtime import Options, build, load
 
     options = Options(config_path=config_path, simulate=simulate, seed=seed, test=True, plugins_dir=plugins_dir)
     config, host = load(options)
@@ -551,7 +551,7 @@ def agent_cost(config_path: str | None = None) -> dict[str, Any] | None:
     import time
 
     from gpuagent.config import read_config
-    from gpuagent.scheduler import COST_FILE, COST_WINDOW_S
+    from gpuagent.service.scheduler import COST_FILE, COST_WINDOW_S
 
     try:
         path = read_config(config_path).state_dir / COST_FILE

@@ -17,10 +17,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from gpuagent.metric import Point
+from gpuagent.pipeline.metric import Point
 from gpuagent.sink import Sink
 
-log = logging.getLogger("gpuagent.scheduler")
+log = logging.getLogger("gpuagent.service.scheduler")
 
 MAX_QUEUED_POINTS = 200_000  # about 15 minutes of an 8-GPU node at 1 s
 STALLED_AFTER_S = 5.0  # a write that has not returned by then is said in the status line

@@ -14,7 +14,7 @@ import functools
 import logging
 import re
 
-log = logging.getLogger("gpuagent.cuda_attrs")
+log = logging.getLogger("gpuagent.gpus.cuda_attrs")
 
 LIBCUDA = "libcuda.so.1"
 CUDA_SUCCESS = 0

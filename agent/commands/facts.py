@@ -29,9 +29,9 @@ from typing import Any
 
 import pynvml
 
-from gpuagent.gpu import Gpu, GpuLost
+from gpuagent.gpus.gpu import Gpu, GpuLost
 
-log = logging.getLogger("gpuagent.facts")
+log = logging.getLogger("gpuagent.commands.facts")
 
 SCHEMA_VERSION = 2
 
@@ -163,7 +163,7 @@ def identity(gpu: Gpu) -> dict[str, Any]:
 
 
 def unavailable_facts(gpu: Any) -> dict[str, Any]:
-    """A GPU NVML lists but that could not be opened (gpuagent.gpu.UnavailableGpu): what is known, and why."""
+    """A GPU NVML lists but that could not be opened (gpuagent.gpus.gpu.UnavailableGpu): what is known, and why."""
     return {
         "index": gpu.index,
         "name": gpu.name,

@@ -23,18 +23,18 @@ from pathlib import Path
 
 import psutil
 
-from gpuagent import metric, names
-from gpuagent.accumulator import Accumulator
 from gpuagent.collector import Collector
 from gpuagent.context import AgentContext
-from gpuagent.gpu import calls_made, current_collector
-from gpuagent.metric import Point
-from gpuagent.nvml_read import current_tick
+from gpuagent.gpus.gpu import calls_made, current_collector
+from gpuagent.gpus.nvml_read import current_tick
+from gpuagent.pipeline import metric, names
+from gpuagent.pipeline.accumulator import Accumulator
+from gpuagent.pipeline.metric import Point
+from gpuagent.pipeline.sink_isolation import IsolatedSink, isolate
+from gpuagent.service.state_file import LatestState
 from gpuagent.sink import Sink
-from gpuagent.sink_isolation import IsolatedSink, isolate
-from gpuagent.state_file import LatestState
 
-log = logging.getLogger("gpuagent.scheduler")
+log = logging.getLogger("gpuagent.service.scheduler")
 
 TICK = 0.5  # longest sleep of the loop: bounds the watchdog and stop latency
 COST_WINDOW_S = 60.0  # `gpuagent inspect` shows each collector's cost over the last minute
@@ -131,7 +131,7 @@ class CollectorRunner:
         self._go.set()
 
     def _work(self) -> None:
-        # NVML refusals in this thread are counted under this collector (gpuagent.gpu.NvmlErrors).
+        # NVML refusals in this thread are counted under this collector (gpuagent.gpus.gpu.NvmlErrors).
         current_collector.set(self.collector.name)
         while True:
             self._go.wait()
@@ -430,7 +430,7 @@ class Scheduler:
         unavailable = list(getattr(nvml, "unavailable", None) or ())
         errors = getattr(nvml, "errors", None)
         if errors is not None:
-            # NVML refusals by collector, call and code (see gpuagent.gpu: the error policy).
+            # NVML refusals by collector, call and code (see gpuagent.gpus.gpu: the error policy).
             for tags, fields in errors.points_fields():
                 acc.add_fields("gpuagent", fields, tags=tags)
         for gpu in unavailable:
@@ -459,8 +459,8 @@ class Scheduler:
                 "fields_over_bound_total": metric.fields_over_bound_total,
             },
         )
-        if self.fold_nvml_errors:  # run --test: one line per collector (gpuagent.self_compact)
-            from gpuagent.self_compact import fold_nvml_errors
+        if self.fold_nvml_errors:  # run --test: one line per collector (gpuagent.service.self_compact)
+            from gpuagent.service.self_compact import fold_nvml_errors
 
             return fold_nvml_errors(acc.points)
         return acc.points

@@ -8,7 +8,7 @@ stores it literally (doubling it would store two). String field values
 escape backslash and double quote, and CR/LF as \\r \\n as influxdb-client
 writes them, so no input can end a line early.
 
-Names InfluxDB cannot store unchanged (gpuagent.names: a tag ending in a
+Names InfluxDB cannot store unchanged (gpuagent.pipeline.names: a tag ending in a
 backslash, the key ``time``, an empty name, a line break ...) are left out,
 with one warning per name: a bad tag costs the tag, never the point; a bad
 field name costs that field; a bad measurement name costs the point (it is
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import islice
 
-from gpuagent import names
+from gpuagent.pipeline import names
 
 FieldValue = int | float | bool | str
 

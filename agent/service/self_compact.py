@@ -1,7 +1,7 @@
 """The `gpuagent` measurement folded for `run --test`: one line per collector.
 
 A one-GPU `run --once --test` printed 38 `gpuagent` lines beside 9 lines of readings, most of them
-one per refused NVML call (agent/measurement.md: "Per refused NVML call"). On a terminal the
+one per refused NVML call (agent/service/measurement.md: "Per refused NVML call"). On a terminal the
 refusals are read per collector, so `--test` folds each call's series into its collector's line:
 `nvml_errors_total` (the counts added up) and `nvml_errors` (each call and code, with its count
 where over 1). Calls made outside any collector's run fold into the agent process line. What the
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuagent.gpu import OUTSIDE_COLLECTORS
-from gpuagent.metric import Point
+from gpuagent.gpus.gpu import OUTSIDE_COLLECTORS
+from gpuagent.pipeline.metric import Point
 
 MEASUREMENT = "gpuagent"
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pynvml
 
-from gpuagent.gpu import Gpu, GpuLost
+from gpuagent.gpus.gpu import Gpu, GpuLost
 
-log = logging.getLogger("gpuagent.gpm")
+log = logging.getLogger("gpuagent.gpus.gpm")
 
 # The first run's wait between the priming sample and the first read. nvml.h: the interval
 # between two nvmlGpmSampleGet() calls "should be greater than 100ms due to the internal sample

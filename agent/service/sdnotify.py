@@ -14,7 +14,7 @@ import socket
 import time
 from collections.abc import Mapping
 
-log = logging.getLogger("gpuagent.sdnotify")
+log = logging.getLogger("gpuagent.service.sdnotify")
 
 
 def socket_address(value: str | None) -> str | None:

@@ -6,9 +6,9 @@ import logging
 import threading
 import time
 
-from gpuagent.batch_sender import encode
-from gpuagent.memory_buffer import MemoryBuffer
-from gpuagent.spool import Spool, SpoolError
+from gpuagent.pipeline.batch_sender import encode
+from gpuagent.pipeline.memory_buffer import MemoryBuffer
+from gpuagent.pipeline.spool import Spool, SpoolError
 
 RETRY_PAUSE = 5.0  # seconds after a failed commit before the spool is tried again (memory takes lines meanwhile)
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import pynvml
 
-from gpuagent.gpu import PERMANENT_CODES, Gpu, GpuLost
+from gpuagent.gpus.gpu import PERMANENT_CODES, Gpu, GpuLost
 
 NA_UINT = 0xFFFFFFFF
 NA_ULONGLONG = 0xFFFFFFFFFFFFFFFF

@@ -13,10 +13,10 @@ from gpuagent.collector import Collector
 from gpuagent.config import Config, bind, format_validation_error, read_config
 from gpuagent.context import AgentContext
 from gpuagent.errors import AgentError, ConfigError, NvmlUnavailable
-from gpuagent.logsetup import stream_is_journal
-from gpuagent.nvml import NvmlSession, open_nvml
+from gpuagent.gpus.nvml import NvmlSession, open_nvml
 from gpuagent.plugin_host import PluginHost, load_host
-from gpuagent.scheduler import Scheduler
+from gpuagent.service.logsetup import stream_is_journal
+from gpuagent.service.scheduler import Scheduler
 from gpuagent.sink import Sink
 
 log = logging.getLogger("gpuagent")

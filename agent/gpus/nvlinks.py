@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pynvml
 
-from gpuagent.gpu import Gpu, current_collector
-from gpuagent.nvml_read import Field, FieldReader
+from gpuagent.gpus.gpu import Gpu, current_collector
+from gpuagent.gpus.nvml_read import Field, FieldReader
 
 
 def card_links(gpu: Gpu) -> list[int]:
@@ -26,7 +26,7 @@ def card_links(gpu: Gpu) -> list[int]:
         return links
 
     # Per collector (nvlink, p2p): each meets a refused probe itself, so the refusal counts do
-    # not depend on which collector's thread probed first (gpuagent.gpu: the error policy).
+    # not depend on which collector's thread probed first (gpuagent.gpus.gpu: the error policy).
     return gpu.remember(f"nvlink_links:{current_collector.get()}", probe)
 
 

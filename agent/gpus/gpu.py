@@ -35,7 +35,7 @@ from typing import Any
 
 import pynvml
 
-log = logging.getLogger("gpuagent.gpu")
+log = logging.getLogger("gpuagent.gpus.gpu")
 
 ARCH_NAMES = {
     pynvml.NVML_DEVICE_ARCH_KEPLER: "Kepler",

@@ -43,7 +43,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from gpuagent import ownership
+from gpuagent.service import ownership
 
 _RAISE = object()
 
@@ -93,7 +93,7 @@ class Spool:
         self.path = self.directory / self.FILENAME
         self.max_bytes = int(max_bytes)
         self.sync = sync
-        self.log = log or logging.getLogger("gpuagent.spool")
+        self.log = log or logging.getLogger("gpuagent.pipeline.spool")
         self.dropped_total = 0  # points dropped, oldest first, to stay within max_bytes
         self.damaged_total = 0  # damaged files moved aside
         self.salvaged_batches_total = 0

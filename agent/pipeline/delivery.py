@@ -43,12 +43,19 @@ import threading
 import time
 from collections.abc import Iterable
 
-from gpuagent.backoff import Outage, parse_retry_after
-from gpuagent.batch_sender import BAD_REQUEST_HINT, BatchSender, Outcome, Result, Transport, encode
-from gpuagent.memory_buffer import MemoryBuffer
-from gpuagent.spool import Spool
-from gpuagent.spool_writer import SpoolWriter
-from gpuagent.worker_loop import WorkerLoop
+from gpuagent.pipeline.backoff import Outage, parse_retry_after
+from gpuagent.pipeline.batch_sender import (
+    BAD_REQUEST_HINT,
+    BatchSender,
+    Outcome,
+    Result,
+    Transport,
+    encode,
+)
+from gpuagent.pipeline.memory_buffer import MemoryBuffer
+from gpuagent.pipeline.spool import Spool
+from gpuagent.pipeline.spool_writer import SpoolWriter
+from gpuagent.pipeline.worker_loop import WorkerLoop
 
 _UNABLE_TO_PARSE = re.compile(r"unable to parse")
 _DROPPED = re.compile(r"dropped=(\d+)")
@@ -147,7 +154,7 @@ class Delivery:
         self.flush_interval = flush_interval
         self.flush_jitter = flush_jitter
         self.write_ahead = write_ahead
-        self.log = log or logging.getLogger(f"gpuagent.delivery.{name}")
+        self.log = log or logging.getLogger(f"gpuagent.pipeline.delivery.{name}")
         self._every_minute = _EveryMinute(self.log)
         self._outage = Outage(name, self.log, initial_backoff, max_backoff, target=target)
         self._sender = BatchSender(name, transport, self._every_minute, self._stored, self._failed)

@@ -16,7 +16,7 @@ import threading
 from collections import deque
 from typing import Any
 
-from gpuagent.nvml_read import current_tick
+from gpuagent.gpus.nvml_read import current_tick
 
 _TICKS_KEPT = 4  # a reader started on a tick asks about that tick only
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuagent.metric import Point
+from gpuagent.pipeline.metric import Point
 
 log = logging.getLogger("gpuagent.state")
 

@@ -9,9 +9,9 @@ from typing import Any
 import pynvml
 
 from gpuagent.errors import NvmlUnavailable
-from gpuagent.gpu import Gpu, NvmlErrors, UnavailableGpu, as_str, error_name
+from gpuagent.gpus.gpu import Gpu, NvmlErrors, UnavailableGpu, as_str, error_name
 
-log = logging.getLogger("gpuagent.nvml")
+log = logging.getLogger("gpuagent.gpus.nvml")
 
 NO_DRIVER_HINT = "run with --simulate SPEC (e.g. --simulate l40s:2) to use a simulated fleet"
 
@@ -28,7 +28,7 @@ class NvmlSession:
     extra: dict[str, Any] = field(default_factory=dict)
     # GPUs NVML lists but that could not be opened (handle or identity refused): reported, never read.
     unavailable: list[UnavailableGpu] = field(default_factory=list)
-    # Every NVML refusal of this session, by collector, call and code (see gpuagent.gpu).
+    # Every NVML refusal of this session, by collector, call and code (see gpuagent.gpus.gpu).
     errors: NvmlErrors = field(default_factory=NvmlErrors)
 
     def close(self) -> None:

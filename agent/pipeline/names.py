@@ -33,7 +33,7 @@ import logging
 import re
 import threading
 
-log = logging.getLogger("gpuagent.names")
+log = logging.getLogger("gpuagent.pipeline.names")
 
 MAX_SERIES_KEY_BYTES = 65535
 RESERVED_KEYS = frozenset({"time", "_measurement", "_field"})

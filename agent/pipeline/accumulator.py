@@ -6,7 +6,7 @@ import math
 import time
 from collections.abc import Mapping
 
-from gpuagent.metric import MAX_FIELDS_PER_POINT, FieldValue, Point, bound_fields
+from gpuagent.pipeline.metric import MAX_FIELDS_PER_POINT, FieldValue, Point, bound_fields
 
 _PLAIN = frozenset({int, str, bool})
 # InfluxDB stores integers as int64: a value outside would get its whole line refused by the server.
@@ -20,7 +20,7 @@ class Accumulator:
     left out too and counted in `nonfinite_dropped`, integers outside int64 in
     `out_of_range_dropped` (the agent reports both counts in its own `gpuagent`
     measurement). A point left with no fields is not emitted. A point keeps its first
-    MAX_FIELDS_PER_POINT fields (gpuagent.metric: the rest counted, warned once).
+    MAX_FIELDS_PER_POINT fields (gpuagent.pipeline.metric: the rest counted, warned once).
     """
 
     __slots__ = ("points", "default_tags", "time_ns", "nonfinite_dropped", "out_of_range_dropped", "empty_dropped")
