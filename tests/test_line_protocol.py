@@ -13,9 +13,10 @@ from gpuagent.pipeline.metric import Point, format_field, serialize, to_lines
 from gpuagent.pipeline.names import RESERVED_KEYS
 
 # Names may hold any printable character, delimiters and backslashes included.
-# Left to the examples below: a backslash before a delimiter or at the end and
-# CR/LF/TAB, which InfluxDB itself cannot store unchanged.
-_AWKWARD = re.compile(r"\\([,= ]|$)")
+# Left to the examples below: a backslash before a delimiter, a double quote or at the end
+# (the agent refuses such a measurement: influxd misreads it) and CR/LF/TAB, which InfluxDB
+# itself cannot store unchanged.
+_AWKWARD = re.compile(r'\\([,= "]|$)')
 names = st.text(
     alphabet=st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\x00")
     | st.sampled_from([",", "=", " ", "\\", '"']),
