@@ -103,6 +103,7 @@ def _plugin(tmp_path, source) -> tuple[Path, Path]:
     return marker, folder
 
 
+@pytest.mark.slow
 def test_run_once_interrupted_in_a_collection(tmp_path):
     marker, folder = _plugin(tmp_path, SLOW_COLLECTOR)
     proc = _start(["run", "--once", "--test", "--log-level", "warning", "--simulate", "l40s:1", "--plugins-dir", str(folder)], tmp_path)
@@ -110,6 +111,7 @@ def test_run_once_interrupted_in_a_collection(tmp_path):
     _assert_stopped_in_one_line(*_interrupt(proc))
 
 
+@pytest.mark.slow
 def test_inspect_interrupted_in_start_up(tmp_path):
     marker, folder = _plugin(tmp_path, SLOW_IMPORT)
     proc = _start(["inspect", "--simulate", "l40s:1", "--plugins-dir", str(folder)], tmp_path)
@@ -130,6 +132,7 @@ def test_interrupted_while_the_command_line_is_imported(tmp_path, delay):
     _assert_stopped_in_one_line(rc, err, family)
 
 
+@pytest.mark.slow
 def test_probe_l2_interrupted_in_its_sweep(tmp_path):
     """The CPU probe: a sweep of this size takes many seconds, so the Ctrl-C lands in it."""
     proc = _start(["probe", "l2", "--cpu", "--steps", "200", "--rounds", "100"], tmp_path)
