@@ -78,7 +78,6 @@ def test_without_a_driver_the_cpu_is_probed(invoke):
     assert json.loads(res.stdout)["method"] == "numpy-cpu"
 
 
-@pytest.mark.slow
 def test_python_m_entry_point():
     out = subprocess.run(
         [sys.executable, "-m", "gpuagent.probe", "--cpu", "--json", *FAST],
