@@ -8,8 +8,9 @@ the repository) are walked recursively, so modules moved into subpackages are fo
 are. Test code (a `tests` folder, conftest.py) is not product and is skipped. A module is
 touched when a line inside one of its functions ran; importing it runs only its `def` lines,
 which says nothing about its code. A module without functions (constants, re-exports, hook
-specifications that are docstrings only) is touched when it was imported. Exits 1 naming each untouched module, 0 when there is none.
-scripts/fast-lane.sh runs it after the fast lane.
+specifications that are docstrings only) is touched when it was imported. Exits 1 naming each
+untouched module, 0 when there is none, 2 on bad arguments. scripts/fast-lane.sh runs it after
+the fast lane.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def untouched(data_file: str, roots) -> list[tuple[Path, str]]:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        print("usage: " + __doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
     data_file, roots = argv[0], argv[1:] or [str(REPO / r) for r in ROOTS]
     if not Path(data_file).is_file():

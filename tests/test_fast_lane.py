@@ -114,10 +114,12 @@ def test_passes_when_every_module_ran_code(measured, capsys):
     assert "every one of 7 modules" in capsys.readouterr().out
 
 
-def test_a_missing_data_file_is_one_line(tmp_path, capsys):
+def test_a_missing_data_file_or_none_named_is_one_line(tmp_path, capsys):
     assert lane_coverage.main([str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no coverage data at" in err
+    assert lane_coverage.main([]) == 2
+    assert capsys.readouterr().err == "usage: lane-coverage.py DATA_FILE [ROOT ...]\n"
 
 
 def test_walks_the_product_folders_recursively():
