@@ -48,6 +48,10 @@ time.sleep(120)
 def _start(args, tmp_path, env=None):
     full_env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), **(env or {})}
     full_env.pop("GPUAGENT_CONFIG", None)
+    # Under scripts/fast-lane.sh coverage.py would start in the child first (its .pth hook): a
+    # Ctrl-C timed against the agent's start-up would land in coverage's instead.
+    for name in [n for n in full_env if n.startswith("COVERAGE_PROCESS_")]:
+        del full_env[name]
     return subprocess.Popen(
         [sys.executable, "-m", "gpuagent", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         text=True, env=full_env, start_new_session=True,
