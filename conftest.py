@@ -24,6 +24,27 @@ def _load_servers():
 
 servers = _load_servers()
 
+# The fast lane (`pytest -m "not slow"`, scripts/fast-lane.sh) leaves out every test that uses one
+# of these fixtures, directly or through another fixture: each starts a real server or daemon
+# (influxd, VictoriaMetrics, Prometheus, the Slurm cluster, a `gpuagent run` process) or waits
+# out a deadline by design (the dripping server). A new fixture that starts one goes here; a
+# slow test that uses none of them carries @pytest.mark.slow itself. tests/test_fast_lane.py
+# checks that every name here is still a fixture of the repository.
+SLOW_FIXTURES = frozenset({
+    "influxdb_v1", "influxdb_v1_factory", "victoria_metrics", "victoria_metrics_factory",
+    "prometheus_factory", "slurm_cluster",  # this file
+    "grafana_influx", "grafana_prometheus",  # tests/grafana/conftest.py: a real agent feeds them
+    "agent_run",  # tests/daemon/conftest.py: `gpuagent run` under a notify socket
+    "running_agent",  # plugins/health/tests/test_health_command.py: `gpuagent run` writing its state
+    "dripping_server",  # this file: each test waits for a client's deadline
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture
 def dripping_server():

@@ -4,7 +4,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
+
+# `python -m bench --quick` in a subprocess: the whole quick benchmark.
+pytestmark = pytest.mark.slow
 
 
 def test_quick_bench_json_has_figure_goal_and_verdict():

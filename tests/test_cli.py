@@ -71,6 +71,7 @@ def test_plugins_json_lists_builtins_with_hooks():
         assert set(p) >= {"name", "version", "distribution", "hooks", "collectors", "sinks", "status", "error"}
 
 
+@pytest.mark.slow
 def test_simulate_from_the_config_file(tmp_path):
     """[agent] simulate runs the fleet without --simulate; --simulate on the command line wins."""
     path = tmp_path / "gpuagent.toml"
@@ -101,6 +102,7 @@ def test_a_negative_count_says_count_must_be_positive():
 
 
 @pytest.mark.parametrize("command", [["run", "--once", "--test"], ["inspect"], ["probe", "l2"]])
+@pytest.mark.slow
 def test_an_empty_simulate_says_the_spec_is_empty(command):
     """`--simulate "$UNSET"` once fell through to "no NVIDIA driver found"."""
     proc = run_cli(*command, "--simulate", "")
@@ -118,6 +120,7 @@ def test_unknown_name_in_gpuagent_disable_plugins_is_said(tmp_path):
     assert "'power'" not in warned[0]
 
 
+@pytest.mark.slow
 def test_test_mode_without_the_file_plugin_says_so_in_one_line(tmp_path):
     """--test prints through the file sink the host loaded; a disabled file plugin is never imported."""
     proc = run_cli("run", "--once", "--test", "--config", str(host_only_config(tmp_path)),
@@ -154,6 +157,7 @@ def test_every_command_with_a_config_option_takes_dash_c_for_it():
     assert all("-c" in opts for opts in found.values()), found
 
 
+@pytest.mark.slow
 def test_once_test_prints_the_readings_before_the_agents_own_measurement():
     """A one-L40S `--once --test` is mostly the `gpuagent` self-measurement: the readings a
     user looks for come first, the agent's own points after them."""
@@ -165,6 +169,7 @@ def test_once_test_prints_the_readings_before_the_agents_own_measurement():
     assert set(names[first_own:]) == {"gpuagent"}
 
 
+@pytest.mark.slow
 def test_no_sink_configured_and_stdout_the_journal_is_warned(tmp_path):
     """A service whose config has no sink would pour line protocol into the journal."""
     import os

@@ -162,6 +162,7 @@ def test_config_init_writes_a_file_that_checks(invoke, tmp_path):
 
 
 @pytest.mark.parametrize("where", ["proc", "under-a-file"])
+@pytest.mark.slow
 def test_config_init_on_a_path_it_cannot_write_is_one_line(tmp_path, where):
     """Root writes almost anywhere: /proc refuses every new file, and a file cannot hold one."""
     (tmp_path / "afile").write_text("x")
@@ -260,6 +261,7 @@ def test_credentials_in_a_url_are_masked_by_config_show(invoke, tmp_path):
     assert "S3CRET-PW" not in shown.output and 'url = "http://admin:***@127.0.0.1:8086"' in shown.stdout
 
 
+@pytest.mark.slow
 def test_run_once_test_into_a_closed_pipe_exits_quietly(tmp_path):
     import subprocess
     import sys
@@ -296,6 +298,7 @@ def test_log_lines_never_carry_credentials_inside_a_url():
     ('[sinks.file]\npath = "AFILE/metrics.lp"\n', "sinks.file: cannot open AFILE/metrics.lp: AFILE is not a directory"),
     ('[sinks.file]\npath = "TMP"\n', "sinks.file: cannot open TMP: is a directory"),
 ])
+@pytest.mark.slow
 def test_config_check_refuses_what_run_refuses_before_its_first_collection(tmp_path, table, error):
     """The README's install runs `config check` before the service starts: a config it passes
     must start. Both refuse with the same line, naming the config's full path."""

@@ -16,6 +16,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 # What is read: the product, its plugins (their tests too), the benchmarks and scripts. The
 # example plugin under examples/ is a project of its own, with its own setup.
@@ -82,6 +84,7 @@ def _requirements() -> tuple[set[str], set[str]]:
     return install, extras
 
 
+@pytest.mark.slow
 def test_every_imported_third_party_module_is_declared():
     install, extras = _requirements()
     undeclared = {
@@ -92,6 +95,7 @@ def test_every_imported_third_party_module_is_declared():
     assert not undeclared, f"imported but not in setup.cfg (install_requires or an extra): {undeclared}"
 
 
+@pytest.mark.slow
 def test_every_install_requirement_is_imported_by_the_product():
     install, _ = _requirements()
     used = {_distribution(module) for module in _imports(PRODUCT, skip_tests=True)}

@@ -20,6 +20,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "device-check.sh"
 GPU_STEPS = ("nvidia-smi-q", "inspect", "sim-record", "bench-cycle", "probe-l2")
+# Every test reads one run of scripts/device-check.sh (a few seconds, the bench included).
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

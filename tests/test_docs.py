@@ -177,6 +177,7 @@ def matches(expected: str, actual: str) -> bool:
     return re.fullmatch(pattern, actual) is not None
 
 
+@pytest.mark.slow
 def test_tutorial_code_installs_and_runs(tmp_path):
     tutorial = read("tutorial.md")
     files = {title: body for _, title, body in blocks(tutorial) if title}

@@ -56,6 +56,7 @@ def test_compare_promql_gives_up_on_a_dripping_server_at_its_timeout(dripping_se
     assert dripping_server.wait_cut() and dripping_server.finished == 0
 
 
+@pytest.mark.slow
 def test_no_module_but_http_client_opens_http_connections():
     # One HTTP layer: a client of its own (urllib, urllib3, a bare HTTPConnection) would bring
     # back a per-read timeout. Read from the source of the product (agent/, plugins/ less tests).

@@ -48,6 +48,10 @@ time.sleep(120)
 def _start(args, tmp_path, env=None):
     full_env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), **(env or {})}
     full_env.pop("GPUAGENT_CONFIG", None)
+    # Under scripts/fast-lane.sh coverage.py would start in the child first (its .pth hook): a
+    # Ctrl-C timed against the agent's start-up would land in coverage's instead.
+    for name in [n for n in full_env if n.startswith("COVERAGE_PROCESS_")]:
+        del full_env[name]
     return subprocess.Popen(
         [sys.executable, "-m", "gpuagent", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         text=True, env=full_env, start_new_session=True,
@@ -103,6 +107,7 @@ def _plugin(tmp_path, source) -> tuple[Path, Path]:
     return marker, folder
 
 
+@pytest.mark.slow
 def test_run_once_interrupted_in_a_collection(tmp_path):
     marker, folder = _plugin(tmp_path, SLOW_COLLECTOR)
     proc = _start(["run", "--once", "--test", "--log-level", "warning", "--simulate", "l40s:1", "--plugins-dir", str(folder)], tmp_path)
@@ -110,6 +115,7 @@ def test_run_once_interrupted_in_a_collection(tmp_path):
     _assert_stopped_in_one_line(*_interrupt(proc))
 
 
+@pytest.mark.slow
 def test_inspect_interrupted_in_start_up(tmp_path):
     marker, folder = _plugin(tmp_path, SLOW_IMPORT)
     proc = _start(["inspect", "--simulate", "l40s:1", "--plugins-dir", str(folder)], tmp_path)
@@ -130,6 +136,7 @@ def test_interrupted_while_the_command_line_is_imported(tmp_path, delay):
     _assert_stopped_in_one_line(rc, err, family)
 
 
+@pytest.mark.slow
 def test_probe_l2_interrupted_in_its_sweep(tmp_path):
     """The CPU probe: a sweep of this size takes many seconds, so the Ctrl-C lands in it."""
     proc = _start(["probe", "l2", "--cpu", "--steps", "200", "--rounds", "100"], tmp_path)

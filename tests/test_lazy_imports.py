@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("http.client", "ssl", "sqlite3")
 
 
@@ -16,6 +18,7 @@ def _imported_after(code: str) -> set[str]:
     return set(out.stdout.split())
 
 
+@pytest.mark.slow
 def test_loading_every_plugin_imports_no_network_or_spool_module():
     loaded = _imported_after(
         "from gpuagent.plugin_host import PluginHost\n"
@@ -25,6 +28,7 @@ def test_loading_every_plugin_imports_no_network_or_spool_module():
     assert loaded == set()
 
 
+@pytest.mark.slow
 def test_the_modules_come_when_a_sink_needs_them(tmp_path):
     # The same check would pass if nothing ever imported them: an InfluxDB v1 sink with a spool does.
     loaded = _imported_after(

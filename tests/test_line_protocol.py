@@ -38,6 +38,7 @@ values = st.one_of(
     fields=st.dictionaries(names, values, min_size=1, max_size=5),
     ts=st.integers(min_value=0, max_value=2**62),
 )
+@pytest.mark.slow
 def test_round_trip_through_independent_parser(measurement, tags, fields, ts):
     line = serialize(measurement, tags, fields, ts)
     m, t, f, when = parse_line(line)
@@ -64,6 +65,7 @@ def test_round_trip_through_independent_parser(measurement, tags, fields, ts):
     fields=st.dictionaries(names, st.one_of(st.integers(-(2**63), 2**63 - 1), st.booleans(), st.text(max_size=20).filter(lambda s: "\n" not in s and "\r" not in s)), min_size=1, max_size=4),
     ts=st.integers(min_value=0, max_value=2**62),
 )
+@pytest.mark.slow
 def test_same_bytes_as_influxdb_client(measurement, tags, fields, ts):
     """influxdb-client's Point is the reference serialiser the v2 path is judged by."""
     ref = ClientPoint(measurement)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 import gpuagent
 from gpuagent.context import AgentContext
 from gpuagent.service import scheduler as scheduler_mod
@@ -39,6 +41,7 @@ def wait(predicate, timeout=10.0):
     return predicate()
 
 
+@pytest.mark.slow
 def test_not_ready_while_a_sink_has_not_taken_the_first_collection(monkeypatch):
     monkeypatch.setattr(scheduler_mod, "FIRST_DRAIN_S", 0.1)  # READY's bounded wait gives up quickly
     ctx = AgentContext(hostname="h")

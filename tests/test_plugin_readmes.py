@@ -49,6 +49,7 @@ def is_documented(name: str, names: set[str]) -> bool:
 
 
 @pytest.mark.parametrize("profile", builtin_profiles())
+@pytest.mark.slow
 def test_every_emitted_field_and_tag_is_in_its_readme(profile, tmp_path, monkeypatch):
     monkeypatch.delenv("GPUAGENT_CONFIG", raising=False)
     config = tmp_path / "gpuagent.toml"

@@ -14,6 +14,9 @@ from lineprotocol_parser import parse
 
 from conftest import REPO
 
+# scripts/run.sh in subprocesses (the first may install into .venv).
+pytestmark = pytest.mark.slow
+
 SCRIPT = REPO / "scripts" / "run.sh"
 DEFAULT_FLEET = "l40s:2,h100-sxm:2,rtx4090:1"
 

@@ -95,6 +95,7 @@ def test_run_once_isolates_raising_and_hanging():
     assert own["healthy"]["errors_total"] == 0 and own["healthy"]["runs_total"] == 1
 
 
+@pytest.mark.slow
 def test_run_forever_keeps_healthy_collector_on_schedule():
     # Judged by order, not by the host's speed: ten healthy runs happen while the hung
     # collector's one run is still hung. The deadline only turns a hang into a failure.

@@ -2,6 +2,7 @@
 
 import socket
 
+import pytest
 from servers import (
     INFLUXD,
     VICTORIA_METRICS,
@@ -20,6 +21,7 @@ def _taken(port: int) -> socket.socket:
     return s
 
 
+@pytest.mark.slow
 def test_a_first_start_moves_off_a_port_taken_since_it_was_chosen(tmp_path):
     for cls, binary, package, path, ok in (
         (VictoriaMetricsServer, VICTORIA_METRICS, "victoria-metrics", "/health", 200),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 
+import pytest
+
 from gpuagent.pipeline.worker_loop import WorkerLoop
 
 
@@ -16,6 +18,7 @@ class Notes:
         self.notes.append((key, count, message, level))
 
 
+@pytest.mark.slow
 def test_an_exception_from_step_is_noted_and_step_runs_again():
     cond, notes, calls = threading.Condition(), Notes(), []
     again = threading.Event()

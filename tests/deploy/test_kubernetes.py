@@ -57,6 +57,7 @@ def by_kind(docs: list[dict], kind: str) -> dict:
 
 
 @pytest.mark.parametrize("name", KUSTOMIZATIONS)
+@pytest.mark.slow
 def test_renders_and_validates_against_pinned_schemas(rendered, name):
     docs = rendered[name]
     checked = set()
@@ -91,6 +92,7 @@ def test_a_wrong_field_is_caught_by_the_validation(rendered):
 
 
 @pytest.mark.parametrize("name", KUSTOMIZATIONS)
+@pytest.mark.slow
 def test_daemonset_for_gpu_nodes_with_probes_on_the_agents_endpoints(rendered, name, tmp_path):
     docs = rendered[name]
     ds = by_kind(docs, "DaemonSet")

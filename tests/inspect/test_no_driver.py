@@ -20,6 +20,7 @@ def _has_driver() -> bool:
 
 @pytest.mark.skipif(_has_driver(), reason="this machine has libnvidia-ml; the no-driver path cannot be seen here")
 @pytest.mark.parametrize("args", [[], ["--json", "--gpu", "0"]])
+@pytest.mark.slow
 def test_no_driver_is_one_line_naming_simulate(args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUAGENT_") and k != "NO_COLOR"}
     proc = subprocess.run(

@@ -213,6 +213,7 @@ def test_builtin_profiles_are_the_ones_sim_list_shows(invoke):
 
 
 @pytest.mark.parametrize("name", BUILTIN_NAMES)
+@pytest.mark.slow
 def test_json_validates_for_every_builtin_profile(invoke, name):
     result = invoke("inspect", "--simulate", f"{name}:2", "--json")
     assert result.exit_code == 0, f"{name}: {result.output}"
@@ -225,6 +226,7 @@ def test_json_validates_for_every_builtin_profile(invoke, name):
     assert any(p["name"] == "host" and p["status"] == "loaded" for p in doc["plugins"])
 
 
+@pytest.mark.slow
 def test_json_validates_for_profiles_imported_from_captures(invoke, tmp_path):
     if not CAPTURES.is_dir():
         pytest.skip(f"real nvidia-smi captures not found at {CAPTURES} (they live in ../shared/captures)")
@@ -270,6 +272,7 @@ def _series(text: str) -> set[str]:
     return {line.split(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")}
 
 
+@pytest.mark.slow
 def test_line_protocol_is_run_once_test(invoke):
     inspected = invoke("inspect", "--simulate", "l40s:2", "--seed", "1", "--line-protocol")
     assert inspected.exit_code == 0, inspected.output

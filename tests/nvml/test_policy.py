@@ -45,6 +45,7 @@ def test_deprecated_applications_clocks_cost_only_their_fields(invoke):
 
 
 @pytest.mark.parametrize("symbol", ["nvmlDeviceGetUUID", "nvmlDeviceGetHandleByIndex_v2"])
+@pytest.mark.slow
 def test_a_gpu_that_cannot_be_opened_is_reported_and_the_others_run(invoke, symbol):
     result = invoke("run", "--once", "--test", "--simulate", f"h100-sxm:3@force={symbol}:NO_PERMISSION:1")
     assert result.exit_code == 0, result.output

@@ -14,6 +14,9 @@ import pytest
 
 import gpuagent
 
+# Builds the sdist and wheel, installs the wheel into a fresh venv.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -41,6 +41,7 @@ def test_valid_third_party_table_passes(plugin_file, plugins_dir, write_config, 
     assert "period = 0.25" in shown.stdout
 
 
+@pytest.mark.slow
 def test_entry_point_plugin_table_checked_from_the_command_line(site, cli, write_config, good_plugin):
     site.add_dist("tp-hello", "1.0", {"tp_hello.py": good_plugin}, {"hello": "tp_hello"})
     cfg = write_config("[collectors.hello_tp]\nlimit = 1.5\n", gpus_off=False)

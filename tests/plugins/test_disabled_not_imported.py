@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 # -X importtime does not see importlib.import_module (how plugins are loaded), so the child
 # process writes the names in sys.modules at exit instead.
 CHILD = """
@@ -27,6 +29,7 @@ def imported_modules(args, env_extra=None, cwd=None, tmp=None):
         return proc, set(fh.read().split())
 
 
+@pytest.mark.slow
 def test_disabled_in_the_config_are_not_imported(tmp_path):
     cfg = tmp_path / "gpuagent.toml"
     cfg.write_text('[plugins]\ndisabled = ["nvlink", "vgpu"]\n')
@@ -38,6 +41,7 @@ def test_disabled_in_the_config_are_not_imported(tmp_path):
     assert "gpu_power," in proc.stdout and "gpu_nvlink," not in proc.stdout
 
 
+@pytest.mark.slow
 def test_disabled_by_environment_are_not_imported(tmp_path):
     proc, mods = imported_modules(
         ["run", "--once", "--test", "--simulate", "l40s:1"], {"GPUAGENT_DISABLE_PLUGINS": "p2p,vgpu"}, cwd=tmp_path
@@ -62,6 +66,7 @@ def test_plugins_lists_the_commands_each_plugin_registered(tmp_path):
     assert all(p["commands"] == [] for n, p in plugins.items() if n not in ("infiniband", "health"))
 
 
+@pytest.mark.slow
 def test_inspect_neither_imports_nor_shows_a_plugin_disabled_in_the_config(tmp_path):
     """`gpuagent plugins` says power: disabled, and inspect agrees (it once loaded power and showed gpu_power)."""
     import json
@@ -108,6 +113,7 @@ def gpuagent_register_collectors(register):
 """
 
 
+@pytest.mark.slow
 def test_inspect_shows_a_third_party_collectors_facts_from_the_configs_plugin_dir(tmp_path):
     import json
 

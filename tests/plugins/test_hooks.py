@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from gpuagent.plugin_host import PluginHost
@@ -107,6 +108,7 @@ def test_hook_gpuagent_register_commands(plugin_file, plugins_dir):
     assert (host.plugins["bad_commands"].status, host.plugins["bad_commands"].error) == ("failed", "RuntimeError: bad_commands: no")
 
 
+@pytest.mark.slow
 def test_hook_gpuagent_register_commands_from_an_installed_package(site, cli):
     site.add_dist("tp-ibcmd", "0.2", {"tp_ibcmd.py": COMMAND_PLUGIN}, {"ibcmd": "tp_ibcmd"})
     out = cli("ib-status", "--port", "3", site=site)

@@ -166,6 +166,7 @@ def test_raising_and_hanging_collectors_are_isolated_and_counted(plugin_file, pl
     capsys.readouterr()
 
 
+@pytest.mark.slow
 def test_raising_and_hanging_collectors_from_the_command_line(plugin_file, plugins_dir, write_config, cli):
     plugin_file("misbehaving", MISBEHAVING)
     out, lines = run_once_cli(cli, plugins_dir, write_config('[collectors.stuck]\ntimeout = "300ms"\n'))
@@ -226,6 +227,7 @@ def gpuagent_register_sinks(register):
 """
 
 
+@pytest.mark.slow
 def test_a_sink_whose_write_never_returns_holds_back_nothing_else(plugin_file, plugins_dir, write_config, tmp_path):
     import os
     import signal

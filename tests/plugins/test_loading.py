@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import logging
 
+import pytest
+
 from gpuagent.plugin_host import PluginHost
 from gpuagent.service.runtime import Options, load
 
@@ -22,6 +24,7 @@ def lines_of(stdout: str, measurement: str) -> list[str]:
     return [line for line in stdout.splitlines() if line.split(" ", 1)[0].split(",", 1)[0] == measurement]
 
 
+@pytest.mark.slow
 def test_package_whose_import_raises_is_failed_and_the_others_run(site, cli, write_config, good_plugin):
     site.add_dist("tp-broken", "2.3.4", {"tp_broken.py": RAISES_ON_IMPORT}, {"broken": "tp_broken"})
     site.add_dist("tp-hello", "1.0.0", {"tp_hello.py": good_plugin}, {"hello": "tp_hello"})

@@ -39,6 +39,7 @@ def steps_off(found, true):
     noise=st.floats(0.0, 0.04),
     seed=st.integers(0, 2**32 - 1),
 )
+@pytest.mark.slow
 def test_sharp_knee_recovered_within_one_step(position, ratio, noise, seed):
     knee = SIZES[0] * math.exp(position * STEP)
     bws = curve(SIZES, knee, 5000.0 * ratio, 5000.0, noise, seed)

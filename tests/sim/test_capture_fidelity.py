@@ -149,6 +149,7 @@ def test_inspect_says_what_the_capture_says(inspected):
 
 
 @pytest.mark.parametrize("inspected", capture_names(), indirect=True)
+@pytest.mark.slow
 def test_processes_and_identity_are_the_captures(inspected, simulated_fleet, tmp_path):
     """The processes the idle run lists (graphics ones too), with their names and memory, and
     the remapper histogram's bank count; through pynvml on the imported profile."""

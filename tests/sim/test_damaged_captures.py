@@ -47,6 +47,7 @@ def damaged(text: str, xml: bool, rng: random.Random) -> str:
 
 
 @pytest.mark.parametrize("capture", capture_names())
+@pytest.mark.slow
 def test_a_damaged_capture_imports_or_is_refused_in_one_line_and_runs(capture, tmp_path):
     if capture is None:
         pytest.skip(f"no nvidia-smi captures at {CAPTURES} (they live in ../shared/captures)")

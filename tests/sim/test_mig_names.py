@@ -11,6 +11,9 @@ from gpuagent.sim.capture_import import import_capture
 from gpuagent.sim.profile import load_profile
 from tests.captures import CAPTURES
 
+# Each case imports a capture and runs the agent over it twice.
+pytestmark = pytest.mark.slow
+
 H100_MIG = "linux-x86_64__nvidia-h100-mig__590.48.01.txt"
 A100_MIG = "telegraf-a100-sxm4-v12.xml"
 

@@ -8,7 +8,12 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, run_cli
+
+# Each test runs `gpuagent top` in a subprocess, some over refreshes.
+pytestmark = pytest.mark.slow
 
 SPEC = "l40s:2,h100-sxm-mig:1,rtx4090:1"
 

@@ -16,7 +16,11 @@ SPEC = "l40s:2,h100-sxm-mig:1,rtx4090:1"
 MODELS = {"0": "L40S", "1": "L40S", "2": "H100 80GB HBM3", "3": "RTX 4090"}
 GIB = 1 << 30
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (scripts/test.sh installs it)")
+# Each test drives `gpuagent top` in a tmux session over refreshes: slow.
+pytestmark = [
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (scripts/test.sh installs it)"),
+    pytest.mark.slow,
+]
 
 
 @pytest.fixture

@@ -125,6 +125,7 @@ def gpuagent_infiniband_module():
 # -- the installed plugin, through the gpuagent command line ---------------------
 
 
+@pytest.mark.slow
 def test_installed_plugin_is_listed_with_its_version():
     out = gpuagent_cli("plugins", "--json")
     assert out.returncode == 0, out.stderr
@@ -147,6 +148,7 @@ def gpu_collectors_off() -> str:
     return "".join(f"\n[collectors.{n}]\nenabled = false\n" for n, c in host.collectors.items() if c.requires_gpus)
 
 
+@pytest.mark.slow
 def test_run_once_test_prints_its_points(tmp_path):
     cfg = tmp_path / "gpuagent.toml"
     cfg.write_text(
@@ -166,6 +168,7 @@ def test_run_once_test_prints_its_points(tmp_path):
     assert "gpuagent,collector=infiniband" in out.stdout
 
 
+@pytest.mark.slow
 def test_readme_documents_every_tag_and_field():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     emitted = set()

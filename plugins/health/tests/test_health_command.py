@@ -39,6 +39,7 @@ def write_config(path: Path, text: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_an_xid_48_fails_the_node_naming_gpu_1_and_reset_required():
     done = health("--simulate", "h100-sxm:4@xid=1:48:1s")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -47,6 +48,7 @@ def test_an_xid_48_fails_the_node_naming_gpu_1_and_reset_required():
     assert lines[0].startswith("GPU 1 reset_required: XID 48 "), lines[0]
 
 
+@pytest.mark.slow
 def test_an_ok_fleet_passes_and_a_degraded_gpu_alone_does_not_fail_the_node():
     done = health("--simulate", "h100-sxm:4")
     assert (done.returncode, done.stdout) == (0, "GPU 0 ok: No fault evidence.\n"), done.stderr
@@ -58,17 +60,20 @@ def test_an_ok_fleet_passes_and_a_degraded_gpu_alone_does_not_fail_the_node():
     assert doc["message"].startswith("GPU 1 degraded: XID 13 ")
 
 
+@pytest.mark.slow
 def test_fail_on_degraded_fails_on_a_degraded_gpu(tmp_path):
     cfg = write_config(tmp_path / "c.toml", f'[agent]\nstate_dir = "{tmp_path}"\n[collectors.health]\nfail_on = "degraded"\n')
     done = health("--simulate", "h100-sxm:2@xid=1:13:1s", "--config", str(cfg))
     assert done.returncode == 1 and done.stdout.startswith("GPU 1 degraded: "), done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_a_lost_gpu_fails_the_node():
     done = health("--simulate", "h100-sxm:4@lost=2:0s")
     assert done.returncode == 1 and done.stdout.startswith("GPU 2 lost: "), done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_seven_gpus_where_eight_are_expected_fail_the_node(tmp_path):
     cfg = write_config(tmp_path / "c.toml", f'[agent]\nstate_dir = "{tmp_path}"\n[collectors.health]\nexpected_gpus = 8\n')
     done = health("--simulate", "h100-sxm:7", "--config", str(cfg), "--json")
@@ -78,6 +83,7 @@ def test_seven_gpus_where_eight_are_expected_fail_the_node(tmp_path):
     assert all(g["verdict"] == "ok" for g in doc["gpus"])
 
 
+@pytest.mark.slow
 def test_as_many_as_at_first_start_is_remembered_across_starts(tmp_path):
     cfg = write_config(tmp_path / "c.toml", f'[agent]\nstate_dir = "{tmp_path}"\n[collectors.health]\nexpected_gpus = "at_first_start"\n')
     first = health("--simulate", "h100-sxm:8", "--config", str(cfg))
@@ -87,6 +93,7 @@ def test_as_many_as_at_first_start_is_remembered_across_starts(tmp_path):
     assert after_reboot.returncode == 1 and after_reboot.stdout.startswith("GPU 7 lost: 1 of 8 expected"), after_reboot.stdout
 
 
+@pytest.mark.slow
 def test_unknown_is_exit_2_with_one_line_and_no_traceback(tmp_path):
     done = health("--simulate", "nosuchcard:2")
     assert done.returncode == 2 and done.stdout.startswith("unknown: bad simulator SPEC"), done.stdout
@@ -183,6 +190,7 @@ def test_a_state_file_whose_writer_is_gone_or_stale_is_not_trusted(tmp_path):
     assert done.returncode == 2 and "not running" in done.stdout, done.stdout
 
 
+@pytest.mark.slow
 def test_node_problem_detector_runs_the_shipped_rule_within_its_contract(tmp_path):
     """The rule as NPD runs it: its path's command and args unchanged, killed at its timeout,
     exit 0/1/2 (OK/NonOK/Unknown), stdout at most max_output_length. The simulated fleet comes

@@ -17,8 +17,6 @@ from lineprotocol_parser import parse
 
 from gpuagent.plugins.health.slurm_drain import node_state
 
-pytestmark = pytest.mark.slow
-
 
 def run_agent(cluster, tmp_path: Path, spec: str, until, timeout: float = 40.0) -> tuple[list, str]:
     """`gpuagent run` on ``spec`` with the drain action on, until ``until(points)`` holds; its points."""

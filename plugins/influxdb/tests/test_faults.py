@@ -112,6 +112,7 @@ def drip(conn, server):
 
 
 @pytest.mark.parametrize("api", ["v1", "v2"])
+@pytest.mark.slow
 def test_a_dripping_server_is_cut_off_at_timeout_and_counted_as_a_failure(tmp_path, api):
     target = {"database": "d"} if api == "v1" else {"bucket": "b", "token": "t"}
     with bad_server(drip) as server:
@@ -126,6 +127,7 @@ def test_a_dripping_server_is_cut_off_at_timeout_and_counted_as_a_failure(tmp_pa
             sink.close()
 
 
+@pytest.mark.slow
 def test_stop_takes_at_most_the_shutdown_budget_whatever_the_server_does(tmp_path):
     with bad_server(drip) as server:
         sink = make_sink(tmp_path, api="v1", url=server.url, database="d", timeout="30s")
@@ -152,6 +154,7 @@ def answer_503(retry_after: str):
 
 
 @pytest.mark.parametrize("retry_after", ["0", "past-date"])
+@pytest.mark.slow
 def test_retry_after_never_shortens_the_backoff(tmp_path, retry_after):
     value = email.utils.formatdate(time.time() - 3600, usegmt=True) if retry_after == "past-date" else "0"
     with bad_server(answer_503(value)) as server:
@@ -166,6 +169,7 @@ def test_retry_after_never_shortens_the_backoff(tmp_path, retry_after):
     assert 2 <= server.requests <= 6, server.requests
 
 
+@pytest.mark.slow
 def test_retry_after_lengthens_the_wait(tmp_path):
     with bad_server(answer_503("3")) as server:
         sink = make_sink(tmp_path, api="v1", url=server.url, database="d",
@@ -379,6 +383,7 @@ def endless_chunks(conn, server):
 
 
 @pytest.mark.parametrize("api", ["v1", "v2"])
+@pytest.mark.slow
 def test_a_chunked_answer_that_never_ends_leaks_no_thread_nor_socket(tmp_path, api):
     target = {"database": "d"} if api == "v1" else {"bucket": "b", "token": "t"}
     with bad_server(endless_chunks) as server:
@@ -411,6 +416,7 @@ def huge_500(conn, server):
 
 
 @pytest.mark.parametrize("api", ["v1", "v2"])
+@pytest.mark.slow
 def test_a_500_with_a_1_gib_body_is_read_a_few_kib_only(tmp_path, api):
     target = {"database": "d"} if api == "v1" else {"bucket": "b", "token": "t"}
     with bad_server(huge_500) as server:

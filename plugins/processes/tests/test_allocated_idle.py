@@ -9,10 +9,7 @@ import subprocess
 import sys
 import time
 
-import pytest
 from lineprotocol_parser import parse
-
-pytestmark = pytest.mark.slow
 
 IDLE_AFTER = 2.0
 

@@ -66,6 +66,7 @@ def _samples(text: str) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_promtool_check_metrics_finds_no_problem(agent):
     from gpuagent_test_servers import PROMTOOL, find_binary
 

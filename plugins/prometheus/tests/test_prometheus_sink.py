@@ -101,6 +101,7 @@ def test_bad_listen_is_refused(listen):
         PrometheusSink.Config.model_validate({"listen": listen})
 
 
+@pytest.mark.slow
 def test_agent_serves_an_8_gpu_machine_with_valid_names(tmp_path):
     """`gpuagent run` with the prometheus sink: every GPU's series, parseable by prometheus-client."""
     import subprocess
@@ -180,6 +181,7 @@ def test_a_label_or_string_that_is_not_utf8_keeps_metrics_answering(tmp_path):
     assert got[("gpuagent_gpu_process_name_info", info)] == ("gauge", 1.0)
 
 
+@pytest.mark.slow
 def test_series_are_capped_per_metric_and_in_all_counted_and_warned_once(tmp_path, caplog):
     """A plugin adding 20,000 tag values a cycle (issue 28, item 11): the store stops at the caps,
     the series already served keep updating, the rest is counted, one warning per metric."""

@@ -9,6 +9,8 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from gpuagent import Accumulator
 from gpuagent.context import AgentContext
 from gpuagent.plugins.prometheus import PrometheusSink
@@ -59,6 +61,7 @@ def test_parallel_scrapes_cost_one_render_and_agree(tmp_path):
         sink.close()
 
 
+@pytest.mark.slow
 def test_silent_clients_are_bounded_refused_and_cut_off(tmp_path):
     sink = make(tmp_path, max_connections=4, queue=8, request_timeout="1s")
     sink.write(points())
@@ -93,6 +96,7 @@ def test_silent_clients_are_bounded_refused_and_cut_off(tmp_path):
     assert BACKLOG >= 128
 
 
+@pytest.mark.slow
 def test_a_client_that_never_reads_does_not_hold_up_collection(tmp_path):
     sink = make(tmp_path, max_connections=1, request_timeout="2s")
     sink.write(points(n_gpus=5000))  # an exposition (about 3 MB) larger than the socket buffers

@@ -166,6 +166,7 @@ def test_readyz_503_until_the_first_collection_then_prometheus_scrapes_over_tls_
     assert errors["gpuagent"] == ""
 
 
+@pytest.mark.slow
 def test_healthz_503_once_the_scheduler_loop_stops(agent):
     base, ca = agent["base"], agent["ca"]
     agent["gate"].touch()
@@ -177,6 +178,7 @@ def test_healthz_503_once_the_scheduler_loop_stops(agent):
     wait_for(lambda: get(f"{base}/healthz", ca)[0] == 200, 10, "/healthz 200 again")
 
 
+@pytest.mark.slow
 def test_plain_http_to_the_tls_port_gets_no_metrics(agent):
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{agent['port']}/metrics", timeout=5).read()

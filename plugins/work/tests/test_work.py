@@ -114,6 +114,7 @@ WORKLOAD = {
 
 
 @pytest.mark.parametrize("kind", sorted(UNITS))
+@pytest.mark.slow
 def test_each_server_is_found_from_its_gpu_process_and_counted(
     kind, simulated_fleet, recording_accumulator, tmp_path, servers, call
 ):
@@ -142,6 +143,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.slow
 def test_a_tgi_router_beside_its_shards_is_found_and_a_server_with_gpus_of_its_own_is_not_taken(
     simulated_fleet, recording_accumulator, tmp_path, call
 ):

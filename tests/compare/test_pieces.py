@@ -1,0 +1,87 @@
+"""The compare arithmetic and rendering that need no server (the rest of tests/compare reads
+real servers): bucket edges, overlaps, the driver filter, the job table, the SVG bars, and the
+worker pool of `sim fleet --jobs`. These keep compare's modules in the fast lane."""
+
+from __future__ import annotations
+
+import re
+import signal
+
+from gpuagent.compare import health, jobs, render, work, work_render
+from gpuagent.compare.drivers import _uuid_condition
+from gpuagent.compare.report import Range, report_document
+from gpuagent.compare.workers import worker_pool
+
+S = 10**9
+START = 1_700_000_010 * S  # 30 s past a minute's edge
+
+
+def test_buckets_are_whole_minutes_and_the_range_is_cut_at_their_edges():
+    assert health.bucket_for(600) == 60 and health.bucket_for(3 * 86400) == 300
+    cut = health.pieces(START, START + 150 * S, 60)
+    assert [(a - START) // S for a, _ in cut] == [0, 30, 90] and cut[-1][1] == START + 150 * S
+    assert all(b % (60 * S) == 0 for _, b in cut[:-1])  # inner edges on the minute
+    # The first bucket counts only its part inside the range.
+    first = START - 30 * S
+    assert health.inside_s(first, 60, START, START + 150 * S) == 30.0
+    assert health.inside_s(first - 60 * S, 60, START, START + 150 * S) == 0
+
+
+def test_health_text_lists_only_verdicts_with_time():
+    assert health.health_text({"ok": 94.0, "degraded": 2.5, "lost": 0.0}) == "ok 94.0, degraded 2.5"
+    assert health.health_text({"ok": 0.0}) == health.health_text(None) == "n/a"
+
+
+def test_a_work_span_is_shared_among_the_buckets_it_covers():
+    t0, t1 = START, START + 90 * S  # 30 s in one minute bucket, 60 s in the next
+    hours = list(work.span_buckets(t0, t1, 60))
+    assert [round(h * 3600) for _, h in hours] == [30, 60]
+    rng = Range(START, START + 3600 * S)
+    assert work.overlap_hours(rng, START - 30 * S, 60) == 30 / 3600
+    series = work.WorkSeries(tags={}, t0_ns=t0, t1_ns=t1, increase=900.0, gpus=2, share=0.5)
+    assert (series.seconds, series.gpu_seconds, series.units) == (90.0, 45.0, 450.0)
+
+
+def test_the_driver_filter_matches_exactly_the_uuids_given():
+    cond = _uuid_condition(["GPU-b.2", "GPU-a(1)"])
+    pattern = re.search(r"/(.*)/$", cond).group(1)
+    assert cond.startswith('"uuid" =~ /^(')
+    assert re.fullmatch(pattern, "GPU-a(1)") and re.fullmatch(pattern, "GPU-b.2")
+    assert not re.fullmatch(pattern, "GPU-bx2") and not re.fullmatch(pattern, "GPU-a(1)x")
+
+
+def _job_doc() -> dict:
+    rng = Range(START, START + 3600 * S)
+    group = {"label": "4242 <ana>", "models": ["H100", "L40S"], "gpus": 2, "gpu_hours": 2.0, "energy_wh": 812.25,
+             "idle_gpu_hours": 0.5, "sm_util_mean_pct": None, "peak_memory_bytes": 3 * 2**30}
+    return report_document(rng, "job", None, {"url": "http://db", "database": "gpu"}, {}, {("4242",): group})
+
+
+def test_the_job_report_renders_each_format():
+    doc = _job_doc()
+    table = jobs.render(doc, "table").splitlines()
+    assert table[0].split()[:2] == ["job", "model"]
+    assert table[1].split() == ["4242", "<ana>", "H100,", "L40S", "2", "2.00", "812.2", "0.50", "-", "3.0"]
+    assert jobs.render(doc, "csv").splitlines()[1] == "4242 <ana>,\"H100, L40S\",2,2.00,812.2,0.50,-,3.0"
+    page = jobs.render(doc, "html")
+    assert "<td>4242 &lt;ana&gt;</td>" in page and doc["range"]["start"] in page
+
+
+def test_a_report_without_groups_still_names_its_range_and_source():
+    doc = report_document(Range(START, START + 60 * S), "model", "host = 'a'", {"url": "http://db", "database": "gpu"},
+                          {}, {})
+    flat = "".join(render.render_table(doc).split())  # the title wraps to the empty table's width
+    assert doc["range"]["start"] in flat and "(http://db,gpu)" in flat and "wherehost='a'" in flat
+
+
+def test_bars_scale_to_the_largest_value_and_say_n_a_for_none():
+    svg = work_render.bar_svg(["a<b", "c"], [2.0, None], "units/s")
+    widths = [float(w) for w in re.findall(r'<rect [^>]*width="([\d.]+)"', svg)]
+    assert len(widths) == 1 and widths[0] == 640 - 190 - 110  # the largest fills the bar's width
+    assert "a&lt;b" in svg and ">n/a<" in svg and ">2 units/s<" in svg
+
+
+def test_the_workers_of_the_pool_ignore_ctrl_c():
+    # A terminal's SIGINT goes to the whole group: the parent alone decides (issue 29).
+    with worker_pool(1) as pool:
+        assert pool.submit(signal.getsignal, signal.SIGINT).result(timeout=60) == signal.SIG_IGN
