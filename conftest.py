@@ -44,6 +44,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    # Real-GPU tests run only when asked for (`-m gpu`): any other -m, `-m "not slow"` among
+    # them, leaves them out as the default does, instead of collecting them to skip.
+    if "gpu" not in (config.option.markexpr or ""):
+        gpu = [item for item in items if item.get_closest_marker("gpu")]
+        if gpu:
+            config.hook.pytest_deselected(items=gpu)
+            items[:] = [item for item in items if not item.get_closest_marker("gpu")]
 
 
 @pytest.fixture

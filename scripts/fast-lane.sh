@@ -15,7 +15,7 @@ data="$(mktemp -d)"
 trap 'rm -rf "$data"' EXIT
 export COVERAGE_FILE="$data/coverage"
 status=0
-.venv/bin/python -m coverage run -m pytest -m "not slow and not gpu" -q --durations=10 "$@" || status=$?
+.venv/bin/python -m coverage run -m pytest -m "not slow" -q --durations=10 "$@" || status=$?
 [ "$status" = 4 ] && exit 4  # pytest's usage error (a bad argument): nothing was run to check
 .venv/bin/python -m coverage combine -q || true  # no data: lane-coverage.py says so
 .venv/bin/python scripts/lane-coverage.py "$COVERAGE_FILE" || status=$?
