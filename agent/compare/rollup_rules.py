@@ -6,10 +6,18 @@ VictoriaMetrics makes of line protocol). One rule per rollup field and level, na
 `gpuagent:<rollup>_<field>:<level>`, labels kept: 1m from the raw series, 1h from the 1m rules.
 Prometheus has no first_over_time: the energy counter's first value per bucket is its
 min_over_time, the same while the counter does not reset.
+
+A bucket: the point stamped T (an evaluation on the interval's grid) holds the raw samples of
+[T - 1m, T), the InfluxDB rollups' bucket and compare's own [start, end): the raw windows are read
+`offset 1ms` (a PromQL window (T - 1m, T] moved back by a millisecond, at the millisecond
+resolution of both engines). The 1h level sums the 1m points stamped in (T - 1h, T], whose buckets
+tile [T - 1h, T). Counts of the points where a boolean is true (throttle reasons, P2P links, MIG
+on) are the sums of its 0/1 series.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 
 from gpuagent.compare.rollups import LEVELS, ROLLUPS, Field, Rollup
@@ -32,18 +40,23 @@ def record(rollup: Rollup, f: Field, level_name: str) -> str:
     return f"gpuagent:{rollup.name}_{f.name}:{level_name.removeprefix('gpuagent_')}"
 
 
+_TRUE = re.compile(r'^"(\w+)" = true$')
+
+
 def _raw_expr(scheme: str, rollup: Rollup, f: Field, window: str) -> str:
+    window = f"{window}] offset 1ms"  # [T - window, T): see the module's docstring
     fn, _, arg = f.raw.partition("(")
     if rollup.source == "gpu_health":  # the verdict is a label of the _info series (plugins/prometheus)
         from gpuagent.plugin_host import registered
 
         name = registered("sinks", "prometheus").metric_for("gpuagent", "gpu_health", "verdict", True).name
         word = rollup.name.removeprefix("gpu_health").removeprefix("_")
-        return f'count_over_time({name}{{verdict="{word}"}}[{window}])' if word else f"count_over_time({name}[{window}])"
+        return f'count_over_time({name}{{verdict="{word}"}}[{window})' if word else f"count_over_time({name}[{window})"
     name = series(scheme, rollup.source, arg.strip('")'))
-    if rollup.name.startswith("gpu_clocks_"):  # samples with the reason set: the 0/1 series' sum
-        return f"sum_over_time({name}[{window}])"
-    return f"{RAW[fn]}({name}[{window}])"
+    true = _TRUE.match(rollup.where)
+    if true:  # the samples where the boolean is set: its 0/1 series' sum
+        return f"sum_over_time({series(scheme, rollup.source, true[1])}[{window})"
+    return f"{RAW[fn]}({name}[{window})"
 
 
 def rules_yaml(scheme: str) -> str:
@@ -53,7 +66,7 @@ def rules_yaml(scheme: str) -> str:
         window = level.every
         lines += [f"  - name: gpuagent_rollups_{window}", f"    interval: {window}", "    rules:"]
         for rollup in ROLLUPS:
-            if scheme == "influx" and (rollup.name == "gpu_memory_gpm" or rollup.source == "gpu_health"):
+            if scheme == "influx" and rollup.source == "gpu_health":
                 continue  # a string field, which line protocol in VictoriaMetrics drops
             for f in rollup.fields:
                 if level.source_rp is None:
