@@ -153,6 +153,58 @@ def test_backfill_refuses_a_missing_vmalert_in_one_line(rolled_vm, cli):
     assert "Traceback" not in result.output
 
 
+MEASUREMENTS = ("gpu_power", "gpu_clocks", "gpu_memory", "gpu_p2p", "gpu_mig", "gpu_vgpu")
+
+
+@pytest.fixture(scope="module")
+def metrics_vm(rolled_vm, tmp_path_factory, cli):
+    """Another VictoriaMetrics with the same samples under the /metrics names and base units (as
+    vmagent would scrape them), the /metrics rules replayed over them."""
+    import urllib.request
+
+    from gpuagent_test_servers import VICTORIA_METRICS, VictoriaMetricsServer, find_binary
+
+    from gpuagent.plugins.prometheus.naming import metric_for
+
+    vm, end_ns = rolled_vm
+    lines = []
+    for series in vm.export(f'{{__name__=~"({"|".join(MEASUREMENTS)})_.+",db="{DB}"}}'):
+        metric = dict(series["metric"])
+        name = metric.pop("__name__")
+        measurement = max((m for m in MEASUREMENTS if name.startswith(m + "_")), key=len)
+        spec = metric_for("gpuagent", measurement, name[len(measurement) + 1:])
+        lines.append(json.dumps({"metric": {"__name__": spec.name, **metric},
+                                 "values": [v * spec.scale for v in series["values"]],
+                                 "timestamps": series["timestamps"]}))
+    other = VictoriaMetricsServer(find_binary(VICTORIA_METRICS, "victoria-metrics"), tmp_path_factory.mktemp("vm"))
+    other.start()
+    req = urllib.request.Request(f"{other.url}/api/v1/import", data="\n".join(lines).encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.status == 204
+    other.export(f'{{__name__="gpuagent_gpu_power_power_watts",db="{DB}"}}', min_samples=10 * (DURATION_S // STEP_S))
+    result = cli("rollups", "backfill", "--promql-url", other.url, "--since", f"{DURATION_S + 3600}s")
+    assert result.exit_code == 0, result.output
+    assert "(prometheus names)" in result.output
+    _recorded(other)
+    yield other, end_ns
+    other.stop()
+
+
+def test_with_metrics_names_the_figures_in_their_units_equal_the_raw_ones(metrics_vm, cli):
+    """The /metrics rules (base units: Hz, bytes, joules) give the report's units back as raw does."""
+    vm, end_ns = metrics_vm
+    start_ns = end_ns - DURATION_S * 10**9 + 437_123 * 10**6
+    stop_ns = end_ns - 11 * MINUTE - 17_456 * 10**6
+    rolled = _compare(cli, vm, start_ns, stop_ns, "--by", "model")
+    raw = _compare(cli, vm, start_ns, stop_ns, "--by", "model", "--raw")
+    assert rolled["source"]["database"] == "PromQL (victoriametrics, prometheus names)"
+    assert rolled["source"]["kind"] == "rollup" and "health_gpu_hours" in rolled["source"]["from_raw"]
+    clocks = [g["sm_clock_mean_mhz"] for g in raw["groups"]]
+    assert all(100 < c < 5000 for c in clocks), clocks  # MHz, not Hz
+    rolled.pop("source"), raw.pop("source")
+    _same(rolled, raw)
+
+
 def _rfc3339(ns: int) -> str:
     from gpuagent.compare.report import rfc3339
 
