@@ -151,6 +151,9 @@ def test_backfill_refuses_a_missing_vmalert_in_one_line(rolled_vm, cli):
     assert result.exit_code == 1
     assert "--vmalert '/nonexistent/vmalert': not found" in result.stderr
     assert "Traceback" not in result.output
+    result = cli("rollups", "init", "--promql-url", vm.url)  # the rules are loaded, not created
+    assert result.exit_code == 1 and "deploy/rollups/gpuagent-rollups-influx.rules.yml" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 MEASUREMENTS = ("gpu_power", "gpu_clocks", "gpu_memory", "gpu_p2p", "gpu_mig", "gpu_vgpu")
