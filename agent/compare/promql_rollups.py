@@ -25,7 +25,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from gpuagent.compare.promql_report import GPU, PromReport
+from gpuagent.compare.promql_report import GPU, MERGE, PromReport
 from gpuagent.compare.report import GPU_TAGS, GROUP_TAGS, Range, bucket_seconds, rfc3339
 from gpuagent.compare.rollup_report import plan, usable
 from gpuagent.compare.rollup_rules import record
@@ -35,8 +35,6 @@ from gpuagent.errors import AgentError
 PIECE = "gpuagent_piece"
 _TRUE = re.compile(r'^"(\w+)" = true$')
 _FN = {"SUM": "sum", "COUNT": "count", "MAX": "max", "MIN": "min", "FIRST": "min", "LAST": "max"}
-# How a figure's per-bucket values merge over buckets and pieces.
-_COMBINE = {"sum": "sum", "count": "sum", "max": "max", "min": "min"}
 
 
 def _records() -> dict[tuple[str, str, str], tuple[str, str]]:
@@ -119,14 +117,16 @@ class PromRollupReport(PromReport):
         level, a, b = piece
         if level is None:
             return f"{fn}_over_time({self.sel(measurement, field)}[{_ms(b - a)}] @ {_at(b - 1_000_000)})"
-        return f"{_COMBINE[fn]}_over_time({self.rec(level, measurement, field, fn)}[{_ms(b - a)}] @ {_at(b)})"
+        return f"{MERGE[fn]}_over_time({self.rec(level, measurement, field, fn)}[{_ms(b - a)}] @ {_at(b)})"
 
-    def agg(self, fn: str, measurement: str, field: str) -> str:
+    def agg(self, fn: str, measurement: str, field: str, by: str) -> str:
         if (measurement, field, fn) not in RECORDS:
-            return super().agg(fn, measurement, field)  # nothing recorded (the L2 probe): raw samples
-        terms = [f'label_replace({self.piece_term(fn, measurement, field, p)}, "{PIECE}", "{i}", "", "")'
+            return super().agg(fn, measurement, field, by)  # nothing recorded (the L2 probe): raw samples
+        # Each piece merged `by` before the union: the union (label_replace, or) costs per series.
+        merge = MERGE[fn]
+        terms = [f'label_replace({merge} by ({by}) ({self.piece_term(fn, measurement, field, p)}), "{PIECE}", "{i}", "", "")'
                  for i, p in enumerate(self.pieces)]
-        return f"{_COMBINE[fn]} without ({PIECE}) ({' or '.join(terms)})"
+        return f"{merge} without ({PIECE}) ({' or '.join(terms)})"
 
     # -- energy and observed time ------------------------------------------------------------------
     def _energy_queries(self) -> dict[str, tuple[str, str]]:
@@ -134,9 +134,9 @@ class PromRollupReport(PromReport):
 
     def _energy(self, groups, a) -> None:
         escale = self.name("gpu_power", "energy_j")[1]
-        top, low = self.agg("max", "gpu_power", "energy_j"), self.agg("min", "gpu_power", "energy_j")
+        top, low = self.agg("max", "gpu_power", "energy_j", GPU), self.agg("min", "gpu_power", "energy_j", GPU)
         found = self.client.many([
-            (f"sum by ({GPU}) ({top} - {low})", self.at, "energy per GPU"),
+            (f"{top} - {low}", self.at, "energy per GPU"),
             (self.mean("gpu_memory", "gpu_util_pct", by=GPU), self.at, "utilisation per GPU"),
         ])
         energy = {_gpu(r["metric"]): float(r["value"][1]) / escale for r in found[0]}
