@@ -71,13 +71,15 @@ def _gpu(metric: dict) -> tuple:
 
 def coverage(client, where: str, rng: Range) -> dict[str, tuple[int, int] | None]:
     """Per level, the raw time [first bucket's start, last bucket's end) its power counts cover near
-    the range (from a level before its start to a level after its end); None where nothing is recorded."""
+    the range (a level and a power-series bucket beyond each end: the series' buckets overhang the
+    range); None where nothing is recorded."""
     out: dict[str, tuple[int, int] | None] = {}
     sel = f"{{{where}}}" if where else ""
+    overhang = bucket_seconds((rng.end_ns - rng.start_ns) / 1e9) * 10**9
     for level in LEVELS:
         name = record(_rollup("gpu_power"), _field("gpu_power", "power_count"), level.name)
-        at = rng.end_ns + level.ns
-        window = _ms(at - rng.start_ns + level.ns)
+        at = rng.end_ns + level.ns + overhang
+        window = _ms(at - rng.start_ns + level.ns + overhang)
         lo = client.query(f"min(tfirst_over_time({name}{sel}[{window}]))", at / 1e9, f"the {level.every} rollups' reach")
         hi = client.query(f"max(tlast_over_time({name}{sel}[{window}]))", at / 1e9, f"the {level.every} rollups' reach")
         if lo and hi:
