@@ -12,9 +12,11 @@ import time
 import traceback
 
 ROWS = ("cycle", "gpustat", "steady", "serialise", "replay", "writeahead", "probe", "nvidia_smi", "compare_scale",
-        "compare_work", "compare_rollups", "top")
-MODULES = {"nvidia_smi": "nvml_cost", "compare_work": "compare_scale", "compare_rollups": "compare_scale"}  # row name -> module, where they differ
-FUNCTIONS = {"compare_work": "run_work", "compare_rollups": "run_rollups"}  # row name -> function, where not run()
+        "compare_work", "compare_rollups", "compare_rollups_vm", "top")
+MODULES = {"nvidia_smi": "nvml_cost", "compare_work": "compare_scale", "compare_rollups": "compare_scale",
+           "compare_rollups_vm": "compare_scale"}  # row name -> module, where they differ
+FUNCTIONS = {"compare_work": "run_work", "compare_rollups": "run_rollups",
+             "compare_rollups_vm": "run_rollups_vm"}  # row name -> function, where not run()
 
 
 def machine() -> dict:

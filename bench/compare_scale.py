@@ -21,6 +21,11 @@ hosts on VictoriaMetrics.
 From rollups (`run_rollups`, `python -m bench.compare_scale --rollups [HOSTS ...]`): the same fleet on
 InfluxDB 1.6 only, then `gpuagent rollups init` and `backfill` (timed), then `compare --by model`
 from rollups and with `--raw`. Goal: at most 10 s at 1,000 hosts.
+
+From the recording rules (`run_rollups_vm`, `python -m bench.compare_scale --rollups --vm-only [HOSTS ...]`):
+the same fleet on VictoriaMetrics only, `gpuagent rollups backfill --promql-url` (vmalert's replay,
+timed), then `compare --by model --promql-url` from the rules' series and with `--raw`; the two
+documents are checked equal (figures to 1e-9). Goal: at most 10 s at 1,000 hosts.
 """
 
 from __future__ import annotations
@@ -70,7 +75,7 @@ def _build(url: str, db: str, hosts: int, end_s: int, jobs: int, scenario: str |
 QUERY_TIMEOUT = "600s"  # a slow engine is measured, not cut off at compare's default 30 s
 
 
-def _compare(args: list[str], end_s: int) -> dict:
+def _compare(args: list[str], end_s: int, docs: dict | None = None, key: str = "") -> dict:
     cpu0, t0 = time.process_time(), time.perf_counter()
     result = _cli("compare", *args, "--start", str(end_s - DURATION_S), "--end", str(end_s), "--format", "json",
                   "--timeout", QUERY_TIMEOUT)
@@ -78,6 +83,8 @@ def _compare(args: list[str], end_s: int) -> dict:
     if result.exit_code != 0:  # one engine failing still leaves the other's figure
         return {"wall_s": round(wall, 2), "client_cpu_s": round(cpu, 2), "error": result.output.strip()[-300:]}
     doc = json.loads(result.stdout)
+    if docs is not None:
+        docs[key] = doc
     out = {"wall_s": round(wall, 2), "client_cpu_s": round(cpu, 2), "gpus": sum(g["gpus"] for g in doc["groups"])}
     if "power_mean_w" in doc["groups"][0]:
         out["power_mean_w"] = {g["label"]: round(g["power_mean_w"], 2) for g in doc["groups"]}
@@ -218,10 +225,77 @@ def run_rollups(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs:
     }
 
 
+def _differences(a: dict, b: dict, path: str = "doc") -> list[str]:
+    """Where two compare documents differ (numbers beyond relative 1e-9), `source` left out."""
+    import math
+
+    if isinstance(a, dict) and isinstance(b, dict):
+        if sorted(a) != sorted(b):
+            return [f"{path}: keys {sorted(set(a) ^ set(b))}"]
+        return [d for k in a if not (path == "doc" and k == "source") for d in _differences(a[k], b[k], f"{path}.{k}")]
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} against {len(b)} items"]
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _differences(x, y, f"{path}[{i}]")]
+    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
+        return [] if math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) else [f"{path}: {a} against {b}"]
+    return [] if a == b else [f"{path}: {a!r} against {b!r}"]
+
+
+def run_rollups_vm(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs: int = 2) -> dict:
+    """compare over PromQL from the recording rules (vmalert replay) against raw (`--raw`), VictoriaMetrics."""
+    servers = _servers()
+    sizes = sizes or ((10,) if quick else (10, 100, 1000))
+    root = Path(tempfile.mkdtemp(prefix="gpuagent-bench-vmrollups-"))
+    vm = servers.VictoriaMetricsServer(servers.find_binary(servers.VICTORIA_METRICS, "victoria-metrics"), root / "vm")
+    rows = []
+    try:
+        vm.start()
+        end_s = int(time.time()) // STEP_S * STEP_S - 60
+        for n in sizes:
+            db = f"vmrollups{n}"
+            points, build = _build(vm.url, db, n, end_s, jobs)
+            vm.export(f'{{__name__="gpu_power_power_w",db="{db}"}}', min_samples=n * 8 * (DURATION_S // STEP_S))
+            t0 = time.perf_counter()
+            result = _cli("rollups", "backfill", "--promql-url", vm.url, "--since", f"{DURATION_S + 3600}s",
+                          "--timeout", QUERY_TIMEOUT)
+            if result.exit_code != 0:
+                raise RuntimeError(result.output[-2000:])
+            backfill_s = time.perf_counter() - t0
+            vm.export('{__name__="gpuagent:gpu_power_power_count:1m"}', min_samples=n * 8 * 50)
+            prom = ["--promql-url", vm.url, "--where", f'db="{db}"']
+            docs = {}
+            row = {"hosts": n, "gpus": n * 8, "points": points, "build_points_per_s": round(points / build),
+                   "rollups_backfill_s": round(backfill_s, 2),
+                   "promql_raw": _compare([*prom, "--raw"], end_s, docs, "raw"),
+                   "promql_rollups": _compare(prom, end_s, docs, "rollups")}
+            if len(docs) == 2:
+                row["source"] = {k: docs["rollups"]["source"].get(k) for k in ("kind", "resolution", "series_level")}
+                row["pieces"] = [p["level"] for p in docs["rollups"]["source"].get("pieces", [])]
+                row["differences"] = _differences(docs["rollups"], docs["raw"])[:10]
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    finally:
+        vm.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    largest = rows[-1]
+    figure = largest["promql_rollups"]["wall_s"]
+    return {
+        "name": "compare_rollups_vm",
+        "figure": figure,
+        "unit": "s",
+        "goal": f"<= {GOAL_S:g} s at 1,000 hosts x 8 GPUs x 1 h on VictoriaMetrics from the recording rules, equal to raw",
+        "holds": (figure <= GOAL_S and largest["hosts"] >= 1000 and "error" not in largest["promql_rollups"]
+                  and largest.get("differences") == []),
+        "detail": {"rows": rows},
+    }
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     work, vm_only, rollups = "--work" in args, "--vm-only" in args, "--rollups" in args
     sizes = tuple(int(a) for a in args if not a.startswith("--")) or None
-    result = (run_work(sizes=sizes, vm_only=vm_only) if work else run_rollups(sizes=sizes) if rollups
+    result = (run_work(sizes=sizes, vm_only=vm_only) if work
+              else (run_rollups_vm(sizes=sizes) if vm_only else run_rollups(sizes=sizes)) if rollups
               else run(sizes=sizes))
     print(json.dumps(result, indent=2))

@@ -164,6 +164,10 @@ def compare(
         prom = prom_connection_from(config_path, promql_url)
         client = PromQL(prom if wait is None else dataclasses.replace(prom, timeout=wait))
         report = PromReport(client, rng, by=by, where=where)
+        if not raw:  # the recording rules' series where they cover the range (gpuagent.compare.promql_rollups)
+            from gpuagent.compare.promql_rollups import prom_rollup_report_or_none
+
+            report = prom_rollup_report_or_none(client, rng, by, where) or report
     else:
         conn = connection_from(config_path, url, database, token, username, password)
         client = InfluxQL(conn if wait is None else dataclasses.replace(conn, timeout=wait))

@@ -40,6 +40,7 @@ from gpuagent.compare.report import (
 from gpuagent.errors import AgentError
 
 GPU = "host, uuid, model, gpu"
+MERGE = {"sum": "sum", "count": "sum", "max": "max", "min": "min"}  # how values of one figure combine
 
 PROMQL_DEFINITIONS = {
     **DEFINITIONS,
@@ -96,16 +97,21 @@ class PromReport:
     def _r(self, measurement: str, field: str) -> str:
         return f"{self.sel(measurement, field)}[{self.window}]"
 
+    def agg(self, fn: str, measurement: str, field: str, by: str) -> str:
+        """`<fn>_over_time` (sum, count, max, min) of one field over the range, merged `by` those labels
+        (sums and counts added, max/min selected): the one shape the rollup report
+        (gpuagent.compare.promql_rollups) answers piece by piece."""
+        return f"{MERGE[fn]} by ({by}) ({fn}_over_time({self._r(measurement, field)}))"
+
     def mean(self, measurement: str, field: str, by: str | None = None) -> str:
         by = by or self.group
-        r = self._r(measurement, field)
         scale = self.name(measurement, field)[1]
-        expr = f"sum by ({by}) (sum_over_time({r})) / sum by ({by}) (count_over_time({r}))"
+        expr = f"{self.agg('sum', measurement, field, by)} / {self.agg('count', measurement, field, by)}"
         return expr if scale == 1.0 else f"({expr}) / {scale!r}"
 
     def max(self, measurement: str, field: str, by: str | None = None) -> str:
         scale = self.name(measurement, field)[1]
-        expr = f"max by ({by or self.group}) (max_over_time({self._r(measurement, field)}))"
+        expr = self.agg("max", measurement, field, by or self.group)
         return expr if scale == 1.0 else f"({expr}) / {scale!r}"
 
     # -- running queries --------------------------------------------------------------------------
@@ -142,7 +148,7 @@ class PromReport:
         self._detect_scheme()
         gpu_of = {"model": "host, model", "host": "host, model", "gpu": GPU}[self.by]
         any_gpu = " or ".join(
-            f"group by ({GPU}) (count_over_time({self._r(m, f)}))"
+            f"group by ({GPU}) ({self.agg('count', m, f, GPU)})"
             for m, f in (("gpu_power", "power_w"), ("gpu_clocks", "sm_clock_mhz"), ("gpu_memory", "fb_used_bytes"))
         )
         inventory = self.client.query(f"count by ({gpu_of}) ({any_gpu})", self.at, "the GPU inventory")
@@ -248,7 +254,7 @@ class PromReport:
             f"- min_over_time((timestamp({s}) >= {start:.3f})[{self.window}:{res}]))"
         )
 
-    def _queries(self) -> dict[str, tuple[str, str]]:
+    def _energy_queries(self) -> dict[str, tuple[str, str]]:
         G = self.group
         e = self._r("gpu_power", "energy_j")
         escale = self.name("gpu_power", "energy_j")[1]
@@ -259,13 +265,19 @@ class PromReport:
             energy_gpu = f"({energy_gpu}) / {escale!r}"
         span_gpu = self._span_per_gpu()
         util_gpu = self.mean("gpu_memory", "gpu_util_pct", by=GPU)
-        q: dict[str, tuple[str, str]] = {
+        return {
             "energy_j": (f"sum by ({G}) ({energy_gpu})", "energy per group"),
             "observed_s": (f"sum by ({G}) ({span_gpu})", "observed time per group"),
             "busy_energy_j": (f"sum by ({G}) (({energy_gpu}) and on ({GPU}) ({util_gpu}))", "energy of GPUs with utilisation"),
             "busy_s": (f"sum by ({G}) (({span_gpu}) * on ({GPU}) ({util_gpu}) / 100)", "busy time per group"),
+        }
+
+    def _queries(self) -> dict[str, tuple[str, str]]:
+        G = self.group
+        q: dict[str, tuple[str, str]] = {
+            **self._energy_queries(),
             "power_mean_w": (self.mean("gpu_power", "power_w"), "mean power"),
-            "power_samples": (f"sum by ({G}) (count_over_time({self._r('gpu_power', 'power_w')}))", "power samples"),
+            "power_samples": (self.agg("count", "gpu_power", "power_w", G), "power samples"),
             "sm_clock_mean_mhz": (self.mean("gpu_clocks", "sm_clock_mhz"), "mean SM clock"),
             "sm_clock_max_mhz": (self.mean("gpu_clocks", "max_sm_clock_mhz"), "mean max SM clock"),
             "gpu_util_mean_pct": (self.mean("gpu_memory", "gpu_util_pct"), "mean GPU utilisation"),
@@ -281,26 +293,29 @@ class PromReport:
         p95 = f"max by ({G}) (quantile_over_time(0.95, {self._r('gpu_power', 'power_w')}))"
         q["power_p95_w"] = (p95 if p_scale == 1.0 else f"({p95}) / {p_scale!r}", "power p95")
         for reason in REASONS:
-            r = self._r("gpu_clocks", reason)
             q[f"throttle:{reason}"] = (
-                f"100 * sum by ({G}) (sum_over_time({r})) / sum by ({G}) (count_over_time({r}))",
+                f"100 * {self.agg('sum', 'gpu_clocks', reason, G)} / {self.agg('count', 'gpu_clocks', reason, G)}",
                 f"share of time under {reason}",
             )
-        best = f"max by ({GPU}) (max_over_time({{r}}))"
-        # Per GPU its best link, 2 (NVLink) or 1 (PCIe read), counted per class in one query.
-        nv, rd = self._r("gpu_p2p", "nvlink_ok"), self._r("gpu_p2p", "read_ok")
-        link = f"max by ({GPU}) ((2 * max_over_time({nv}) > 0) or (max_over_time({rd}) > 0))"
+
+        def best(measurement: str, field: str) -> str:
+            return self.agg("max", measurement, field, GPU)
+
+        # Per GPU its best link, 2 (NVLink) or 1 (PCIe read), counted per class in one query. The
+        # booleans are 0/1: a sum above 0 is a sample set (what the rollups count).
+        nv, rd = self.agg("sum", "gpu_p2p", "nvlink_ok", GPU), self.agg("sum", "gpu_p2p", "read_ok", GPU)
+        link = f"max by ({GPU}) ((2 * (({nv}) > bool 0) > 0) or ((({rd}) > bool 0) > 0))"
         q["p2p"] = (f'count_values by ({G}) ("p2p_class", {link})', "GPUs by P2P link")
-        q["mig:capable"] = (f"count by ({G}) (group by ({GPU}) (count_over_time({self._r('gpu_mig', 'max_mig_devices')})))",
+        q["mig:capable"] = (f"count by ({G}) ({self.agg('max', 'gpu_mig', 'max_mig_devices', GPU)})",
                             "MIG-capable GPUs")
-        q["mig:devices"] = (f"sum by ({G}) ({best.format(r=self._r('gpu_mig', 'mig_devices'))})", "MIG devices")
-        q["mig:enabled"] = (f"count by ({G}) ({best.format(r=self._r('gpu_mig', 'mig_mode_current'))} == 1)",
-                            "GPUs with MIG on")
-        q["mig:profiles"] = (f"group by ({G}, mig_profile) (count_over_time({self._r('gpu_mig', 'mig_index')}))",
+        q["mig:devices"] = (f"sum by ({G}) ({best('gpu_mig', 'mig_devices')})", "MIG devices")
+        q["mig:enabled"] = (
+            f"count by ({G}) ({self.agg('sum', 'gpu_mig', 'mig_mode_current', GPU)} > 0)",
+            "GPUs with MIG on")
+        q["mig:profiles"] = (f"group by ({G}, mig_profile) ({self.agg('count', 'gpu_mig', 'mig_index', f'{G}, mig_profile')})",
                              "MIG profiles")
-        q["vgpu:instances"] = (f"sum by ({G}) ({best.format(r=self._r('gpu_vgpu', 'active_instances'))})",
-                               "vGPU instances")
-        q["vgpu:types"] = (f"group by ({G}, vgpu_type) (count_over_time({self._r('gpu_vgpu', 'vgpu_type_id')}))",
+        q["vgpu:instances"] = (f"sum by ({G}) ({best('gpu_vgpu', 'active_instances')})", "vGPU instances")
+        q["vgpu:types"] = (f"group by ({G}, vgpu_type) ({self.agg('count', 'gpu_vgpu', 'vgpu_type_id', f'{G}, vgpu_type')})",
                            "vGPU types")
         if self.scheme == "prometheus":
             mode = f"{self.sel('gpu_vgpu', 'virtualization_mode', True)}[{self.window}]"
@@ -310,7 +325,7 @@ class PromReport:
             )
         for f in ("l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio"):
             q[f"l2:{f}"] = (self.mean("gpu_l2_probe", f), f"L2 probe {f}")
-        q["l2:runs"] = (f"sum by ({G}) (count_over_time({self._r('gpu_l2_probe', 'l2_dram_ratio')}))", "L2 probe runs")
+        q["l2:runs"] = (self.agg("count", "gpu_l2_probe", "l2_dram_ratio", G), "L2 probe runs")
         return q
 
     def _energy(self, groups, a) -> None:
@@ -400,5 +415,6 @@ class PromReport:
             for t, v in s["values"]:
                 value = float(v)
                 if math.isfinite(value):
-                    lines[groups[gkey]["label"]].append([int(round((float(t) + 0.001 - bucket) * 1e9)), value])
+                    # To the millisecond: t (seconds, 1.8e9) times 1e9 is past a float's precision.
+                    lines[groups[gkey]["label"]].append([int(round((float(t) + 0.001 - bucket) * 1000)) * 10**6, value])
         return {"bucket_s": bucket, "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())}}

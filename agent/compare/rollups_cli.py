@@ -1,8 +1,9 @@
 """`gpuagent rollups init|backfill|status`: the downsampled series compare reads at fleet scale.
 
-InfluxDB 1.x only (retention policies and continuous queries, gpuagent.compare.rollups); for
-Prometheus and VictoriaMetrics the same rollups are the recording rules in
-examples/rollups/gpuagent-rollups.rules.yml.
+On InfluxDB 1.x, retention policies and continuous queries (gpuagent.compare.rollups). For
+Prometheus and VictoriaMetrics the same rollups are the recording rules of deploy/rollups/, loaded
+into vmalert or Prometheus; with `--promql-url`, `backfill` replays them over history with vmalert
+(VictoriaMetrics) and `status` says how far they reach (gpuagent.compare.promql_rollups).
 """
 
 from __future__ import annotations
@@ -23,11 +24,25 @@ def _connection_options(f):
     f = click.option("--password", default=None, envvar="INFLUX_PASSWORD", help="1.x password ($INFLUX_PASSWORD).")(f)
     f = click.option("--username", default=None, help="1.x user (Basic auth), with --password.")(f)
     f = click.option("--database", default=None, help="Database.")(f)
+    f = click.option("--promql-url", default=None, metavar="URL",
+                     help="VictoriaMetrics (Prometheus query API) whose recording rules to backfill or "
+                          "report on, instead of InfluxDB.")(f)
     f = click.option("--url", default=None, help="InfluxDB 1.x URL (overrides the config).")(f)
     f = click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), default=None,
                      help="Connection from its [sinks.influxdb] (default: $GPUAGENT_CONFIG or "
                           "/etc/gpuagent/gpuagent.toml).")(f)
     return f
+
+
+def _prom_client(config_path, promql_url, timeout=None):
+    import dataclasses
+
+    from gpuagent.compare.cli import _timeout
+    from gpuagent.compare.promql import PromQL, prom_connection_from
+
+    conn = prom_connection_from(config_path, promql_url)
+    wait = _timeout(timeout)
+    return PromQL(conn if wait is None else dataclasses.replace(conn, timeout=wait))
 
 
 def _client(config_path, url, database, username, password, timeout=None):
@@ -49,10 +64,14 @@ def rollups() -> None:
 
 @rollups.command("init")
 @_connection_options
-def init(config_path, url, database, username, password, timeout) -> None:
+def init(config_path, url, database, username, password, timeout, promql_url) -> None:
     """Create the retention policies and continuous queries (what exists is left as it is)."""
     from gpuagent.compare import rollups as r
 
+    if promql_url:
+        raise AgentError("over PromQL there is nothing to create: load deploy/rollups/gpuagent-rollups-influx.rules.yml "
+                         "(line protocol) or -prometheus.rules.yml (/metrics) into vmalert or Prometheus, then "
+                         "gpuagent rollups backfill --promql-url URL (docs/compare.md)")
     client = _client(config_path, url, database, username, password, timeout)
     try:
         made = r.init(client)
@@ -69,9 +88,16 @@ def init(config_path, url, database, username, password, timeout) -> None:
               help="History to roll up, ending at the last whole bucket before now.")
 @click.option("--chunk", default="1h", show_default=True, metavar="DURATION",
               help="Time each SELECT ... INTO covers.")
+@click.option("--write-url", default=None, metavar="URL",
+              help="With --promql-url: where vmalert writes the rollups (default: the --promql-url; a "
+                   "cluster's vminsert, http://HOST:8480/insert/0/prometheus).")
+@click.option("--vmalert", default="vmalert", show_default=True, metavar="PATH",
+              help="With --promql-url: the vmalert binary that replays the rules.")
 @_connection_options
-def backfill(since, chunk, config_path, url, database, username, password, timeout) -> None:
-    """Roll up history already stored (the continuous queries' statements over the past)."""
+def backfill(since, chunk, write_url, vmalert, config_path, url, database, username, password, timeout,
+             promql_url) -> None:
+    """Roll up history already stored (the continuous queries' statements over the past; over PromQL,
+    the recording rules replayed by vmalert for the buckets not recorded yet)."""
     from gpuagent.compare import rollups as r
 
     try:
@@ -80,8 +106,16 @@ def backfill(since, chunk, config_path, url, database, username, password, timeo
         raise AgentError(f"--since/--chunk: {exc}") from None
     if seconds <= 0 or chunk_s < 60:
         raise AgentError("--since must be more than 0 and --chunk at least 1m")
-    client = _client(config_path, url, database, username, password, timeout)
     end = time.time_ns()
+    if promql_url:
+        from gpuagent.compare import promql_rollups
+
+        prom = _prom_client(config_path, promql_url, timeout)
+        stamps = promql_rollups.backfill(prom, end - int(seconds * 1e9), end, write_url, vmalert,
+                                         prom.conn.scheme, echo=click.echo)
+        click.echo(f"replayed {stamps} bucket(s) of the recording rules")
+        return
+    client = _client(config_path, url, database, username, password, timeout)
     try:
         written = r.backfill(client, end - int(seconds * 1e9), end, int(chunk_s), echo=click.echo)
     finally:
@@ -91,11 +125,30 @@ def backfill(since, chunk, config_path, url, database, username, password, timeo
 
 @rollups.command("status")
 @click.option("--json", "as_json", is_flag=True, default=False, help="One JSON document.")
+@click.option("--since", default="7d", show_default=True, metavar="DURATION",
+              help="With --promql-url: how far back to look for recorded buckets.")
 @_connection_options
-def status(as_json, config_path, url, database, username, password, timeout) -> None:
+def status(as_json, since, config_path, url, database, username, password, timeout, promql_url) -> None:
     """What exists and how far each level reaches."""
     from gpuagent.compare import rollups as r
 
+    if promql_url:
+        from gpuagent.compare import promql_rollups
+
+        try:
+            seconds = parse_duration(since)
+        except ValueError as exc:
+            raise AgentError(f"--since: {exc}") from None
+        if seconds <= 0:
+            raise AgentError("--since must be more than 0")
+        doc = promql_rollups.status(_prom_client(config_path, promql_url, timeout), int(seconds * 1e9), time.time_ns())
+        if as_json:
+            click.echo(json.dumps(doc, indent=2))
+            return
+        for lv in doc["levels"]:
+            reach = f"{lv['from']} to {lv['to']}" if lv["from"] else "no points (gpuagent rollups backfill)"
+            click.echo(f"{lv['record']} ({lv['resolution_s']}s): {lv['series']} series, {reach}")
+        return
     client = _client(config_path, url, database, username, password, timeout)
     try:
         doc = r.status(client)
