@@ -63,6 +63,11 @@ class Rollup:
     source: str  # the raw measurement
     where: str  # condition on the raw points ('' for none)
     fields: tuple[Field, ...]
+    into: str = ""  # the measurement written, when several rollups share one (default: name)
+
+    @property
+    def measurement(self) -> str:
+        return self.into or self.name
 
 
 ROLLUPS = (
@@ -117,7 +122,33 @@ ROLLUPS += (
         Field("vgpu_type_id_count", 'COUNT("vgpu_type_id")', "SUM"),
     )),
 )
-BY_NAME = {r.name: r for r in ROLLUPS}
+
+# The 95th percentile does not roll up; a histogram does. Per GPU and bucket, the count of power_w
+# samples in each HIST_W-wide bin from 0 W up to HIST_TOP_W (fields p0000, p0020, ...; p_over above),
+# all in one measurement (points of one series and time merge their fields). InfluxQL has no
+# conditional aggregation: one statement per bin. Not in ROLLUPS: the recording rules
+# (gpuagent.compare.rollup_rules) are generated from ROLLUPS, and PromQL keeps its own percentile.
+HIST_W = 20
+HIST_TOP_W = 1600
+HIST_MEASUREMENT = "gpu_power_hist"
+
+
+def hist_field(lo: int | None) -> str:
+    return "p_over" if lo is None else f"p{lo:04d}"
+
+
+HISTOGRAM = tuple(
+    Rollup(f"{HIST_MEASUREMENT}_{hist_field(lo)}", "gpu_power",
+           f'"power_w" >= {lo} AND "power_w" < {lo + HIST_W}' if lo is not None else f'"power_w" >= {HIST_TOP_W}',
+           (Field(hist_field(lo), 'COUNT("power_w")', "SUM"),), into=HIST_MEASUREMENT)
+    for lo in (*range(0, HIST_TOP_W, HIST_W), None)
+)
+# Per GPU and bucket, the minutes with a verdict (1 per minute, summed by the 1h level): an hour
+# of one verdict in every minute then counts whole without reading its minutes (health_gpu_hours).
+HEALTH_MINUTES = Rollup("gpu_health_minutes", "gpu_health", "",
+                        (Field("minutes", 'COUNT("verdict") / COUNT("verdict")', "SUM"),))
+EVERY = ROLLUPS + HISTOGRAM + (HEALTH_MINUTES,)  # what init, backfill and status set up
+BY_NAME = {r.name: r for r in EVERY}
 
 
 def select_into(db: str, level: Level, rollup: Rollup) -> tuple[str, str, str]:
@@ -127,15 +158,16 @@ def select_into(db: str, level: Level, rollup: Rollup) -> tuple[str, str, str]:
         source = f'"{rollup.source}"'
     else:
         select = ", ".join(f"{f.over_rollup()} AS \"{f.name}\"" for f in rollup.fields)
-        source = f'"{db}"."{level.source_rp}"."{rollup.name}"'
-    return select, f'"{db}"."{level.name}"."{rollup.name}"', source
+        source = f'"{db}"."{level.source_rp}"."{rollup.measurement}"'
+    return select, f'"{db}"."{level.name}"."{rollup.measurement}"', source
 
 
 def statement(db: str, level: Level, rollup: Rollup, time_clause: str = "") -> str:
     select, into, source = select_into(db, level, rollup)
     conds = [c for c in (time_clause, rollup.where if level.source_rp is None else "") if c]
     where = f" WHERE {' AND '.join(conds)}" if conds else ""
-    return f"SELECT {select} INTO {into} FROM {source}{where} GROUP BY time({level.every}), *"
+    # fill(none): buckets without a matching point write nothing (not a count of 0 per bin).
+    return f"SELECT {select} INTO {into} FROM {source}{where} GROUP BY time({level.every}), * fill(none)"
 
 
 def cq_name(level: Level, rollup: Rollup) -> str:
@@ -166,7 +198,7 @@ def init(client: InfluxQL) -> list[str]:
             made.append(f"retention policy {level.name}")
     existing = _continuous_queries(client)
     for level in LEVELS:
-        for rollup in ROLLUPS:
+        for rollup in EVERY:
             name = cq_name(level, rollup)
             if name not in existing:
                 client.query(cq_statement(db, level, rollup), post=True)
@@ -198,7 +230,7 @@ def backfill(client: InfluxQL, start_ns: int, end_ns: int, chunk_s: int = 3600, 
         while a < b:
             c = min(a + step, b)
             clause = f"time >= '{rfc3339(a)}' AND time < '{rfc3339(c)}'"
-            for rollup in ROLLUPS:
+            for rollup in EVERY:
                 for row in client.rows(statement(db, level, rollup, clause)):
                     written += int(row.get("written") or 0)
             a = c
@@ -240,7 +272,7 @@ def status(client: InfluxQL) -> dict:
     levels = []
     for level in LEVELS:
         span = reach.get(level.name)
-        names = [cq_name(level, r) for r in ROLLUPS]
+        names = [cq_name(level, r) for r in EVERY]
         levels.append({
             "retention_policy": level.name,
             "resolution_s": level.seconds,
