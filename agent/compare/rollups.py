@@ -215,15 +215,17 @@ def _continuous_queries(client: InfluxQL) -> dict[str, str]:
     return out
 
 
-def backfill(client: InfluxQL, start_ns: int, end_ns: int, chunk_s: int = 3600, echo=None) -> int:
+def backfill(client: InfluxQL, start_ns: int, end_ns: int, chunk_s: int = 3600, echo=None,
+             levels: tuple[Level, ...] = LEVELS) -> int:
     """The continuous queries' SELECT ... INTO over [start, end), from the start of start's hour to the
     last whole bucket of each level, level by level
-    (the 1h level reads what the 1m level wrote), in chunks of `chunk_s`; points written."""
+    (the 1h level reads what the 1m level wrote), in chunks of `chunk_s`; points written. `levels`:
+    only those (the 1h level alone: hours from 1-minute rollups written some other way)."""
     _require(client)
     db, written = client.conn.database, 0
     # Every level from the coarsest level's bucket edge: its first bucket then reads whole finer buckets.
     start_ns = start_ns // LEVELS[-1].ns * LEVELS[-1].ns
-    for level in LEVELS:
+    for level in levels:
         a = start_ns
         b = end_ns // level.ns * level.ns
         step = max(chunk_s * 10**9 // level.ns, 1) * level.ns
