@@ -37,6 +37,7 @@ from gpuagent.compare.rollups import (
     HIST_W,
     HISTOGRAM,
     LEVELS,
+    POWER_BY_HOST,
     REASONS,
     Level,
     coverage,
@@ -51,6 +52,7 @@ FROM_RAW = ("power_p95_w", "l2_probe", "work")
 EDGE_NS = 120 * 10**9
 _EQUALS = re.compile(r"""^"(\w+)" = (true|'([^']*)')$""")
 _TAIL = re.compile(r"time\((\d+)s\)")
+_NAMES = re.compile(r'"?([A-Za-z_]\w*)"?\s*(?:=~|!~|!=|<>|=|<|>)')  # the keys a --where compares
 
 
 def _tally(rollup_name: str) -> tuple[str, Any] | None:
@@ -565,7 +567,7 @@ class RollupReport(Report):
         bucket = bucket_seconds(span)
         # Only levels whose buckets fit whole in the series' buckets.
         pieces = plan(self.range.start_ns, self.range.end_ns, self.reach, max_s=bucket)
-        rows = self._agg("gpu_power", ("power_sum", "power_count"), self.group_tags, pieces,
+        rows = self._agg(self._series_rollup(), ("power_sum", "power_count"), self.group_tags, pieces,
                          tail=f", time({bucket}s) fill(none)")
         lines: dict[str, list] = defaultdict(list)
         for key, r in rows.items():
@@ -573,6 +575,14 @@ class RollupReport(Report):
             if gkey in groups and r.get("power_count"):
                 lines[groups[gkey]["label"]].append([t, r["power_sum"] / r["power_count"]])
         return {"bucket_s": bucket, "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())}}
+
+    def _series_rollup(self) -> str:
+        """gpu_power_host (a series per host, not per GPU) where the groups and --where need only its
+        tags and it reaches as far as gpu_power; else gpu_power."""
+        tags = set(POWER_BY_HOST.tags)
+        if not set(self.group_tags) <= tags or set(_NAMES.findall(self.where or "")) - tags:
+            return "gpu_power"
+        return POWER_BY_HOST.name if coverage(self.client, POWER_BY_HOST.name) == self.reach else "gpu_power"
 
     def build(self) -> dict[str, Any]:
         doc = super().build()

@@ -64,6 +64,7 @@ class Rollup:
     where: str  # condition on the raw points ('' for none)
     fields: tuple[Field, ...]
     into: str = ""  # the measurement written, when several rollups share one (default: name)
+    tags: tuple[str, ...] = ()  # the tags kept (default: every tag, GROUP BY *)
 
     @property
     def measurement(self) -> str:
@@ -147,7 +148,9 @@ HISTOGRAM = tuple(
 # of one verdict in every minute then counts whole without reading its minutes (health_gpu_hours).
 HEALTH_MINUTES = Rollup("gpu_health_minutes", "gpu_health", "",
                         (Field("minutes", 'COUNT("verdict") / COUNT("verdict")', "SUM"),))
-EVERY = ROLLUPS + HISTOGRAM + (HEALTH_MINUTES,)  # what init, backfill and status set up
+# Power per host and model (few series: a host's GPUs in one): the power series of --by model|host.
+POWER_BY_HOST = Rollup("gpu_power_host", "gpu_power", "", _sum_count("power", "power_w"), tags=("host", "model"))
+EVERY = ROLLUPS + HISTOGRAM + (HEALTH_MINUTES, POWER_BY_HOST)  # what init, backfill and status set up
 BY_NAME = {r.name: r for r in EVERY}
 
 
@@ -167,7 +170,8 @@ def statement(db: str, level: Level, rollup: Rollup, time_clause: str = "") -> s
     conds = [c for c in (time_clause, rollup.where if level.source_rp is None else "") if c]
     where = f" WHERE {' AND '.join(conds)}" if conds else ""
     # fill(none): buckets without a matching point write nothing (not a count of 0 per bin).
-    return f"SELECT {select} INTO {into} FROM {source}{where} GROUP BY time({level.every}), * fill(none)"
+    tags = ", ".join(f'"{t}"' for t in rollup.tags) or "*"
+    return f"SELECT {select} INTO {into} FROM {source}{where} GROUP BY time({level.every}), {tags} fill(none)"
 
 
 def cq_name(level: Level, rollup: Rollup) -> str:
@@ -250,8 +254,9 @@ def _require(client: InfluxQL) -> None:
         )
 
 
-def coverage(client: InfluxQL) -> dict[str, tuple[int, int] | None]:
-    """Per level, [first bucket, last bucket + resolution) of its gpu_power rollup; None when empty or absent."""
+def coverage(client: InfluxQL, measurement: str = "gpu_power") -> dict[str, tuple[int, int] | None]:
+    """Per level, [first bucket, last bucket + resolution) of a rollup (its power_count: gpu_power's,
+    gpu_power_host's); None when empty or absent."""
     db = client.conn.database
     policies = {r["name"] for r in client.rows("SHOW RETENTION POLICIES")}
     out: dict[str, tuple[int, int] | None] = {}
@@ -259,7 +264,7 @@ def coverage(client: InfluxQL) -> dict[str, tuple[int, int] | None]:
         if level.name not in policies:
             out[level.name] = None
             continue
-        m = f'"{db}"."{level.name}"."gpu_power"'
+        m = f'"{db}"."{level.name}"."{measurement}"'
         first = client.rows(f'SELECT FIRST("power_count") FROM {m}')
         last = client.rows(f'SELECT LAST("power_count") FROM {m}')
         out[level.name] = (first[0]["time"], last[0]["time"] + level.ns) if first and last else None

@@ -241,6 +241,9 @@ def test_each_measurement_is_asked_once_per_piece(rolled_db, influxdb_v1):
     raw_pieces = sum(p["level"] == "raw" for p in doc["source"]["pieces"])
     clocks = [q for q in asked if ' FROM "gpu_clocks" ' in q]
     assert len(clocks) == 2 * raw_pieces, clocks
+    # The power series by model from the per-host rollup (a series per host, not per GPU).
+    series = [q for q in asked if "time(" in q and "power_sum" in q]
+    assert series and all('"gpu_power_host"' in q for q in series if "gpuagent_1m" in q)
 
 
 def test_rollups_take_a_timeout_as_compare_does(influxdb_v1, cli, fresh_db):
