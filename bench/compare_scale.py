@@ -21,9 +21,9 @@ hosts on VictoriaMetrics.
 From rollups (`run_rollups`, `python -m bench.compare_scale --rollups [--day] [HOSTS ...]`): the same
 fleet on InfluxDB 1.6 only (its hour ending 30 s before a clock hour), then `gpuagent rollups init` and
 `backfill` (timed), then `compare --by model` from rollups over the last hour and over the whole clock
-hour, and with `--raw`. With `--day`: a day of 1-minute rollups (that hour's, written again for the 23
-hours before: the raw history of a day at 1,000 hosts cannot be built here), the 1h level backfilled
-from them, and compare over the day. Goal: at most 10 s at 1,000 hosts, for the hour and the day.
+hour, and with `--raw`. With `--day`: a day of rollups, that hour's written again for the 23 hours
+before (the raw history of a day at 1,000 hosts cannot be built here; `rollups_day` says which levels),
+and compare over the day. Goal: at most 10 s at 1,000 hosts, for the hour and the day.
 """
 
 from __future__ import annotations
@@ -187,8 +187,7 @@ def run_rollups(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs:
 
     The fleet's hour ends 30 s before a clock hour, so two ranges are timed: the last hour (raw edges
     inside minutes at both ends, 1-minute rollups between) and the whole clock hour (one 1h bucket).
-    With `day`: the 1-minute rollups of that hour written again for the 23 hours before it
-    (replicate_minutes), the 1h level backfilled from them, and compare over the day timed too."""
+    With `day`: a day of rollups made from that hour's (rollups_day), and compare over the day timed too."""
     servers = _servers()
     sizes = sizes or ((10,) if quick else (10, 100, 1000))
     root = Path(tempfile.mkdtemp(prefix="gpuagent-bench-rollups-"))
@@ -238,21 +237,31 @@ def rollups_row(url: str, db: str, n: int, points: int, build: float, end_s: int
     return row
 
 
-def rollups_day(url: str, db: str, end_s: int, hour_s: int) -> dict:
+def rollups_day(url: str, db: str, end_s: int, hour_s: int, full: bool = False) -> dict:
+    """A day of rollups before `hour_s` from its last hour's, then compare over the day.
+
+    `full`: the 1-minute rollups of all 23 hours before (replicate), then the 1h level backfilled from
+    them (the cascade; at 1,000 hosts more than this machine's hour). Else: the 1h level's hour written
+    for the 23 hours before, and the 1-minute rollups of the day's first 10 minutes, the only ones a
+    compare over the day reads outside its last hour (its GPUs' first samples, in the first minute)."""
     from gpuagent.compare import rollups
     from gpuagent.compare.query import InfluxQL, connection_from
 
+    minute, hour = rollups.LEVELS
     t0 = time.perf_counter()
-    written = replicate_minutes(url, db, hour_s * 10**9, 24)
-    copied = time.perf_counter() - t0
-    client = InfluxQL(connection_from(None, url, db))
-    client.conn.timeout, client.conn.retention_policy = float(QUERY_TIMEOUT[:-1]), ""
+    written = replicate(url, db, minute.name, hour_s * 10**9, range(1, 24) if full else (23,), 3600 if full else 600)
+    out = {"day_minutes_written": written, "day_minutes_write_s": round(time.perf_counter() - t0, 2)}
     t0 = time.perf_counter()
-    cascade = rollups.backfill(client, (hour_s - 24 * 3600) * 10**9, hour_s * 10**9, levels=rollups.LEVELS[1:])
-    client.close()
+    if full:
+        client = InfluxQL(connection_from(None, url, db))
+        client.conn.timeout, client.conn.retention_policy = float(QUERY_TIMEOUT[:-1]), ""
+        written = rollups.backfill(client, (hour_s - 24 * 3600) * 10**9, hour_s * 10**9, levels=(hour,))
+        client.close()
+    else:
+        written = replicate(url, db, hour.name, hour_s * 10**9, range(1, 24))
     conn = ["--url", url, "--database", db]
-    return {"day_minutes_written": written, "day_minutes_write_s": round(copied, 2),
-            "day_hours_backfilled": cascade, "day_hours_backfill_s": round(time.perf_counter() - t0, 2),
+    return {**out, "day_hours": "backfilled from the 1-minute rollups" if full else "written",
+            "day_hours_written": written, "day_hours_s": round(time.perf_counter() - t0, 2),
             "influxql_rollups_day_whole_hours": _compare(conn, hour_s, 24 * 3600),
             "influxql_rollups_day": _compare(conn, end_s, 24 * 3600)}
 
@@ -273,22 +282,20 @@ def _value(v, kind: str) -> str:
     return repr(float(v))
 
 
-def replicate_minutes(url: str, db: str, hour_end_ns: int, hours: int, timeout: float = 900.0) -> int:
-    """The 1-minute rollups of the hour before `hour_end_ns`, written again for each of the `hours` - 1
-    hours before it (the energy counter shifted down by each GPU's increase over the hour, so it does
-    not reset): a day of 1-minute rollups at 1,000 hosts, whose raw history (8,640 points per GPU and
-    field) this machine cannot build. Points written."""
+def replicate(url: str, db: str, rp: str, hour_end_ns: int, copies, span_s: int = 3600, timeout: float = 900.0) -> int:
+    """The rollup points of retention policy `rp` in the hour before `hour_end_ns` (its first `span_s`),
+    written again `k` hours earlier for each k of `copies` (the energy counter shifted down by each series' increase
+    over the hour, so it does not reset): a day of rollups at 1,000 hosts, whose raw history (8,640
+    points per GPU and field) this machine cannot build. Points written."""
     import urllib.request
 
     from gpuagent.compare.query import InfluxQL, connection_from
-    from gpuagent.compare.rollups import LEVELS
 
-    minute = LEVELS[0]
     client = InfluxQL(connection_from(None, url, db))
     client.conn.timeout = timeout
     hour = 3600 * 10**9
     a = hour_end_ns - hour
-    rp = f'"{db}"."{minute.name}"'
+    name, rp = rp, f'"{db}"."{rp}"'
     measurements = [r["name"] for r in client.rows(f"SHOW MEASUREMENTS ON \"{db}\"")]
     written = 0
     for m in measurements:
@@ -301,7 +308,7 @@ def replicate_minutes(url: str, db: str, hour_end_ns: int, hours: int, timeout: 
                                  f"WHERE time >= {a} AND time < {hour_end_ns} GROUP BY *"):
                 tags = {k: v for k, v in r.items() if k not in ("time", "f", "l")}
                 shift[str(sorted(tags.items()))] = (r["l"] - r["f"]) * 61 / 60  # and one minute's step
-        for t0 in range(a, hour_end_ns, 10 * 60 * 10**9):  # ten minutes at a time
+        for t0 in range(a, a + span_s * 10**9, 10 * 60 * 10**9):  # ten minutes at a time
             rows = client.rows(f'SELECT * FROM {rp}."{m}" WHERE time >= {t0} AND time < {t0 + 600 * 10**9} GROUP BY *')
             lines: list[tuple[str, dict, int, float]] = []
             for r in rows:
@@ -310,14 +317,14 @@ def replicate_minutes(url: str, db: str, hour_end_ns: int, hours: int, timeout: 
                                                     for k, v in sorted(tags.items()))])
                 fields = {k: r[k] for k in kinds if r.get(k) is not None}
                 lines.append((key, fields, r["time"], shift.get(str(sorted(tags.items())), 0.0)))
-            for k in range(1, hours):
+            for k in copies:
                 batch = []
                 for key, fields, t, d in lines:
                     body = ",".join(f"{_escape(f, ',= ')}={_value(v - k * d if f.startswith('energy_') and d else v, kinds[f])}"
                                     for f, v in fields.items())
                     batch.append(f"{key} {body} {t - k * hour}")
                 for i in range(0, len(batch), 20000):
-                    req = urllib.request.Request(f"{url}/write?db={db}&rp={minute.name}&precision=ns",
+                    req = urllib.request.Request(f"{url}/write?db={db}&rp={name}&precision=ns",
                                                  data="\n".join(batch[i:i + 20000]).encode(), method="POST")
                     with urllib.request.urlopen(req, timeout=timeout) as resp:
                         resp.read()

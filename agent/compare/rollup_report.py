@@ -330,10 +330,14 @@ class RollupReport(Report):
         histograms of the rollup pieces and the raw edges' own points, within HIST_W / 2: the midpoint
         of the bin that holds the ranked sample, cut to the group's min and max. None (ask raw
         points) where few samples make raw cheap, a raw piece is long, or a bin count is missing
-        (rollups backfilled before the histogram) or the ranked sample lies above the top bin."""
+        (rollups backfilled before the histogram) or the ranked sample lies above the top bin; and
+        where the histogram, kept per host and model, does not hold the groups or --where's tags."""
         total = sum(r.get("power_count") or 0 for r in rows.values())
         raw_ns = sum(b - a for lv, a, b in self.pieces if lv is None)
         if total <= self.p95_raw_max_samples or raw_ns > 2 * EDGE_NS:
+            return None
+        tags = HISTOGRAM[0].tags  # per host and model: --by gpu, or a --where on other tags, reads raw
+        if not set(self.group_tags) <= set(tags) or not self._where_within(tags):
             return None
         counts: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         names = [f.name for r in HISTOGRAM for f in r.fields]
@@ -510,9 +514,14 @@ class RollupReport(Report):
                 rest.append(key)
         return rest
 
+    def _where_within(self, tags) -> bool:
+        """Whether --where names only these tags (a rollup that keeps only them then serves it)."""
+        return not set(_NAMES.findall(self.where or "")) - set(tags)
+
     def _p2p(self, groups, gpus) -> None:
-        nvlink = {k for k, r in self._agg("gpu_p2p_nvlink", ("n",), GPU_TAGS).items() if r.get("n")}
-        pcie = {k for k, r in self._agg("gpu_p2p_pcie", ("n",), GPU_TAGS).items() if r.get("n")}
+        by_gpu = "_gpu" if self._where_within(GPU_TAGS) else ""  # the per-GPU rollups, not per pair
+        nvlink = {k for k, r in self._agg(f"gpu_p2p_nvlink{by_gpu}", ("n",), GPU_TAGS).items() if r.get("n")}
+        pcie = {k for k, r in self._agg(f"gpu_p2p_pcie{by_gpu}", ("n",), GPU_TAGS).items() if r.get("n")}
         add_p2p(groups, gpus, nvlink, pcie, self._group_of)
 
     def _mig(self, groups, gpus) -> None:
@@ -580,7 +589,7 @@ class RollupReport(Report):
         """gpu_power_host (a series per host, not per GPU) where the groups and --where need only its
         tags and it reaches as far as gpu_power; else gpu_power."""
         tags = set(POWER_BY_HOST.tags)
-        if not set(self.group_tags) <= tags or set(_NAMES.findall(self.where or "")) - tags:
+        if not set(self.group_tags) <= tags or not self._where_within(tags):
             return "gpu_power"
         return POWER_BY_HOST.name if coverage(self.client, POWER_BY_HOST.name) == self.reach else "gpu_power"
 

@@ -124,10 +124,11 @@ ROLLUPS += (
     )),
 )
 
-# The 95th percentile does not roll up; a histogram does. Per GPU and bucket, the count of power_w
-# samples in each HIST_W-wide bin from 0 W up to HIST_TOP_W (fields p0000, p0020, ...; p_over above),
-# all in one measurement (points of one series and time merge their fields). InfluxQL has no
-# conditional aggregation: one statement per bin. Not in ROLLUPS: the recording rules
+# The 95th percentile does not roll up; a histogram does. Per host and model (a host's GPUs in one
+# series: compare's percentile is per model or host) and bucket, the count of power_w samples in each
+# HIST_W-wide bin from 0 W up to HIST_TOP_W (fields p0000, p0020, ...; p_over above), all in one
+# measurement (points of one series and time merge their fields). InfluxQL has no conditional
+# aggregation: one statement per bin. Not in ROLLUPS: the recording rules
 # (gpuagent.compare.rollup_rules) are generated from ROLLUPS, and PromQL keeps its own percentile.
 HIST_W = 20
 HIST_TOP_W = 1600
@@ -141,7 +142,7 @@ def hist_field(lo: int | None) -> str:
 HISTOGRAM = tuple(
     Rollup(f"{HIST_MEASUREMENT}_{hist_field(lo)}", "gpu_power",
            f'"power_w" >= {lo} AND "power_w" < {lo + HIST_W}' if lo is not None else f'"power_w" >= {HIST_TOP_W}',
-           (Field(hist_field(lo), 'COUNT("power_w")', "SUM"),), into=HIST_MEASUREMENT)
+           (Field(hist_field(lo), 'COUNT("power_w")', "SUM"),), into=HIST_MEASUREMENT, tags=("host", "model"))
     for lo in (*range(0, HIST_TOP_W, HIST_W), None)
 )
 # Per GPU and bucket, the minutes with a verdict (1 per minute, summed by the 1h level): an hour
@@ -150,7 +151,11 @@ HEALTH_MINUTES = Rollup("gpu_health_minutes", "gpu_health", "",
                         (Field("minutes", 'COUNT("verdict") / COUNT("verdict")', "SUM"),))
 # Power per host and model (few series: a host's GPUs in one): the power series of --by model|host.
 POWER_BY_HOST = Rollup("gpu_power_host", "gpu_power", "", _sum_count("power", "power_w"), tags=("host", "model"))
-EVERY = ROLLUPS + HISTOGRAM + (HEALTH_MINUTES, POWER_BY_HOST)  # what init, backfill and status set up
+# The P2P tallies per GPU, its peers in one (the per-pair rollups above hold 7 series per GPU of 8).
+GPU_ONLY = ("host", "uuid", "model", "gpu")
+P2P_BY_GPU = tuple(Rollup(f"{r.name}_gpu", r.source, r.where, r.fields, tags=GPU_ONLY)
+                   for r in ROLLUPS if r.source == "gpu_p2p")
+EVERY = ROLLUPS + HISTOGRAM + (HEALTH_MINUTES, POWER_BY_HOST, *P2P_BY_GPU)  # what init, backfill and status set up
 BY_NAME = {r.name: r for r in EVERY}
 
 

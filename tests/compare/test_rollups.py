@@ -270,7 +270,7 @@ def _reports(server, db, start_ns, stop_ns, by, **attrs):
     return report.build(), Report(client, Range(start_ns, stop_ns), by).build()
 
 
-@pytest.mark.parametrize("by", ["model", "host", "gpu"])
+@pytest.mark.parametrize("by", ["model", "host"])
 def test_p95_from_the_histograms_is_within_half_a_bin(rolled_db, influxdb_v1, by):
     """Past p95_raw_max_samples the 95th percentile comes from the rollups' power histograms (and
     the raw edges' points): within HIST_W / 2 of the raw PERCENTILE, said so in source and under the
@@ -293,6 +293,27 @@ def test_p95_from_the_histograms_is_within_half_a_bin(rolled_db, influxdb_v1, by
         assert abs(a["power_p95_w"] - b["power_p95_w"]) <= HIST_W / 2, (a["label"], a["power_p95_w"], b["power_p95_w"])
         off.append(a.pop("power_p95_w") != b.pop("power_p95_w"))
     assert any(off)  # approximate indeed: the test would not see an exact answer passed off as one
+    for doc in (rolled, raw):
+        doc.pop("source")
+    _same(rolled, raw)
+
+
+@pytest.mark.parametrize("by", ["gpu", "model where uuid"])
+def test_p95_from_raw_points_where_the_histograms_do_not_hold_the_groups(rolled_db, influxdb_v1, by):
+    """The histograms are per host and model: --by gpu, or a --where on another tag, reads raw points."""
+    db, end_ns = rolled_db
+    start_ns, stop_ns = end_ns - DURATION_S * 10**9 + 437 * 10**9, end_ns - 83 * 10**9
+    from gpuagent.compare.query import InfluxQL, connection_from
+    from gpuagent.compare.report import Range, Report
+    from gpuagent.compare.rollup_report import RollupReport
+
+    client = InfluxQL(connection_from(None, influxdb_v1.url, db))
+    uuids = sorted({r["uuid"] for r in client.rows('SELECT LAST("power_w") FROM "gpu_power" GROUP BY "uuid"')})
+    where = None if by == "gpu" else " OR ".join(f"uuid = '{u}'" for u in uuids[:5])
+    report = RollupReport(client, Range(start_ns, stop_ns), by.split()[0], where)
+    report.p95_raw_max_samples = 0
+    rolled, raw = report.build(), Report(client, Range(start_ns, stop_ns), by.split()[0], where).build()
+    assert rolled["source"]["approximate"] == {} and "power_p95_w" in rolled["source"]["from_raw"]
     for doc in (rolled, raw):
         doc.pop("source")
     _same(rolled, raw)
@@ -348,7 +369,7 @@ def test_health_hours_of_one_verdict_come_whole_from_the_1h_level(rolled_db, inf
 
 def test_the_1h_level_backfilled_alone_from_the_1m_level(influxdb_v1, cli, fresh_db):
     """The cascade: 1-minute rollups first, then the 1h level alone from them (as for 1-minute rollups
-    written some other way, bench.compare_scale.replicate_minutes): every figure still equals raw."""
+    written some other way, bench.compare_scale.rollups_day): every figure still equals raw."""
     from gpuagent.compare import rollups
     from gpuagent.compare.query import InfluxQL, connection_from
 
