@@ -282,7 +282,8 @@ def _value(v, kind: str) -> str:
     return repr(float(v))
 
 
-def replicate(url: str, db: str, rp: str, hour_end_ns: int, copies, span_s: int = 3600, timeout: float = 900.0) -> int:
+def replicate(url: str, db: str, rp: str, hour_end_ns: int, copies, span_s: int = 3600, timeout: float = 900.0,
+              only: tuple[str, ...] = ()) -> int:
     """The rollup points of retention policy `rp` in the hour before `hour_end_ns` (its first `span_s`),
     written again `k` hours earlier for each k of `copies` (the energy counter shifted down by each series' increase
     over the hour, so it does not reset): a day of rollups at 1,000 hosts, whose raw history (8,640
@@ -299,6 +300,8 @@ def replicate(url: str, db: str, rp: str, hour_end_ns: int, copies, span_s: int 
     measurements = [r["name"] for r in client.rows(f"SHOW MEASUREMENTS ON \"{db}\"")]
     written = 0
     for m in measurements:
+        if only and m not in only:
+            continue
         kinds = {r["fieldKey"]: r["fieldType"] for r in client.rows(f'SHOW FIELD KEYS ON "{db}" FROM {rp}."{m}"')}
         if not kinds:
             continue
