@@ -18,11 +18,13 @@ import math
 import re
 import threading
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpuagent.compare.health import VERDICTS, add_hours, bucket_for, health_hours
 from gpuagent.compare.report import (
     GPU_TAGS,
+    WORKERS,
     Range,
     Report,
     _gpu_key,
@@ -218,10 +220,17 @@ class RollupReport(Report):
     # -- the figures from rollups -----------------------------------------------------------------
     def _inventory(self) -> dict[tuple, dict]:
         gpus: dict[tuple, dict] = defaultdict(dict)
-        power = self._agg("gpu_power", ("power_count",), GPU_TAGS)
-        util = self._agg("gpu_memory", ("util_sum", "util_count"), GPU_TAGS)
-        clocks = self._agg("gpu_clocks", ("sm_clock_count", "max_sm_clock_count"), GPU_TAGS)
-        memory = self._agg("gpu_memory", ("util_count", "fb_used_count"), GPU_TAGS)
+        # Asked at once (the sections after reuse these rows): on InfluxDB 1.x at 8,000 GPUs each takes
+        # seconds, and one after another they were most of the report's time (bench/RESULTS.md).
+        with ThreadPoolExecutor(WORKERS) as pool:
+            asked = [pool.submit(self._agg, name, fields, GPU_TAGS) for name, fields in (
+                ("gpu_clocks", ("sm_clock_count", "max_sm_clock_count")),
+                ("gpu_memory", ("util_sum", "util_count", "fb_used_count")),
+                ("gpu_power", ("power_count",)))]
+            energy = pool.submit(self._energy_per_gpu)
+            clocks, memory, power = (a.result() for a in asked)
+            energy = energy.result()
+        util = memory
         for key, row in power.items():
             if row.get("power_count"):
                 gpus[key]["power_samples"] = row["power_count"]
@@ -230,9 +239,9 @@ class RollupReport(Report):
                 gpus[key]["util_mean_pct"] = row["util_sum"] / row["util_count"]
         for key in (*clocks, *memory):
             gpus.setdefault(key, {})
-        for key, (energy, first_t, last_t) in self._energy_per_gpu().items():
+        for key, (joules, first_t, last_t) in energy.items():
             gpus[key]["observed_s"] = (last_t - first_t) / 1e9
-            gpus[key]["energy_j"] = energy
+            gpus[key]["energy_j"] = joules
         return dict(gpus)
 
     def _energy_per_gpu(self) -> dict[tuple, tuple[float, int, int]]:
