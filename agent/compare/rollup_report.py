@@ -7,9 +7,10 @@ SUM("power_sum") of rollup points) and the pieces merged (sums add, max/min sele
 counts and sums equal those of raw points. The energy counter: per piece its first and last value
 and its increase inside; across pieces the non-negative steps between them. A GPU's first and last
 sample times, where they fall in a rollup bucket, are looked for in the finer levels down to raw
-(one bucket's worth). The 95th percentile, the L2 probe and the work figures are computed from raw
-points, as the raw report does (source.from_raw lists them; health too where a verdict the rollups
-do not count was written).
+(one bucket's worth). The 95th percentile comes from the power histograms (approximate, within half
+a bin: source.approximate) past p95_raw_max_samples, else from raw points; the L2 probe and the work
+figures are computed from raw points, as the raw report does (source.from_raw lists them; health too
+where a verdict the rollups do not count was written).
 """
 
 from __future__ import annotations
@@ -528,7 +529,10 @@ class RollupReport(Report):
         return not set(_NAMES.findall(self.where or "")) - set(tags)
 
     def _p2p(self, groups, gpus) -> None:
-        by_gpu = "_gpu" if self._where_within(GPU_TAGS) else ""  # the per-GPU rollups, not per pair
+        # The per-GPU rollups rather than per pair, where --where allows and they were written (rollups
+        # backfilled before they existed hold only the per-pair ones).
+        names = {r.get("name") for r in self.client.rows("SHOW MEASUREMENTS WITH MEASUREMENT =~ /^gpu_p2p_/")}
+        by_gpu = "_gpu" if self._where_within(GPU_TAGS) and {"gpu_p2p_nvlink_gpu", "gpu_p2p_pcie_gpu"} <= names else ""
         nvlink = {k for k, r in self._agg(f"gpu_p2p_nvlink{by_gpu}", ("n",), GPU_TAGS).items() if r.get("n")}
         pcie = {k for k, r in self._agg(f"gpu_p2p_pcie{by_gpu}", ("n",), GPU_TAGS).items() if r.get("n")}
         add_p2p(groups, gpus, nvlink, pcie, self._group_of)

@@ -6,7 +6,9 @@ from `gpuagent_1m` (every field combines: sums and counts add, max/min/first/las
 are sums and counts rather than means, so a mean over any set of buckets is exact; the energy
 counter keeps its first and last value per bucket, so the increase over buckets is exact while the
 counter does not reset (a reset costs up to one bucket instead of one interval). The 95th
-percentile does not roll up: compare computes it from raw points (gpuagent.compare.rollup_report).
+percentile does not roll up; a histogram of power samples per host and model does (HISTOGRAM), from
+which compare takes an approximate one (gpuagent.compare.rollup_report). Some rollups keep fewer
+tags than every tag (fewer series, which InfluxDB 1.x pays for): `Rollup.tags`.
 """
 
 from __future__ import annotations
