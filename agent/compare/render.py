@@ -98,6 +98,15 @@ def _header(doc: dict) -> str:
     return f"GPUs by {doc['by']}, {r['start']} .. {r['end']}{where} ({doc['source']['url']}, {doc['source']['database']})"
 
 
+def _approximate_note(doc: dict) -> str:
+    """What a rollup report computed approximately (its JSON's source.approximate), and by how much."""
+    p95 = (doc["source"].get("approximate") or {}).get("power_p95_w")
+    if not p95:
+        return ""
+    return (f"\npower p95 W is approximate: from {p95['bin_w']:g} W power histograms of the rollups, "
+            f"within {p95['bound_w']:g} W of the exact value (--raw for exact).")
+
+
 def render_json(doc: dict) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
@@ -110,7 +119,7 @@ def render_table(doc: dict, width: int | None = None) -> str:
     groups = doc["groups"]
     table = Table(
         title=_header(doc),
-        caption=EFFICIENCY_NOTE,
+        caption=EFFICIENCY_NOTE + _approximate_note(doc),
         header_style="bold",
         title_justify="left",
         caption_justify="left",

@@ -7,21 +7,25 @@ SUM("power_sum") of rollup points) and the pieces merged (sums add, max/min sele
 counts and sums equal those of raw points. The energy counter: per piece its first and last value
 and its increase inside; across pieces the non-negative steps between them. A GPU's first and last
 sample times, where they fall in a rollup bucket, are looked for in the finer levels down to raw
-(one bucket's worth). The 95th percentile, the L2 probe and the work figures are computed from raw
-points, as the raw report does (source.from_raw lists them; health too where a verdict the rollups
-do not count was written).
+(one bucket's worth). The 95th percentile comes from the power histograms (approximate, within half
+a bin: source.approximate) past p95_raw_max_samples, else from raw points; the L2 probe and the work
+figures are computed from raw points, as the raw report does (source.from_raw lists them; health too
+where a verdict the rollups do not count was written).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpuagent.compare.health import VERDICTS, add_hours, bucket_for, health_hours
 from gpuagent.compare.report import (
     GPU_TAGS,
+    WORKERS,
     Range,
     Report,
     _gpu_key,
@@ -29,7 +33,19 @@ from gpuagent.compare.report import (
     bucket_seconds,
     rfc3339,
 )
-from gpuagent.compare.rollups import BY_NAME, LEVELS, REASONS, Level, coverage
+from gpuagent.compare.rollups import (
+    BY_NAME,
+    HIST_MEASUREMENT,
+    HIST_TOP_W,
+    HIST_W,
+    HISTOGRAM,
+    LEVELS,
+    POWER_BY_HOST,
+    REASONS,
+    Level,
+    coverage,
+    hist_field,
+)
 
 FROM_RAW = ("power_p95_w", "l2_probe", "work")
 
@@ -39,6 +55,7 @@ FROM_RAW = ("power_p95_w", "l2_probe", "work")
 EDGE_NS = 120 * 10**9
 _EQUALS = re.compile(r"""^"(\w+)" = (true|'([^']*)')$""")
 _TAIL = re.compile(r"time\((\d+)s\)")
+_NAMES = re.compile(r'"?([A-Za-z_]\w*)"?\s*(?:=~|!~|!=|<>|=|<|>)')  # the keys a --where compares
 
 
 def _tally(rollup_name: str) -> tuple[str, Any] | None:
@@ -91,11 +108,16 @@ def _merge(op: str, old, new, later: bool):
 class RollupReport(Report):
     """The raw report's figures, the heavy measurements (gpu_power, gpu_clocks, gpu_memory) from rollups."""
 
+    # Up to this many power samples in the range, the 95th percentile is exact, from raw points
+    # (InfluxDB 1.6 sorts about 100,000 a second here); above, from the histograms (bench/RESULTS.md).
+    p95_raw_max_samples = 200_000
+
     def __init__(self, client, rng: Range, by: str = "model", where: str | None = None, reach=None):
         super().__init__(client, rng, by, where)
         self.reach = reach if reach is not None else coverage(client)
         self.pieces = plan(rng.start_ns, rng.end_ns, self.reach)
         self.from_raw = list(FROM_RAW)
+        self.approximate: dict[str, dict] = {}
         self._memo: dict[tuple, list[dict]] = {}
         self._memo_locks: dict[tuple, threading.Lock] = {}
         self._memo_lock = threading.Lock()
@@ -199,10 +221,17 @@ class RollupReport(Report):
     # -- the figures from rollups -----------------------------------------------------------------
     def _inventory(self) -> dict[tuple, dict]:
         gpus: dict[tuple, dict] = defaultdict(dict)
-        power = self._agg("gpu_power", ("power_count",), GPU_TAGS)
-        util = self._agg("gpu_memory", ("util_sum", "util_count"), GPU_TAGS)
-        clocks = self._agg("gpu_clocks", ("sm_clock_count", "max_sm_clock_count"), GPU_TAGS)
-        memory = self._agg("gpu_memory", ("util_count", "fb_used_count"), GPU_TAGS)
+        # Asked at once (the sections after reuse these rows): on InfluxDB 1.x at 8,000 GPUs each takes
+        # seconds, and one after another they were most of the report's time (bench/RESULTS.md).
+        with ThreadPoolExecutor(WORKERS) as pool:
+            asked = [pool.submit(self._agg, name, fields, GPU_TAGS) for name, fields in (
+                ("gpu_clocks", ("sm_clock_count", "max_sm_clock_count")),
+                ("gpu_memory", ("util_sum", "util_count", "fb_used_count")),
+                ("gpu_power", ("power_count",)))]
+            energy = pool.submit(self._energy_per_gpu)
+            clocks, memory, power = (a.result() for a in asked)
+            energy = energy.result()
+        util = memory
         for key, row in power.items():
             if row.get("power_count"):
                 gpus[key]["power_samples"] = row["power_count"]
@@ -211,9 +240,9 @@ class RollupReport(Report):
                 gpus[key]["util_mean_pct"] = row["util_sum"] / row["util_count"]
         for key in (*clocks, *memory):
             gpus.setdefault(key, {})
-        for key, (energy, first_t, last_t) in self._energy_per_gpu().items():
+        for key, (joules, first_t, last_t) in energy.items():
             gpus[key]["observed_s"] = (last_t - first_t) / 1e9
-            gpus[key]["energy_j"] = energy
+            gpus[key]["energy_j"] = joules
         return dict(gpus)
 
     def _energy_per_gpu(self) -> dict[tuple, tuple[float, int, int]]:
@@ -266,32 +295,97 @@ class RollupReport(Report):
         level = self.pieces[index][0]
         while level is not None:
             finer = next((lv for lv in reversed(LEVELS) if lv.seconds < level.seconds), None)
-            found = self._edge_times(which, level, finer, t).get(key)
+            found = self._edge_times(which, level, finer, t, key)
             if found is None:
                 return t  # the finer level or raw points are gone: the bucket's start
             t, level = found, finer
         return t
 
-    def _edge_times(self, which: str, level: Level, finer: Level | None, t: int) -> dict[tuple, int]:
+    def _edge_times(self, which: str, level: Level, finer: Level | None, t: int, key: tuple) -> int | None:
+        """Where in the bucket at `t` a GPU's first (last) sample lies, one level finer: asked first in
+        the bucket's first (last) finer bucket, where nearly every GPU has one, then in all of it."""
         memo = self.__dict__.setdefault("_edge_memo", {})
-        if (which, level.name, t) not in memo:
-            source, _ = self._from(finer, "gpu_power")
-            field = "energy_j" if finer is None else "energy_count"
-            fn = "FIRST" if which == "first" else "LAST"
-            rows = self.client.rows(f'SELECT {fn}("{field}") FROM {source} '
-                                    f'WHERE {self._piece_where(t, t + level.ns)} GROUP BY {", ".join(GPU_TAGS)}')
-            memo[(which, level.name, t)] = {_gpu_key(r): r["time"] for r in rows}
-        return memo[(which, level.name, t)]
+        step = finer.ns if finer else 60 * 10**9
+        near = (t, t + step) if which == "first" else (t + level.ns - step, t + level.ns)
+        for a, b in (near, (t, t + level.ns)):
+            if (which, level.name, a, b) not in memo:
+                source, _ = self._from(finer, "gpu_power")
+                field = "energy_j" if finer is None else "energy_count"
+                fn = "FIRST" if which == "first" else "LAST"
+                rows = self.client.rows(f'SELECT {fn}("{field}") FROM {source} '
+                                        f'WHERE {self._piece_where(a, b)} GROUP BY {", ".join(GPU_TAGS)}')
+                memo[(which, level.name, a, b)] = {_gpu_key(r): r["time"] for r in rows}
+            found = memo[(which, level.name, a, b)].get(key)
+            if found is not None:
+                return found
+        return None
 
     def _power(self, groups) -> None:
-        rows = self._group_agg("gpu_power", ("power_sum", "power_count"))
-        p95 = self._per_group('PERCENTILE("power_w", 95)', "gpu_power")  # raw: percentiles do not roll up
+        rows = self._group_agg("gpu_power", ("power_sum", "power_count", "power_max", "power_min"))
+        p95 = self._p95_from_histogram(rows)
+        if p95 is None:  # exact, from raw points: percentiles do not roll up
+            p95 = {k: r.get("percentile") for k, r in self._per_group('PERCENTILE("power_w", 95)', "gpu_power").items()}
+        else:
+            self.from_raw.remove("power_p95_w")
+            self.approximate["power_p95_w"] = {"method": "histogram", "bin_w": HIST_W, "bound_w": HIST_W / 2}
         for gkey, g in groups.items():
             r = rows.get(gkey, {})
             n = r.get("power_count") or 0
             g["power_samples"] = n
             g["power_mean_w"] = r["power_sum"] / n if n else None
-            g["power_p95_w"] = p95.get(gkey, {}).get("percentile")
+            g["power_p95_w"] = p95.get(gkey)
+
+    def _p95_from_histogram(self, rows: dict[tuple, dict]) -> dict[tuple, float] | None:
+        """Per group, the 95th percentile (nearest rank, as InfluxQL's PERCENTILE) from the power
+        histograms of the rollup pieces and the raw edges' own points, within HIST_W / 2: the midpoint
+        of the bin that holds the ranked sample, cut to the group's min and max. None (ask raw
+        points) where few samples make raw cheap, a raw piece is long, or a bin count is missing
+        (rollups backfilled before the histogram) or the ranked sample lies above the top bin; and
+        where the histogram, kept per host and model, does not hold the groups or --where's tags."""
+        total = sum(r.get("power_count") or 0 for r in rows.values())
+        raw_ns = sum(b - a for lv, a, b in self.pieces if lv is None)
+        if total <= self.p95_raw_max_samples or raw_ns > 2 * EDGE_NS:
+            return None
+        tags = HISTOGRAM[0].tags  # per host and model: --by gpu, or a --where on other tags, reads raw
+        if not set(self.group_tags) <= set(tags) or not self._where_within(tags):
+            return None
+        counts: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        names = [f.name for r in HISTOGRAM for f in r.fields]
+        by = ", ".join(f'"{t}"' for t in self.group_tags)
+        for level, a, b in self.pieces:
+            if level is None:
+                for row in self.client.rows(f'SELECT "power_w" FROM "gpu_power" WHERE {self._piece_where(a, b)} GROUP BY {by}'):
+                    v = row.get("power_w")
+                    if v is not None:
+                        key = tuple(row.get(t, "") for t in self.group_tags)
+                        counts[key][hist_field(int(v // HIST_W * HIST_W) if v < HIST_TOP_W else None)] += 1
+                continue
+            select = ", ".join(f'SUM("{n}") AS "{n}"' for n in names)
+            source = f'"{self.client.conn.database}"."{level.name}"."{HIST_MEASUREMENT}"'
+            for row in self.client.rows(f"SELECT {select} FROM {source} WHERE {self._piece_where(a, b)} GROUP BY {by}"):
+                key = tuple(row.get(t, "") for t in self.group_tags)
+                for n in names:
+                    if row.get(n):
+                        counts[key][n] += row[n]
+        out = {}
+        for gkey, r in rows.items():
+            n = r.get("power_count") or 0
+            if not n:
+                continue
+            bins = counts.get(gkey, {})
+            if sum(bins.values()) != n:
+                return None
+            rank, seen = math.floor(n * 0.95 + 0.5), 0.0
+            for name in names:
+                seen += bins.get(name, 0)
+                if seen >= rank:
+                    break
+            if name == hist_field(None):
+                return None
+            lo = int(name[1:])
+            lo, hi = max(lo, r.get("power_min", lo)), min(lo + HIST_W, r.get("power_max", lo + HIST_W))
+            out[gkey] = (lo + hi) / 2
+        return out
 
     def _clocks(self, groups) -> None:
         rows = self._group_agg("gpu_clocks", ("sm_clock_sum", "sm_clock_count", "max_sm_clock_sum",
@@ -340,35 +434,107 @@ class RollupReport(Report):
 
     def _health(self, groups) -> None:
         """health_gpu_hours from the per-verdict sample counts of the rollups, in the raw report's buckets
-        (gpuagent.compare.health); from raw points where a verdict the rollups do not count was written."""
+        (gpuagent.compare.health); from raw points where a verdict the rollups do not count was written.
+        Levels coarser than the bucket (1h, where the bucket divides an hour) count a GPU's piece whole
+        when it held one verdict in every minute with samples (bucket 1 min) or in every minute at all;
+        its other GPUs' minutes are read from the 1m level."""
         span = (self.range.end_ns - self.range.start_ns) / 1e9
         bucket = bucket_for(span)
-        pieces = plan(self.range.start_ns, self.range.end_ns, self.reach, max_s=bucket)
-        tail = f", time({bucket}s) fill(none)"
-        # Keyed as the raw report keys them: (gpu key, bucket time).
-        total = {(k[:-1], k[-1]): r["verdict_count"] for k, r in self._agg(
-            "gpu_health", ("verdict_count",), GPU_TAGS, pieces, tail).items() if r.get("verdict_count")}
-        per_word = {}
-        for word in VERDICTS:
-            found = {(k[:-1], k[-1]): r["n"] for k, r in self._agg(
-                f"gpu_health_{word}", ("n",), GPU_TAGS, pieces, tail).items() if r.get("n")}
-            if found:
-                per_word[word] = found
+        levels = tuple(lv for lv in LEVELS if bucket % lv.seconds == 0 or lv.seconds % bucket == 0)
+        pieces = plan(self.range.start_ns, self.range.end_ns, self.reach, levels)
+        fine = [p for p in pieces if p[0] is None or p[0].seconds <= bucket]
+        for g in groups.values():
+            g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
+        whole: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        detail: list[tuple[Piece, list[tuple]]] = []
+        for piece in pieces:
+            if piece in fine:
+                continue
+            gpus = self._whole_hours(piece, bucket, whole)
+            if gpus is None:
+                return self._health_raw(groups)
+            if gpus:
+                detail.append((piece, gpus))
+        total, per_word = self._health_counts(fine, bucket, "")
+        for piece, gpus in detail:
+            minute = next(lv for lv in LEVELS if lv.seconds == 60)
+            sub = [(minute, piece[1], piece[2])]
+            for i in range(0, len(gpus), 100):  # tags asked by name: InfluxDB finds them in its index
+                cond = " OR ".join(f"\"uuid\" = '{k[1]}'" for k in gpus[i:i + 100])
+                t, w = self._health_counts(sub, bucket, f"({cond})")
+                total.update(t)
+                for word, found in w.items():
+                    per_word.setdefault(word, {}).update(found)
         counted: dict[tuple, float] = defaultdict(float)
         for found in per_word.values():
             for k, n in found.items():
                 counted[k] += n
         if any(counted.get(k, 0) != n for k, n in total.items()):
-            health_hours(self, groups)  # another word among the verdicts: counted from raw points
-            self.from_raw.append("health_gpu_hours")
-            return
-        for g in groups.values():
-            g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
-        add_hours(self, groups, total, per_word, bucket)
+            return self._health_raw(groups)
+        add_hours(self, groups, total, {w: f for w, f in per_word.items() if f}, bucket)
+        for gkey, hours in whole.items():
+            if gkey in groups:
+                for word, h in hours.items():
+                    groups[gkey]["health_gpu_hours"][word] += h
+
+    def _health_raw(self, groups) -> None:
+        health_hours(self, groups)  # another word among the verdicts: counted from raw points
+        self.from_raw.append("health_gpu_hours")
+
+    def _health_counts(self, pieces: list[Piece], bucket: int, extra: str) -> tuple[dict, dict[str, dict]]:
+        """Sample counts per (gpu key, bucket time): all verdicts, and per verdict word."""
+        if not pieces:
+            return {}, {}
+        tail = f", time({bucket}s) fill(none)"
+
+        def counts(name: str, field: str) -> dict:
+            if extra:
+                rows = []
+                for level, a, b in pieces:
+                    source, cond = self._from(level, name)
+                    where = self._piece_where(a, b, " AND ".join(c for c in (cond, extra) if c))
+                    rows += self.client.rows(f'SELECT SUM("{field}") AS "{field}" FROM {source} WHERE {where} '
+                                             f'GROUP BY {", ".join(GPU_TAGS)}{tail}')
+                return {(_gpu_key(r), r["time"]): r[field] for r in rows if r.get(field)}
+            return {(k[:-1], k[-1]): r[field] for k, r in self._agg(name, (field,), GPU_TAGS, pieces, tail).items()
+                    if r.get(field)}
+
+        return counts("gpu_health", "verdict_count"), {w: counts(f"gpu_health_{w}", "n") for w in VERDICTS}
+
+    def _whole_hours(self, piece: Piece, bucket: int, whole: dict) -> list[tuple] | None:
+        """Add to `whole` (per group and verdict) the GPU-hours of the GPUs that held one verdict over a
+        coarse piece in every minute with samples (bucket 1 min) or in all of its minutes; the other GPUs
+        with verdicts there (to read from the 1m level), or None where an unknown verdict was written."""
+        total = self._agg("gpu_health", ("verdict_count",), GPU_TAGS, [piece])
+        minutes = self._agg("gpu_health_minutes", ("minutes",), GPU_TAGS, [piece])
+        words = {w: self._agg(f"gpu_health_{w}", ("n",), GPU_TAGS, [piece]) for w in VERDICTS}
+        all_minutes = (piece[2] - piece[1]) // (60 * 10**9)
+        rest = []
+        for key, r in total.items():
+            n = r.get("verdict_count") or 0
+            if not n:
+                continue
+            found = {w: got[key]["n"] for w, got in words.items() if (got.get(key) or {}).get("n")}
+            if sum(found.values()) != n:
+                return None
+            m = (minutes.get(key) or {}).get("minutes")
+            if len(found) == 1 and m and (bucket == 60 or m == all_minutes):
+                whole[self._group_of(key)][next(iter(found))] += m * 60 / 3600
+            else:
+                rest.append(key)
+        return rest
+
+    def _where_within(self, tags) -> bool:
+        """Whether --where names only these tags (a rollup that keeps only them then serves it)."""
+        return not set(_NAMES.findall(self.where or "")) - set(tags)
 
     def _p2p(self, groups, gpus) -> None:
-        nvlink = {k for k, r in self._agg("gpu_p2p_nvlink", ("n",), GPU_TAGS).items() if r.get("n")}
-        pcie = {k for k, r in self._agg("gpu_p2p_pcie", ("n",), GPU_TAGS).items() if r.get("n")}
+        # The per-GPU rollups rather than per pair, where --where allows and they were written (rollups
+        # backfilled before they existed hold only the per-pair ones).
+        names = {r.get("name") for r in self.client.rows("SHOW MEASUREMENTS WITH MEASUREMENT =~ /^gpu_p2p_/")}
+        by_gpu = "_gpu" if self._where_within(GPU_TAGS) and {"gpu_p2p_nvlink_gpu", "gpu_p2p_pcie_gpu"} <= names else ""
+        nvlink = {k for k, r in self._agg(f"gpu_p2p_nvlink{by_gpu}", ("n",), GPU_TAGS).items() if r.get("n")}
+        pcie = {k for k, r in self._agg(f"gpu_p2p_pcie{by_gpu}", ("n",), GPU_TAGS).items() if r.get("n")}
         add_p2p(groups, gpus, nvlink, pcie, self._group_of)
 
     def _mig(self, groups, gpus) -> None:
@@ -423,7 +589,7 @@ class RollupReport(Report):
         bucket = bucket_seconds(span)
         # Only levels whose buckets fit whole in the series' buckets.
         pieces = plan(self.range.start_ns, self.range.end_ns, self.reach, max_s=bucket)
-        rows = self._agg("gpu_power", ("power_sum", "power_count"), self.group_tags, pieces,
+        rows = self._agg(self._series_rollup(), ("power_sum", "power_count"), self.group_tags, pieces,
                          tail=f", time({bucket}s) fill(none)")
         lines: dict[str, list] = defaultdict(list)
         for key, r in rows.items():
@@ -431,6 +597,14 @@ class RollupReport(Report):
             if gkey in groups and r.get("power_count"):
                 lines[groups[gkey]["label"]].append([t, r["power_sum"] / r["power_count"]])
         return {"bucket_s": bucket, "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())}}
+
+    def _series_rollup(self) -> str:
+        """gpu_power_host (a series per host, not per GPU) where the groups and --where need only its
+        tags and it reaches as far as gpu_power; else gpu_power."""
+        tags = set(POWER_BY_HOST.tags)
+        if not set(self.group_tags) <= tags or not self._where_within(tags):
+            return "gpu_power"
+        return POWER_BY_HOST.name if coverage(self.client, POWER_BY_HOST.name) == self.reach else "gpu_power"
 
     def build(self) -> dict[str, Any]:
         doc = super().build()
@@ -442,6 +616,7 @@ class RollupReport(Report):
             "pieces": [{"from": rfc3339(a), "to": rfc3339(b), "level": lv.name if lv else "raw"}
                        for lv, a, b in self.pieces],
             "from_raw": self.from_raw,
+            "approximate": self.approximate,
         })
         return doc
 

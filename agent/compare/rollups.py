@@ -6,7 +6,9 @@ from `gpuagent_1m` (every field combines: sums and counts add, max/min/first/las
 are sums and counts rather than means, so a mean over any set of buckets is exact; the energy
 counter keeps its first and last value per bucket, so the increase over buckets is exact while the
 counter does not reset (a reset costs up to one bucket instead of one interval). The 95th
-percentile does not roll up: compare computes it from raw points (gpuagent.compare.rollup_report).
+percentile does not roll up; a histogram of power samples per host and model does (HISTOGRAM), from
+which compare takes an approximate one (gpuagent.compare.rollup_report). Some rollups keep fewer
+tags than every tag (fewer series, which InfluxDB 1.x pays for): `Rollup.tags`.
 """
 
 from __future__ import annotations
@@ -63,6 +65,12 @@ class Rollup:
     source: str  # the raw measurement
     where: str  # condition on the raw points ('' for none)
     fields: tuple[Field, ...]
+    into: str = ""  # the measurement written, when several rollups share one (default: name)
+    tags: tuple[str, ...] = ()  # the tags kept (default: every tag, GROUP BY *)
+
+    @property
+    def measurement(self) -> str:
+        return self.into or self.name
 
 
 ROLLUPS = (
@@ -117,7 +125,40 @@ ROLLUPS += (
         Field("vgpu_type_id_count", 'COUNT("vgpu_type_id")', "SUM"),
     )),
 )
-BY_NAME = {r.name: r for r in ROLLUPS}
+
+# The 95th percentile does not roll up; a histogram does. Per host and model (a host's GPUs in one
+# series: compare's percentile is per model or host) and bucket, the count of power_w samples in each
+# HIST_W-wide bin from 0 W up to HIST_TOP_W (fields p0000, p0020, ...; p_over above), all in one
+# measurement (points of one series and time merge their fields). InfluxQL has no conditional
+# aggregation: one statement per bin. Not in ROLLUPS: the recording rules
+# (gpuagent.compare.rollup_rules) are generated from ROLLUPS, and PromQL keeps its own percentile.
+HIST_W = 20
+HIST_TOP_W = 1600
+HIST_MEASUREMENT = "gpu_power_hist"
+
+
+def hist_field(lo: int | None) -> str:
+    return "p_over" if lo is None else f"p{lo:04d}"
+
+
+HISTOGRAM = tuple(
+    Rollup(f"{HIST_MEASUREMENT}_{hist_field(lo)}", "gpu_power",
+           f'"power_w" >= {lo} AND "power_w" < {lo + HIST_W}' if lo is not None else f'"power_w" >= {HIST_TOP_W}',
+           (Field(hist_field(lo), 'COUNT("power_w")', "SUM"),), into=HIST_MEASUREMENT, tags=("host", "model"))
+    for lo in (*range(0, HIST_TOP_W, HIST_W), None)
+)
+# Per GPU and bucket, the minutes with a verdict (1 per minute, summed by the 1h level): an hour
+# of one verdict in every minute then counts whole without reading its minutes (health_gpu_hours).
+HEALTH_MINUTES = Rollup("gpu_health_minutes", "gpu_health", "",
+                        (Field("minutes", 'COUNT("verdict") / COUNT("verdict")', "SUM"),))
+# Power per host and model (few series: a host's GPUs in one): the power series of --by model|host.
+POWER_BY_HOST = Rollup("gpu_power_host", "gpu_power", "", _sum_count("power", "power_w"), tags=("host", "model"))
+# The P2P tallies per GPU, its peers in one (the per-pair rollups above hold 7 series per GPU of 8).
+GPU_ONLY = ("host", "uuid", "model", "gpu")
+P2P_BY_GPU = tuple(Rollup(f"{r.name}_gpu", r.source, r.where, r.fields, tags=GPU_ONLY)
+                   for r in ROLLUPS if r.source == "gpu_p2p")
+EVERY = ROLLUPS + HISTOGRAM + (HEALTH_MINUTES, POWER_BY_HOST, *P2P_BY_GPU)  # what init, backfill and status set up
+BY_NAME = {r.name: r for r in EVERY}
 
 
 def select_into(db: str, level: Level, rollup: Rollup) -> tuple[str, str, str]:
@@ -127,15 +168,17 @@ def select_into(db: str, level: Level, rollup: Rollup) -> tuple[str, str, str]:
         source = f'"{rollup.source}"'
     else:
         select = ", ".join(f"{f.over_rollup()} AS \"{f.name}\"" for f in rollup.fields)
-        source = f'"{db}"."{level.source_rp}"."{rollup.name}"'
-    return select, f'"{db}"."{level.name}"."{rollup.name}"', source
+        source = f'"{db}"."{level.source_rp}"."{rollup.measurement}"'
+    return select, f'"{db}"."{level.name}"."{rollup.measurement}"', source
 
 
 def statement(db: str, level: Level, rollup: Rollup, time_clause: str = "") -> str:
     select, into, source = select_into(db, level, rollup)
     conds = [c for c in (time_clause, rollup.where if level.source_rp is None else "") if c]
     where = f" WHERE {' AND '.join(conds)}" if conds else ""
-    return f"SELECT {select} INTO {into} FROM {source}{where} GROUP BY time({level.every}), *"
+    # fill(none): buckets without a matching point write nothing (not a count of 0 per bin).
+    tags = ", ".join(f'"{t}"' for t in rollup.tags) or "*"
+    return f"SELECT {select} INTO {into} FROM {source}{where} GROUP BY time({level.every}), {tags} fill(none)"
 
 
 def cq_name(level: Level, rollup: Rollup) -> str:
@@ -166,7 +209,7 @@ def init(client: InfluxQL) -> list[str]:
             made.append(f"retention policy {level.name}")
     existing = _continuous_queries(client)
     for level in LEVELS:
-        for rollup in ROLLUPS:
+        for rollup in EVERY:
             name = cq_name(level, rollup)
             if name not in existing:
                 client.query(cq_statement(db, level, rollup), post=True)
@@ -183,22 +226,24 @@ def _continuous_queries(client: InfluxQL) -> dict[str, str]:
     return out
 
 
-def backfill(client: InfluxQL, start_ns: int, end_ns: int, chunk_s: int = 3600, echo=None) -> int:
+def backfill(client: InfluxQL, start_ns: int, end_ns: int, chunk_s: int = 3600, echo=None,
+             levels: tuple[Level, ...] = LEVELS) -> int:
     """The continuous queries' SELECT ... INTO over [start, end), from the start of start's hour to the
     last whole bucket of each level, level by level
-    (the 1h level reads what the 1m level wrote), in chunks of `chunk_s`; points written."""
+    (the 1h level reads what the 1m level wrote), in chunks of `chunk_s`; points written. `levels`:
+    only those (the 1h level alone: hours from 1-minute rollups written some other way)."""
     _require(client)
     db, written = client.conn.database, 0
     # Every level from the coarsest level's bucket edge: its first bucket then reads whole finer buckets.
     start_ns = start_ns // LEVELS[-1].ns * LEVELS[-1].ns
-    for level in LEVELS:
+    for level in levels:
         a = start_ns
         b = end_ns // level.ns * level.ns
         step = max(chunk_s * 10**9 // level.ns, 1) * level.ns
         while a < b:
             c = min(a + step, b)
             clause = f"time >= '{rfc3339(a)}' AND time < '{rfc3339(c)}'"
-            for rollup in ROLLUPS:
+            for rollup in EVERY:
                 for row in client.rows(statement(db, level, rollup, clause)):
                     written += int(row.get("written") or 0)
             a = c
@@ -216,8 +261,9 @@ def _require(client: InfluxQL) -> None:
         )
 
 
-def coverage(client: InfluxQL) -> dict[str, tuple[int, int] | None]:
-    """Per level, [first bucket, last bucket + resolution) of its gpu_power rollup; None when empty or absent."""
+def coverage(client: InfluxQL, measurement: str = "gpu_power") -> dict[str, tuple[int, int] | None]:
+    """Per level, [first bucket, last bucket + resolution) of a rollup (its power_count: gpu_power's,
+    gpu_power_host's); None when empty or absent."""
     db = client.conn.database
     policies = {r["name"] for r in client.rows("SHOW RETENTION POLICIES")}
     out: dict[str, tuple[int, int] | None] = {}
@@ -225,7 +271,7 @@ def coverage(client: InfluxQL) -> dict[str, tuple[int, int] | None]:
         if level.name not in policies:
             out[level.name] = None
             continue
-        m = f'"{db}"."{level.name}"."gpu_power"'
+        m = f'"{db}"."{level.name}"."{measurement}"'
         first = client.rows(f'SELECT FIRST("power_count") FROM {m}')
         last = client.rows(f'SELECT LAST("power_count") FROM {m}')
         out[level.name] = (first[0]["time"], last[0]["time"] + level.ns) if first and last else None
@@ -240,7 +286,7 @@ def status(client: InfluxQL) -> dict:
     levels = []
     for level in LEVELS:
         span = reach.get(level.name)
-        names = [cq_name(level, r) for r in ROLLUPS]
+        names = [cq_name(level, r) for r in EVERY]
         levels.append({
             "retention_policy": level.name,
             "resolution_s": level.seconds,

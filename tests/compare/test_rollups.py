@@ -241,6 +241,9 @@ def test_each_measurement_is_asked_once_per_piece(rolled_db, influxdb_v1):
     raw_pieces = sum(p["level"] == "raw" for p in doc["source"]["pieces"])
     clocks = [q for q in asked if ' FROM "gpu_clocks" ' in q]
     assert len(clocks) == 2 * raw_pieces, clocks
+    # The power series by model from the per-host rollup (a series per host, not per GPU).
+    series = [q for q in asked if "time(" in q and "power_sum" in q]
+    assert series and all('"gpu_power_host"' in q for q in series if "gpuagent_1m" in q)
 
 
 def test_rollups_take_a_timeout_as_compare_does(influxdb_v1, cli, fresh_db):
@@ -252,3 +255,136 @@ def test_rollups_take_a_timeout_as_compare_does(influxdb_v1, cli, fresh_db):
     for command in (("init",), ("backfill", "--since", "1h"), ("status",)):
         result = cli("rollups", *command, "--timeout", "120s", *conn)
         assert result.exit_code == 0, result.output
+
+
+def _reports(server, db, start_ns, stop_ns, by, **attrs):
+    """(from rollups, from raw points) as documents, the rollup report's class attributes set."""
+    from gpuagent.compare.query import InfluxQL, connection_from
+    from gpuagent.compare.report import Range, Report
+    from gpuagent.compare.rollup_report import RollupReport
+
+    client = InfluxQL(connection_from(None, server.url, db))
+    report = RollupReport(client, Range(start_ns, stop_ns), by)
+    for name, value in attrs.items():
+        setattr(report, name, value)
+    return report.build(), Report(client, Range(start_ns, stop_ns), by).build()
+
+
+@pytest.mark.parametrize("by", ["model", "host"])
+def test_p95_from_the_histograms_is_within_half_a_bin(rolled_db, influxdb_v1, by):
+    """Past p95_raw_max_samples the 95th percentile comes from the rollups' power histograms (and
+    the raw edges' points): within HIST_W / 2 of the raw PERCENTILE, said so in source and under the
+    table; the rest exact."""
+    from gpuagent.compare.render import render_table
+    from gpuagent.compare.rollups import HIST_W
+
+    db, end_ns = rolled_db
+    start_ns, stop_ns = end_ns - DURATION_S * 10**9 + 437 * 10**9 + 1234, end_ns - 83 * 10**9
+    rolled, raw = _reports(influxdb_v1, db, start_ns, stop_ns, by, p95_raw_max_samples=0)
+    assert rolled["source"]["approximate"] == {"power_p95_w": {"method": "histogram", "bin_w": HIST_W,
+                                                               "bound_w": HIST_W / 2}}
+    assert "power_p95_w" not in rolled["source"]["from_raw"]
+    assert "raw" in [p["level"] for p in rolled["source"]["pieces"]]  # raw edges binned too
+    assert f"within {HIST_W / 2:g} W of the exact value" in render_table(rolled)
+    assert "approximate" not in render_table(raw)
+    off = []
+    for a, b in zip(rolled["groups"], raw["groups"], strict=True):
+        assert a["label"] == b["label"]
+        assert abs(a["power_p95_w"] - b["power_p95_w"]) <= HIST_W / 2, (a["label"], a["power_p95_w"], b["power_p95_w"])
+        off.append(a.pop("power_p95_w") != b.pop("power_p95_w"))
+    assert any(off)  # approximate indeed: the test would not see an exact answer passed off as one
+    for doc in (rolled, raw):
+        doc.pop("source")
+    _same(rolled, raw)
+
+
+@pytest.mark.parametrize("by", ["gpu", "model where uuid"])
+def test_p95_from_raw_points_where_the_histograms_do_not_hold_the_groups(rolled_db, influxdb_v1, by):
+    """The histograms are per host and model: --by gpu, or a --where on another tag, reads raw points."""
+    db, end_ns = rolled_db
+    start_ns, stop_ns = end_ns - DURATION_S * 10**9 + 437 * 10**9, end_ns - 83 * 10**9
+    from gpuagent.compare.query import InfluxQL, connection_from
+    from gpuagent.compare.report import Range, Report
+    from gpuagent.compare.rollup_report import RollupReport
+
+    client = InfluxQL(connection_from(None, influxdb_v1.url, db))
+    uuids = sorted({r["uuid"] for r in client.rows('SELECT LAST("power_w") FROM "gpu_power" GROUP BY "uuid"')})
+    where = None if by == "gpu" else " OR ".join(f"uuid = '{u}'" for u in uuids[:5])
+    report = RollupReport(client, Range(start_ns, stop_ns), by.split()[0], where)
+    report.p95_raw_max_samples = 0
+    rolled, raw = report.build(), Report(client, Range(start_ns, stop_ns), by.split()[0], where).build()
+    assert rolled["source"]["approximate"] == {} and "power_p95_w" in rolled["source"]["from_raw"]
+    for doc in (rolled, raw):
+        doc.pop("source")
+    _same(rolled, raw)
+
+
+def test_p95_from_raw_points_where_a_histogram_bin_is_missing(rolled_db, influxdb_v1):
+    """A histogram that does not hold every sample (rollups backfilled before it, a bin dropped) is
+    not used: the percentile is then exact, from raw points."""
+    from gpuagent.compare import rollup_report
+
+    db, end_ns = rolled_db
+    start_ns, stop_ns = end_ns - DURATION_S * 10**9 + 437 * 10**9, end_ns - 83 * 10**9
+    names = rollup_report.HISTOGRAM
+    try:
+        rollup_report.HISTOGRAM = names[:5] + names[6:]  # as if a bin's counts were absent
+        rolled, raw = _reports(influxdb_v1, db, start_ns, stop_ns, "model", p95_raw_max_samples=0)
+    finally:
+        rollup_report.HISTOGRAM = names
+    assert rolled["source"]["approximate"] == {} and "power_p95_w" in rolled["source"]["from_raw"]
+    for doc in (rolled, raw):
+        doc.pop("source")
+    _same(rolled, raw)
+
+
+def test_health_hours_of_one_verdict_come_whole_from_the_1h_level(rolled_db, influxdb_v1):
+    """A GPU's hour of one verdict in every minute counts whole from the 1h level; only the GPU with
+    two verdicts (_write_verdicts) has its minutes read from the 1m level, asked by its uuid."""
+    from gpuagent.compare.query import InfluxQL, connection_from
+    from gpuagent.compare.report import Range, Report
+    from gpuagent.compare.rollup_report import RollupReport
+
+    db, end_ns = rolled_db
+    asked = []
+
+    class Counting(InfluxQL):
+        def rows(self, q):
+            asked.append(q)
+            return super().rows(q)
+
+    start_ns, stop_ns = end_ns - DURATION_S * 10**9 + 437 * 10**9, end_ns - 83 * 10**9
+    client = Counting(connection_from(None, influxdb_v1.url, db))
+    rolled = RollupReport(client, Range(start_ns, stop_ns), "gpu").build()
+    raw = Report(client, Range(start_ns, stop_ns), "gpu").build()
+    assert "health_gpu_hours" not in rolled["source"]["from_raw"]
+    assert any('"gpuagent_1h"."gpu_health_minutes"' in q for q in asked)
+    by_uuid = [q for q in asked if '"gpuagent_1m"."gpu_health' in q and '"uuid" = ' in q]
+    assert by_uuid and all(q.count('"uuid" = ') == 1 for q in by_uuid)
+    assert sum(g["health_gpu_hours"]["degraded"] for g in rolled["groups"]) > 0
+    for doc in (rolled, raw):
+        doc.pop("source")
+    _same(rolled, raw)
+
+
+def test_the_1h_level_backfilled_alone_from_the_1m_level(influxdb_v1, cli, fresh_db):
+    """The cascade: 1-minute rollups first, then the 1h level alone from them (as for 1-minute rollups
+    written some other way, bench.compare_scale.rollups_day): every figure still equals raw."""
+    from gpuagent.compare import rollups
+    from gpuagent.compare.query import InfluxQL, connection_from
+
+    end_s = int(time.time()) // 60 * 60 - 60
+    _one_gpu(influxdb_v1, cli, fresh_db, end_s, "1m")  # init, and a backfill of the last minute only
+    client = InfluxQL(connection_from(None, influxdb_v1.url, fresh_db))
+    client.conn.retention_policy = ""
+    a, b = (end_s - 5 * 3600) * 10**9, time.time_ns()
+    assert rollups.backfill(client, a, b, levels=rollups.LEVELS[:1]) > 0
+    assert rollups.coverage(client)["gpuagent_1h"] is None
+    assert rollups.backfill(client, a, b, levels=rollups.LEVELS[1:]) > 0
+    start_ns, stop_ns = (end_s - 3 * 3600 - 7) * 10**9, (end_s - 13) * 10**9
+    rolled = _compare(cli, influxdb_v1, fresh_db, start_ns, stop_ns)
+    raw = _compare(cli, influxdb_v1, fresh_db, start_ns, stop_ns, "--raw")
+    assert "gpuagent_1h" in [p["level"] for p in rolled["source"]["pieces"]]
+    for doc in (rolled, raw):
+        doc.pop("source")
+    _same(rolled, raw)
