@@ -30,14 +30,21 @@ servers = _load_servers()
 # out a deadline by design (the dripping server). A new fixture that starts one goes here; a
 # slow test that uses none of them carries @pytest.mark.slow itself. tests/test_fast_lane.py
 # checks that every name here is still a fixture of the repository.
-SLOW_FIXTURES = frozenset({
-    "influxdb_v1", "influxdb_v1_factory", "victoria_metrics", "victoria_metrics_factory",
-    "prometheus_factory", "slurm_cluster",  # this file
-    "grafana_influx", "grafana_prometheus",  # tests/grafana/conftest.py: a real agent feeds them
-    "agent_run",  # tests/daemon/conftest.py: `gpuagent run` under a notify socket
-    "running_agent",  # plugins/health/tests/test_health_command.py: `gpuagent run` writing its state
-    "dripping_server",  # this file: each test waits for a client's deadline
-})
+SLOW_FIXTURES = frozenset(
+    {
+        "influxdb_v1",
+        "influxdb_v1_factory",
+        "victoria_metrics",
+        "victoria_metrics_factory",
+        "prometheus_factory",
+        "slurm_cluster",  # this file
+        "grafana_influx",
+        "grafana_prometheus",  # tests/grafana/conftest.py: a real agent feeds them
+        "agent_run",  # tests/daemon/conftest.py: `gpuagent run` under a notify socket
+        "running_agent",  # plugins/health/tests/test_health_command.py: `gpuagent run` writing its state
+        "dripping_server",  # this file: each test waits for a client's deadline
+    }
+)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -306,7 +306,8 @@ def format_validation_error(exc: ValidationError, prefix: tuple[str, ...] = ()) 
 
 def _type_name(value: Any) -> str:
     return {bool: "boolean", int: "number", float: "number", str: "string", dict: "table", list: "array"}.get(
-        type(value), type(value).__name__)
+        type(value), type(value).__name__
+    )
 
 
 def show_value(value: Any) -> str:

@@ -112,7 +112,8 @@ class PluginHost:
             # A misspelt name would otherwise leave the plugin it meant running, silently.
             log.warning(
                 "GPUAGENT_DISABLE_PLUGINS: no plugin named %s (known: %s)",
-                ", ".join(map(repr, unknown)), ", ".join(sorted(self.plugins)),
+                ", ".join(map(repr, unknown)),
+                ", ".join(sorted(self.plugins)),
             )
         # Each plugin passed its own check in _load; this is the safety net.
         self.pm.check_pending()
@@ -169,7 +170,9 @@ class PluginHost:
                     raise TypeError(f"{cls.__name__}.Config must subclass gpuagent.{base.Config.__name__}")
                 owner = next((p for p in self.plugins.values() if cls.name in getattr(p, kind)), None)
                 if cls.name in registry and owner is not _info:
-                    raise ValueError(f"{kind[:-1]} {cls.name!r} is already registered by plugin {owner.name if owner else '?'}")
+                    raise ValueError(
+                        f"{kind[:-1]} {cls.name!r} is already registered by plugin {owner.name if owner else '?'}"
+                    )
                 registry[cls.name] = cls
                 getattr(_info, kind).append(cls.name)
 

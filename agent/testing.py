@@ -73,9 +73,7 @@ def simulated_fleet(sim_clock) -> Iterator[Any]:
         machine = sim.install(spec, seed=seed, clock=clock or sim_clock, scenario=scenario)
         started.append(machine)
         pynvml.nvmlInit()
-        machine.gpus = [
-            Gpu(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())
-        ]
+        machine.gpus = [Gpu(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
         return machine
 
     def _teardown() -> None:

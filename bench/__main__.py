@@ -11,12 +11,32 @@ import sys
 import time
 import traceback
 
-ROWS = ("cycle", "gpustat", "steady", "serialise", "replay", "writeahead", "probe", "nvidia_smi", "compare_scale",
-        "compare_work", "compare_rollups", "compare_rollups_vm", "top")
-MODULES = {"nvidia_smi": "nvml_cost", "compare_work": "compare_scale", "compare_rollups": "compare_scale",
-           "compare_rollups_vm": "compare_scale"}  # row name -> module, where they differ
-FUNCTIONS = {"compare_work": "run_work", "compare_rollups": "run_rollups",
-             "compare_rollups_vm": "run_rollups_vm"}  # row name -> function, where not run()
+ROWS = (
+    "cycle",
+    "gpustat",
+    "steady",
+    "serialise",
+    "replay",
+    "writeahead",
+    "probe",
+    "nvidia_smi",
+    "compare_scale",
+    "compare_work",
+    "compare_rollups",
+    "compare_rollups_vm",
+    "top",
+)
+MODULES = {
+    "nvidia_smi": "nvml_cost",
+    "compare_work": "compare_scale",
+    "compare_rollups": "compare_scale",
+    "compare_rollups_vm": "compare_scale",
+}  # row name -> module, where they differ
+FUNCTIONS = {
+    "compare_work": "run_work",
+    "compare_rollups": "run_rollups",
+    "compare_rollups_vm": "run_rollups_vm",
+}  # row name -> function, where not run()
 
 
 def machine() -> dict:
@@ -67,7 +87,13 @@ def main(argv=None) -> int:
         for r in results:
             figure = r.get("error") or f"{r['figure']} {r.get('unit', '')}"
             detail = ", ".join(f"{k}={v}" for k, v in (r.get("detail") or {}).items())
-            table.add_row(r["name"], figure, r.get("goal", ""), "n/a" if r.get("holds", False) is None else "yes" if r.get("holds") else "NO", detail)
+            table.add_row(
+                r["name"],
+                figure,
+                r.get("goal", ""),
+                "n/a" if r.get("holds", False) is None else "yes" if r.get("holds") else "NO",
+                detail,
+            )
         Console(width=140).print(table)
     return 0
 

@@ -61,8 +61,26 @@ def _cli(*args):
 
 
 def _build(url: str, db: str, hosts: int, end_s: int, jobs: int, scenario: str | None = None) -> tuple[int, float]:
-    args = ["sim", "fleet", "--url", url, "--database", db, "--hosts", str(hosts), "--duration", f"{DURATION_S}s",
-            "--step", f"{STEP_S}s", "--end", str(end_s), "--distinct", "4", "--jobs", str(jobs)]
+    args = [
+        "sim",
+        "fleet",
+        "--url",
+        url,
+        "--database",
+        db,
+        "--hosts",
+        str(hosts),
+        "--duration",
+        f"{DURATION_S}s",
+        "--step",
+        f"{STEP_S}s",
+        "--end",
+        str(end_s),
+        "--distinct",
+        "4",
+        "--jobs",
+        str(jobs),
+    ]
     if scenario:
         args += ["--scenario", scenario]
     for spec in SPECS:
@@ -80,23 +98,40 @@ QUERY_TIMEOUT = "600s"  # a slow engine is measured, not cut off at compare's de
 
 def _compare(args: list[str], end_s: int, span_s: int = DURATION_S, docs: dict | None = None, key: str = "") -> dict:
     cpu0, t0 = time.process_time(), time.perf_counter()
-    result = _cli("compare", *args, "--start", str(end_s - span_s), "--end", str(end_s), "--format", "json",
-                  "--timeout", QUERY_TIMEOUT)
+    result = _cli(
+        "compare",
+        *args,
+        "--start",
+        str(end_s - span_s),
+        "--end",
+        str(end_s),
+        "--format",
+        "json",
+        "--timeout",
+        QUERY_TIMEOUT,
+    )
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     if result.exit_code != 0:  # one engine failing still leaves the other's figure
         return {"wall_s": round(wall, 2), "client_cpu_s": round(cpu, 2), "error": result.output.strip()[-300:]}
     doc = json.loads(result.stdout)
     if docs is not None:
         docs[key] = doc
-    out = {"wall_s": round(wall, 2), "client_cpu_s": round(cpu, 2), "gpus": sum(g["gpus"] for g in doc["groups"]),
-           "source": {k: doc["source"][k] for k in ("kind", "resolution", "from_raw", "approximate") if k in doc["source"]}}
+    out = {
+        "wall_s": round(wall, 2),
+        "client_cpu_s": round(cpu, 2),
+        "gpus": sum(g["gpus"] for g in doc["groups"]),
+        "source": {
+            k: doc["source"][k] for k in ("kind", "resolution", "from_raw", "approximate") if k in doc["source"]
+        },
+    }
     if "pieces" in doc["source"]:
         out["source"]["pieces"] = [p["level"] for p in doc["source"]["pieces"]]
     if "power_mean_w" in doc["groups"][0]:
         out["power_mean_w"] = {g["label"]: round(g["power_mean_w"], 2) for g in doc["groups"]}
     if doc["by"] == "model,workload":
-        out["units_per_gpu_hour"] = {f"{g['label']} {u}": round(w["units_per_gpu_hour"], 1)
-                                     for g in doc["groups"] for u, w in g["work"].items()}
+        out["units_per_gpu_hour"] = {
+            f"{g['label']} {u}": round(w["units_per_gpu_hour"], 1) for g in doc["groups"] for u, w in g["work"].items()
+        }
     return out
 
 
@@ -117,10 +152,17 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs: int = 2
             points, build_influx = _build(influx.url, db, n, end_s, jobs)
             _, build_vm = _build(vm.url, db, n, end_s, jobs)
             vm.export(f'{{__name__="gpu_power_power_w",db="{db}"}}', min_samples=n * 8 * (DURATION_S // STEP_S))
-            row = {"hosts": n, "gpus": n * 8, "points": points,
-                   "build_points_per_s": {"influxd": round(points / build_influx), "victoria_metrics": round(points / build_vm)},
-                   "influxql": _compare(["--url", influx.url, "--database", db], end_s),
-                   "promql": _compare(["--promql-url", vm.url, "--where", f'db="{db}"'], end_s)}
+            row = {
+                "hosts": n,
+                "gpus": n * 8,
+                "points": points,
+                "build_points_per_s": {
+                    "influxd": round(points / build_influx),
+                    "victoria_metrics": round(points / build_vm),
+                },
+                "influxql": _compare(["--url", influx.url, "--database", db], end_s),
+                "promql": _compare(["--promql-url", vm.url, "--where", f'db="{db}"'], end_s),
+            }
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)  # a long run's rows as they come
     finally:
@@ -140,13 +182,14 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs: int = 2
     }
 
 
-def run_work(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs: int = 2,
-             vm_only: bool = False) -> dict:
+def run_work(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs: int = 2, vm_only: bool = False) -> dict:
     """compare with work: `--by model,workload` and `--by model` over a fleet that writes gpu_work."""
     servers = _servers()
     sizes = sizes or ((10,) if quick else (10, 100, 1000))
     root = Path(tempfile.mkdtemp(prefix="gpuagent-bench-work-"))
-    influx = None if vm_only else servers.InfluxdServer(servers.find_binary(servers.INFLUXD, "influxdb"), root / "influxd")
+    influx = (
+        None if vm_only else servers.InfluxdServer(servers.find_binary(servers.INFLUXD, "influxdb"), root / "influxd")
+    )
     vm = servers.VictoriaMetricsServer(servers.find_binary(servers.VICTORIA_METRICS, "victoria-metrics"), root / "vm")
     rows = []
     try:
@@ -159,16 +202,21 @@ def run_work(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs: in
             points, build_vm = _build(vm.url, db, n, end_s, jobs, "inference")
             vm.export(f'{{__name__="gpu_work_units_total",db="{db}"}}', min_samples=n * 8 * (DURATION_S // STEP_S) // 2)
             prom = ["--promql-url", vm.url, "--where", f'db="{db}"']
-            row = {"hosts": n, "gpus": n * 8, "points": points,
-                   "build_points_per_s": {"victoria_metrics": round(points / build_vm)},
-                   "promql_by_model_workload": _compare([*prom, "--by", "model,workload"], end_s),
-                   "promql_by_model": _compare([*prom, "--by", "model"], end_s)}
+            row = {
+                "hosts": n,
+                "gpus": n * 8,
+                "points": points,
+                "build_points_per_s": {"victoria_metrics": round(points / build_vm)},
+                "promql_by_model_workload": _compare([*prom, "--by", "model,workload"], end_s),
+                "promql_by_model": _compare([*prom, "--by", "model"], end_s),
+            }
             if influx:
                 influx.create_database(db)
                 _, build_influx = _build(influx.url, db, n, end_s, jobs, "inference")
                 row["build_points_per_s"]["influxd"] = round(points / build_influx)
                 row["influxql_by_model_workload"] = _compare(
-                    ["--url", influx.url, "--database", db, "--by", "model,workload"], end_s)
+                    ["--url", influx.url, "--database", db, "--by", "model,workload"], end_s
+                )
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     finally:
@@ -220,7 +268,9 @@ def run_rollups(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs:
         "figure": figure,
         "unit": "s",
         "goal": f"<= {GOAL_S:g} s at 1,000 hosts x 8 GPUs x 1 h on InfluxDB 1.6 from rollups (the whole clock hour)",
-        "holds": figure <= GOAL_S and largest["hosts"] >= 1000 and "error" not in largest["influxql_rollups_whole_hour"],
+        "holds": figure <= GOAL_S
+        and largest["hosts"] >= 1000
+        and "error" not in largest["influxql_rollups_whole_hour"],
         "detail": {"rows": rows},
     }
 
@@ -257,18 +307,31 @@ def run_rollups_vm(quick: bool = False, sizes: tuple[int, ...] | None = None, jo
             points, build = _build(vm.url, db, n, end_s, jobs)
             vm.export(f'{{__name__="gpu_power_power_w",db="{db}"}}', min_samples=n * 8 * (DURATION_S // STEP_S))
             t0 = time.perf_counter()
-            result = _cli("rollups", "backfill", "--promql-url", vm.url, "--since", f"{DURATION_S + 3600}s",
-                          "--timeout", QUERY_TIMEOUT)
+            result = _cli(
+                "rollups",
+                "backfill",
+                "--promql-url",
+                vm.url,
+                "--since",
+                f"{DURATION_S + 3600}s",
+                "--timeout",
+                QUERY_TIMEOUT,
+            )
             if result.exit_code != 0:
                 raise RuntimeError(result.output[-2000:])
             backfill_s = time.perf_counter() - t0
             vm.export('{__name__="gpuagent:gpu_power_power_count:1m"}', min_samples=n * 8 * 50)
             prom = ["--promql-url", vm.url, "--where", f'db="{db}"']
             docs = {}
-            row = {"hosts": n, "gpus": n * 8, "points": points, "build_points_per_s": round(points / build),
-                   "rollups_backfill_s": round(backfill_s, 2),
-                   "promql_raw": _compare([*prom, "--raw"], end_s, docs=docs, key="raw"),
-                   "promql_rollups": _compare(prom, end_s, docs=docs, key="rollups")}
+            row = {
+                "hosts": n,
+                "gpus": n * 8,
+                "points": points,
+                "build_points_per_s": round(points / build),
+                "rollups_backfill_s": round(backfill_s, 2),
+                "promql_raw": _compare([*prom, "--raw"], end_s, docs=docs, key="raw"),
+                "promql_rollups": _compare(prom, end_s, docs=docs, key="rollups"),
+            }
             if len(docs) == 2:
                 row["source"] = {k: docs["rollups"]["source"].get(k) for k in ("kind", "resolution", "series_level")}
                 row["pieces"] = [p["level"] for p in docs["rollups"]["source"].get("pieces", [])]
@@ -285,8 +348,12 @@ def run_rollups_vm(quick: bool = False, sizes: tuple[int, ...] | None = None, jo
         "figure": figure,
         "unit": "s",
         "goal": f"<= {GOAL_S:g} s at 1,000 hosts x 8 GPUs x 1 h on VictoriaMetrics from the recording rules, equal to raw",
-        "holds": (figure <= GOAL_S and largest["hosts"] >= 1000 and "error" not in largest["promql_rollups"]
-                  and largest.get("differences") == []),
+        "holds": (
+            figure <= GOAL_S
+            and largest["hosts"] >= 1000
+            and "error" not in largest["promql_rollups"]
+            and largest.get("differences") == []
+        ),
         "detail": {"rows": rows},
     }
 
@@ -300,11 +367,16 @@ def rollups_row(url: str, db: str, n: int, points: int, build: float, end_s: int
         result = _cli("rollups", *command, *conn)
         if result.exit_code != 0:
             raise RuntimeError(result.output[-2000:])
-    row = {"hosts": n, "gpus": n * 8, "points": points, "build_points_per_s": round(points / build),
-           "rollups_init_and_backfill_s": round(time.perf_counter() - t0, 2),
-           "influxql_raw": _compare([*conn, "--raw"], end_s),
-           "influxql_rollups": _compare(conn, end_s),
-           "influxql_rollups_whole_hour": _compare(conn, hour_s)}
+    row = {
+        "hosts": n,
+        "gpus": n * 8,
+        "points": points,
+        "build_points_per_s": round(points / build),
+        "rollups_init_and_backfill_s": round(time.perf_counter() - t0, 2),
+        "influxql_raw": _compare([*conn, "--raw"], end_s),
+        "influxql_rollups": _compare(conn, end_s),
+        "influxql_rollups_whole_hour": _compare(conn, hour_s),
+    }
     if day:
         row.update(rollups_day(url, db, end_s, hour_s))
     return row
@@ -333,10 +405,14 @@ def rollups_day(url: str, db: str, end_s: int, hour_s: int, full: bool = False) 
     else:
         written = replicate(url, db, hour.name, hour_s * 10**9, range(1, 24))
     conn = ["--url", url, "--database", db]
-    return {**out, "day_hours": "backfilled from the 1-minute rollups" if full else "written",
-            "day_hours_written": written, "day_hours_s": round(time.perf_counter() - t0, 2),
-            "influxql_rollups_day_whole_hours": _compare(conn, hour_s, 24 * 3600),
-            "influxql_rollups_day": _compare(conn, end_s, 24 * 3600)}
+    return {
+        **out,
+        "day_hours": "backfilled from the 1-minute rollups" if full else "written",
+        "day_hours_written": written,
+        "day_hours_s": round(time.perf_counter() - t0, 2),
+        "influxql_rollups_day_whole_hours": _compare(conn, hour_s, 24 * 3600),
+        "influxql_rollups_day": _compare(conn, end_s, 24 * 3600),
+    }
 
 
 def _escape(value: str, chars: str) -> str:
@@ -355,8 +431,16 @@ def _value(v, kind: str) -> str:
     return repr(float(v))
 
 
-def replicate(url: str, db: str, rp: str, hour_end_ns: int, copies, span_s: int = 3600, timeout: float = 900.0,
-              only: tuple[str, ...] = ()) -> int:
+def replicate(
+    url: str,
+    db: str,
+    rp: str,
+    hour_end_ns: int,
+    copies,
+    span_s: int = 3600,
+    timeout: float = 900.0,
+    only: tuple[str, ...] = (),
+) -> int:
     """The rollup points of retention policy `rp` in the hour before `hour_end_ns` (its first `span_s`),
     written again `k` hours earlier for each k of `copies` (the energy counter shifted down by each series' increase
     over the hour, so it does not reset): a day of rollups at 1,000 hosts, whose raw history (8,640
@@ -370,7 +454,7 @@ def replicate(url: str, db: str, rp: str, hour_end_ns: int, copies, span_s: int 
     hour = 3600 * 10**9
     a = hour_end_ns - hour
     name, rp = rp, f'"{db}"."{rp}"'
-    measurements = [r["name"] for r in client.rows(f"SHOW MEASUREMENTS ON \"{db}\"")]
+    measurements = [r["name"] for r in client.rows(f'SHOW MEASUREMENTS ON "{db}"')]
     written = 0
     for m in measurements:
         if only and m not in only:
@@ -380,8 +464,10 @@ def replicate(url: str, db: str, rp: str, hour_end_ns: int, copies, span_s: int 
             continue
         shift: dict[str, float] = {}
         if "energy_last" in kinds:
-            for r in client.rows(f'SELECT FIRST("energy_first") AS f, LAST("energy_last") AS l FROM {rp}."{m}" '
-                                 f"WHERE time >= {a} AND time < {hour_end_ns} GROUP BY *"):
+            for r in client.rows(
+                f'SELECT FIRST("energy_first") AS f, LAST("energy_last") AS l FROM {rp}."{m}" '
+                f"WHERE time >= {a} AND time < {hour_end_ns} GROUP BY *"
+            ):
                 tags = {k: v for k, v in r.items() if k not in ("time", "f", "l")}
                 shift[str(sorted(tags.items()))] = (r["l"] - r["f"]) * 61 / 60  # and one minute's step
         for t0 in range(a, a + span_s * 10**9, 10 * 60 * 10**9):  # ten minutes at a time
@@ -389,19 +475,28 @@ def replicate(url: str, db: str, rp: str, hour_end_ns: int, copies, span_s: int 
             lines: list[tuple[str, dict, int, float]] = []
             for r in rows:
                 tags = {k: v for k, v in r.items() if k not in kinds and k != "time" and v not in (None, "")}
-                key = ",".join([_escape(m, ", "), *(f"{_escape(k, ',= ')}={_escape(str(v), ',= ')}"
-                                                    for k, v in sorted(tags.items()))])
+                key = ",".join(
+                    [
+                        _escape(m, ", "),
+                        *(f"{_escape(k, ',= ')}={_escape(str(v), ',= ')}" for k, v in sorted(tags.items())),
+                    ]
+                )
                 fields = {k: r[k] for k in kinds if r.get(k) is not None}
                 lines.append((key, fields, r["time"], shift.get(str(sorted(tags.items())), 0.0)))
             for k in copies:
                 batch = []
                 for key, fields, t, d in lines:
-                    body = ",".join(f"{_escape(f, ',= ')}={_value(v - k * d if f.startswith('energy_') and d else v, kinds[f])}"
-                                    for f, v in fields.items())
+                    body = ",".join(
+                        f"{_escape(f, ',= ')}={_value(v - k * d if f.startswith('energy_') and d else v, kinds[f])}"
+                        for f, v in fields.items()
+                    )
                     batch.append(f"{key} {body} {t - k * hour}")
                 for i in range(0, len(batch), 20000):
-                    req = urllib.request.Request(f"{url}/write?db={db}&rp={name}&precision=ns",
-                                                 data="\n".join(batch[i:i + 20000]).encode(), method="POST")
+                    req = urllib.request.Request(
+                        f"{url}/write?db={db}&rp={name}&precision=ns",
+                        data="\n".join(batch[i : i + 20000]).encode(),
+                        method="POST",
+                    )
                     with urllib.request.urlopen(req, timeout=timeout) as resp:
                         resp.read()
                 written += len(batch)
@@ -413,7 +508,11 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     work, vm_only, rollups, day = "--work" in args, "--vm-only" in args, "--rollups" in args, "--day" in args
     sizes = tuple(int(a) for a in args if not a.startswith("--")) or None
-    result = (run_work(sizes=sizes, vm_only=vm_only) if work
-              else (run_rollups_vm(sizes=sizes) if vm_only else run_rollups(sizes=sizes, day=day)) if rollups
-              else run(sizes=sizes))
+    result = (
+        run_work(sizes=sizes, vm_only=vm_only)
+        if work
+        else (run_rollups_vm(sizes=sizes) if vm_only else run_rollups(sizes=sizes, day=day))
+        if rollups
+        else run(sizes=sizes)
+    )
     print(json.dumps(result, indent=2))

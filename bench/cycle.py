@@ -170,8 +170,11 @@ def run(quick: bool = False) -> dict:
             a = statistics.median(samples[name])
             b = statistics.median(bare_samples[name])
             per_collector[name] = {
-                "agent_ms": round(a * 1000, 3), "bare_ms": round(b * 1000, 3),
-                "calls": library_calls, "points": points, "weight": round(weight, 3),
+                "agent_ms": round(a * 1000, 3),
+                "bare_ms": round(b * 1000, 3),
+                "calls": library_calls,
+                "points": points,
+                "weight": round(weight, 3),
             }
             agent_total += weight * a
             bare_total += weight * b
@@ -193,7 +196,9 @@ def run(quick: bool = False) -> dict:
             # What the agent adds on top of the calls, independent of how fast the NVML behind
             # them is (the simulator here, a driver on a node): the ratio mixes in both.
             "overhead_ms_per_cycle": round((agent_total - bare_total) * 1000, 3),
-            "overhead_us_per_point": round((agent_total - bare_total) * 1e6 / points_total, 1) if points_total else None,
+            "overhead_us_per_point": round((agent_total - bare_total) * 1e6 / points_total, 1)
+            if points_total
+            else None,
             "nvml_calls_per_cycle": round(calls_total),
             "load_avg_1m": round(os.getloadavg()[0], 2),
             "points_per_cycle": round(points_total),

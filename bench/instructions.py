@@ -69,9 +69,20 @@ def _child(mode: str, cycles: int) -> None:
 
 def _instructions(mode: str, cycles: int) -> int:
     done = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-         sys.executable, "-m", "bench.instructions", "--child", mode, str(cycles)],
-        capture_output=True, text=True, check=True,
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            "-m",
+            "bench.instructions",
+            "--child",
+            mode,
+            str(cycles),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     if found is None:
@@ -90,7 +101,8 @@ def run(cycles: int = 30) -> dict:
         "unit": "× bare NVML (instructions)",
         "holds": None,  # a measuring tool; the goal is judged on CPU time by the cycle row
         "detail": {
-            "spec": SPEC, "cycles": cycles,
+            "spec": SPEC,
+            "cycles": cycles,
             "agent_minstr_per_cycle": round(agent / 1e6, 2),
             "bare_minstr_per_cycle": round(bare / 1e6, 2),
             "overhead_minstr_per_cycle": round((agent - bare) / 1e6, 2),

@@ -58,9 +58,7 @@ def fork_cost(argv: list[str], n: int) -> tuple[float, float]:
         t1 = time.perf_counter()
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         if proc.returncode != 0:
-            lines = proc.stderr.decode(errors="replace").strip().splitlines() or [
-                f"exit {proc.returncode}"
-            ]
+            lines = proc.stderr.decode(errors="replace").strip().splitlines() or [f"exit {proc.returncode}"]
             raise RuntimeError(f"{' '.join(argv)} failed: {lines[0]}")
         if i:  # the first run warms the page cache and the driver
             cpu.append((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime))

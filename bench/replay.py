@@ -39,15 +39,24 @@ def _fill(spool, points: int, batch_size: int) -> int:
     while len(lines) < points:
         acc = Accumulator({"host": "bench-node"}, time_ns=base + interval * 10**9)
         for g in range(8):
-            tags = {"gpu": str(g), "uuid": f"GPU-{g:08x}-0000-0000-0000-000000000000",
-                    "model": "NVIDIA H100 80GB HBM3", "pci_bus_id": f"00000000:{0x18 + g:02X}:00.0",
-                    "arch": "Hopper"}
-            acc.add_fields("gpu_clocks", {"sm_clock_mhz": 1980 - interval % 50, "mem_clock_mhz": 2619,
-                                          "throttled": interval % 7 == 0}, tags=tags)
-            acc.add_fields("gpu_power", {"power_w": 300.0 + (interval * 13 + g) % 400 / 3,
-                                         "energy_j": 1e6 + interval * 700.25}, tags=tags)
-            acc.add_fields("gpu_memory", {"fb_used_bytes": 2**34 + interval, "dram_bw_util_pct": 41.5},
-                           tags=tags)
+            tags = {
+                "gpu": str(g),
+                "uuid": f"GPU-{g:08x}-0000-0000-0000-000000000000",
+                "model": "NVIDIA H100 80GB HBM3",
+                "pci_bus_id": f"00000000:{0x18 + g:02X}:00.0",
+                "arch": "Hopper",
+            }
+            acc.add_fields(
+                "gpu_clocks",
+                {"sm_clock_mhz": 1980 - interval % 50, "mem_clock_mhz": 2619, "throttled": interval % 7 == 0},
+                tags=tags,
+            )
+            acc.add_fields(
+                "gpu_power",
+                {"power_w": 300.0 + (interval * 13 + g) % 400 / 3, "energy_j": 1e6 + interval * 700.25},
+                tags=tags,
+            )
+            acc.add_fields("gpu_memory", {"fb_used_bytes": 2**34 + interval, "dram_bw_util_pct": 41.5}, tags=tags)
         lines.extend(p.to_line() for p in acc.points)
         interval += 1
     del lines[points:]

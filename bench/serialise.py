@@ -9,8 +9,26 @@ from influxdb_client.domain.write_precision import WritePrecision
 
 from gpuagent.pipeline.metric import serialize
 
-TAGS = {"host": "node-17", "gpu": "3", "uuid": "GPU-8d3c1f0e-0000-0000-0000-000000000000", "model": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:4E:00.0", "arch": "Hopper"}
-FIELDS = {"sm_clock_mhz": 1980, "mem_clock_mhz": 2619, "graphics_clock_mhz": 1980, "max_sm_clock_mhz": 1980, "pstate": 0, "clock_event_reasons": 4, "sw_power_cap": True, "hw_slowdown": False, "power_w": 698.412, "energy_j": 123456.789}
+TAGS = {
+    "host": "node-17",
+    "gpu": "3",
+    "uuid": "GPU-8d3c1f0e-0000-0000-0000-000000000000",
+    "model": "NVIDIA H100 80GB HBM3",
+    "pci_bus_id": "00000000:4E:00.0",
+    "arch": "Hopper",
+}
+FIELDS = {
+    "sm_clock_mhz": 1980,
+    "mem_clock_mhz": 2619,
+    "graphics_clock_mhz": 1980,
+    "max_sm_clock_mhz": 1980,
+    "pstate": 0,
+    "clock_event_reasons": 4,
+    "sw_power_cap": True,
+    "hw_slowdown": False,
+    "power_w": 698.412,
+    "energy_j": 123456.789,
+}
 
 
 def _rate(fn, n: int) -> float:

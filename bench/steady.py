@@ -29,7 +29,9 @@ def run(quick: bool = False) -> dict:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuagent", "run", "--config", str(config), "--simulate", "h100-sxm:8"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
     )
     ps = psutil.Process(proc.pid)
     try:

@@ -26,15 +26,22 @@ GOAL_PCT = 2.0
 def run(quick: bool = False) -> dict:
     tmux = shutil.which("tmux")
     if tmux is None:
-        return {"name": "top", "figure": "n/a", "unit": "", "goal": f"≤ {GOAL_PCT:g}% of a core", "holds": None,
-                "detail": {"why": "tmux is not installed"}}
+        return {
+            "name": "top",
+            "figure": "n/a",
+            "unit": "",
+            "goal": f"≤ {GOAL_PCT:g}% of a core",
+            "holds": None,
+            "detail": {"why": "tmux is not installed"},
+        }
     duration = 20 if quick else 60
     socket = f"gpuagent-bench-{uuid.uuid4().hex[:8]}"
     state = Path(tempfile.mkdtemp(prefix="gpuagent-top-"))
 
     def tm(*args: str) -> str:
-        return subprocess.run([tmux, "-L", socket, "-f", "/dev/null", *args], capture_output=True, text=True,
-                              check=True, timeout=30).stdout
+        return subprocess.run(
+            [tmux, "-L", socket, "-f", "/dev/null", *args], capture_output=True, text=True, check=True, timeout=30
+        ).stdout
 
     command = f"XDG_STATE_HOME={state} exec {sys.executable} -m gpuagent top --simulate {SPEC}"
     tm("new-session", "-d", "-s", "top", "-x", "120", "-y", "40", command)
@@ -62,6 +69,12 @@ def run(quick: bool = False) -> dict:
         "unit": "",
         "goal": f"≤ {GOAL_PCT:g}% of a core",
         "holds": pct <= GOAL_PCT,
-        "detail": {"cpu_pct": round(pct, 3), "peak_rss_mb": round(mb, 1), "threads": threads, "seconds": duration,
-                   "spec": SPEC, "refresh_s": 2},
+        "detail": {
+            "cpu_pct": round(pct, 3),
+            "peak_rss_mb": round(mb, 1),
+            "threads": threads,
+            "seconds": duration,
+            "spec": SPEC,
+            "refresh_s": 2,
+        },
     }

@@ -50,7 +50,9 @@ def _measure(server, tmp: Path, label: str, interval: str, write_ahead: bool, sy
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuagent", "run", "--config", str(config), "--simulate", "h100-sxm:8"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     ps = psutil.Process(proc.pid)
     try:

@@ -36,7 +36,11 @@ def modules(roots) -> list[Path]:
 
 
 def _is_docstring(statement: ast.stmt) -> bool:
-    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, str)
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
 
 
 def body_lines(source: str) -> set[int]:
@@ -99,8 +103,11 @@ def main(argv: list[str]) -> int:
         print(f"not touched by the fast lane: {shown} ({why})")
     total = len(modules(roots))
     if missing:
-        print(f"lane-coverage: {len(missing)} of {total} modules untouched: add a fast test that "
-              "calls into each (see docs/testing.md)", file=sys.stderr)
+        print(
+            f"lane-coverage: {len(missing)} of {total} modules untouched: add a fast test that "
+            "calls into each (see docs/testing.md)",
+            file=sys.stderr,
+        )
         return 1
     print(f"lane-coverage: every one of {total} modules under {', '.join(Path(r).name for r in roots)} ran code")
     return 0

@@ -166,7 +166,9 @@ def main() -> None:
     parser.add_argument("--older", type=Path, help="an older nvml.h for functions the newer one no longer documents")
     parser.add_argument("--symbols", type=Path, help="C symbols one a line (default: trace a run)")
     parser.add_argument(
-        "--reuse", type=Path, help="an earlier table: its codes stand for functions it lists (no header needed for them)"
+        "--reuse",
+        type=Path,
+        help="an earlier table: its codes stand for functions it lists (no header needed for them)",
     )
     args = parser.parse_args()
     reused = json.loads(args.reuse.read_text()) if args.reuse else {"functions": {}}
@@ -237,7 +239,7 @@ def main() -> None:
             "pynvml answers when the driver lacks the symbol), NVML_ERROR_DEPRECATED for functions "
             "the header marks DEPRECATED (what drivers from 590 answer for the applications clocks), "
             "and NOT_SUPPORTED, NO_PERMISSION and UNKNOWN where the header says only 'any' (\"Nonzero "
-            "NVML_ERROR_? enum on error\", the GPM calls)",
+            'NVML_ERROR_? enum on error", the GPM calls)',
             "functions": functions,
         },
         sys.stdout,

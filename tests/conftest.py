@@ -36,7 +36,11 @@ def run_cli(*args, env=None, timeout=60, **kw):
     full_env.pop("GPUAGENT_CONFIG", None)
     return subprocess.run(
         [sys.executable, "-m", "gpuagent", *args],
-        capture_output=True, text=True, env=full_env, timeout=timeout, **kw,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        **kw,
     )
 
 

@@ -221,11 +221,11 @@ class InfluxdServer(_Server):
             f"""reporting-disabled = true
 bind-address = "127.0.0.1:{self.rpc_port}"
 [meta]
-  dir = "{self.root / 'meta'}"
+  dir = "{self.root / "meta"}"
   logging-enabled = false
 [data]
-  dir = "{self.root / 'data'}"
-  wal-dir = "{self.root / 'wal'}"
+  dir = "{self.root / "data"}"
+  wal-dir = "{self.root / "wal"}"
   query-log-enabled = false
   wal-fsync-delay = "0s"
 [monitor]
@@ -234,7 +234,7 @@ bind-address = "127.0.0.1:{self.rpc_port}"
   enabled = false
 [http]
   bind-address = "127.0.0.1:{self.port}"
-  auth-enabled = {'true' if auth else 'false'}
+  auth-enabled = {"true" if auth else "false"}
   log-enabled = false
   max-body-size = 0
 [[udp]]
@@ -259,9 +259,7 @@ bind-address = "127.0.0.1:{self.rpc_port}"
         if not self._initialised:
             if self.auth:  # the first user may be created without credentials
                 admin, self.admin = self.admin, None
-                self._query_raw(
-                    "CREATE USER admin WITH PASSWORD 'admin-pass' WITH ALL PRIVILEGES", None, "POST"
-                )
+                self._query_raw("CREATE USER admin WITH PASSWORD 'admin-pass' WITH ALL PRIVILEGES", None, "POST")
                 self.admin = admin
             self.create_database(self.database)
             self._initialised = True
@@ -295,7 +293,12 @@ bind-address = "127.0.0.1:{self.rpc_port}"
         self._query_raw(f'DROP DATABASE "{name}"', None, "POST")
 
     def query(self, q: str, db: str | None = None, epoch: str = "ns") -> list[dict]:
-        doc = self._query_raw(q, db or self.database, "POST" if q.lstrip().upper().startswith(("DROP", "DELETE", "CREATE")) else "GET", epoch)
+        doc = self._query_raw(
+            q,
+            db or self.database,
+            "POST" if q.lstrip().upper().startswith(("DROP", "DELETE", "CREATE")) else "GET",
+            epoch,
+        )
         results = doc.get("results", [{}])
         return results[0].get("series", []) if results else []
 
@@ -413,15 +416,18 @@ class PrometheusServer(_Server):
         self.data.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(
             [promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(self.data)],
-            capture_output=True, text=True, timeout=600,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         if done.returncode != 0:
             raise RuntimeError(f"promtool create-blocks-from: {done.stderr[-2000:]}")
 
     def _api(self, path: str, params: dict) -> list:
         body = urllib.parse.urlencode(params).encode()
-        status, data = _http("POST", f"{self.url}{path}", data=body,
-                             headers={"Content-Type": "application/x-www-form-urlencoded"})
+        status, data = _http(
+            "POST", f"{self.url}{path}", data=body, headers={"Content-Type": "application/x-www-form-urlencoded"}
+        )
         doc = json.loads(data or b"{}")
         if status != 200 or doc.get("status") != "success":
             raise RuntimeError(f"prometheus {path} {params}: {status} {doc}")
@@ -441,9 +447,7 @@ def _wait(check, what: str, timeout: float, logs: list[Path]) -> None:
         if check():
             return
         time.sleep(0.1)
-    tails = "\n".join(
-        f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in logs if p.exists()
-    )
+    tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in logs if p.exists())
     raise RuntimeError(f"{what} within {timeout:g}s\n{tails}")
 
 
@@ -528,9 +532,7 @@ PartitionName=gpuq Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
         _wait(node_up, "the Slurm node did not come up", 60, logs)
 
     def run(self, *argv, check=True, timeout=30):
-        return subprocess.run(
-            argv, env=self.env, capture_output=True, text=True, check=check, timeout=timeout
-        )
+        return subprocess.run(argv, env=self.env, capture_output=True, text=True, check=check, timeout=timeout)
 
     def submit(self, command: str, **options: str) -> str:
         args = [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
@@ -609,8 +611,7 @@ class AlertmanagerServer(_Server):
         super().__init__(binary, root)
         self.config_file = self.root / "alertmanager.yml"
         self.config_file.write_text(
-            "route:\n  receiver: hold\n  group_wait: 0s\n  group_interval: 1s\n"
-            "receivers:\n  - name: hold\n"
+            "route:\n  receiver: hold\n  group_wait: 0s\n  group_interval: 1s\nreceivers:\n  - name: hold\n"
         )
 
     def _argv(self) -> list[str]:
@@ -671,8 +672,9 @@ class DrippingServer:
     hung up first. Only this kind of server can drip, so it is not a real one (see
     plugins/influxdb/tests/test_faults.py for the sink's own)."""
 
-    def __init__(self, body: bytes = b'{"status": "success", "data": {"result": []}, "results": [{}]}',
-                 pace: float = 0.25):
+    def __init__(
+        self, body: bytes = b'{"status": "success", "data": {"result": []}, "results": [{}]}', pace: float = 0.25
+    ):
         import threading
 
         self.answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"

@@ -64,10 +64,15 @@ def test_the_check_sees_every_form_of_import():
         "'''gpuagent.plugins.vgpu in a docstring'''\n"
         "log = logging.getLogger('gpuagent.plugins')\n"
     )
-    assert sorted(plugin_imports(source)) == sorted([
-        "gpuagent.plugins.power", "gpuagent.plugins.clocks", PLUGINS,
-        "gpuagent.plugins.health.check", "gpuagent.plugins.mig",
-    ])
+    assert sorted(plugin_imports(source)) == sorted(
+        [
+            "gpuagent.plugins.power",
+            "gpuagent.plugins.clocks",
+            PLUGINS,
+            "gpuagent.plugins.health.check",
+            "gpuagent.plugins.mig",
+        ]
+    )
 
 
 def test_one_plugin_host_constructor_outside_tests():

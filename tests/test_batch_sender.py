@@ -47,8 +47,13 @@ class Server:
 
 def sender(server: Server):
     heard = []
-    s = BatchSender("influxdb", server, Notes(), lambda n, replay: heard.append(("stored", n, replay)),
-                    lambda result, n: heard.append(("failed", n, result)))
+    s = BatchSender(
+        "influxdb",
+        server,
+        Notes(),
+        lambda n, replay: heard.append(("stored", n, replay)),
+        lambda result, n: heard.append(("failed", n, result)),
+    )
     return s, heard
 
 
@@ -81,7 +86,7 @@ def test_both_halves_refused_in_the_words_of_the_whole_keep_everything_as_a_serv
     s, heard = sender(server)
     assert not s.deliver(encode(lines(8)), 8)
     assert server.requests == 3 and s.rejected_total == 0
-    (kind, n, result), = heard
+    ((kind, n, result),) = heard
     assert kind == "failed" and n == 8 and result.outcome is Outcome.FATAL and result.hint == BAD_REQUEST_HINT
 
 
@@ -99,7 +104,7 @@ def test_a_partial_write_drops_only_the_refused_lines_and_counts_them():
 def test_a_transport_that_raises_is_a_transient_failure_that_keeps_the_lines():
     s, heard = sender(Server(fail=OSError("connection reset")))
     assert not s.deliver(encode(lines(2)), 2)
-    (kind, n, result), = heard
+    ((kind, n, result),) = heard
     assert kind == "failed" and n == 2 and result.outcome is Outcome.RETRY
     assert result.message == "OSError: connection reset"
 

@@ -14,8 +14,23 @@ pytestmark = pytest.mark.slow
 
 def test_quick_bench_json_has_figure_goal_and_verdict():
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--json", "--only", "serialise", "--only", "cycle", "--only", "gpustat"],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--json",
+            "--only",
+            "serialise",
+            "--only",
+            "cycle",
+            "--only",
+            "gpustat",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)

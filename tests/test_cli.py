@@ -51,7 +51,7 @@ def test_no_driver_gives_one_line_naming_simulate():
 
 def test_global_tags_and_hostname_from_config(tmp_path):
     path = host_only_config(tmp_path)
-    path.write_text(path.read_text().replace('[agent]\n', '[agent]\nhostname = "node-a"\ntags = { dc = "ams 1" }\n', 1))
+    path.write_text(path.read_text().replace("[agent]\n", '[agent]\nhostname = "node-a"\ntags = { dc = "ams 1" }\n', 1))
     proc = run_cli("run", "--once", "--test", "--config", str(path))
     assert proc.returncode == 0, proc.stderr
     for _m, tags, _f, _t in parse(proc.stdout):
@@ -107,13 +107,21 @@ def test_an_empty_simulate_says_the_spec_is_empty(command):
     """`--simulate "$UNSET"` once fell through to "no NVIDIA driver found"."""
     proc = run_cli(*command, "--simulate", "")
     assert proc.returncode == 1
-    assert proc.stderr == "gpuagent: error: --simulate: the SPEC is empty; give NAME[:COUNT],..., e.g. --simulate l40s:2\n"
+    assert (
+        proc.stderr == "gpuagent: error: --simulate: the SPEC is empty; give NAME[:COUNT],..., e.g. --simulate l40s:2\n"
+    )
 
 
 def test_unknown_name_in_gpuagent_disable_plugins_is_said(tmp_path):
     """A misspelt name would leave the plugin it meant running; the known ones still apply."""
-    proc = run_cli("run", "--once", "--test", "--config", str(host_only_config(tmp_path)),
-                   env={"GPUAGENT_DISABLE_PLUGINS": "hots, power"})
+    proc = run_cli(
+        "run",
+        "--once",
+        "--test",
+        "--config",
+        str(host_only_config(tmp_path)),
+        env={"GPUAGENT_DISABLE_PLUGINS": "hots, power"},
+    )
     assert proc.returncode == 0, proc.stderr
     warned = [line for line in proc.stderr.splitlines() if "GPUAGENT_DISABLE_PLUGINS" in line]
     assert len(warned) == 1 and "'hots'" in warned[0] and "host" in warned[0], proc.stderr
@@ -123,8 +131,9 @@ def test_unknown_name_in_gpuagent_disable_plugins_is_said(tmp_path):
 @pytest.mark.slow
 def test_test_mode_without_the_file_plugin_says_so_in_one_line(tmp_path):
     """--test prints through the file sink the host loaded; a disabled file plugin is never imported."""
-    proc = run_cli("run", "--once", "--test", "--config", str(host_only_config(tmp_path)),
-                   env={"GPUAGENT_DISABLE_PLUGINS": "file"})
+    proc = run_cli(
+        "run", "--once", "--test", "--config", str(host_only_config(tmp_path)), env={"GPUAGENT_DISABLE_PLUGINS": "file"}
+    )
     assert proc.returncode == 1
     assert proc.stderr.splitlines()[-1] == (
         "gpuagent: error: --test prints through the file sink, and the file plugin is not loaded"
@@ -182,8 +191,14 @@ def test_no_sink_configured_and_stdout_the_journal_is_warned(tmp_path):
         st = os.fstat(fh.fileno())
         env = {**os.environ, "JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
         env.pop("GPUAGENT_CONFIG", None)
-        proc = subprocess.run([sys.executable, "-m", "gpuagent", "run", "--once", "--config", str(config)],
-                              stdout=fh, stderr=subprocess.PIPE, text=True, env=env, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpuagent", "run", "--once", "--config", str(config)],
+            stdout=fh,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=60,
+        )
     assert proc.returncode == 0, proc.stderr
     assert "line protocol goes to stdout, which is the journal" in proc.stderr
     assert parse(out.read_text())  # still written: a warning, not a refusal

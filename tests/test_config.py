@@ -24,10 +24,22 @@ MALFORMED = [
     ("unknown-collector", "[collectors.nosuch]\nenabled = true", "gpuagent.toml: collectors.nosuch: unknown collector"),
     ("unknown-sink", "[sinks.nosuch]\nenabled = true", "gpuagent.toml: sinks.nosuch: unknown sink"),
     ("unknown-sink-key", '[sinks.file]\npath = "-"\nmode = "x"', "gpuagent.toml: sinks.file.mode: unknown key"),
-    ("bad-duration-word", '[collectors.host]\ninterval = "fast"', 'gpuagent.toml: collectors.host.interval: expected a duration, got "fast"'),
-    ("unitless-duration-string", '[agent]\ninterval = "10"', 'agent.interval: expected a duration with a unit such as "10s", got "10"'),
+    (
+        "bad-duration-word",
+        '[collectors.host]\ninterval = "fast"',
+        'gpuagent.toml: collectors.host.interval: expected a duration, got "fast"',
+    ),
+    (
+        "unitless-duration-string",
+        '[agent]\ninterval = "10"',
+        'agent.interval: expected a duration with a unit such as "10s", got "10"',
+    ),
     ("negative-duration", "[agent]\ninterval = -5", "agent.interval: expected a positive duration, got -5"),
-    ("negative-duration-string", '[agent]\ninterval = "-5s"', 'agent.interval: expected a positive duration, got "-5s"'),
+    (
+        "negative-duration-string",
+        '[agent]\ninterval = "-5s"',
+        'agent.interval: expected a positive duration, got "-5s"',
+    ),
     ("zero-duration", "[collectors.host]\ninterval = 0", "collectors.host.interval: expected a positive duration"),
     ("bool-duration", "[agent]\nshutdown_timeout = true", "agent.shutdown_timeout: expected a duration, got true"),
     ("bad-unit", '[agent]\ninterval = "10 parsecs"', "agent.interval: expected a duration"),
@@ -36,7 +48,11 @@ MALFORMED = [
     ("hostname-int", "[agent]\nhostname = 5", "agent.hostname: expected a string, got 5"),
     ("seed-string", '[agent]\nseed = "x"', 'agent.seed: expected an integer, got "x"'),
     ("seed-float", "[agent]\nseed = 1.5", "agent.seed: expected an integer, got 1.5"),
-    ("log-level", '[agent]\nlog_level = "loud"', "agent.log_level: expected 'debug', 'info', 'warning' or 'error', got \"loud\""),
+    (
+        "log-level",
+        '[agent]\nlog_level = "loud"',
+        "agent.log_level: expected 'debug', 'info', 'warning' or 'error', got \"loud\"",
+    ),
     ("log-format", '[agent]\nlog_format = "xml"', "agent.log_format: expected 'text' or 'json'"),
     ("tags-not-table", '[agent]\ntags = "dc=1"', 'agent.tags: expected a table, got "dc=1"'),
     ("tag-value-int", "[agent.tags]\ndc = 1", "agent.tags.dc: expected a string, got 1"),
@@ -44,25 +60,52 @@ MALFORMED = [
     ("disabled-int-item", "[plugins]\ndisabled = [1]", "plugins.disabled.0: expected a string, got 1"),
     ("collectors-not-table", "collectors = 5", "collectors: expected a table, got 5"),
     ("collector-not-table", "[collectors]\nhost = 1", "collectors.host: expected a table, got 1"),
-    ("enabled-string", '[collectors.host]\nenabled = "yes"', 'collectors.host.enabled: expected true or false, got "yes"'),
+    (
+        "enabled-string",
+        '[collectors.host]\nenabled = "yes"',
+        'collectors.host.enabled: expected true or false, got "yes"',
+    ),
     ("per-cpu-string", '[collectors.host]\nper_cpu = "x"', 'collectors.host.per_cpu: expected true or false, got "x"'),
     ("timeout-word", '[collectors.host]\ntimeout = "soon"', 'collectors.host.timeout: expected a duration, got "soon"'),
     ("sink-path-int", "[sinks.file]\npath = 3", "sinks.file.path: expected a string, got 3"),
     ("sink-not-table", "[sinks]\nfile = true", "sinks.file: expected a table, got true"),
-    ("env-unset", '[agent]\nhostname = "${GPUAGENT_TEST_SURELY_UNSET}"', "agent.hostname: environment variable GPUAGENT_TEST_SURELY_UNSET is not set"),
+    (
+        "env-unset",
+        '[agent]\nhostname = "${GPUAGENT_TEST_SURELY_UNSET}"',
+        "agent.hostname: environment variable GPUAGENT_TEST_SURELY_UNSET is not set",
+    ),
     ("several-errors", '[agent]\ninterval = "x"\nseed = "y"', "(and 1 more error)"),
-    ("not-utf8", b"[agent]\nhostname = \"\xff\"\n", "gpuagent.toml: not UTF-8 text"),
+    ("not-utf8", b'[agent]\nhostname = "\xff"\n', "gpuagent.toml: not UTF-8 text"),
     # Intervals below the documented floor (100ms) flood CPU and log.
     ("interval-1ns", '[agent]\ninterval = "1ns"', "agent.interval: expected at least 100ms (the floor for intervals)"),
     ("interval-1ms", '[agent]\ninterval = "1ms"', "agent.interval: expected at least 100ms"),
-    ("collector-interval-1ms", '[collectors.host]\ninterval = "1ms"', "collectors.host.interval: expected at least 100ms"),
-    ("flush-interval-1ms", '[sinks.influxdb]\napi = "v1"\ndatabase = "d"\nflush_interval = "1ms"',
-     "sinks.influxdb.flush_interval: expected at least 100ms"),
-    ("simulate-count-0", '[agent]\nsimulate = "h100-sxm:0"', "agent.simulate: bad simulator SPEC item 'h100-sxm:0': COUNT must be 1.."),
+    (
+        "collector-interval-1ms",
+        '[collectors.host]\ninterval = "1ms"',
+        "collectors.host.interval: expected at least 100ms",
+    ),
+    (
+        "flush-interval-1ms",
+        '[sinks.influxdb]\napi = "v1"\ndatabase = "d"\nflush_interval = "1ms"',
+        "sinks.influxdb.flush_interval: expected at least 100ms",
+    ),
+    (
+        "simulate-count-0",
+        '[agent]\nsimulate = "h100-sxm:0"',
+        "agent.simulate: bad simulator SPEC item 'h100-sxm:0': COUNT must be 1..",
+    ),
     # Tags InfluxDB would refuse: refused here, not on every point.
-    ("tag-trailing-backslash", "[agent.tags]\nshare = '\\\\fileserver\\gpu\\'", "agent.tags.share: value '\\\\\\\\fileserver\\\\gpu\\\\' ends with a backslash"),
+    (
+        "tag-trailing-backslash",
+        "[agent.tags]\nshare = '\\\\fileserver\\gpu\\'",
+        "agent.tags.share: value '\\\\\\\\fileserver\\\\gpu\\\\' ends with a backslash",
+    ),
     ("tag-empty-key", '[agent.tags]\n"" = "x"', "agent.tags: tag key '' empty"),
-    ("tag-key-time", '[agent.tags]\ntime = "x"', "agent.tags: tag key 'time' is reserved by InfluxDB"),  # once, not 'time' 'time'
+    (
+        "tag-key-time",
+        '[agent.tags]\ntime = "x"',
+        "agent.tags: tag key 'time' is reserved by InfluxDB",
+    ),  # once, not 'time' 'time'
     ("tag-value-70000", '[agent.tags]\nbig = "' + "x" * 70000 + '"', "agent.tags.big: value 'xxxx"),
     ("tag-value-newline", '[agent.tags]\nnote = "a\\nb"', "agent.tags.note: value 'a\\nb' contains a line break"),
     ("hostname-backslash", '[agent]\nhostname = "node\\\\"', "agent.hostname: 'node\\\\' ends with a backslash"),
@@ -131,7 +174,16 @@ def test_config_env_var_names_the_file(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "text,seconds",
-    [(5, 5.0), (0.25, 0.25), ("500ms", 0.5), ("10s", 10.0), ("1m", 60.0), ("1m30s", 90.0), ("2h", 7200.0), ("1.5s", 1.5)],
+    [
+        (5, 5.0),
+        (0.25, 0.25),
+        ("500ms", 0.5),
+        ("10s", 10.0),
+        ("1m", 60.0),
+        ("1m30s", 90.0),
+        ("2h", 7200.0),
+        ("1.5s", 1.5),
+    ],
 )
 def test_durations(text, seconds):
     assert parse_duration(text) == seconds
@@ -186,7 +238,9 @@ def test_config_init_comments_name_every_value_that_is_not_the_built_in_default(
     host = PluginHost(load_entry_points=False).load()
     models = {("sinks", n): c.Config for n, c in host.sinks.items()}
     models.update({("collectors", n): c.Config for n, c in host.collectors.items()})
-    lines = {line.split("=", 1)[0].strip(): line for line in text.splitlines() if "=" in line and not line.startswith("#")}
+    lines = {
+        line.split("=", 1)[0].strip(): line for line in text.splitlines() if "=" in line and not line.startswith("#")
+    }
     checked = 0
     for kind in ("sinks", "collectors"):
         for name, table in doc.get(kind, {}).items():
@@ -196,7 +250,9 @@ def test_config_init_comments_name_every_value_that_is_not_the_built_in_default(
                 if getattr(written, key) != getattr(default, key):
                     checked += 1
                     comment = lines[key].partition("#")[2]
-                    assert "built-in default" in comment, f"{kind}.{name}.{key}: differs from its default without saying so"
+                    assert "built-in default" in comment, (
+                        f"{kind}.{name}.{key}: differs from its default without saying so"
+                    )
     assert checked >= 2  # [sinks.file] path and keep
     assert "The default sink when" not in text
 
@@ -238,12 +294,15 @@ def test_usage_error_exit_code_2():
 NUMBER_SECRET = "31415926535"
 
 
-@pytest.mark.parametrize("table", [
-    f'[sinks.influxdb]\napi = "v1"\ndatabase = "d"\nusername = "u"\npassword = {NUMBER_SECRET}\n',
-    f'[sinks.influxdb]\nbucket = "b"\ntoken = {NUMBER_SECRET}\n',
-    f'[sinks.influxdb]\nbucket = "b"\ntoken = [{NUMBER_SECRET}]\n',
-    f'[sinks.influxdb]\nbucket = "b"\ntoken = {{ value = {NUMBER_SECRET} }}\n',
-])
+@pytest.mark.parametrize(
+    "table",
+    [
+        f'[sinks.influxdb]\napi = "v1"\ndatabase = "d"\nusername = "u"\npassword = {NUMBER_SECRET}\n',
+        f'[sinks.influxdb]\nbucket = "b"\ntoken = {NUMBER_SECRET}\n',
+        f'[sinks.influxdb]\nbucket = "b"\ntoken = [{NUMBER_SECRET}]\n',
+        f'[sinks.influxdb]\nbucket = "b"\ntoken = {{ value = {NUMBER_SECRET} }}\n',
+    ],
+)
 def test_a_secret_of_the_wrong_type_is_never_echoed(invoke, tmp_path, table):
     path = tmp_path / "gpuagent.toml"
     path.write_text(table)
@@ -266,8 +325,12 @@ def test_run_once_test_into_a_closed_pipe_exits_quietly(tmp_path):
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "gpuagent", "run", "--simulate", "h100-sxm:8", "--once", "--test"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "XDG_STATE_HOME": str(tmp_path)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuagent", "run", "--simulate", "h100-sxm:8", "--once", "--test"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "XDG_STATE_HOME": str(tmp_path)},
+    )
     first = proc.stdout.readline()  # `| head -1`: one line read, then the reader leaves
     proc.stdout.close()
     err = proc.stderr.read().decode()
@@ -284,20 +347,32 @@ def test_log_lines_never_carry_credentials_inside_a_url():
 
     from gpuagent.service.logsetup import make_formatter
 
-    record = logging.LogRecord("gpuagent.x", logging.ERROR, __file__, 1,
-                               "cannot reach %s", ("https://admin:S3CRET@db:8086/write",), None)
+    record = logging.LogRecord(
+        "gpuagent.x", logging.ERROR, __file__, 1, "cannot reach %s", ("https://admin:S3CRET@db:8086/write",), None
+    )
     for fmt, journal in (("text", False), ("text", True), ("json", False)):
         line = make_formatter(fmt, journal=journal).format(record)
         assert "S3CRET" not in line and "admin:***@db:8086" in line, line
 
 
-@pytest.mark.parametrize(("table", "error"), [
-    ('[sinks.influxdb]\napi = "v1"\ndatabase = "gpu"\ntoken_file = "/nonexistent/tok"\n',
-     "sinks.influxdb.token_file: cannot read /nonexistent/tok: No such file or directory"),
-    ('[sinks.influxdb]\napi = "v1"\ndatabase = "gpu"\ntoken_file = "EMPTY"\n', "sinks.influxdb.token_file: EMPTY is empty"),
-    ('[sinks.file]\npath = "AFILE/metrics.lp"\n', "sinks.file: cannot open AFILE/metrics.lp: AFILE is not a directory"),
-    ('[sinks.file]\npath = "TMP"\n', "sinks.file: cannot open TMP: is a directory"),
-])
+@pytest.mark.parametrize(
+    ("table", "error"),
+    [
+        (
+            '[sinks.influxdb]\napi = "v1"\ndatabase = "gpu"\ntoken_file = "/nonexistent/tok"\n',
+            "sinks.influxdb.token_file: cannot read /nonexistent/tok: No such file or directory",
+        ),
+        (
+            '[sinks.influxdb]\napi = "v1"\ndatabase = "gpu"\ntoken_file = "EMPTY"\n',
+            "sinks.influxdb.token_file: EMPTY is empty",
+        ),
+        (
+            '[sinks.file]\npath = "AFILE/metrics.lp"\n',
+            "sinks.file: cannot open AFILE/metrics.lp: AFILE is not a directory",
+        ),
+        ('[sinks.file]\npath = "TMP"\n', "sinks.file: cannot open TMP: is a directory"),
+    ],
+)
 @pytest.mark.slow
 def test_config_check_refuses_what_run_refuses_before_its_first_collection(tmp_path, table, error):
     """The README's install runs `config check` before the service starts: a config it passes
@@ -313,15 +388,20 @@ def test_config_check_refuses_what_run_refuses_before_its_first_collection(tmp_p
     check = run_cli("config", "check", str(path), env=env)
     assert check.returncode == 1 and check.stderr == f"gpuagent: error: {path}: {error}\n", check.stderr
     run = run_cli("run", "--once", "--config", str(path), env=env)
-    assert run.returncode == 1 and run.stderr.strip().splitlines()[-1] == f"gpuagent: error: {path}: {error}", run.stderr
+    assert run.returncode == 1 and run.stderr.strip().splitlines()[-1] == f"gpuagent: error: {path}: {error}", (
+        run.stderr
+    )
 
 
-@pytest.mark.parametrize(("url", "shown"), [
-    ("influx:8086", "influx:8086"),
-    ("http://influx:port", "http://influx:port"),
-    ("ftp://admin:hunter2@influx:8086", "ftp://admin:***@influx:8086"),
-    ("http//admin:hunter2@influx:8086", "***@influx:8086"),
-])
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("influx:8086", "influx:8086"),
+        ("http://influx:port", "http://influx:port"),
+        ("ftp://admin:hunter2@influx:8086", "ftp://admin:***@influx:8086"),
+        ("http//admin:hunter2@influx:8086", "***@influx:8086"),
+    ],
+)
 def test_a_bad_url_is_echoed_with_its_credentials_masked(invoke, tmp_path, url, shown):
     """Like every other error, the line shows the bad value; never a password inside it."""
     path = tmp_path / "gpuagent.toml"
@@ -334,14 +414,19 @@ def test_a_bad_url_is_echoed_with_its_credentials_masked(invoke, tmp_path, url, 
     assert "hunter2" not in result.stderr
 
 
-@pytest.mark.parametrize(("table", "error"), [
-    ('[compare]\npromql_url = "http://vm:8428"\nschema = "influx"\n', "compare.schema: unknown key"),
-    ('[compare]\nscheme = "graphite"\n',
-     "compare.scheme: expected 'auto', 'influx' or 'prometheus', got \"graphite\""),
-    ('[compare]\ntimeout = "soon"\n', "compare.timeout: "),
-    ('[compare]\nverify_tls = "no"\n', 'compare.verify_tls: expected true or false, got "no"'),
-    ('[compare.prices]\nkwh = -1\n', "compare.prices.kwh: expected a number >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    ("table", "error"),
+    [
+        ('[compare]\npromql_url = "http://vm:8428"\nschema = "influx"\n', "compare.schema: unknown key"),
+        (
+            '[compare]\nscheme = "graphite"\n',
+            "compare.scheme: expected 'auto', 'influx' or 'prometheus', got \"graphite\"",
+        ),
+        ('[compare]\ntimeout = "soon"\n', "compare.timeout: "),
+        ('[compare]\nverify_tls = "no"\n', 'compare.verify_tls: expected true or false, got "no"'),
+        ("[compare.prices]\nkwh = -1\n", "compare.prices.kwh: expected a number >= 0, got -1"),
+    ],
+)
 def test_config_check_types_the_compare_table(invoke, tmp_path, table, error):
     # [compare] is read by `gpuagent compare` only, but `config check` is where a typo shows.
     path = tmp_path / "gpuagent.toml"
@@ -349,7 +434,8 @@ def test_config_check_types_the_compare_table(invoke, tmp_path, table, error):
     check = invoke("config", "check", str(path))
     lines = check.stderr.strip().splitlines()
     assert check.exit_code == 1 and len(lines) == 1 and lines[0].startswith(f"gpuagent: error: {path}: {error}"), (
-        check.stderr)
+        check.stderr
+    )
 
 
 def test_the_compare_table_reaches_compare_typed(tmp_path):

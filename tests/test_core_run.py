@@ -67,11 +67,7 @@ def run_output() -> list[tuple[str, dict[str, str], dict[str, str]]]:
 
 
 def points(output, measurement: str, **tags: str):
-    return [
-        (t, f)
-        for m, t, f in output
-        if m == measurement and all(t.get(k) == v for k, v in tags.items())
-    ]
+    return [(t, f) for m, t, f in output if m == measurement and all(t.get(k) == v for k, v in tags.items())]
 
 
 @pytest.mark.parametrize("measurement", CORE)
@@ -81,9 +77,7 @@ def test_every_gpu_has_each_core_measurement_with_identity_tags(run_output, meas
     for tags, _ in found:
         assert IDENTITY <= set(tags), IDENTITY - set(tags)
     models = [t["model"] for t, _ in sorted(found, key=lambda p: p[0]["gpu"])]
-    assert models == ["NVIDIA L40S"] * 2 + ["NVIDIA H100 80GB HBM3"] * 2 + [
-        "NVIDIA GeForce RTX 4090"
-    ]
+    assert models == ["NVIDIA L40S"] * 2 + ["NVIDIA H100 80GB HBM3"] * 2 + ["NVIDIA GeForce RTX 4090"]
 
 
 def test_l40s_l2_and_peak(run_output):
@@ -133,9 +127,7 @@ def test_sample_table_is_valid_config(name):
     # Every commented-out option, switched on: the sample documents only keys the model accepts.
     text = re.sub(r"(?m)^# ([a-z_]+ = )", r"\1", sample)
     table = tomllib.loads(text)["collectors"][name]
-    (collector,) = [
-        c for c in vars(module).values() if isinstance(c, type) and getattr(c, "name", None) == name
-    ]
+    (collector,) = [c for c in vars(module).values() if isinstance(c, type) and getattr(c, "name", None) == name]
     config = collector.Config(**table)
     assert config.enabled is True
     assert set(table) >= {"enabled", "interval"}

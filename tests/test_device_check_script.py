@@ -39,9 +39,7 @@ def no_gpu_run(tmp_path_factory):
         "GPUAGENT_DEVICE_CHECK_NO_GPU": "1",
     }
     env.pop("GPUAGENT_CONFIG", None)
-    proc = subprocess.run(
-        ["bash", str(SCRIPT)], cwd=tmp, env=env, capture_output=True, text=True, timeout=240
-    )
+    proc = subprocess.run(["bash", str(SCRIPT)], cwd=tmp, env=env, capture_output=True, text=True, timeout=240)
     return proc, tmp / "out"
 
 

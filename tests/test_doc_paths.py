@@ -27,9 +27,7 @@ PLACEHOLDER = re.compile(r"[<>*{}$]|\bNAME\b|\.\.\.|…")
 def markdown_files() -> list[Path]:
     skip = {".venv", ".git", "node_modules", "build", "dist"}
     return sorted(
-        p
-        for p in REPO.rglob("*.md")
-        if not skip.intersection(p.relative_to(REPO).parts) and "egg-info" not in str(p)
+        p for p in REPO.rglob("*.md") if not skip.intersection(p.relative_to(REPO).parts) and "egg-info" not in str(p)
     )
 
 
@@ -60,7 +58,9 @@ def test_every_path_a_doc_names_exists(doc):
 
 def test_the_check_finds_a_dead_path(tmp_path):
     doc = tmp_path / "x.md"
-    doc.write_text("See `gpuagent/commands/facts.py` and [here](nowhere.md); `agent/gpus/gpu.py` exists.\n```\nagent/nope.py\n```\n")
+    doc.write_text(
+        "See `gpuagent/commands/facts.py` and [here](nowhere.md); `agent/gpus/gpu.py` exists.\n```\nagent/nope.py\n```\n"
+    )
     found = [w for w, p in named_paths(doc) if not p.exists()]
     assert found == ["nowhere.md", "gpuagent/commands/facts.py"]
 

@@ -50,7 +50,7 @@ def section(text: str, heading: str) -> str:
     m = re.search(rf"^(#+) {re.escape(heading)}\s*$", text, re.M)
     assert m, f"no heading {heading!r}"
     level = len(m.group(1))
-    rest = text[m.end():]
+    rest = text[m.end() :]
     nxt = re.search(rf"^#{{1,{level}}} ", rest, re.M)
     return rest[: nxt.start()] if nxt else rest
 
@@ -64,7 +64,11 @@ def blocks(text: str) -> list[tuple[str, str | None, str]]:
 
 
 def test_hookspecs_found():
-    assert set(hook_specs()) >= {"gpuagent_register_collectors", "gpuagent_register_sinks", "gpuagent_register_commands"}
+    assert set(hook_specs()) >= {
+        "gpuagent_register_collectors",
+        "gpuagent_register_sinks",
+        "gpuagent_register_commands",
+    }
 
 
 @pytest.mark.parametrize("hook", sorted(hook_specs()))
@@ -118,7 +122,11 @@ def test_compatibility_policy_covers_every_hook_and_public_name():
 def test_testing_page_documents_every_fixture_of_gpuagent_testing():
     import gpuagent.testing as kit
 
-    fixtures = sorted(n for n, v in vars(kit).items() if hasattr(v, "_pytestfixturefunction") or type(v).__name__ == "FixtureFunctionDefinition")
+    fixtures = sorted(
+        n
+        for n, v in vars(kit).items()
+        if hasattr(v, "_pytestfixturefunction") or type(v).__name__ == "FixtureFunctionDefinition"
+    )
     assert fixtures, "gpuagent.testing has no fixtures"
     text = read("testing.md")
     for fixture in fixtures:
@@ -137,7 +145,11 @@ def test_the_test_kit_ships_its_dependencies_as_the_testing_extra():
     testing = {re.split(r"[<>=!~ ]", r.strip())[0] for r in extras["testing"].strip().splitlines()}
     installed = {re.split(r"[<>=!~ ]", r.strip())[0] for r in cfg["options"]["install_requires"].strip().splitlines()}
     kit = (REPO / "agent" / "testing.py").read_text()
-    imported = set(re.findall(r"^\s*(?:import|from) (\w+)", kit, re.M)) - {"gpuagent", "__future__", *sys.stdlib_module_names}
+    imported = set(re.findall(r"^\s*(?:import|from) (\w+)", kit, re.M)) - {
+        "gpuagent",
+        "__future__",
+        *sys.stdlib_module_names,
+    }
     assert imported, "found no third-party import in agent/testing.py"
     missing = {m for m in imported if m not in testing | installed and m != "pynvml"}
     assert not missing, f"gpuagent.testing imports {missing}, in neither install_requires nor the testing extra"
@@ -189,7 +201,17 @@ def test_tutorial_code_installs_and_runs(tmp_path):
 
     # The tutorial's `pip install -e .`, into a throwaway target instead of the test's environment.
     target = tmp_path / "site"
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check", "--target", str(target)]
+    pip = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--target",
+        str(target),
+    ]
     if can_build_without_isolation():
         pip.append("--no-build-isolation")
     built = subprocess.run([*pip, str(project)], capture_output=True, text=True, timeout=300)
@@ -220,7 +242,7 @@ def test_tutorial_code_installs_and_runs(tmp_path):
                 continue
             command, _, pipe = line[2:].partition("|")
             expected = []
-            for out in lines[i + 1:]:
+            for out in lines[i + 1 :]:
                 if out.startswith("$ "):
                     break
                 expected.append(out)
@@ -258,7 +280,11 @@ def test_tutorial_code_installs_and_runs(tmp_path):
     (project / "tests" / "test_settings.py").write_text(tests["tests/test_settings.py"])
     pytest_run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_settings.py"],
-        capture_output=True, text=True, env=env, cwd=project, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=project,
+        timeout=120,
     )
     assert pytest_run.returncode == 0, pytest_run.stdout + pytest_run.stderr
     assert "5 passed" in pytest_run.stdout

@@ -44,7 +44,9 @@ def _fixtures_defined() -> set[str]:
 def test_every_slow_fixture_is_still_a_fixture(request):
     # A renamed fixture would silently bring its servers back into the fast lane.
     slow = _root_conftest(request.config).SLOW_FIXTURES
-    assert slow and not slow - _fixtures_defined(), f"SLOW_FIXTURES names no fixture: {sorted(slow - _fixtures_defined())}"
+    assert slow and not slow - _fixtures_defined(), (
+        f"SLOW_FIXTURES names no fixture: {sorted(slow - _fixtures_defined())}"
+    )
 
 
 def test_a_test_that_uses_a_slow_fixture_is_marked_slow(request, dripping_server):

@@ -52,7 +52,8 @@ def test_compare_promql_gives_up_on_a_dripping_server_at_its_timeout(dripping_se
     with pytest.raises(AgentError) as failed:
         client.query("up", 0.0, "the test query")
     assert str(failed.value).startswith(
-        f"the PromQL server at {dripping_server.url} did not answer within 1s (the test query; ")
+        f"the PromQL server at {dripping_server.url} did not answer within 1s (the test query; "
+    )
     assert dripping_server.wait_cut() and dripping_server.finished == 0
 
 
@@ -76,6 +77,9 @@ def test_no_module_but_http_client_opens_http_connections():
                 found.append(f"{rel}:{node.lineno} {called}()")
             if isinstance(node, ast.Import | ast.ImportFrom):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-                found += [f"{rel}:{node.lineno} import {n}" for n in names
-                          if n.split(".")[0] in ("urllib3", "requests", "httpx") or n == "urllib.request"]
+                found += [
+                    f"{rel}:{node.lineno} import {n}"
+                    for n in names
+                    if n.split(".")[0] in ("urllib3", "requests", "httpx") or n == "urllib.request"
+                ]
     assert not found, found

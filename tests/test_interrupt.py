@@ -53,8 +53,12 @@ def _start(args, tmp_path, env=None):
     for name in [n for n in full_env if n.startswith("COVERAGE_PROCESS_")]:
         del full_env[name]
     return subprocess.Popen(
-        [sys.executable, "-m", "gpuagent", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True, env=full_env, start_new_session=True,
+        [sys.executable, "-m", "gpuagent", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+        start_new_session=True,
     )
 
 
@@ -110,7 +114,10 @@ def _plugin(tmp_path, source) -> tuple[Path, Path]:
 @pytest.mark.slow
 def test_run_once_interrupted_in_a_collection(tmp_path):
     marker, folder = _plugin(tmp_path, SLOW_COLLECTOR)
-    proc = _start(["run", "--once", "--test", "--log-level", "warning", "--simulate", "l40s:1", "--plugins-dir", str(folder)], tmp_path)
+    proc = _start(
+        ["run", "--once", "--test", "--log-level", "warning", "--simulate", "l40s:1", "--plugins-dir", str(folder)],
+        tmp_path,
+    )
     _wait_for("the collection", marker.exists, proc)
     _assert_stopped_in_one_line(*_interrupt(proc))
 
@@ -150,9 +157,27 @@ def test_probe_l2_interrupted_in_its_sweep(tmp_path):
 def test_sim_fleet_interrupted_with_one_or_more_processes(tmp_path, influxdb_v1, jobs, twice):
     """With workers: they go with the command (issue 29: a hang, then, at a second Ctrl-C,
     a traceback and orphans)."""
-    proc = _start(["sim", "fleet", "--url", influxdb_v1.url, "--database", influxdb_v1.database,
-                   "--spec", "l40s:2", "--hosts", "4", "--duration", "2d", "--jobs", str(jobs),
-                   "--prefix", f"ctrlc{jobs}{twice:d}"], tmp_path)
+    proc = _start(
+        [
+            "sim",
+            "fleet",
+            "--url",
+            influxdb_v1.url,
+            "--database",
+            influxdb_v1.database,
+            "--spec",
+            "l40s:2",
+            "--hosts",
+            "4",
+            "--duration",
+            "2d",
+            "--jobs",
+            str(jobs),
+            "--prefix",
+            f"ctrlc{jobs}{twice:d}",
+        ],
+        tmp_path,
+    )
     if jobs > 1:
         _wait_for("the workers", lambda: len(psutil.Process(proc.pid).children(recursive=True)) >= 3, proc)
     time.sleep(1.5)  # into the simulation (a 2-day history takes far longer)

@@ -35,7 +35,7 @@ def test_the_modules_come_when_a_sink_needs_them(tmp_path):
         "from gpuagent.service.runtime import Options, build\n"
         "from pathlib import Path\n"
         f"p = Path({str(tmp_path)!r}) / 'g.toml'\n"
-        f"p.write_text('[agent]\\nstate_dir = \"{tmp_path}\"\\n[sinks.influxdb]\\nurl = \"http://127.0.0.1:9\"\\napi = \"v1\"\\ndatabase = \"gpus\"\\n')\n"
+        f'p.write_text(\'[agent]\\nstate_dir = "{tmp_path}"\\n[sinks.influxdb]\\nurl = "http://127.0.0.1:9"\\napi = "v1"\\ndatabase = "gpus"\\n\')\n'
         "agent = build(Options(config_path=p, simulate='l40s:1'))\n"
         "agent.close(flush_timeout=0.1)"
     )

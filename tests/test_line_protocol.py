@@ -62,7 +62,16 @@ def test_round_trip_through_independent_parser(measurement, tags, fields, ts):
 @given(
     measurement=names,
     tags=st.dictionaries(names, names, max_size=4),
-    fields=st.dictionaries(names, st.one_of(st.integers(-(2**63), 2**63 - 1), st.booleans(), st.text(max_size=20).filter(lambda s: "\n" not in s and "\r" not in s)), min_size=1, max_size=4),
+    fields=st.dictionaries(
+        names,
+        st.one_of(
+            st.integers(-(2**63), 2**63 - 1),
+            st.booleans(),
+            st.text(max_size=20).filter(lambda s: "\n" not in s and "\r" not in s),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
     ts=st.integers(min_value=0, max_value=2**62),
 )
 @pytest.mark.slow
@@ -152,15 +161,33 @@ def test_accumulator_tags_and_time():
 
 # -- against the real influxd 1.6: what is written is what is stored ------------------------------
 
-_AWKWARD_ALPHABET = "\\,= \"ab#\t\x00é_"
+_AWKWARD_ALPHABET = '\\,= "ab#\t\x00é_'
 
 
 def _awkward_names(count: int, seed: int) -> list[str]:
     import random
 
     rng = random.Random(seed)
-    out = {"a\\,b", "a\\\\,b", "\\", "x\\", "a\\ b", "a\\=b", "C:\\dir\\", "\\,", ",", "=", " ", "a b",
-           "#x", "time", "_field", "tab\there", "q\"uote", "end\\\\"}
+    out = {
+        "a\\,b",
+        "a\\\\,b",
+        "\\",
+        "x\\",
+        "a\\ b",
+        "a\\=b",
+        "C:\\dir\\",
+        "\\,",
+        ",",
+        "=",
+        " ",
+        "a b",
+        "#x",
+        "time",
+        "_field",
+        "tab\there",
+        'q"uote',
+        "end\\\\",
+    }
     while len(out) < count:
         out.add("".join(rng.choice(_AWKWARD_ALPHABET) for _ in range(rng.randint(1, 6))))
     return sorted(out)
@@ -177,7 +204,9 @@ def test_every_tag_value_and_key_is_stored_unchanged_or_refused_by_our_rules(inf
     lines += [serialize("keys", {k: "x"}, {"v": i}, i + 1) for i, k in enumerate(candidates)]
     lines += [serialize("fields", {}, {k: i}, 1) for i, k in enumerate(candidates)]
     influxdb_v1.write([line for line in lines if line], db)  # 204: nothing we wrote was refused
-    stored_values = {v for s in influxdb_v1.query('SHOW TAG VALUES FROM "m" WITH KEY = "t"', db) for _, v in s["values"]}
+    stored_values = {
+        v for s in influxdb_v1.query('SHOW TAG VALUES FROM "m" WITH KEY = "t"', db) for _, v in s["values"]
+    }
     stored_keys = {k for s in influxdb_v1.query('SHOW TAG KEYS FROM "keys"', db) for (k,) in s["values"]}
     stored_fields = {k for s in influxdb_v1.query('SHOW FIELD KEYS FROM "fields"', db) for k, _ in s["values"]}
     ok_values = {v for v in candidates if rules.tag_value_problem(v) is None}

@@ -70,10 +70,14 @@ def test_every_emitted_field_and_tag_is_in_its_readme(profile, tmp_path, monkeyp
             for point in acc.points:
                 for field in point.fields:
                     if not is_documented(field, names):
-                        problems.append(f"{collector.name}: {point.measurement}.{field} not in {readme.parent.name}/README.md")
+                        problems.append(
+                            f"{collector.name}: {point.measurement}.{field} not in {readme.parent.name}/README.md"
+                        )
                 for tag in point.tags:
                     if tag not in IDENTITY_TAGS and not is_documented(tag, spans | names):
-                        problems.append(f"{collector.name}: {point.measurement} tag {tag} not in {readme.parent.name}/README.md")
+                        problems.append(
+                            f"{collector.name}: {point.measurement} tag {tag} not in {readme.parent.name}/README.md"
+                        )
     finally:
         agent.close(flush_timeout=1)
     assert not problems, "\n".join(sorted(set(problems)))
@@ -81,8 +85,10 @@ def test_every_emitted_field_and_tag_is_in_its_readme(profile, tmp_path, monkeyp
 
 def test_the_check_sees_an_undocumented_name(tmp_path):
     readme = tmp_path / "README.md"
-    readme.write_text("| field | type |\n| --- | --- |\n| `power_w` | float |\n| read_status, read_ok | string, bool |\n"
-                      "| `link<N>_errors` | int |\n\nTags: `peer_gpu`.\n")
+    readme.write_text(
+        "| field | type |\n| --- | --- |\n| `power_w` | float |\n| read_status, read_ok | string, bool |\n"
+        "| `link<N>_errors` | int |\n\nTags: `peer_gpu`.\n"
+    )
     names, spans = documented(readme)
     assert is_documented("power_w", names) and is_documented("read_ok", names)
     assert is_documented("link7_errors", names) and not is_documented("link7_bytes", names)

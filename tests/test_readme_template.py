@@ -18,8 +18,11 @@ from conftest import REPO
 
 TEMPLATED = ("clocks", "power", "memory", "pcie", "p2p", "nvlink", "mig", "vgpu", "host", "processes", "health")
 # Plugins that write several measurements (the title names them all, in this order).
-MEASUREMENTS = {"host": ("host", "host_cpu"), "processes": ("gpu_process", "gpu_job", "gpu_attribution"),
-                "health": ("gpu_health", "gpu_inventory", "gpu_action")}
+MEASUREMENTS = {
+    "host": ("host", "host_cpu"),
+    "processes": ("gpu_process", "gpu_job", "gpu_attribution"),
+    "health": ("gpu_health", "gpu_inventory", "gpu_action"),
+}
 SECTIONS = ["Tags", "Fields", "Config", "Example output"]
 FIELD_HEADER = "| field | type | unit | NVML source | notes |"
 TYPES = {"int", "float", "bool", "string"}
@@ -92,4 +95,6 @@ def test_the_check_finds_a_missing_section_a_bad_row_and_an_undocumented_example
     assert check(good, "gpu_power") == []
     assert any("sections" in p for p in check(good.replace("## Config", "## Settings"), "gpu_power"))
     assert any("row" in p for p in check(good.replace("| `power_w` | float |", "| `power_w` | watts |"), "gpu_power"))
-    assert any("power_w has no row" in p for p in check(good.replace("| `power_w` |", "| `power_now_w` |"), "gpu_power"))
+    assert any(
+        "power_w has no row" in p for p in check(good.replace("| `power_w` |", "| `power_now_w` |"), "gpu_power")
+    )

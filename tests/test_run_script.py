@@ -24,8 +24,13 @@ DEFAULT_FLEET = "l40s:2,h100-sxm:2,rtx4090:1"
 def run_sh(*args, env=None):
     full = {**os.environ, **(env or {})}
     full.pop("GPUAGENT_CONFIG", None)
-    return subprocess.run([str(SCRIPT), "--once", "--test", "--log-level", "warning", *args],
-                          capture_output=True, text=True, env=full, timeout=600)
+    return subprocess.run(
+        [str(SCRIPT), "--once", "--test", "--log-level", "warning", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=600,
+    )
 
 
 def models(proc) -> set[str]:
@@ -57,8 +62,9 @@ def test_simulate_in_the_config_wins_over_the_default_fleet(installed, tmp_path)
 
 
 def test_without_a_driver_the_message_names_the_fleet_that_runs(installed):
-    probe = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c", "import pynvml; pynvml.nvmlInit()"],
-                           capture_output=True)
+    probe = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "python"), "-c", "import pynvml; pynvml.nvmlInit()"], capture_output=True
+    )
     if probe.returncode == 0:
         pytest.skip("an NVIDIA driver is here: run.sh reads the real GPUs")
     proc = run_sh(env={"GPUAGENT_SIMULATE": "h200:1"})

@@ -54,19 +54,27 @@ def test_the_self_measurement_is_one_line_per_collector_and_keeps_every_refusal(
             folded[(tags.get("collector", "agent"), call, code)] = n
     # The same refusals as a normal run delivers, per call, to its sinks.
     run = run_once(SPEC, tmp_path)
-    series = {(p.tags["collector"], p.tags["nvml_call"], p.tags["nvml_error"]): p.fields["nvml_errors_total"]
-              for p in run.nvml_errors()}
+    series = {
+        (p.tags["collector"], p.tags["nvml_call"], p.tags["nvml_error"]): p.fields["nvml_errors_total"]
+        for p in run.nvml_errors()
+    }
     assert series and folded == series
 
 
 def test_a_call_without_its_collector_line_is_kept():
     from gpuagent.pipeline.metric import Point
 
-    call = Point("gpuagent", {"host": "h", "collector": "gone", "nvml_call": "nvmlX", "nvml_error": "TIMEOUT"},
-                 {"nvml_errors_total": 2})
+    call = Point(
+        "gpuagent",
+        {"host": "h", "collector": "gone", "nvml_call": "nvmlX", "nvml_error": "TIMEOUT"},
+        {"nvml_errors_total": 2},
+    )
     agent = Point("gpuagent", {"host": "h"}, {"uptime_s": 1.0})
-    agent_call = Point("gpuagent", {"host": "h", "collector": "agent", "nvml_call": "nvmlInit", "nvml_error": "UNKNOWN"},
-                       {"nvml_errors_total": 1})
+    agent_call = Point(
+        "gpuagent",
+        {"host": "h", "collector": "agent", "nvml_call": "nvmlInit", "nvml_error": "UNKNOWN"},
+        {"nvml_errors_total": 1},
+    )
     out = fold_nvml_errors([agent, call, agent_call])
     assert out[0].fields["nvml_errors"] == "nvmlInit:UNKNOWN" and out[0].fields["nvml_errors_total"] == 1
     assert out[1] is call

@@ -24,7 +24,11 @@ class Recorder(gpuagent.Sink):
 
     def of(self, measurement, **tags):
         with self.lock:
-            return [p for p in self.points if p.measurement == measurement and all(p.tags.get(k) == v for k, v in tags.items())]
+            return [
+                p
+                for p in self.points
+                if p.measurement == measurement and all(p.tags.get(k) == v for k, v in tags.items())
+            ]
 
 
 class Healthy(gpuagent.Collector):

@@ -100,8 +100,7 @@ def test_a_write_that_raises_is_counted_by_the_scheduler_as_before():
             acc.add_fields("healthy", {"v": 1})
 
     ctx = AgentContext(hostname="h")
-    sched = Scheduler(ctx, [(Healthy(gpuagent.CollectorConfig(), ctx), 1, 1)],
-                      [Broken(gpuagent.SinkConfig(), ctx)], 1)
+    sched = Scheduler(ctx, [(Healthy(gpuagent.CollectorConfig(), ctx), 1, 1)], [Broken(gpuagent.SinkConfig(), ctx)], 1)
     sched.run_once()
     own = [p for p in sched.run_once() if p.tags.get("sink") == "broken"]
     assert own[0].fields["sink_errors_total"] >= 2  # both runs' collector points, at least

@@ -70,7 +70,12 @@ def test_bad_sizes(text):
     "status, body, outcome, rejected",
     [
         (204, b"", Outcome.ACCEPTED, 0),
-        (400, b'{"error":"partial write: unable to parse \'x y\': invalid field format dropped=0"}', Outcome.PARTIAL, 1),
+        (
+            400,
+            b'{"error":"partial write: unable to parse \'x y\': invalid field format dropped=0"}',
+            Outcome.PARTIAL,
+            1,
+        ),
         (400, b'{"error":"partial write: field type conflict: input field \\"v\\" dropped=3"}', Outcome.PARTIAL, 3),
         (400, b'{"error":"field type conflict"}', Outcome.REJECTED, 0),
         (422, b'{"code":"unprocessable entity"}', Outcome.REJECTED, 0),
@@ -93,7 +98,9 @@ def test_http_answers(status, body, outcome, rejected):
 
 
 def test_a_partial_write_is_counted_from_the_whole_message_and_a_redirect_names_its_location():
-    refused = "\n".join(f"unable to parse 'gpu_power,gpu={i},host=node-1 {'x' * 300}': bad timestamp" for i in range(40))
+    refused = "\n".join(
+        f"unable to parse 'gpu_power,gpu={i},host=node-1 {'x' * 300}': bad timestamp" for i in range(40)
+    )
     result = classify_http(400, f'{{"error":"partial write: {refused} dropped=0"}}'.encode(), {})
     assert result.rejected == 40 and len(result.message) == 2000  # before: 6, counted after the cut
     moved = classify_http(307, b"", {"Location": "https://influx:8086/write"})

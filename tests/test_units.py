@@ -11,8 +11,19 @@ from gpuagent.units import format_duration, parse_bytes, parse_duration
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("500ms", 0.5), ("10s", 10), ("1m30s", 90), ("2min", 120), ("1h", 3600), ("1d", 86400),
-     ("250us", 250e-6), ("1.5s", 1.5), (" 2 s ", 2), (3, 3.0), (0.25, 0.25)],
+    [
+        ("500ms", 0.5),
+        ("10s", 10),
+        ("1m30s", 90),
+        ("2min", 120),
+        ("1h", 3600),
+        ("1d", 86400),
+        ("250us", 250e-6),
+        ("1.5s", 1.5),
+        (" 2 s ", 2),
+        (3, 3.0),
+        (0.25, 0.25),
+    ],
 )
 def test_durations(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
@@ -24,7 +35,9 @@ def test_unitless_text_is_seconds_only_where_allowed():
         parse_duration("20")
 
 
-@pytest.mark.parametrize("bad", ["fast", "10 parsecs", "-5s", "0s", "", True, None, [1], float("nan"), float("inf"), -1])
+@pytest.mark.parametrize(
+    "bad", ["fast", "10 parsecs", "-5s", "0s", "", True, None, [1], float("nan"), float("inf"), -1]
+)
 def test_bad_durations_are_one_line_errors(bad):
     with pytest.raises(ValueError) as err:
         parse_duration(bad)
@@ -38,9 +51,23 @@ def test_format_round_trips(seconds):
 
 @pytest.mark.parametrize(
     ("text", "size"),
-    [("512M", 512 << 20), ("512MiB", 512 << 20), ("512MB", 512_000_000), ("512mb", 512_000_000),
-     ("96MB", 96_000_000), ("1G", 1 << 30), ("1GiB", 1 << 30), ("1GB", 10**9), ("4096", 4096),
-     ("64K", 64 << 10), ("1.5KiB", 1536), ("2T", 2 << 40), ("7B", 7), (8192, 8192), (1024.0, 1024)],
+    [
+        ("512M", 512 << 20),
+        ("512MiB", 512 << 20),
+        ("512MB", 512_000_000),
+        ("512mb", 512_000_000),
+        ("96MB", 96_000_000),
+        ("1G", 1 << 30),
+        ("1GiB", 1 << 30),
+        ("1GB", 10**9),
+        ("4096", 4096),
+        ("64K", 64 << 10),
+        ("1.5KiB", 1536),
+        ("2T", 2 << 40),
+        ("7B", 7),
+        (8192, 8192),
+        (1024.0, 1024),
+    ],
 )
 def test_sizes(text, size):
     assert parse_bytes(text) == size

@@ -35,7 +35,7 @@ def test_an_exception_from_step_is_noted_and_step_runs_again():
     assert again.wait(30), "step was not run again after raising"
     loop.stop(30)
     assert not loop.alive and len(calls) == 2
-    (key, count, message, level), = notes.notes
+    ((key, count, message, level),) = notes.notes
     assert "delivery worker error: ValueError: a bug in a step" in message and level == logging.ERROR
 
 

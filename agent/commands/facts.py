@@ -235,7 +235,9 @@ def read_all(gpu: Gpu, collectors: Iterable[Any]) -> dict[str, Any]:
         except GpuLost:
             raise
         except Exception as exc:
-            log.warning("GPU %d: collector %s failed to read: %s: %s", gpu.index, collector.name, type(exc).__name__, exc)
+            log.warning(
+                "GPU %d: collector %s failed to read: %s: %s", gpu.index, collector.name, type(exc).__name__, exc
+            )
             continue
         readings.update(reading or {})
     return readings

@@ -50,13 +50,32 @@ P2P_LEGEND = (
 
 
 @click.command()
-@click.option("--simulate", metavar="SPEC", callback=simulate_spec, help="Inspect a simulated fleet, e.g. l40s:2,h100-sxm:4.")
+@click.option(
+    "--simulate", metavar="SPEC", callback=simulate_spec, help="Inspect a simulated fleet, e.g. l40s:2,h100-sxm:4."
+)
 @click.option("--seed", type=int, default=None, help="Seed of the simulated fleet's load model.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout (schema: gpuagent/schemas/inspect.schema.json).")
-@click.option("--line-protocol", is_flag=True, help="One snapshot of every enabled collector as line protocol (= run --once --test).")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON document on stdout (schema: gpuagent/schemas/inspect.schema.json).",
+)
+@click.option(
+    "--line-protocol",
+    is_flag=True,
+    help="One snapshot of every enabled collector as line protocol (= run --once --test).",
+)
 @click.option("--gpu", "gpu_args", metavar="N|UUID", multiple=True, help="Only this GPU (index or UUID); repeatable.")
-@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="Config file (default: as `run`): --line-protocol's collectors, and the [sinks.influxdb] that `probe l2 --send` results are read back from.")
-@click.option("--plugins-dir", type=click.Path(file_okay=False, exists=True), help="Also load every .py plugin file in DIR.")
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="Config file (default: as `run`): --line-protocol's collectors, and the [sinks.influxdb] that `probe l2 --send` results are read back from.",
+)
+@click.option(
+    "--plugins-dir", type=click.Path(file_okay=False, exists=True), help="Also load every .py plugin file in DIR."
+)
 def inspect(simulate, seed, as_json, line_protocol, gpu_args, config_path, plugins_dir):
     """Show this machine's GPUs: identity, memory, L2, clocks, power, throttling, MIG/vGPU, PCIe, P2P."""
     from gpuagent.service.logsetup import setup_logging
@@ -260,14 +279,23 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
     cells = [
         (("UUID", gpu["uuid"]), ("PCI bus id", gpu["pci_bus_id"])),
         (mem and ("Memory", memory_text(mem)), mem and ("L2 cache", l2_text(mem))),
-        (mem and ("Bus width", unit(mem.get("bus_width_bits"), "-bit", sep="")),
-         mem and ("Peak DRAM", bandwidth_text(mem.get("dram_peak_gbps")))),
-        (clocks and ("SM clock", clock_text(clocks["sm_clock_mhz"], clocks["max_sm_clock_mhz"])),
-         clocks and ("Mem clock", clock_text(clocks["memory_clock_mhz"], clocks["max_memory_clock_mhz"]))),
-        (power and ("Power", power_text(power["power_w"], power["power_limit_w"], power.get("enforced_power_limit_w"))),
-         power and ("Temperature", unit(power["temperature_c"], "C"))),
-        (clocks and ("Throttling", throttle_text(active_reasons(clocks))),
-         clocks and ("P-state", f"P{pstate}" if pstate is not None else NA)),
+        (
+            mem and ("Bus width", unit(mem.get("bus_width_bits"), "-bit", sep="")),
+            mem and ("Peak DRAM", bandwidth_text(mem.get("dram_peak_gbps"))),
+        ),
+        (
+            clocks and ("SM clock", clock_text(clocks["sm_clock_mhz"], clocks["max_sm_clock_mhz"])),
+            clocks and ("Mem clock", clock_text(clocks["memory_clock_mhz"], clocks["max_memory_clock_mhz"])),
+        ),
+        (
+            power
+            and ("Power", power_text(power["power_w"], power["power_limit_w"], power.get("enforced_power_limit_w"))),
+            power and ("Temperature", unit(power["temperature_c"], "C")),
+        ),
+        (
+            clocks and ("Throttling", throttle_text(active_reasons(clocks))),
+            clocks and ("P-state", f"P{pstate}" if pstate is not None else NA),
+        ),
         (pcie and ("PCIe link", pcie_text(pcie)), ecc and ("ECC", ecc_text(ecc))),
         (("Virtualisation", virtualization_text(gpu.get("gpu_vgpu"))), ("MIG", mig_text(gpu.get("gpu_mig")))),
     ]
@@ -290,7 +318,9 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
             grid.add_row(label2, cell(value2))
     parts: list[Any] = [title, grid]
     if gpu.get("health"):  # absent in documents from before the verdict
-        parts.append(Text("  Health: " + health_text(gpu["health"]), style=HEALTH_STYLES.get(gpu["health"]["verdict"], "red")))
+        parts.append(
+            Text("  Health: " + health_text(gpu["health"]), style=HEALTH_STYLES.get(gpu["health"]["verdict"], "red"))
+        )
     for instance in points(gpu.get("gpu_mig")):
         parts.append(Text("  " + mig_instance_text(instance)))
     for vgpu in points(gpu.get("gpu_vgpu")):
@@ -577,7 +607,9 @@ def cost_table(cost: dict[str, Any] | None) -> Table | None:
     for name, c in sorted(rows.items()):
         table.add_row(name, str(c["runs"]), str(c["nvml_calls"]), f"{c['cpu_ms']:.1f}")
     table.add_row(
-        "total", str(sum(c["runs"] for c in rows.values())), str(sum(c["nvml_calls"] for c in rows.values())),
+        "total",
+        str(sum(c["runs"] for c in rows.values())),
+        str(sum(c["nvml_calls"] for c in rows.values())),
         f"{sum(c['cpu_ms'] for c in rows.values()):.1f}",
     )
     return table

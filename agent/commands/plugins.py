@@ -46,7 +46,13 @@ def plugins(as_json, sample, config_path, plugins_dir):
     for col in ("plugin", "version", "distribution", "registers", "hooks", "status"):
         table.add_column(col, overflow="fold")
     for i in infos:
-        registers = ", ".join([*(f"collector:{c}" for c in i.collectors), *(f"sink:{s}" for s in i.sinks), *(f"command:{c}" for c in i.commands)])
+        registers = ", ".join(
+            [
+                *(f"collector:{c}" for c in i.collectors),
+                *(f"sink:{s}" for s in i.sinks),
+                *(f"command:{c}" for c in i.commands),
+            ]
+        )
         hooks = ", ".join(h.removeprefix("gpuagent_register_") for h in i.hooks)
         status = i.status if i.status != "failed" else f"[red]failed[/red]: {i.error}"
         table.add_row(i.name, i.version or "", i.distribution or "", registers, hooks, status)

@@ -10,12 +10,22 @@ from gpuagent.service.runtime import Options, build, load
 
 
 @click.command()
-@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="Config file (default: $GPUAGENT_CONFIG or /etc/gpuagent/gpuagent.toml).")
-@click.option("--simulate", metavar="SPEC", callback=simulate_spec, help="Run on a simulated fleet, e.g. l40s:2,h100-sxm:1.")
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="Config file (default: $GPUAGENT_CONFIG or /etc/gpuagent/gpuagent.toml).",
+)
+@click.option(
+    "--simulate", metavar="SPEC", callback=simulate_spec, help="Run on a simulated fleet, e.g. l40s:2,h100-sxm:1."
+)
 @click.option("--seed", type=int, default=None, help="Seed of the simulated fleet's load model.")
 @click.option("--once", is_flag=True, help="Collect every enabled collector once, flush the sinks and exit.")
 @click.option("--test", is_flag=True, help="Print line protocol on stdout instead of sending it.")
-@click.option("--plugins-dir", type=click.Path(file_okay=False, exists=True), help="Also load every .py plugin file in DIR.")
+@click.option(
+    "--plugins-dir", type=click.Path(file_okay=False, exists=True), help="Also load every .py plugin file in DIR."
+)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default=None)
 def run(config_path, simulate, seed, once, test, plugins_dir, log_level, log_format):

@@ -28,9 +28,7 @@ def parse_time(text: str) -> int:
     try:
         stamp = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise AgentError(
-            f"not a time: {text!r} (RFC 3339 such as 2026-01-31T12:00:00Z, or epoch seconds)"
-        ) from None
+        raise AgentError(f"not a time: {text!r} (RFC 3339 such as 2026-01-31T12:00:00Z, or epoch seconds)") from None
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=dt.UTC)
     return int(stamp.timestamp()) * 1_000_000_000 + stamp.microsecond * 1000
@@ -62,9 +60,7 @@ def time_range(since: str | None, start: str | None, end: str | None):
     metavar="DURATION",
     help="Range ending now (or at --end): 1h (default), 30m, 7d.",
 )
-@click.option(
-    "--start", default=None, metavar="TIME", help="Range start: RFC 3339 or epoch seconds."
-)
+@click.option("--start", default=None, metavar="TIME", help="Range start: RFC 3339 or epoch seconds.")
 @click.option("--end", default=None, metavar="TIME", help="Range end (default: now).")
 @click.option(
     "--where",
@@ -87,9 +83,7 @@ def time_range(since: str | None, start: str | None, end: str | None):
     default="table",
     show_default=True,
 )
-@click.option(
-    "-o", "--output", default=None, metavar="FILE", help="Write the report here instead of stdout."
-)
+@click.option("-o", "--output", default=None, metavar="FILE", help="Write the report here instead of stdout.")
 @click.option(
     "-c",
     "--config",
@@ -99,9 +93,7 @@ def time_range(since: str | None, start: str | None, end: str | None):
     help="Connection from its [sinks.influxdb] (default: $GPUAGENT_CONFIG or /etc/gpuagent/gpuagent.toml).",
 )
 @click.option("--url", default=None, help="InfluxDB URL (overrides the config).")
-@click.option(
-    "--database", default=None, help="Database (1.x) or bucket / database name (2.x, 3.x)."
-)
+@click.option("--database", default=None, help="Database (1.x) or bucket / database name (2.x, 3.x).")
 @click.option(
     "--token",
     default=None,
@@ -109,9 +101,7 @@ def time_range(since: str | None, start: str | None, end: str | None):
     help="API token, sent as 'Authorization: Token' ($INFLUX_TOKEN).",
 )
 @click.option("--username", default=None, help="1.x user (Basic auth), with --password.")
-@click.option(
-    "--password", default=None, envvar="INFLUX_PASSWORD", help="1.x password ($INFLUX_PASSWORD)."
-)
+@click.option("--password", default=None, envvar="INFLUX_PASSWORD", help="1.x password ($INFLUX_PASSWORD).")
 @click.option(
     "--promql-url",
     default=None,
@@ -125,11 +115,30 @@ def time_range(since: str | None, start: str | None, end: str | None):
     metavar="DURATION",
     help="Longest wait for one query's answer (default: the config's, else 30s for InfluxDB, 60s for PromQL).",
 )
-@click.option("--raw", "raw", is_flag=True, default=False,
-              help="Read raw points even where rollups (gpuagent rollups) cover the range.")
+@click.option(
+    "--raw",
+    "raw",
+    is_flag=True,
+    default=False,
+    help="Read raw points even where rollups (gpuagent rollups) cover the range.",
+)
 def compare(
-    since, start, end, where, by, fmt, output, config_path, url, database, token, username, password,
-    promql_url=None, timeout=None, raw=False,
+    since,
+    start,
+    end,
+    where,
+    by,
+    fmt,
+    output,
+    config_path,
+    url,
+    database,
+    token,
+    username,
+    password,
+    promql_url=None,
+    timeout=None,
+    raw=False,
 ) -> None:
     """Compare the fleet's GPUs side by side from the agent's measurements in InfluxDB.
 
@@ -149,15 +158,14 @@ def compare(
 
     promql_url = promql_url_from(config_path, promql_url, url)
     if by in ("workload", "model,workload"):  # per unit of work (gpuagent.compare.work)
-        _compare_work(config_path, promql_url, wait, rng, by, where, fmt, output, url, database, token,
-                      username, password)
+        _compare_work(
+            config_path, promql_url, wait, rng, by, where, fmt, output, url, database, token, username, password
+        )
         return
     if promql_url:  # the same report over the Prometheus query API (gpuagent.compare.promql_report)
         if by in ("job", "pod", "driver"):
             source = "gpu_info records" if by == "driver" else "gpu_job points"
-            raise AgentError(
-                f"--by {by} reads the {source} through InfluxQL; use --url (InfluxDB), not --promql-url"
-            )
+            raise AgentError(f"--by {by} reads the {source} through InfluxQL; use --url (InfluxDB), not --promql-url")
         from gpuagent.compare.promql import PromQL, prom_connection_from
         from gpuagent.compare.promql_report import PromReport
 
@@ -193,8 +201,7 @@ def compare(
             doc = report.build()
     finally:
         client.close()
-    _emit(RENDERERS[fmt](doc), output,
-          f"{len(doc['groups'])} group(s), {sum(g['gpus'] for g in doc['groups'])} GPUs")
+    _emit(RENDERERS[fmt](doc), output, f"{len(doc['groups'])} group(s), {sum(g['gpus'] for g in doc['groups'])} GPUs")
 
 
 def _timeout(text: str | None) -> float | None:
@@ -209,8 +216,9 @@ def _timeout(text: str | None) -> float | None:
     return seconds
 
 
-def _compare_work(config_path, promql_url, wait, rng, by, where, fmt, output, url, database, token, username,
-                  password) -> None:
+def _compare_work(
+    config_path, promql_url, wait, rng, by, where, fmt, output, url, database, token, username, password
+) -> None:
     """`--by workload` / `--by model,workload`: units, energy and cost per unit, what limits the work."""
     from gpuagent.compare.prices import prices_from
     from gpuagent.compare.work import InfluxWork, PromWork, build_work

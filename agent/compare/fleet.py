@@ -105,9 +105,7 @@ def simulate_host(plan: HostPlan, conn: Connection | None, keep: bool = False):
     failed: set[str] = set()
     try:
         pynvml.nvmlInit()
-        gpus = [
-            Gpu(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())
-        ]
+        gpus = [Gpu(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
         context = AgentContext(hostname=plan.hostname, gpus=gpus)
         work = _work_sim(machine, plan)
         work_tags = [{**context.default_tags, **g.tags} for g in gpus]
@@ -136,13 +134,9 @@ def simulate_host(plan: HostPlan, conn: Connection | None, keep: bool = False):
                     runner[2] = t_ns
                     try:
                         collector.collect(acc)
-                    except (
-                        Exception
-                    ) as exc:  # as the scheduler does: one collector never stops the rest
+                    except Exception as exc:  # as the scheduler does: one collector never stops the rest
                         if collector.name not in failed:
-                            log.warning(
-                                "%s: collector %s failed: %s", plan.hostname, collector.name, exc
-                            )
+                            log.warning("%s: collector %s failed: %s", plan.hostname, collector.name, exc)
                         failed.add(collector.name)
             lines.extend(serialize(p.measurement, p.tags, p.fields, p.time_ns) for p in acc.points)
             if work is not None:
@@ -261,9 +255,7 @@ def check_database(conn: Connection) -> None:
     show_default=True,
     help="History to write, ending now (10m, 6h, 2d).",
 )
-@click.option(
-    "--step", default="10s", show_default=True, help="Collection interval of the simulated agents."
-)
+@click.option("--step", default="10s", show_default=True, help="Collection interval of the simulated agents.")
 @click.option(
     "--end",
     "end",
@@ -290,8 +282,10 @@ def check_database(conn: Connection) -> None:
     help="Seed of the load model (deterministic history).",
 )
 @click.option(
-    "--scenario", default=None, help="Load scenario: idle, training, inference, mixed (default); training and "
-    "inference also write gpu_work points, every workload on every model (compare --by model,workload)."
+    "--scenario",
+    default=None,
+    help="Load scenario: idle, training, inference, mixed (default); training and "
+    "inference also write gpu_work points, every workload on every model (compare --by model,workload).",
 )
 @click.option(
     "--collectors",
@@ -300,9 +294,7 @@ def check_database(conn: Connection) -> None:
     show_default=True,
     help="Comma-separated collectors to run, or 'all' for every GPU collector.",
 )
-@click.option(
-    "--prefix", default="sim", show_default=True, help="Host names are PREFIX-00, PREFIX-01, ..."
-)
+@click.option("--prefix", default="sim", show_default=True, help="Host names are PREFIX-00, PREFIX-01, ...")
 @click.option(
     "--with-jobs",
     is_flag=True,

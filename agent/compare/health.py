@@ -56,8 +56,13 @@ def health_hours(report: Any, groups: dict[tuple, dict[str, Any]]) -> int:
     bucket = bucket_for((rng.end_ns - rng.start_ns) / 1e9)
     for g in groups.values():
         g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
-    words = sorted({r["distinct"] for r in report.client.rows(
-        f'SELECT DISTINCT("verdict") FROM "gpu_health" WHERE {report._where()}') if r.get("distinct")})
+    words = sorted(
+        {
+            r["distinct"]
+            for r in report.client.rows(f'SELECT DISTINCT("verdict") FROM "gpu_health" WHERE {report._where()}')
+            if r.get("distinct")
+        }
+    )
     if not words:
         return bucket
     tail = f", time({bucket}s) fill(none)"
@@ -73,8 +78,9 @@ def health_hours(report: Any, groups: dict[tuple, dict[str, Any]]) -> int:
     return bucket
 
 
-def add_hours(report: Any, groups: dict[tuple, dict[str, Any]], total: dict, per_word: dict[str, dict],
-              bucket: int) -> None:
+def add_hours(
+    report: Any, groups: dict[tuple, dict[str, Any]], total: dict, per_word: dict[str, dict], bucket: int
+) -> None:
     """Add each verdict's share of each (GPU, bucket) to its group, from sample counts per
     (gpu key, bucket time): total, and per verdict word (the raw report's and the rollup report's)."""
     rng = report.range
@@ -91,7 +97,7 @@ def add_hours(report: Any, groups: dict[tuple, dict[str, Any]], total: dict, per
 
 
 def health_text(hours: dict[str, float] | None) -> str:
-    """"ok 94.0, degraded 2.5" (GPU-hours, verdicts with time only); "n/a" without verdicts."""
+    """ "ok 94.0, degraded 2.5" (GPU-hours, verdicts with time only); "n/a" without verdicts."""
     if not hours or not any(hours.values()):
         return "n/a"
     return ", ".join(f"{v} {h:.1f}" for v, h in hours.items() if h)

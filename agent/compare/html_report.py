@@ -141,8 +141,10 @@ def bar_chart(
             for name, sv in b.segments:
                 w = pct(left + sv) - pct(left)
                 if w > 0:
-                    inner += (f'<span class="seg" style="left:{pct(left):.2f}%;width:{w:.2f}%;'
-                              f'background:{(colors or {}).get(name, color)}" title="{esc(name)} {number(sv)}"></span>')
+                    inner += (
+                        f'<span class="seg" style="left:{pct(left):.2f}%;width:{w:.2f}%;'
+                        f'background:{(colors or {}).get(name, color)}" title="{esc(name)} {number(sv)}"></span>'
+                    )
                 left += sv
         elif finite(v):
             inner += f'<span class="seg" style="left:0;width:{pct(v):.2f}%;background:{color}"></span>'
@@ -163,8 +165,11 @@ def bar_chart(
     if rest:
         vals = [total[i] for i in rest if finite(total[i])]
         lo, hi = (min(vals), max(vals)) if vals else (0.0, 0.0)
-        band = (f'<span class="seg rest" style="left:{pct(lo):.2f}%;width:{max(pct(hi) - pct(lo), 0.4):.2f}%"></span>'
-                if vals else "")
+        band = (
+            f'<span class="seg rest" style="left:{pct(lo):.2f}%;width:{max(pct(hi) - pct(lo), 0.4):.2f}%"></span>'
+            if vals
+            else ""
+        )
         text = f"{number(lo, digits)}–{number(hi, digits)}" if vals else "n/a"
         rows.append(
             f'<div class="br"><span class="bl">the other {len(rest)}</span><span class="track">{band}</span>'
@@ -176,9 +181,11 @@ def bar_chart(
     rows.append(f'<div class="br axis"><span></span><span class="ticks">{ticks}</span></div>')
     legend = ""
     if colors:
-        legend = '<ul class="legend">' + "".join(
-            f'<li><span class="sw" style="background:{c}"></span>{esc(n)}</li>' for n, c in colors.items()
-        ) + "</ul>"
+        legend = (
+            '<ul class="legend">'
+            + "".join(f'<li><span class="sw" style="background:{c}"></span>{esc(n)}</li>' for n, c in colors.items())
+            + "</ul>"
+        )
     notes = []
     if rest:
         notes.append(f"The {len(shown)} highest of {len(bars)} groups; the last row spans the other {len(rest)}.")
@@ -188,8 +195,10 @@ def bar_chart(
     if note:
         notes.append(note)
     foot = "".join(f"<p class=note>{esc(n)}</p>" for n in notes)
-    return (f'<figure class="chart"><figcaption>{esc(title)}</figcaption>{legend}'
-            f'<div class="{cols}">{"".join(rows)}</div>{foot}</figure>')
+    return (
+        f'<figure class="chart"><figcaption>{esc(title)}</figcaption>{legend}'
+        f'<div class="{cols}">{"".join(rows)}</div>{foot}</figure>'
+    )
 
 
 def display_labels(doc: dict) -> dict[str, str]:
@@ -207,8 +216,11 @@ def display_labels(doc: dict) -> dict[str, str]:
     return labels
 
 
-def bars_of(doc: dict, value: Callable[[dict], float | None], mark: Callable[[dict], float | None] | None = None,
-            ) -> list[Bar]:
+def bars_of(
+    doc: dict,
+    value: Callable[[dict], float | None],
+    mark: Callable[[dict], float | None] | None = None,
+) -> list[Bar]:
     shown = display_labels(doc)
     return [Bar(shown[g["label"]], value(g), mark(g) if mark else None) for g in doc["groups"]]
 
@@ -239,10 +251,11 @@ def header_section(doc: dict) -> str:
 
 # The tables: COLUMNS' titles by theme (a column not named here lands in the last table).
 TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Power and energy", ("GPUs", "hosts", "power mean W", "power p95 W", "Wh / GPU-h", "energy kWh",
-                          "Wh / busy GPU-h", "health GPU-h")),
-    ("Clocks and utilisation", ("SM clock MHz", "SM % of max", "throttled", "GPU util %", "DRAM util %",
-                                "DRAM GB/s")),
+    (
+        "Power and energy",
+        ("GPUs", "hosts", "power mean W", "power p95 W", "Wh / GPU-h", "energy kWh", "Wh / busy GPU-h", "health GPU-h"),
+    ),
+    ("Clocks and utilisation", ("SM clock MHz", "SM % of max", "throttled", "GPU util %", "DRAM util %", "DRAM GB/s")),
     ("Memory and topology", ("mem used GiB", "L2 MiB", "P2P", "MIG", "vGPU", "L2 probe")),
 )
 
@@ -260,28 +273,29 @@ def tables_section(doc: dict) -> str:
         head = '<th class="label">group</th>' + "".join(f"<th>{esc(t)}</th>" for t in titles)
         body = "".join(
             f'<tr><th class="label" title="{esc(g["label"])}">{esc(shown[g["label"]])}</th>'
-            + "".join(
-                f'<td{" class=text" if t in _TEXT_COLUMNS else ""}>{esc(columns[t](g))}</td>' for t in titles
-            )
+            + "".join(f"<td{' class=text' if t in _TEXT_COLUMNS else ''}>{esc(columns[t](g))}</td>" for t in titles)
             + "</tr>"
             for g in doc["groups"]
         )
-        out.append(f"<section><h2>{esc(name)}</h2><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-                   "</section>")
+        out.append(
+            f"<section><h2>{esc(name)}</h2><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></section>"
+        )
     return "".join(out)
 
 
 def power_chart(doc: dict) -> str:
     bars = bars_of(doc, lambda g: g["power_mean_w"], lambda g: g["power_p95_w"])
-    return bar_chart("Mean power per GPU; the red tick is the p95", "W", bars, value_name="mean W",
-                     mark_name="p95 W")
+    return bar_chart("Mean power per GPU; the red tick is the p95", "W", bars, value_name="mean W", mark_name="p95 W")
 
 
 def efficiency_chart(doc: dict) -> str:
     bars = bars_of(doc, lambda g: g["energy_wh_per_busy_gpu_hour"])
     idle = any(finite(g["gpu_util_mean_pct"]) and g["gpu_util_mean_pct"] < 5 for g in doc["groups"])
-    note = ("A GPU that is hardly busy draws its idle power over little busy time: its figure is high by "
-            "construction." if idle else "")
+    note = (
+        "A GPU that is hardly busy draws its idle power over little busy time: its figure is high by construction."
+        if idle
+        else ""
+    )
     return bar_chart("Energy per busy GPU-hour (lower is better)", "Wh", bars, color=PALETTE[2], note=note)
 
 
@@ -296,13 +310,22 @@ def throttle_chart(doc: dict) -> str:
     colors = {r: PALETTE[i % len(PALETTE)] for i, r in enumerate(reasons)}
     shown = display_labels(doc)
     bars = [
-        Bar(shown[g["label"]], sum(g["throttle_share_pct"].get(r) or 0.0 for r in reasons),
-            segments=[(r, g["throttle_share_pct"].get(r) or 0.0) for r in reasons])
+        Bar(
+            shown[g["label"]],
+            sum(g["throttle_share_pct"].get(r) or 0.0 for r in reasons),
+            segments=[(r, g["throttle_share_pct"].get(r) or 0.0) for r in reasons],
+        )
         for g in groups
     ]
     title = "Share of samples under each throttle reason" + ("" if reasons else " (none in the range)")
-    return bar_chart(title, "% of samples", bars, colors=colors, value_name="sum %",
-                     note="Reasons can hold at once: a sum above 100 % is two reasons at the same time.")
+    return bar_chart(
+        title,
+        "% of samples",
+        bars,
+        colors=colors,
+        value_name="sum %",
+        note="Reasons can hold at once: a sum above 100 % is two reasons at the same time.",
+    )
 
 
 def power_over_time(doc: dict) -> str:
@@ -312,13 +335,17 @@ def power_over_time(doc: dict) -> str:
     bucket = doc["series"]["bucket_s"]
     title = f"Power per {doc['by']} over time (mean per GPU, {bucket} s buckets, UTC)"
     if not series:
-        return f'<figure class="chart"><figcaption>{esc(title)}</figcaption><p class=note>no power readings</p></figure>'
+        return (
+            f'<figure class="chart"><figcaption>{esc(title)}</figcaption><p class=note>no power readings</p></figure>'
+        )
     shown = display_labels(doc)
     means = {k: sum(v for _, v in pts) / len(pts) for k, pts in series.items() if pts}
     ranked = sorted(means, key=lambda k: -means[k])
     many = len(ranked) > LINES
-    lines = [(series[k], PALETTE[i % len(PALETTE)], f"{shown.get(k, k)}: mean {number(means[k])} W")
-             for i, k in enumerate(ranked[:HIGHEST] if many else ranked)]
+    lines = [
+        (series[k], PALETTE[i % len(PALETTE)], f"{shown.get(k, k)}: mean {number(means[k])} W")
+        for i, k in enumerate(ranked[:HIGHEST] if many else ranked)
+    ]
     band: list[tuple[int, float, float]] = []
     if many:
         acc: dict[int, list[float]] = {}
@@ -326,8 +353,9 @@ def power_over_time(doc: dict) -> str:
             for t, v in series[k]:
                 acc.setdefault(t, []).append(v)
         band = [(t, min(vs), max(vs)) for t, vs in sorted(acc.items())]
-        lines.append(([[t, sum(vs) / len(vs)] for t, vs in sorted(acc.items())], "#555555",
-                      f"mean of the {len(ranked)} groups"))
+        lines.append(
+            ([[t, sum(vs) / len(vs)] for t, vs in sorted(acc.items())], "#555555", f"mean of the {len(ranked)} groups")
+        )
     w, h, left, right, top_m, bottom = 960, 260, 60, 16, 14, 36
     r = doc["range"]
     t0, t1 = r["start_ns"] / 1e9, r["end_ns"] / 1e9
@@ -343,10 +371,18 @@ def power_over_time(doc: dict) -> str:
 
     parts = [f'<svg viewBox="0 0 {w} {h}" role="img" aria-label="{esc(title)}" class="lines">']
     for v in yticks:
-        parts.append(f'<line x1="{left}" x2="{w - right}" y1="{y(v):.1f}" y2="{y(v):.1f}" class="grid"/>'
-                     f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{esc(number(v, 0))}</text>')
-    step = next((s for s in (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800)
-                 if (t1 - t0) / s <= 7), 604800)
+        parts.append(
+            f'<line x1="{left}" x2="{w - right}" y1="{y(v):.1f}" y2="{y(v):.1f}" class="grid"/>'
+            f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{esc(number(v, 0))}</text>'
+        )
+    step = next(
+        (
+            s
+            for s in (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800)
+            if (t1 - t0) / s <= 7
+        ),
+        604800,
+    )
     fmt = "%H:%M" if t1 - t0 <= 86400 else "%m-%d %H:%M"
     tick = math.ceil(t0 / step) * step
     while tick <= t1:
@@ -355,16 +391,24 @@ def power_over_time(doc: dict) -> str:
         tick += step
     parts.append(f'<text x="{left - 6}" y="{top_m - 2}" text-anchor="end" class="unit">W</text>')
     if band:
-        outline = [f"{x(t):.1f},{y(hi):.1f}" for t, _, hi in band] + [f"{x(t):.1f},{y(lo):.1f}" for t, lo, _ in band[::-1]]
+        outline = [f"{x(t):.1f},{y(hi):.1f}" for t, _, hi in band] + [
+            f"{x(t):.1f},{y(lo):.1f}" for t, lo, _ in band[::-1]
+        ]
         parts.append(f'<polygon points="{" ".join(outline)}" fill="#d9d9d9" fill-opacity="0.7" stroke="none"/>')
     for pts, color, _ in lines:
         path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in pts)
         parts.append(f'<polyline points="{path}" stroke="{color}" fill="none" stroke-width="1.6"/>')
     parts.append("</svg>")
-    legend = '<ul class="legend">' + "".join(
-        f'<li><span class="sw" style="background:{c}"></span>{esc(text)}</li>' for _, c, text in lines
-    ) + (f'<li><span class="sw" style="background:#d9d9d9"></span>lowest to highest of the {len(ranked)} groups</li>'
-         if band else "") + "</ul>"
+    legend = (
+        '<ul class="legend">'
+        + "".join(f'<li><span class="sw" style="background:{c}"></span>{esc(text)}</li>' for _, c, text in lines)
+        + (
+            f'<li><span class="sw" style="background:#d9d9d9"></span>lowest to highest of the {len(ranked)} groups</li>'
+            if band
+            else ""
+        )
+        + "</ul>"
+    )
     return f'<figure class="chart wide"><figcaption>{esc(title)}</figcaption>{"".join(parts)}{legend}</figure>'
 
 
@@ -386,8 +430,13 @@ def charts_section(doc: dict) -> str:
 
 # Charts and sections in page order: a new figure is one function added here.
 CHARTS: list[Callable[[dict], str]] = [power_chart, efficiency_chart, dram_chart, throttle_chart, power_over_time]
-SECTIONS: list[Callable[[dict], str]] = [header_section, charts_section, tables_section, hosts_section,
-                                         definitions_section]
+SECTIONS: list[Callable[[dict], str]] = [
+    header_section,
+    charts_section,
+    tables_section,
+    hosts_section,
+    definitions_section,
+]
 
 CSS = """
 * { box-sizing: border-box; }
@@ -436,7 +485,8 @@ dl { font-size: 12px; } dt { font-weight: bold; } dd { margin: 0 0 .4em 1.5em; }
 
 def render_html(doc: dict[str, Any]) -> str:
     body = "".join(section(doc) for section in SECTIONS)
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>gpuagent compare</title><style>{CSS}</style></head>\n<body>{body}</body></html>\n")
-
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>gpuagent compare</title><style>{CSS}</style></head>\n<body>{body}</body></html>\n"
+    )

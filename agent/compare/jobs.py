@@ -37,8 +37,7 @@ JOB_DEFINITIONS = {
     "kernel activity for [collectors.processes] idle_after or longer): the increases of idle_s "
     "between consecutive flagged samples, summed over its GPUs; the idle_after before the flag is "
     "not counted",
-    "idle_cost": "idle_gpu_hours × the GPU-hour price of each GPU's model ([compare.prices]); null "
-    "without a price",
+    "idle_cost": "idle_gpu_hours × the GPU-hour price of each GPU's model ([compare.prices]); null without a price",
 }
 
 
@@ -83,8 +82,7 @@ class JobReport:
         means = {
             _key(r, self.key_tags): r
             for r in self._rows(
-                'MEAN("sm_util_pct") AS sm, MEAN("gpu_util_pct") AS util, '
-                'MAX("used_memory_bytes") AS peak',
+                'MEAN("sm_util_pct") AS sm, MEAN("gpu_util_pct") AS util, MAX("used_memory_bytes") AS peak',
                 self.key_tags,
             )
         }
@@ -108,7 +106,9 @@ class JobReport:
                 "gpu_hours": seconds / 3600.0,
                 "energy_wh": joules / 3600.0,
                 "idle_gpu_hours": sum(idle.get(_key(tags, series), 0.0) for tags, _, _ in gpus) / 3600.0,
-                "idle_cost": self._idle_cost([(tags["model"], idle.get(_key(tags, series), 0.0)) for tags, _, _ in gpus]),
+                "idle_cost": self._idle_cost(
+                    [(tags["model"], idle.get(_key(tags, series), 0.0)) for tags, _, _ in gpus]
+                ),
                 "sm_util_mean_pct": m.get("sm") if m.get("sm") is not None else m.get("util"),
                 "peak_memory_bytes": m.get("peak"),
                 "per_gpu": [
@@ -126,8 +126,14 @@ class JobReport:
             from gpuagent.compare.work import WORK_DEFINITIONS, InfluxWork, work_section
 
             shadow = {jkey: {} for jkey in groups}
-            work_section(InfluxWork(self.client, self.range, self.where, gpu_where=True), self.range, "job",
-                         self.prices, self.where, shadow)
+            work_section(
+                InfluxWork(self.client, self.range, self.where, gpu_where=True),
+                self.range,
+                "job",
+                self.prices,
+                self.where,
+                shadow,
+            )
             for jkey, fields in shadow.items():
                 groups[jkey].update(fields)
             definitions = {**JOB_DEFINITIONS, **WORK_DEFINITIONS}
@@ -183,9 +189,7 @@ COLUMNS = (
     ),
     (
         "peak mem GiB",
-        lambda g: (
-            "-" if g["peak_memory_bytes"] is None else f"{g['peak_memory_bytes'] / 2**30:.1f}"
-        ),
+        lambda g: "-" if g["peak_memory_bytes"] is None else f"{g['peak_memory_bytes'] / 2**30:.1f}",
     ),
 )
 
@@ -209,9 +213,7 @@ def render(doc: dict[str, Any], fmt: str) -> str:
         return out.getvalue()
     if fmt == "html":
         cells = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows
-        )
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
         return (
             f"<!doctype html><meta charset=utf-8><title>GPU use by {title}</title>"
             f"<h1>GPU use by {title}, {doc['range']['start']} to {doc['range']['end']}</h1>"

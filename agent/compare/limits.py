@@ -24,6 +24,7 @@ DRAM_BW_PCT = 60.0  # GPM DRAM bandwidth at or above this share of the peak
 MEM_BUSY_PCT = 60.0  # memory busy time at or above this share (proxy)
 CLOCK_HELD_PCT = 90.0  # SM clock below this share of its max with memory busy: memory holds it (proxy)
 
+
 # PCIe bandwidth per lane and direction (GB/s) by generation, after line encoding (PCI-SIG:
 # 8b/10b for Gen 1-2: 0.25 × 2^(gen-1); 128b/130b from Gen 3: 0.985 × 2^(gen-3), i.e. 8 GT/s × 128/130).
 def pcie_lane_gbps(gen: float) -> float:
@@ -34,17 +35,32 @@ def pcie_lane_gbps(gen: float) -> float:
 RULES = (
     ("idle", False, "no `gpu_work` point on the GPU in the bucket (no work allocated)"),
     ("starved", False, f"work allocated and mean `gpu_util_pct` < {STARVED_UTIL_PCT:g}"),
-    ("thermal", False, "`sw_thermal_slowdown` or `hw_thermal_slowdown` set in "
-     f">= {REASON_SHARE_PCT:g} % of the `gpu_clocks` samples"),
-    ("power", False, f"`sw_power_cap` or `hw_power_brake_slowdown` set in >= {REASON_SHARE_PCT:g} % of the samples, "
-     f"or mean `power_w` >= {POWER_AT_CAP_PCT:g} % of `enforced_power_limit_w`"),
-    ("interconnect", True, "mean `tx_bytes_per_s` + `rx_bytes_per_s` (`gpu_pcie`) >= "
-     f"{PCIE_NEAR_PEAK_PCT:g} % of the link's two-way peak (2 × lanes × GB/s per lane of the largest `link_gen` "
-     "and `link_width`: 0.25 × 2^(gen-1) for Gen 1-2, 0.985 × 2^(gen-3) from Gen 3): a ~20 ms sample per reading, "
-     "so a proxy"),
+    (
+        "thermal",
+        False,
+        f"`sw_thermal_slowdown` or `hw_thermal_slowdown` set in >= {REASON_SHARE_PCT:g} % of the `gpu_clocks` samples",
+    ),
+    (
+        "power",
+        False,
+        f"`sw_power_cap` or `hw_power_brake_slowdown` set in >= {REASON_SHARE_PCT:g} % of the samples, "
+        f"or mean `power_w` >= {POWER_AT_CAP_PCT:g} % of `enforced_power_limit_w`",
+    ),
+    (
+        "interconnect",
+        True,
+        "mean `tx_bytes_per_s` + `rx_bytes_per_s` (`gpu_pcie`) >= "
+        f"{PCIE_NEAR_PEAK_PCT:g} % of the link's two-way peak (2 × lanes × GB/s per lane of the largest `link_gen` "
+        "and `link_width`: 0.25 × 2^(gen-1) for Gen 1-2, 0.985 × 2^(gen-3) from Gen 3): a ~20 ms sample per reading, "
+        "so a proxy",
+    ),
     ("memory", False, f"GPM (Hopper and newer): mean `dram_bw_util_pct` >= {DRAM_BW_PCT:g}"),
-    ("memory", True, f"no GPM: mean `memory_util_pct` (busy time, not bandwidth) >= {MEM_BUSY_PCT:g}, "
-     f"or >= the mean `gpu_util_pct` with mean `sm_clock_mhz` < {CLOCK_HELD_PCT:g} % of `max_sm_clock_mhz`"),
+    (
+        "memory",
+        True,
+        f"no GPM: mean `memory_util_pct` (busy time, not bandwidth) >= {MEM_BUSY_PCT:g}, "
+        f"or >= the mean `gpu_util_pct` with mean `sm_clock_mhz` < {CLOCK_HELD_PCT:g} % of `max_sm_clock_mhz`",
+    ),
     ("compute", False, "GPM: none of the above (the SMs were busy with the DRAM below its threshold)"),
     ("compute", True, "no GPM: none of the above (by elimination)"),
 )

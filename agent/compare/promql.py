@@ -80,8 +80,16 @@ class PromQL:
     def _post(self, path: str, params: dict, purpose: str) -> Any:
         url = f"{self.conn.url}{path}"
         self.requests += 1
-        resp = send("POST", url, self.conn.timeout, self.conn.verify_tls, f"the PromQL server at {self.conn.url}",
-                    purpose, urllib.parse.urlencode(params).encode(), self._headers)
+        resp = send(
+            "POST",
+            url,
+            self.conn.timeout,
+            self.conn.verify_tls,
+            f"the PromQL server at {self.conn.url}",
+            purpose,
+            urllib.parse.urlencode(params).encode(),
+            self._headers,
+        )
         try:
             doc = json.loads(resp.body or b"{}")
         except ValueError:

@@ -61,7 +61,9 @@ PROMQL_DEFINITIONS = {
     "covering the bucket before it, aligned to the epoch)",
 }
 
-_MATCHERS = re.compile(r'\s*[a-zA-Z_]\w*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*(,\s*[a-zA-Z_]\w*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*)*,?\s*')
+_MATCHERS = re.compile(
+    r'\s*[a-zA-Z_]\w*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*(,\s*[a-zA-Z_]\w*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*)*,?\s*'
+)
 
 
 class PromReport:
@@ -72,7 +74,9 @@ class PromReport:
             raise AgentError(f"--by {by!r}: expected one of {', '.join(GROUP_TAGS)}")
         where = (where or "").strip()
         if where and not _MATCHERS.fullmatch(where):
-            raise AgentError(f'--where with --promql-url: PromQL label matchers such as host=~"rack-3-.*", got {where!r}')
+            raise AgentError(
+                f'--where with --promql-url: PromQL label matchers such as host=~"rack-3-.*", got {where!r}'
+            )
         self.client, self.range, self.by, self.where = client, rng, by, where
         self.group = ", ".join(GROUP_TAGS[by])
         self.at = (rng.end_ns - 1_000_000) / 1e9  # [start, end): the window ends 1 ms before end
@@ -135,8 +139,11 @@ class PromReport:
         # One engine may hold both (a VictoriaMetrics fed by /write and by a scrape): line protocol wins.
         for scheme in ("influx", "prometheus"):
             self.scheme = scheme
-            found = self.client.query(f"count(count_over_time({self._r('gpu_power', 'power_w')}))", self.at,
-                                      f"looking for {scheme}-named power series")
+            found = self.client.query(
+                f"count(count_over_time({self._r('gpu_power', 'power_w')}))",
+                self.at,
+                f"looking for {scheme}-named power series",
+            )
             if found:
                 return
         self.scheme = "influx"
@@ -163,8 +170,9 @@ class PromReport:
         for r in inventory:
             m = r["metric"]
             gkey = tuple(m.get(t, "") for t in tags)
-            g = groups.setdefault(gkey, {"key": dict(zip(tags, gkey, strict=True)), "_hosts": set(),
-                                         "_models": set(), "gpus": 0})
+            g = groups.setdefault(
+                gkey, {"key": dict(zip(tags, gkey, strict=True)), "_hosts": set(), "_models": set(), "gpus": 0}
+            )
             g["_hosts"].add(m.get("host", ""))
             g["_models"].add(m.get("model", ""))
             g["gpus"] += int(float(r["value"][1]))
@@ -180,18 +188,29 @@ class PromReport:
         self._health(groups)
         self._work(groups)
         series = self._series(groups)
-        source = {"url": self.client.conn.url, "database": f"PromQL ({self.client.engine}, {self.scheme} names)",
-                  "kind": "raw", "resolution": None}
-        return report_document(self.range, self.by, self.where, source, {**PROMQL_DEFINITIONS, **work_definitions()},
-                               groups, series=series)
+        source = {
+            "url": self.client.conn.url,
+            "database": f"PromQL ({self.client.engine}, {self.scheme} names)",
+            "kind": "raw",
+            "resolution": None,
+        }
+        return report_document(
+            self.range, self.by, self.where, source, {**PROMQL_DEFINITIONS, **work_definitions()}, groups, series=series
+        )
 
     def _work(self, groups) -> None:
         """Per unit of work and what limits it, from gpu_work (gpuagent.compare.work)."""
         from gpuagent.compare.work import PromWork, work_section
 
         shadow = {gkey: {} for gkey in groups}
-        work_section(PromWork(self.client, self.range, self.where, gpu_where=True), self.range, self.by,
-                     self.prices, self.where, shadow)
+        work_section(
+            PromWork(self.client, self.range, self.where, gpu_where=True),
+            self.range,
+            self.by,
+            self.prices,
+            self.where,
+            shadow,
+        )
         for gkey, fields in shadow.items():
             groups[gkey].update(fields)
 
@@ -224,8 +243,9 @@ class PromReport:
         whole = [(a, b) for a, b in cut if b - a == bucket * 10**9]
         answers: list[tuple[list[tuple[dict, float]], float]] = []  # ([(labels, GPUs)], seconds each)
         if whole:  # the point at b - 1 ms covers [a, b), as in _series
-            rows = self.client.query_range(shares(bucket * 1000), whole[0][1] / 1e9 - 0.001,
-                                           whole[-1][1] / 1e9 - 0.001, bucket, purpose)
+            rows = self.client.query_range(
+                shares(bucket * 1000), whole[0][1] / 1e9 - 0.001, whole[-1][1] / 1e9 - 0.001, bucket, purpose
+            )
             answers.append(([(r["metric"], float(v)) for r in rows for _, v in r["values"]], float(bucket)))
         for a, b in cut:
             if (a, b) not in whole:
@@ -268,7 +288,10 @@ class PromReport:
         return {
             "energy_j": (f"sum by ({G}) ({energy_gpu})", "energy per group"),
             "observed_s": (f"sum by ({G}) ({span_gpu})", "observed time per group"),
-            "busy_energy_j": (f"sum by ({G}) (({energy_gpu}) and on ({GPU}) ({util_gpu}))", "energy of GPUs with utilisation"),
+            "busy_energy_j": (
+                f"sum by ({G}) (({energy_gpu}) and on ({GPU}) ({util_gpu}))",
+                "energy of GPUs with utilisation",
+            ),
             "busy_s": (f"sum by ({G}) (({span_gpu}) * on ({GPU}) ({util_gpu}) / 100)", "busy time per group"),
         }
 
@@ -306,17 +329,24 @@ class PromReport:
         nv, rd = self.agg("sum", "gpu_p2p", "nvlink_ok", GPU), self.agg("sum", "gpu_p2p", "read_ok", GPU)
         link = f"max by ({GPU}) ((2 * (({nv}) > bool 0) > 0) or ((({rd}) > bool 0) > 0))"
         q["p2p"] = (f'count_values by ({G}) ("p2p_class", {link})', "GPUs by P2P link")
-        q["mig:capable"] = (f"count by ({G}) ({self.agg('max', 'gpu_mig', 'max_mig_devices', GPU)})",
-                            "MIG-capable GPUs")
+        q["mig:capable"] = (
+            f"count by ({G}) ({self.agg('max', 'gpu_mig', 'max_mig_devices', GPU)})",
+            "MIG-capable GPUs",
+        )
         q["mig:devices"] = (f"sum by ({G}) ({best('gpu_mig', 'mig_devices')})", "MIG devices")
         q["mig:enabled"] = (
             f"count by ({G}) ({self.agg('sum', 'gpu_mig', 'mig_mode_current', GPU)} > 0)",
-            "GPUs with MIG on")
-        q["mig:profiles"] = (f"group by ({G}, mig_profile) ({self.agg('count', 'gpu_mig', 'mig_index', f'{G}, mig_profile')})",
-                             "MIG profiles")
+            "GPUs with MIG on",
+        )
+        q["mig:profiles"] = (
+            f"group by ({G}, mig_profile) ({self.agg('count', 'gpu_mig', 'mig_index', f'{G}, mig_profile')})",
+            "MIG profiles",
+        )
         q["vgpu:instances"] = (f"sum by ({G}) ({best('gpu_vgpu', 'active_instances')})", "vGPU instances")
-        q["vgpu:types"] = (f"group by ({G}, vgpu_type) ({self.agg('count', 'gpu_vgpu', 'vgpu_type_id', f'{G}, vgpu_type')})",
-                           "vGPU types")
+        q["vgpu:types"] = (
+            f"group by ({G}, vgpu_type) ({self.agg('count', 'gpu_vgpu', 'vgpu_type_id', f'{G}, vgpu_type')})",
+            "vGPU types",
+        )
         if self.scheme == "prometheus":
             mode = f"{self.sel('gpu_vgpu', 'virtualization_mode', True)}[{self.window}]"
             q["vgpu:modes"] = (
@@ -343,18 +373,31 @@ class PromReport:
     def _fill(self, groups, a) -> None:
         tags = GROUP_TAGS[self.by]
         plain = [
-            "power_mean_w", "power_p95_w", "sm_clock_mean_mhz", "sm_clock_max_mhz", "gpu_util_mean_pct",
-            "dram_bw_util_mean_pct", "dram_bw_mean_gbps", "dram_peak_gbps", "fb_used_mean_bytes",
-            "fb_used_max_bytes", "fb_total_bytes", "l2_cache_bytes",
+            "power_mean_w",
+            "power_p95_w",
+            "sm_clock_mean_mhz",
+            "sm_clock_max_mhz",
+            "gpu_util_mean_pct",
+            "dram_bw_util_mean_pct",
+            "dram_bw_mean_gbps",
+            "dram_peak_gbps",
+            "fb_used_mean_bytes",
+            "fb_used_max_bytes",
+            "fb_total_bytes",
+            "l2_cache_bytes",
         ]
         values = {k: self._by_group(a[k]) for k in plain}
         samples = self._by_group(a["power_samples"])
         throttle = {r: self._by_group(a[f"throttle:{r}"]) for r in REASONS}
-        counts = {k: self._by_group(a[k]) for k in ("mig:capable", "mig:devices", "mig:enabled", "vgpu:instances",
-                                                   "l2:runs")}
+        counts = {
+            k: self._by_group(a[k]) for k in ("mig:capable", "mig:devices", "mig:enabled", "vgpu:instances", "l2:runs")
+        }
         for cls, name in (("2", "p2p:nvlink"), ("1", "p2p:pcie")):
             counts[name] = self._by_group([r for r in a["p2p"] if r["metric"].get("p2p_class") == cls])
-        l2 = {f: self._by_group(a[f"l2:{f}"]) for f in ("l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio")}
+        l2 = {
+            f: self._by_group(a[f"l2:{f}"])
+            for f in ("l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio")
+        }
         profiles, types, modes = defaultdict(set), defaultdict(set), defaultdict(dict)
         for r in a["mig:profiles"]:
             if r["metric"].get("mig_profile"):
@@ -389,9 +432,7 @@ class PromReport:
                 "types": sorted(types.get(gkey, ())),
             }
             runs = counts["l2:runs"].get(gkey)
-            g["l2_probe"] = (
-                {"runs": int(runs), **{f: l2[f].get(gkey) for f in l2}} if runs else None
-            )
+            g["l2_probe"] = {"runs": int(runs), **{f: l2[f].get(gkey) for f in l2}} if runs else None
 
     def _series(self, groups) -> dict[str, Any]:
         span = (self.range.end_ns - self.range.start_ns) / 1e9
@@ -404,8 +445,7 @@ class PromReport:
         if scale != 1.0:
             expr = f"({expr}) / {scale!r}"
         # The point at t + bucket - 1 ms covers [t, t + bucket): InfluxQL's bucket t.
-        result = self.client.query_range(expr, first + bucket - 0.001, last + bucket - 0.001, bucket,
-                                         "power over time")
+        result = self.client.query_range(expr, first + bucket - 0.001, last + bucket - 0.001, bucket, "power over time")
         tags = GROUP_TAGS[self.by]
         lines: dict[str, list] = defaultdict(list)
         for s in result:

@@ -80,7 +80,9 @@ def coverage(client, where: str, rng: Range) -> dict[str, tuple[int, int] | None
         name = record(_rollup("gpu_power"), _field("gpu_power", "power_count"), level.name)
         at = rng.end_ns + level.ns + overhang
         window = _ms(at - rng.start_ns + level.ns + overhang)
-        lo = client.query(f"min(tfirst_over_time({name}{sel}[{window}]))", at / 1e9, f"the {level.every} rollups' reach")
+        lo = client.query(
+            f"min(tfirst_over_time({name}{sel}[{window}]))", at / 1e9, f"the {level.every} rollups' reach"
+        )
         hi = client.query(f"max(tlast_over_time({name}{sel}[{window}]))", at / 1e9, f"the {level.every} rollups' reach")
         if lo and hi:
             first = round(float(lo[0]["value"][1]) * 1000) * 10**6
@@ -126,8 +128,10 @@ class PromRollupReport(PromReport):
             return super().agg(fn, measurement, field, by)  # nothing recorded (the L2 probe): raw samples
         # Each piece merged `by` before the union: the union (label_replace, or) costs per series.
         merge = MERGE[fn]
-        terms = [f'label_replace({merge} by ({by}) ({self.piece_term(fn, measurement, field, p)}), "{PIECE}", "{i}", "", "")'
-                 for i, p in enumerate(self.pieces)]
+        terms = [
+            f'label_replace({merge} by ({by}) ({self.piece_term(fn, measurement, field, p)}), "{PIECE}", "{i}", "", "")'
+            for i, p in enumerate(self.pieces)
+        ]
         return f"{merge} without ({PIECE}) ({' or '.join(terms)})"
 
     # -- energy and observed time ------------------------------------------------------------------
@@ -137,10 +141,12 @@ class PromRollupReport(PromReport):
     def _energy(self, groups, a) -> None:
         escale = self.name("gpu_power", "energy_j")[1]
         top, low = self.agg("max", "gpu_power", "energy_j", GPU), self.agg("min", "gpu_power", "energy_j", GPU)
-        found = self.client.many([
-            (f"{top} - {low}", self.at, "energy per GPU"),
-            (self.mean("gpu_memory", "gpu_util_pct", by=GPU), self.at, "utilisation per GPU"),
-        ])
+        found = self.client.many(
+            [
+                (f"{top} - {low}", self.at, "energy per GPU"),
+                (self.mean("gpu_memory", "gpu_util_pct", by=GPU), self.at, "utilisation per GPU"),
+            ]
+        )
         energy = {_gpu(r["metric"]): float(r["value"][1]) / escale for r in found[0]}
         util = {_gpu(r["metric"]): float(r["value"][1]) for r in found[1]}
         util = {k: v for k, v in util.items() if math.isfinite(v)}
@@ -219,9 +225,17 @@ class PromRollupReport(PromReport):
         bucket = bucket_seconds(span)
         first = int(self.range.start_ns / 1e9 // bucket * bucket)
         last = int((self.range.end_ns / 1e9 - 0.001) // bucket * bucket)
-        level = next((lv for lv in reversed(LEVELS) if bucket % lv.seconds == 0 and self.reach.get(lv.name)
-                      and self.reach[lv.name][0] <= first * 10**9 and self.reach[lv.name][1] >= (last + bucket) * 10**9),
-                     None)
+        level = next(
+            (
+                lv
+                for lv in reversed(LEVELS)
+                if bucket % lv.seconds == 0
+                and self.reach.get(lv.name)
+                and self.reach[lv.name][0] <= first * 10**9
+                and self.reach[lv.name][1] >= (last + bucket) * 10**9
+            ),
+            None,
+        )
         if level is None:
             return super()._series(groups)  # buckets the rollups do not tile: raw samples
         self.series_level = level
@@ -251,14 +265,18 @@ class PromRollupReport(PromReport):
             self.from_raw += ["health_gpu_hours", "vgpu.modes"]
         used = [lv for lv, _, _ in self.pieces if lv is not None]
         coarsest = max(used, key=lambda lv: lv.seconds) if used else None
-        doc["source"].update({
-            "kind": "rollup" if coarsest else "raw",
-            "resolution": f"{coarsest.seconds}s" if coarsest else None,
-            "pieces": [{"from": rfc3339(a), "to": rfc3339(b), "level": lv.name if lv else "raw"}
-                       for lv, a, b in self.pieces],
-            "series_level": self.series_level.name if self.series_level else "raw",
-            "from_raw": self.from_raw,
-        })
+        doc["source"].update(
+            {
+                "kind": "rollup" if coarsest else "raw",
+                "resolution": f"{coarsest.seconds}s" if coarsest else None,
+                "pieces": [
+                    {"from": rfc3339(a), "to": rfc3339(b), "level": lv.name if lv else "raw"}
+                    for lv, a, b in self.pieces
+                ],
+                "series_level": self.series_level.name if self.series_level else "raw",
+                "from_raw": self.from_raw,
+            }
+        )
         return doc
 
 
@@ -306,23 +324,39 @@ def missing_spans(client, level: Level, start_ns: int, end_ns: int) -> list[tupl
     return [(a, b) for a, b in spans if a <= b]
 
 
-def vmalert_argv(vmalert: str, rules: str, url: str, write_url: str, a_ns: int, b_ns: int,
-                 token: str | None = None) -> list[str]:
-    argv = [vmalert, f"-rule={rules}", f"-datasource.url={url}", f"-remoteWrite.url={write_url}",
-            # Stamps from timeFrom on, one a step: timeFrom on the level's grid. vmalert wants timeTo
-            # after timeFrom, one stamp or not.
-            f"-replay.timeFrom={rfc3339(a_ns)}", f"-replay.timeTo={rfc3339(max(b_ns, a_ns + 10**9))}",
-            # step = the group's interval (the default, 5m, would skip buckets); the levels do not
-            # read each other, so no wait between rules.
-            "-datasource.queryStep=0s", "-replay.rulesDelay=0s", "-replay.disableProgressBar",
-            "-loggerLevel=ERROR"]
+def vmalert_argv(
+    vmalert: str, rules: str, url: str, write_url: str, a_ns: int, b_ns: int, token: str | None = None
+) -> list[str]:
+    argv = [
+        vmalert,
+        f"-rule={rules}",
+        f"-datasource.url={url}",
+        f"-remoteWrite.url={write_url}",
+        # Stamps from timeFrom on, one a step: timeFrom on the level's grid. vmalert wants timeTo
+        # after timeFrom, one stamp or not.
+        f"-replay.timeFrom={rfc3339(a_ns)}",
+        f"-replay.timeTo={rfc3339(max(b_ns, a_ns + 10**9))}",
+        # step = the group's interval (the default, 5m, would skip buckets); the levels do not
+        # read each other, so no wait between rules.
+        "-datasource.queryStep=0s",
+        "-replay.rulesDelay=0s",
+        "-replay.disableProgressBar",
+        "-loggerLevel=ERROR",
+    ]
     if token:
         argv += [f"-datasource.bearerToken={token}", f"-remoteWrite.bearerToken={token}"]
     return argv
 
 
-def backfill(client, start_ns: int, end_ns: int, write_url: str | None = None, vmalert: str = "vmalert",
-             scheme: str = "auto", echo=None) -> int:
+def backfill(
+    client,
+    start_ns: int,
+    end_ns: int,
+    write_url: str | None = None,
+    vmalert: str = "vmalert",
+    scheme: str = "auto",
+    echo=None,
+) -> int:
     """The recording rules over history, with vmalert's replay mode, for the buckets each level does
     not hold yet; the number of bucket stamps replayed (per level and series they are one sample each)."""
     import shutil
@@ -333,13 +367,17 @@ def backfill(client, start_ns: int, end_ns: int, write_url: str | None = None, v
 
     binary = shutil.which(vmalert)
     if binary is None:
-        raise AgentError(f"--vmalert {vmalert!r}: not found (Debian package victoria-metrics, or the "
-                         "release binary from VictoriaMetrics)")
+        raise AgentError(
+            f"--vmalert {vmalert!r}: not found (Debian package victoria-metrics, or the "
+            "release binary from VictoriaMetrics)"
+        )
     if not client.engine:
         client.detect_engine(end_ns / 1e9)
     if client.engine != "victoriametrics":
-        raise AgentError(f"{client.conn.url} is not VictoriaMetrics: for Prometheus, backfill the rules "
-                         "with promtool tsdb create-blocks-from rules (docs/compare.md)")
+        raise AgentError(
+            f"{client.conn.url} is not VictoriaMetrics: for Prometheus, backfill the rules "
+            "with promtool tsdb create-blocks-from rules (docs/compare.md)"
+        )
     if scheme == "auto":
         probe = PromReport(client, Range(start_ns, end_ns))
         probe._detect_scheme()
@@ -356,8 +394,9 @@ def backfill(client, start_ns: int, end_ns: int, write_url: str | None = None, v
             with open(rules, "w") as out:
                 out.write(rules_yaml(scheme, (level,)))
             for a, b in spans:
-                argv = vmalert_argv(binary, rules, client.conn.url, write_url or client.conn.url, a, b,
-                                    client.conn.token)
+                argv = vmalert_argv(
+                    binary, rules, client.conn.url, write_url or client.conn.url, a, b, client.conn.token
+                )
                 done = subprocess.run(argv, capture_output=True, text=True)
                 if done.returncode != 0:
                     tail = " ".join((done.stderr or done.stdout).split())[-300:]
@@ -373,20 +412,24 @@ def status(client, since_ns: int, end_ns: int, where: str = "") -> dict:
     if not client.engine:
         client.detect_engine(end_ns / 1e9)
     if client.engine != "victoriametrics":
-        raise AgentError(f"rollups status over PromQL reads sample times with MetricsQL: {client.conn.url} is "
-                         "not VictoriaMetrics (query gpuagent:gpu_power_power_count:1m there instead)")
+        raise AgentError(
+            f"rollups status over PromQL reads sample times with MetricsQL: {client.conn.url} is "
+            "not VictoriaMetrics (query gpuagent:gpu_power_power_count:1m there instead)"
+        )
     levels = []
     for level in LEVELS:
         name = record(_rollup("gpu_power"), _field("gpu_power", "power_count"), level.name)
         held = _stamps(client, level, where, end_ns - since_ns, end_ns)
         sel = f"{name}{{{where}}}" if where else name
         series = client.query(f"count(last_over_time({sel}[{_ms(since_ns)}]))", end_ns / 1e9, "rollup series")
-        levels.append({
-            "level": level.name,
-            "resolution_s": level.seconds,
-            "record": name,
-            "series": int(float(series[0]["value"][1])) if series else 0,
-            "from": rfc3339(held[0] - level.ns) if held else None,
-            "to": rfc3339(held[1]) if held else None,
-        })
+        levels.append(
+            {
+                "level": level.name,
+                "resolution_s": level.seconds,
+                "record": name,
+                "series": int(float(series[0]["value"][1])) if series else 0,
+                "from": rfc3339(held[0] - level.ns) if held else None,
+                "to": rfc3339(held[1]) if held else None,
+            }
+        )
     return {"url": client.conn.url, "engine": client.engine, "levels": levels}

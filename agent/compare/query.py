@@ -62,9 +62,7 @@ def connection_from(
             cfg = registered("sinks", "influxdb").Config.model_validate(table)
         except ValidationError as exc:
             label = resolve_path(config_path).name
-            raise ConfigError(
-                f"{label}: {format_validation_error(exc, ('sinks', 'influxdb'))}"
-            ) from None
+            raise ConfigError(f"{label}: {format_validation_error(exc, ('sinks', 'influxdb'))}") from None
         conn.url = cfg.url
         if cfg.api == "v1":
             conn.database, conn.retention_policy = cfg.database, cfg.retention_policy
@@ -107,9 +105,7 @@ def _sink_table(config_path: str | None) -> dict | None:
     config = read_config(config_path)
     table = config.raw.get("sinks", {}).get("influxdb")
     if table is None and config_path:
-        raise ConfigError(
-            f"{config.label}: no [sinks.influxdb] table (or pass --url and --database)"
-        )
+        raise ConfigError(f"{config.label}: no [sinks.influxdb] table (or pass --url and --database)")
     return table
 
 
@@ -120,14 +116,23 @@ ANSWER_BYTES = 256 << 20  # the most of one query's answer read; a range that as
 TOO_BIG = "narrow it with --since or --where"
 
 
-def send(method: str, url: str, timeout: float, verify_tls: bool, server: str, purpose: str = "",
-         body: bytes | None = None, headers: dict | None = None) -> http_client.Answer:
+def send(
+    method: str,
+    url: str,
+    timeout: float,
+    verify_tls: bool,
+    server: str,
+    purpose: str = "",
+    body: bytes | None = None,
+    headers: dict | None = None,
+) -> http_client.Answer:
     """One request to a query server, or one AgentError line naming `server` (and `purpose`):
     unreachable, slow (the deadline passed after it took the connection) or an answer too long."""
     why = f" ({purpose})" if purpose else ""
     try:
-        answer = http_client.request(method, url, timeout=timeout, body=body, headers=headers,
-                                     limit=ANSWER_BYTES, verify_tls=verify_tls)
+        answer = http_client.request(
+            method, url, timeout=timeout, body=body, headers=headers, limit=ANSWER_BYTES, verify_tls=verify_tls
+        )
     except http_client.RequestFailed as exc:
         if exc.timed_out and exc.connected:
             slow = f"{purpose}; {SLOW}" if purpose else SLOW
@@ -152,14 +157,19 @@ class InfluxQL:
         self.requests = 0
         self._count_lock = threading.Lock()
 
-    def _request(
-        self, method: str, path: str, params: dict, body: bytes | None = None, headers=None
-    ):
+    def _request(self, method: str, path: str, params: dict, body: bytes | None = None, headers=None):
         url = f"{self.conn.url}{path}?{urllib.parse.urlencode(params)}"
         with self._count_lock:  # a report asks several queries at once
             self.requests += 1
-        return send(method, url, self.conn.timeout, self.conn.verify_tls, f"InfluxDB at {self.conn.url}",
-                    body=body, headers={**self._headers, **(headers or {})})
+        return send(
+            method,
+            url,
+            self.conn.timeout,
+            self.conn.verify_tls,
+            f"InfluxDB at {self.conn.url}",
+            body=body,
+            headers={**self._headers, **(headers or {})},
+        )
 
     def query(self, q: str, post: bool = False) -> list[dict[str, Any]]:
         """Run one InfluxQL statement; the series of its result (`[]` when nothing matched).
@@ -174,14 +184,10 @@ class InfluxQL:
             doc = {}
         if resp.status in (401, 403):
             raise AgentError(f"InfluxDB at {self.conn.url} refused the credentials ({resp.status})")
-        error = doc.get("error") or next(
-            (r["error"] for r in doc.get("results", []) if "error" in r), None
-        )
+        error = doc.get("error") or next((r["error"] for r in doc.get("results", []) if "error" in r), None)
         if error:
             if "database not found" in str(error):
-                raise AgentError(
-                    f"InfluxDB at {self.conn.url}: database {self.conn.database!r} not found"
-                )
+                raise AgentError(f"InfluxDB at {self.conn.url}: database {self.conn.database!r} not found")
             raise AgentError(f"InfluxDB at {self.conn.url} refused a query: {error}")
         if resp.status >= 300:
             raise AgentError(f"InfluxDB at {self.conn.url} answered {resp.status} to /query")

@@ -50,9 +50,7 @@ def _vgpu_text(v: dict) -> str:
 def _l2_text(p: dict | None) -> str:
     if not p:
         return "-"
-    return (
-        f"{_num(p['l2_effective_bytes'], 0, MIB, ' MiB')}, L2/DRAM {_num(p['l2_dram_ratio'], 2)}x"
-    )
+    return f"{_num(p['l2_effective_bytes'], 0, MIB, ' MiB')}, L2/DRAM {_num(p['l2_dram_ratio'], 2)}x"
 
 
 # (column title, function of a group) for the table, CSV and HTML alike.
@@ -95,7 +93,9 @@ EFFICIENCY_NOTE = (
 def _header(doc: dict) -> str:
     r = doc["range"]
     where = f", where {doc['where']}" if doc.get("where") else ""
-    return f"GPUs by {doc['by']}, {r['start']} .. {r['end']}{where} ({doc['source']['url']}, {doc['source']['database']})"
+    return (
+        f"GPUs by {doc['by']}, {r['start']} .. {r['end']}{where} ({doc['source']['url']}, {doc['source']['database']})"
+    )
 
 
 def _approximate_note(doc: dict) -> str:
@@ -103,8 +103,10 @@ def _approximate_note(doc: dict) -> str:
     p95 = (doc["source"].get("approximate") or {}).get("power_p95_w")
     if not p95:
         return ""
-    return (f"\npower p95 W is approximate: from {p95['bin_w']:g} W power histograms of the rollups, "
-            f"within {p95['bound_w']:g} W of the exact value (--raw for exact).")
+    return (
+        f"\npower p95 W is approximate: from {p95['bin_w']:g} W power histograms of the rollups, "
+        f"within {p95['bound_w']:g} W of the exact value (--raw for exact)."
+    )
 
 
 def render_json(doc: dict) -> str:

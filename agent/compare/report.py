@@ -54,8 +54,7 @@ DEFINITIONS = {
     "time is its observed time × its mean gpu_util_pct / 100 (GPUs that report no utilisation, e.g. "
     "with MIG on, are left out of both); idle draw is charged to the busy time, so lower is better",
     "sm_clock_pct_of_max": "mean sm_clock_mhz / mean max_sm_clock_mhz × 100 (gpu_clocks)",
-    "throttle_share_pct": "per clock-event reason: samples with the reason set / samples that report "
-    "the reason × 100",
+    "throttle_share_pct": "per clock-event reason: samples with the reason set / samples that report the reason × 100",
     "gpu_util_mean_pct": "mean gpu_util_pct (gpu_memory)",
     "dram_bw_util_mean_pct": "mean dram_bw_util_pct: GPM DRAM bandwidth (Hopper and newer) only; "
     "none for cards without GPM (their memory busy time, memory_util_pct, is not bandwidth)",
@@ -66,8 +65,7 @@ DEFINITIONS = {
     "pcie (read_ok over PCIe), none (no peer reachable, or no gpu_p2p point)",
     "mig": "capable: GPUs with gpu_mig points; enabled: GPUs with mig_mode_current true at some point; "
     "devices: sum over GPUs of their largest mig_devices",
-    "vgpu": "modes: GPUs by their last virtualization_mode; instances: sum over GPUs of their largest "
-    "active_instances",
+    "vgpu": "modes: GPUs by their last virtualization_mode; instances: sum over GPUs of their largest active_instances",
     "l2_probe": "means over gpu_l2_probe summary points in the range (gpuagent probe l2 --send): "
     "l2_effective_bytes, l2_bw_gbps, dram_bw_gbps, l2_dram_ratio",
     "series": "mean power_w per group in each time bucket (GROUP BY time, aligned to the epoch)",
@@ -111,13 +109,14 @@ def check_where(client: InfluxQL, where: str | None) -> None:
             raise
         at, what = int(m["char"]) - len(prefix), m["what"]
         if 1 <= at <= len(where):
-            raise AgentError(f"--where {where!r}: at character {at} ({where[at - 1:at + 9]!r}): {what}") from None
+            raise AgentError(f"--where {where!r}: at character {at} ({where[at - 1 : at + 9]!r}): {what}") from None
         expected = what.partition("expected ")[2] or what  # what was "found" is this query's, not the user's
         raise AgentError(f"--where {where!r}: it ends where InfluxQL expects {expected}") from None
 
 
-def report_document(rng: Range, by: str, where: str | None, source: dict, definitions: dict,
-                    groups: dict[tuple, dict], **extra: Any) -> dict[str, Any]:
+def report_document(
+    rng: Range, by: str, where: str | None, source: dict, definitions: dict, groups: dict[tuple, dict], **extra: Any
+) -> dict[str, Any]:
     """The compare JSON document every report shape shares (groups ordered by label)."""
     return {
         "range": {
@@ -174,9 +173,7 @@ class Report:
             parts.append(extra)
         return " AND ".join(parts)
 
-    def _rows(
-        self, select: str, measurement: str, group: tuple[str, ...], extra: str = "", tail: str = ""
-    ):
+    def _rows(self, select: str, measurement: str, group: tuple[str, ...], extra: str = "", tail: str = ""):
         by = ", ".join(f'"{t}"' for t in group)
         q = f'SELECT {select} FROM "{measurement}" WHERE {self._where(extra)} GROUP BY {by}{tail}'
         return self.client.rows(q)
@@ -202,9 +199,7 @@ class Report:
         groups: dict[tuple, dict[str, Any]] = {}
         for key, info in gpus.items():
             gkey = self._group_of(key)
-            g = groups.setdefault(
-                gkey, {"key": dict(zip(self.group_tags, gkey, strict=True)), "_gpus": []}
-            )
+            g = groups.setdefault(gkey, {"key": dict(zip(self.group_tags, gkey, strict=True)), "_gpus": []})
             g["_gpus"].append((key, info))
         for gkey, g in groups.items():
             members = g.pop("_gpus")
@@ -218,7 +213,10 @@ class Report:
         # The sections are independent: each asks its own queries at once and writes its own keys
         # into a fresh dict per group, merged afterwards in this order (the document's key order).
         sections = (
-            self._power, self._clocks, self._throttle, self._memory,
+            self._power,
+            self._clocks,
+            self._throttle,
+            self._memory,
             lambda shadow: self._p2p(shadow, gpus),
             lambda shadow: self._mig(shadow, gpus),
             lambda shadow: self._vgpu(shadow, gpus),
@@ -236,10 +234,10 @@ class Report:
         for shadow in shadows:
             for gkey, fields in shadow.items():
                 groups[gkey].update(fields)
-        source = {"url": self.client.conn.url, "database": self.client.conn.database, "kind": "raw",
-                  "resolution": None}
-        return report_document(self.range, self.by, self.where, source, {**DEFINITIONS, **work_definitions()},
-                               groups, series=series)
+        source = {"url": self.client.conn.url, "database": self.client.conn.database, "kind": "raw", "resolution": None}
+        return report_document(
+            self.range, self.by, self.where, source, {**DEFINITIONS, **work_definitions()}, groups, series=series
+        )
 
     def _health(self, groups) -> None:
         health_hours(self, groups)
@@ -302,11 +300,7 @@ class Report:
     def _energy(self, members) -> dict[str, Any]:
         energy = sum(i["energy_j"] for _, i in members if "energy_j" in i)
         seconds = sum(i["observed_s"] for _, i in members if "energy_j" in i)
-        busy_energy = sum(
-            i["energy_j"]
-            for _, i in members
-            if "energy_j" in i and i.get("util_mean_pct") is not None
-        )
+        busy_energy = sum(i["energy_j"] for _, i in members if "energy_j" in i and i.get("util_mean_pct") is not None)
         busy_s = sum(
             i["observed_s"] * i["util_mean_pct"] / 100.0
             for _, i in members
@@ -315,19 +309,13 @@ class Report:
         return {
             "energy_kwh": energy / 3.6e6,
             "gpu_hours": seconds / 3600.0,
-            "energy_wh_per_gpu_hour": (energy / 3600.0) / (seconds / 3600.0)
-            if seconds > 0
-            else None,
+            "energy_wh_per_gpu_hour": (energy / 3600.0) / (seconds / 3600.0) if seconds > 0 else None,
             "busy_gpu_hours": busy_s / 3600.0,
-            "energy_wh_per_busy_gpu_hour": (busy_energy / 3600.0) / (busy_s / 3600.0)
-            if busy_s > 0
-            else None,
+            "energy_wh_per_busy_gpu_hour": (busy_energy / 3600.0) / (busy_s / 3600.0) if busy_s > 0 else None,
         }
 
     def _power(self, groups) -> None:
-        rows = self._per_group(
-            'MEAN("power_w"), PERCENTILE("power_w", 95), COUNT("power_w")', "gpu_power"
-        )
+        rows = self._per_group('MEAN("power_w"), PERCENTILE("power_w", 95), COUNT("power_w")', "gpu_power")
         for gkey, g in groups.items():
             r = rows.get(gkey, {})
             g["power_samples"] = r.get("count", 0)
@@ -454,9 +442,7 @@ class Report:
     def _series(self, groups) -> dict[str, Any]:
         span = (self.range.end_ns - self.range.start_ns) / 1e9
         bucket = bucket_seconds(span)
-        rows = self._rows(
-            'MEAN("power_w")', "gpu_power", self.group_tags, tail=f", time({bucket}s) fill(none)"
-        )
+        rows = self._rows('MEAN("power_w")', "gpu_power", self.group_tags, tail=f", time({bucket}s) fill(none)")
         lines: dict[str, list] = defaultdict(list)
         for r in rows:
             gkey = tuple(r.get(t, "") for t in self.group_tags)

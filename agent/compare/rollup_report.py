@@ -70,8 +70,13 @@ def _tally(rollup_name: str) -> tuple[str, Any] | None:
 Piece = tuple  # (Level | None, start_ns, end_ns): None is raw points
 
 
-def plan(start_ns: int, end_ns: int, reach: dict[str, tuple[int, int] | None],
-         levels: tuple[Level, ...] = LEVELS, max_s: int | None = None) -> list[Piece]:
+def plan(
+    start_ns: int,
+    end_ns: int,
+    reach: dict[str, tuple[int, int] | None],
+    levels: tuple[Level, ...] = LEVELS,
+    max_s: int | None = None,
+) -> list[Piece]:
     """[start, end) as pieces, in time order: the coarsest usable level's whole buckets in the middle."""
     usable = [lv for lv in levels if reach.get(lv.name) and (max_s is None or max_s % lv.seconds == 0)]
     if not usable or start_ns >= end_ns:
@@ -138,8 +143,14 @@ class RollupReport(Report):
             return f'"{rollup.source}"', rollup.where
         return f'"{self.client.conn.database}"."{level.name}"."{rollup.name}"', ""
 
-    def _agg(self, rollup_name: str, names: tuple[str, ...], group: tuple[str, ...],
-             pieces: list[Piece] | None = None, tail: str = "") -> dict[tuple, dict[str, Any]]:
+    def _agg(
+        self,
+        rollup_name: str,
+        names: tuple[str, ...],
+        group: tuple[str, ...],
+        pieces: list[Piece] | None = None,
+        tail: str = "",
+    ) -> dict[tuple, dict[str, Any]]:
         """Per group key (and bucket time, with a GROUP BY time tail), each named field merged over the pieces.
 
         Without a tail, each piece is asked once per rollup, every field per GPU, and the groups are
@@ -152,8 +163,9 @@ class RollupReport(Report):
         shared = not tail and (fine == group or not any(f.combine in selects for f in fields))
         out: dict[tuple, dict[str, Any]] = {}
         for piece in pieces if pieces is not None else self.pieces:
-            rows = self._piece_rows(rollup_name, piece, fine if shared else group, tail,
-                                    any(f.combine in selects for f in fields))
+            rows = self._piece_rows(
+                rollup_name, piece, fine if shared else group, tail, any(f.combine in selects for f in fields)
+            )
             for row in rows:
                 key = tuple(row.get(t, "") for t in group) + ((row["time"],) if tail else ())
                 got = out.setdefault(key, {})
@@ -163,8 +175,9 @@ class RollupReport(Report):
                     got[f.name] = _merge(f.combine, got.get(f.name), row.get(f.name), later=True)
         return out
 
-    def _piece_rows(self, rollup_name: str, piece: Piece, tags: tuple[str, ...], tail: str,
-                    selectors: bool = False) -> list[dict]:
+    def _piece_rows(
+        self, rollup_name: str, piece: Piece, tags: tuple[str, ...], tail: str, selectors: bool = False
+    ) -> list[dict]:
         """Every field of one rollup over one piece, per `tags` (and bucket); asked once, shared by the
         report's sections (they run in threads: one lock per query). FIRST/LAST fields only with
         `selectors`: InfluxDB 1.x pays for them (the energy counter's are asked on their own)."""
@@ -177,12 +190,15 @@ class RollupReport(Report):
             if key not in self._memo:
                 level, a, b = piece
                 source, extra = self._from(level, rollup_name)
-                select = ", ".join(f'{f.raw if level is None else f.over_rollup()} AS "{f.name}"'
-                                   for f in BY_NAME[rollup_name].fields
-                                   if selectors or f.combine not in ("FIRST", "LAST"))
+                select = ", ".join(
+                    f'{f.raw if level is None else f.over_rollup()} AS "{f.name}"'
+                    for f in BY_NAME[rollup_name].fields
+                    if selectors or f.combine not in ("FIRST", "LAST")
+                )
                 by = ", ".join(f'"{t}"' for t in tags)
                 self._memo[key] = self.client.rows(
-                    f"SELECT {select} FROM {source} WHERE {self._piece_where(a, b, extra)} GROUP BY {by}{tail}")
+                    f"SELECT {select} FROM {source} WHERE {self._piece_where(a, b, extra)} GROUP BY {by}{tail}"
+                )
             return self._memo[key]
 
     def _tally_rows(self, rollup_name: str, piece: Piece, tags: tuple[str, ...], tail: str) -> list[dict]:
@@ -199,8 +215,10 @@ class RollupReport(Report):
             t = row["time"] // bucket_ns * bucket_ns if bucket_ns else piece[1]
             key = (*(row.get(tag, "") for tag in tags), t)
             counts.setdefault(key, [dict(zip(tags, key[:-1], strict=True)), 0])[1] += 1
-        return [{**row_tags, "time": key[-1], **dict.fromkeys((f.name for f in rollup.fields), n)}
-                for key, (row_tags, n) in counts.items()]
+        return [
+            {**row_tags, "time": key[-1], **dict.fromkeys((f.name for f in rollup.fields), n)}
+            for key, (row_tags, n) in counts.items()
+        ]
 
     def _points(self, source: str, piece: Piece, tags: tuple[str, ...]) -> list[dict]:
         key = ("points", source, piece, tags)
@@ -212,7 +230,8 @@ class RollupReport(Report):
                 select = ", ".join(f'"{f}"' for f in fields)
                 by = ", ".join(f'"{t}"' for t in tags)
                 self._memo[key] = self.client.rows(
-                    f'SELECT {select} FROM "{source}" WHERE {self._piece_where(piece[1], piece[2])} GROUP BY {by}')
+                    f'SELECT {select} FROM "{source}" WHERE {self._piece_where(piece[1], piece[2])} GROUP BY {by}'
+                )
             return self._memo[key]
 
     def _group_agg(self, rollup_name: str, names: tuple[str, ...]) -> dict[tuple, dict[str, Any]]:
@@ -224,10 +243,14 @@ class RollupReport(Report):
         # Asked at once (the sections after reuse these rows): on InfluxDB 1.x at 8,000 GPUs each takes
         # seconds, and one after another they were most of the report's time (bench/RESULTS.md).
         with ThreadPoolExecutor(WORKERS) as pool:
-            asked = [pool.submit(self._agg, name, fields, GPU_TAGS) for name, fields in (
-                ("gpu_clocks", ("sm_clock_count", "max_sm_clock_count")),
-                ("gpu_memory", ("util_sum", "util_count", "fb_used_count")),
-                ("gpu_power", ("power_count",)))]
+            asked = [
+                pool.submit(self._agg, name, fields, GPU_TAGS)
+                for name, fields in (
+                    ("gpu_clocks", ("sm_clock_count", "max_sm_clock_count")),
+                    ("gpu_memory", ("util_sum", "util_count", "fb_used_count")),
+                    ("gpu_power", ("power_count",)),
+                )
+            ]
             energy = pool.submit(self._energy_per_gpu)
             clocks, memory, power = (a.result() for a in asked)
             energy = energy.result()
@@ -268,17 +291,25 @@ class RollupReport(Report):
         where = self._piece_where(a, b)
         source, _ = self._from(level, "gpu_power")
         first_field, last_field = ("energy_j", "energy_j") if level is None else ("energy_first", "energy_last")
-        first = {_gpu_key(r): r for r in self.client.rows(
-            f'SELECT FIRST("{first_field}") FROM {source} WHERE {where} GROUP BY {tags}')}
-        last = {_gpu_key(r): r for r in self.client.rows(
-            f'SELECT LAST("{last_field}") FROM {source} WHERE {where} GROUP BY {tags}')}
+        first = {
+            _gpu_key(r): r
+            for r in self.client.rows(f'SELECT FIRST("{first_field}") FROM {source} WHERE {where} GROUP BY {tags}')
+        }
+        last = {
+            _gpu_key(r): r
+            for r in self.client.rows(f'SELECT LAST("{last_field}") FROM {source} WHERE {where} GROUP BY {tags}')
+        }
         inner = f'SELECT NON_NEGATIVE_DIFFERENCE("{last_field}") AS d FROM {source} WHERE {where} GROUP BY {tags}'
-        steps = {_gpu_key(r): r["sum"] or 0.0 for r in self.client.rows(
-            f"SELECT SUM(d) FROM ({inner}) WHERE {where} GROUP BY {tags}")}
+        steps = {
+            _gpu_key(r): r["sum"] or 0.0
+            for r in self.client.rows(f"SELECT SUM(d) FROM ({inner}) WHERE {where} GROUP BY {tags}")
+        }
         inside = {}
         if level is not None:  # the first bucket's own increase (its first to its last value)
-            inside = {_gpu_key(r): r for r in self.client.rows(
-                f'SELECT FIRST("energy_last") FROM {source} WHERE {where} GROUP BY {tags}')}
+            inside = {
+                _gpu_key(r): r
+                for r in self.client.rows(f'SELECT FIRST("energy_last") FROM {source} WHERE {where} GROUP BY {tags}')
+            }
         out = {}
         for key, f in first.items():
             if key not in last:
@@ -312,8 +343,10 @@ class RollupReport(Report):
                 source, _ = self._from(finer, "gpu_power")
                 field = "energy_j" if finer is None else "energy_count"
                 fn = "FIRST" if which == "first" else "LAST"
-                rows = self.client.rows(f'SELECT {fn}("{field}") FROM {source} '
-                                        f'WHERE {self._piece_where(a, b)} GROUP BY {", ".join(GPU_TAGS)}')
+                rows = self.client.rows(
+                    f'SELECT {fn}("{field}") FROM {source} '
+                    f"WHERE {self._piece_where(a, b)} GROUP BY {', '.join(GPU_TAGS)}"
+                )
                 memo[(which, level.name, a, b)] = {_gpu_key(r): r["time"] for r in rows}
             found = memo[(which, level.name, a, b)].get(key)
             if found is not None:
@@ -354,7 +387,9 @@ class RollupReport(Report):
         by = ", ".join(f'"{t}"' for t in self.group_tags)
         for level, a, b in self.pieces:
             if level is None:
-                for row in self.client.rows(f'SELECT "power_w" FROM "gpu_power" WHERE {self._piece_where(a, b)} GROUP BY {by}'):
+                for row in self.client.rows(
+                    f'SELECT "power_w" FROM "gpu_power" WHERE {self._piece_where(a, b)} GROUP BY {by}'
+                ):
                     v = row.get("power_w")
                     if v is not None:
                         key = tuple(row.get(t, "") for t in self.group_tags)
@@ -388,8 +423,9 @@ class RollupReport(Report):
         return out
 
     def _clocks(self, groups) -> None:
-        rows = self._group_agg("gpu_clocks", ("sm_clock_sum", "sm_clock_count", "max_sm_clock_sum",
-                                              "max_sm_clock_count"))
+        rows = self._group_agg(
+            "gpu_clocks", ("sm_clock_sum", "sm_clock_count", "max_sm_clock_sum", "max_sm_clock_count")
+        )
         for gkey, g in groups.items():
             r = rows.get(gkey, {})
             mean = r["sm_clock_sum"] / r["sm_clock_count"] if r.get("sm_clock_count") else None
@@ -413,10 +449,22 @@ class RollupReport(Report):
             g["throttle_share_pct"] = dict(shares.get(gkey, {}))
 
     def _memory(self, groups) -> None:
-        rows = self._group_agg("gpu_memory", ("util_sum", "util_count", "fb_used_sum", "fb_used_count",
-                                              "fb_used_max", "fb_total_max", "dram_peak_max", "l2_max"))
-        dram = self._group_agg("gpu_memory_gpm", ("dram_util_sum", "dram_util_count", "dram_gbps_sum",
-                                                  "dram_gbps_count"))
+        rows = self._group_agg(
+            "gpu_memory",
+            (
+                "util_sum",
+                "util_count",
+                "fb_used_sum",
+                "fb_used_count",
+                "fb_used_max",
+                "fb_total_max",
+                "dram_peak_max",
+                "l2_max",
+            ),
+        )
+        dram = self._group_agg(
+            "gpu_memory_gpm", ("dram_util_sum", "dram_util_count", "dram_gbps_sum", "dram_gbps_count")
+        )
 
         def mean(r, name):
             return r[f"{name}_sum"] / r[f"{name}_count"] if r.get(f"{name}_count") else None
@@ -460,7 +508,7 @@ class RollupReport(Report):
             minute = next(lv for lv in LEVELS if lv.seconds == 60)
             sub = [(minute, piece[1], piece[2])]
             for i in range(0, len(gpus), 100):  # tags asked by name: InfluxDB finds them in its index
-                cond = " OR ".join(f"\"uuid\" = '{k[1]}'" for k in gpus[i:i + 100])
+                cond = " OR ".join(f"\"uuid\" = '{k[1]}'" for k in gpus[i : i + 100])
                 t, w = self._health_counts(sub, bucket, f"({cond})")
                 total.update(t)
                 for word, found in w.items():
@@ -493,11 +541,16 @@ class RollupReport(Report):
                 for level, a, b in pieces:
                     source, cond = self._from(level, name)
                     where = self._piece_where(a, b, " AND ".join(c for c in (cond, extra) if c))
-                    rows += self.client.rows(f'SELECT SUM("{field}") AS "{field}" FROM {source} WHERE {where} '
-                                             f'GROUP BY {", ".join(GPU_TAGS)}{tail}')
+                    rows += self.client.rows(
+                        f'SELECT SUM("{field}") AS "{field}" FROM {source} WHERE {where} '
+                        f"GROUP BY {', '.join(GPU_TAGS)}{tail}"
+                    )
                 return {(_gpu_key(r), r["time"]): r[field] for r in rows if r.get(field)}
-            return {(k[:-1], k[-1]): r[field] for k, r in self._agg(name, (field,), GPU_TAGS, pieces, tail).items()
-                    if r.get(field)}
+            return {
+                (k[:-1], k[-1]): r[field]
+                for k, r in self._agg(name, (field,), GPU_TAGS, pieces, tail).items()
+                if r.get(field)
+            }
 
         return counts("gpu_health", "verdict_count"), {w: counts(f"gpu_health_{w}", "n") for w in VERDICTS}
 
@@ -538,8 +591,9 @@ class RollupReport(Report):
         add_p2p(groups, gpus, nvlink, pcie, self._group_of)
 
     def _mig(self, groups, gpus) -> None:
-        rows = self._agg("gpu_mig", ("max_mig_devices_max", "mig_devices_max", "mig_index_count"),
-                         (*GPU_TAGS, "mig_profile"))
+        rows = self._agg(
+            "gpu_mig", ("max_mig_devices_max", "mig_devices_max", "mig_index_count"), (*GPU_TAGS, "mig_profile")
+        )
         capable: dict[tuple, int] = {}
         profiles = defaultdict(set)
         for k, r in rows.items():
@@ -560,8 +614,9 @@ class RollupReport(Report):
                 m["enabled_gpus"] += 1
 
     def _vgpu(self, groups, gpus) -> None:
-        rows = self._agg("gpu_vgpu", ("mode_last", "active_instances_max", "vgpu_type_id_count"),
-                         (*GPU_TAGS, "vgpu_type"))
+        rows = self._agg(
+            "gpu_vgpu", ("mode_last", "active_instances_max", "vgpu_type_id_count"), (*GPU_TAGS, "vgpu_type")
+        )
         modes: dict[tuple, str] = {}
         instances: dict[tuple, int] = {}
         types = defaultdict(set)
@@ -589,8 +644,13 @@ class RollupReport(Report):
         bucket = bucket_seconds(span)
         # Only levels whose buckets fit whole in the series' buckets.
         pieces = plan(self.range.start_ns, self.range.end_ns, self.reach, max_s=bucket)
-        rows = self._agg(self._series_rollup(), ("power_sum", "power_count"), self.group_tags, pieces,
-                         tail=f", time({bucket}s) fill(none)")
+        rows = self._agg(
+            self._series_rollup(),
+            ("power_sum", "power_count"),
+            self.group_tags,
+            pieces,
+            tail=f", time({bucket}s) fill(none)",
+        )
         lines: dict[str, list] = defaultdict(list)
         for key, r in rows.items():
             gkey, t = key[:-1], key[-1]
@@ -610,14 +670,18 @@ class RollupReport(Report):
         doc = super().build()
         used = [lv for lv, _, _ in self.pieces if lv is not None]
         coarsest = max(used, key=lambda lv: lv.seconds) if used else None
-        doc["source"].update({
-            "kind": "rollup" if coarsest else "raw",
-            "resolution": f"{coarsest.seconds}s" if coarsest else None,
-            "pieces": [{"from": rfc3339(a), "to": rfc3339(b), "level": lv.name if lv else "raw"}
-                       for lv, a, b in self.pieces],
-            "from_raw": self.from_raw,
-            "approximate": self.approximate,
-        })
+        doc["source"].update(
+            {
+                "kind": "rollup" if coarsest else "raw",
+                "resolution": f"{coarsest.seconds}s" if coarsest else None,
+                "pieces": [
+                    {"from": rfc3339(a), "to": rfc3339(b), "level": lv.name if lv else "raw"}
+                    for lv, a, b in self.pieces
+                ],
+                "from_raw": self.from_raw,
+                "approximate": self.approximate,
+            }
+        )
         return doc
 
 

@@ -74,56 +74,92 @@ class Rollup:
 
 
 ROLLUPS = (
-    Rollup("gpu_power", "gpu_power", "", (
-        *_sum_count("power", "power_w"),
-        Field("power_max", 'MAX("power_w")', "MAX"),
-        Field("power_min", 'MIN("power_w")', "MIN"),
-        Field("energy_first", 'FIRST("energy_j")', "FIRST"),
-        Field("energy_last", 'LAST("energy_j")', "LAST"),
-        Field("energy_count", 'COUNT("energy_j")', "SUM"),
-    )),
-    Rollup("gpu_clocks", "gpu_clocks", "", (
-        *_sum_count("sm_clock", "sm_clock_mhz"),
-        *_sum_count("max_sm_clock", "max_sm_clock_mhz"),
-        *(Field(f"{r}_n", f'COUNT("{r}")', "SUM") for r in REASONS),
-    )),
-    *(Rollup(f"gpu_clocks_{r}", "gpu_clocks", f'"{r}" = true', (Field("hits", f'COUNT("{r}")', "SUM"),))
-      for r in REASONS),
-    Rollup("gpu_memory", "gpu_memory", "", (
-        *_sum_count("util", "gpu_util_pct"),
-        *_sum_count("fb_used", "fb_used_bytes"),
-        Field("fb_used_max", 'MAX("fb_used_bytes")', "MAX"),
-        Field("fb_total_max", 'MAX("fb_total_bytes")', "MAX"),
-        Field("dram_peak_max", 'MAX("dram_peak_gbps")', "MAX"),
-        Field("l2_max", 'MAX("l2_cache_bytes")', "MAX"),
-    )),
+    Rollup(
+        "gpu_power",
+        "gpu_power",
+        "",
+        (
+            *_sum_count("power", "power_w"),
+            Field("power_max", 'MAX("power_w")', "MAX"),
+            Field("power_min", 'MIN("power_w")', "MIN"),
+            Field("energy_first", 'FIRST("energy_j")', "FIRST"),
+            Field("energy_last", 'LAST("energy_j")', "LAST"),
+            Field("energy_count", 'COUNT("energy_j")', "SUM"),
+        ),
+    ),
+    Rollup(
+        "gpu_clocks",
+        "gpu_clocks",
+        "",
+        (
+            *_sum_count("sm_clock", "sm_clock_mhz"),
+            *_sum_count("max_sm_clock", "max_sm_clock_mhz"),
+            *(Field(f"{r}_n", f'COUNT("{r}")', "SUM") for r in REASONS),
+        ),
+    ),
+    *(
+        Rollup(f"gpu_clocks_{r}", "gpu_clocks", f'"{r}" = true', (Field("hits", f'COUNT("{r}")', "SUM"),))
+        for r in REASONS
+    ),
+    Rollup(
+        "gpu_memory",
+        "gpu_memory",
+        "",
+        (
+            *_sum_count("util", "gpu_util_pct"),
+            *_sum_count("fb_used", "fb_used_bytes"),
+            Field("fb_used_max", 'MAX("fb_used_bytes")', "MAX"),
+            Field("fb_total_max", 'MAX("fb_total_bytes")', "MAX"),
+            Field("dram_peak_max", 'MAX("dram_peak_gbps")', "MAX"),
+            Field("l2_max", 'MAX("l2_cache_bytes")', "MAX"),
+        ),
+    ),
     # DRAM bandwidth only as GPM measured it (the raw report's own condition).
-    Rollup("gpu_memory_gpm", "gpu_memory", "\"dram_bw_source\" = 'gpm'", (
-        *_sum_count("dram_util", "dram_bw_util_pct"),
-        *_sum_count("dram_gbps", "dram_bw_gbps"),
-    )),
+    Rollup(
+        "gpu_memory_gpm",
+        "gpu_memory",
+        "\"dram_bw_source\" = 'gpm'",
+        (
+            *_sum_count("dram_util", "dram_bw_util_pct"),
+            *_sum_count("dram_gbps", "dram_bw_gbps"),
+        ),
+    ),
 )
 # Health: samples per GPU and bucket, and those of each verdict gpu_health writes (plugins/health).
 ROLLUPS += (
     Rollup("gpu_health", "gpu_health", "", (Field("verdict_count", 'COUNT("verdict")', "SUM"),)),
-    *(Rollup(f"gpu_health_{v}", "gpu_health", f"\"verdict\" = '{v}'", (Field("n", 'COUNT("verdict")', "SUM"),))
-      for v in VERDICTS),
+    *(
+        Rollup(f"gpu_health_{v}", "gpu_health", f"\"verdict\" = '{v}'", (Field("n", 'COUNT("verdict")', "SUM"),))
+        for v in VERDICTS
+    ),
 )
 # P2P, MIG and vGPU: what the report tallies per GPU (every tag kept: mig_profile, vgpu_type).
 ROLLUPS += (
     Rollup("gpu_p2p_nvlink", "gpu_p2p", '"nvlink_ok" = true', (Field("n", 'COUNT("nvlink_ok")', "SUM"),)),
     Rollup("gpu_p2p_pcie", "gpu_p2p", '"read_ok" = true', (Field("n", 'COUNT("read_ok")', "SUM"),)),
-    Rollup("gpu_mig", "gpu_mig", "", (
-        Field("max_mig_devices_max", 'MAX("max_mig_devices")', "MAX"),
-        Field("mig_devices_max", 'MAX("mig_devices")', "MAX"),
-        Field("mig_index_count", 'COUNT("mig_index")', "SUM"),
-    )),
-    Rollup("gpu_mig_enabled", "gpu_mig", '"mig_mode_current" = true', (Field("n", 'COUNT("mig_mode_current")', "SUM"),)),
-    Rollup("gpu_vgpu", "gpu_vgpu", "", (
-        Field("mode_last", 'LAST("virtualization_mode")', "LAST"),
-        Field("active_instances_max", 'MAX("active_instances")', "MAX"),
-        Field("vgpu_type_id_count", 'COUNT("vgpu_type_id")', "SUM"),
-    )),
+    Rollup(
+        "gpu_mig",
+        "gpu_mig",
+        "",
+        (
+            Field("max_mig_devices_max", 'MAX("max_mig_devices")', "MAX"),
+            Field("mig_devices_max", 'MAX("mig_devices")', "MAX"),
+            Field("mig_index_count", 'COUNT("mig_index")', "SUM"),
+        ),
+    ),
+    Rollup(
+        "gpu_mig_enabled", "gpu_mig", '"mig_mode_current" = true', (Field("n", 'COUNT("mig_mode_current")', "SUM"),)
+    ),
+    Rollup(
+        "gpu_vgpu",
+        "gpu_vgpu",
+        "",
+        (
+            Field("mode_last", 'LAST("virtualization_mode")', "LAST"),
+            Field("active_instances_max", 'MAX("active_instances")', "MAX"),
+            Field("vgpu_type_id_count", 'COUNT("vgpu_type_id")', "SUM"),
+        ),
+    ),
 )
 
 # The 95th percentile does not roll up; a histogram does. Per host and model (a host's GPUs in one
@@ -142,21 +178,28 @@ def hist_field(lo: int | None) -> str:
 
 
 HISTOGRAM = tuple(
-    Rollup(f"{HIST_MEASUREMENT}_{hist_field(lo)}", "gpu_power",
-           f'"power_w" >= {lo} AND "power_w" < {lo + HIST_W}' if lo is not None else f'"power_w" >= {HIST_TOP_W}',
-           (Field(hist_field(lo), 'COUNT("power_w")', "SUM"),), into=HIST_MEASUREMENT, tags=("host", "model"))
+    Rollup(
+        f"{HIST_MEASUREMENT}_{hist_field(lo)}",
+        "gpu_power",
+        f'"power_w" >= {lo} AND "power_w" < {lo + HIST_W}' if lo is not None else f'"power_w" >= {HIST_TOP_W}',
+        (Field(hist_field(lo), 'COUNT("power_w")', "SUM"),),
+        into=HIST_MEASUREMENT,
+        tags=("host", "model"),
+    )
     for lo in (*range(0, HIST_TOP_W, HIST_W), None)
 )
 # Per GPU and bucket, the minutes with a verdict (1 per minute, summed by the 1h level): an hour
 # of one verdict in every minute then counts whole without reading its minutes (health_gpu_hours).
-HEALTH_MINUTES = Rollup("gpu_health_minutes", "gpu_health", "",
-                        (Field("minutes", 'COUNT("verdict") / COUNT("verdict")', "SUM"),))
+HEALTH_MINUTES = Rollup(
+    "gpu_health_minutes", "gpu_health", "", (Field("minutes", 'COUNT("verdict") / COUNT("verdict")', "SUM"),)
+)
 # Power per host and model (few series: a host's GPUs in one): the power series of --by model|host.
 POWER_BY_HOST = Rollup("gpu_power_host", "gpu_power", "", _sum_count("power", "power_w"), tags=("host", "model"))
 # The P2P tallies per GPU, its peers in one (the per-pair rollups above hold 7 series per GPU of 8).
 GPU_ONLY = ("host", "uuid", "model", "gpu")
-P2P_BY_GPU = tuple(Rollup(f"{r.name}_gpu", r.source, r.where, r.fields, tags=GPU_ONLY)
-                   for r in ROLLUPS if r.source == "gpu_p2p")
+P2P_BY_GPU = tuple(
+    Rollup(f"{r.name}_gpu", r.source, r.where, r.fields, tags=GPU_ONLY) for r in ROLLUPS if r.source == "gpu_p2p"
+)
 EVERY = ROLLUPS + HISTOGRAM + (HEALTH_MINUTES, POWER_BY_HOST, *P2P_BY_GPU)  # what init, backfill and status set up
 BY_NAME = {r.name: r for r in EVERY}
 
@@ -164,10 +207,10 @@ BY_NAME = {r.name: r for r in EVERY}
 def select_into(db: str, level: Level, rollup: Rollup) -> tuple[str, str, str]:
     """(SELECT list, INTO target, FROM source) of the statement that fills one rollup at one level."""
     if level.source_rp is None:
-        select = ", ".join(f"{f.raw} AS \"{f.name}\"" for f in rollup.fields)
+        select = ", ".join(f'{f.raw} AS "{f.name}"' for f in rollup.fields)
         source = f'"{rollup.source}"'
     else:
-        select = ", ".join(f"{f.over_rollup()} AS \"{f.name}\"" for f in rollup.fields)
+        select = ", ".join(f'{f.over_rollup()} AS "{f.name}"' for f in rollup.fields)
         source = f'"{db}"."{level.source_rp}"."{rollup.measurement}"'
     return select, f'"{db}"."{level.name}"."{rollup.measurement}"', source
 
@@ -226,8 +269,9 @@ def _continuous_queries(client: InfluxQL) -> dict[str, str]:
     return out
 
 
-def backfill(client: InfluxQL, start_ns: int, end_ns: int, chunk_s: int = 3600, echo=None,
-             levels: tuple[Level, ...] = LEVELS) -> int:
+def backfill(
+    client: InfluxQL, start_ns: int, end_ns: int, chunk_s: int = 3600, echo=None, levels: tuple[Level, ...] = LEVELS
+) -> int:
     """The continuous queries' SELECT ... INTO over [start, end), from the start of start's hour to the
     last whole bucket of each level, level by level
     (the 1h level reads what the 1m level wrote), in chunks of `chunk_s`; points written. `levels`:
@@ -287,14 +331,16 @@ def status(client: InfluxQL) -> dict:
     for level in LEVELS:
         span = reach.get(level.name)
         names = [cq_name(level, r) for r in EVERY]
-        levels.append({
-            "retention_policy": level.name,
-            "resolution_s": level.seconds,
-            "exists": level.name in policies,
-            "duration": policies.get(level.name, {}).get("duration"),
-            "continuous_queries": sum(n in cqs for n in names),
-            "continuous_queries_expected": len(names),
-            "from": rfc3339(span[0]) if span else None,
-            "to": rfc3339(span[1]) if span else None,
-        })
+        levels.append(
+            {
+                "retention_policy": level.name,
+                "resolution_s": level.seconds,
+                "exists": level.name in policies,
+                "duration": policies.get(level.name, {}).get("duration"),
+                "continuous_queries": sum(n in cqs for n in names),
+                "continuous_queries_expected": len(names),
+                "from": rfc3339(span[0]) if span else None,
+                "to": rfc3339(span[1]) if span else None,
+            }
+        )
     return {"url": client.conn.url, "database": client.conn.database, "levels": levels}

@@ -18,19 +18,32 @@ from gpuagent.units import parse_duration
 
 
 def _connection_options(f):
-    f = click.option("--timeout", default=None, metavar="DURATION",
-                     help="Longest wait for one query's answer (default: the config's, else 30s); a "
-                          "backfill of a large fleet may need longer, or a shorter --chunk.")(f)
+    f = click.option(
+        "--timeout",
+        default=None,
+        metavar="DURATION",
+        help="Longest wait for one query's answer (default: the config's, else 30s); a "
+        "backfill of a large fleet may need longer, or a shorter --chunk.",
+    )(f)
     f = click.option("--password", default=None, envvar="INFLUX_PASSWORD", help="1.x password ($INFLUX_PASSWORD).")(f)
     f = click.option("--username", default=None, help="1.x user (Basic auth), with --password.")(f)
     f = click.option("--database", default=None, help="Database.")(f)
-    f = click.option("--promql-url", default=None, metavar="URL",
-                     help="VictoriaMetrics (Prometheus query API) whose recording rules to backfill or "
-                          "report on, instead of InfluxDB.")(f)
+    f = click.option(
+        "--promql-url",
+        default=None,
+        metavar="URL",
+        help="VictoriaMetrics (Prometheus query API) whose recording rules to backfill or "
+        "report on, instead of InfluxDB.",
+    )(f)
     f = click.option("--url", default=None, help="InfluxDB 1.x URL (overrides the config).")(f)
-    f = click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), default=None,
-                     help="Connection from its [sinks.influxdb] (default: $GPUAGENT_CONFIG or "
-                          "/etc/gpuagent/gpuagent.toml).")(f)
+    f = click.option(
+        "-c",
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Connection from its [sinks.influxdb] (default: $GPUAGENT_CONFIG or /etc/gpuagent/gpuagent.toml).",
+    )(f)
     return f
 
 
@@ -69,9 +82,11 @@ def init(config_path, url, database, username, password, timeout, promql_url) ->
     from gpuagent.compare import rollups as r
 
     if promql_url:
-        raise AgentError("over PromQL there is nothing to create: load deploy/rollups/gpuagent-rollups-influx.rules.yml "
-                         "(line protocol) or -prometheus.rules.yml (/metrics) into vmalert or Prometheus, then "
-                         "gpuagent rollups backfill --promql-url URL (docs/compare.md)")
+        raise AgentError(
+            "over PromQL there is nothing to create: load deploy/rollups/gpuagent-rollups-influx.rules.yml "
+            "(line protocol) or -prometheus.rules.yml (/metrics) into vmalert or Prometheus, then "
+            "gpuagent rollups backfill --promql-url URL (docs/compare.md)"
+        )
     client = _client(config_path, url, database, username, password, timeout)
     try:
         made = r.init(client)
@@ -79,23 +94,40 @@ def init(config_path, url, database, username, password, timeout, promql_url) ->
         client.close()
     for what in made:
         click.echo(f"created {what}")
-    click.echo(f"{client.conn.label}: {len(made)} created, nothing else changed" if made
-               else f"{client.conn.label}: rollups already set up, nothing changed")
+    click.echo(
+        f"{client.conn.label}: {len(made)} created, nothing else changed"
+        if made
+        else f"{client.conn.label}: rollups already set up, nothing changed"
+    )
 
 
 @rollups.command("backfill")
-@click.option("--since", default="24h", show_default=True, metavar="DURATION",
-              help="History to roll up, ending at the last whole bucket before now.")
-@click.option("--chunk", default="1h", show_default=True, metavar="DURATION",
-              help="Time each SELECT ... INTO covers.")
-@click.option("--write-url", default=None, metavar="URL",
-              help="With --promql-url: where vmalert writes the rollups (default: the --promql-url; a "
-                   "cluster's vminsert, http://HOST:8480/insert/0/prometheus).")
-@click.option("--vmalert", default="vmalert", show_default=True, metavar="PATH",
-              help="With --promql-url: the vmalert binary that replays the rules.")
+@click.option(
+    "--since",
+    default="24h",
+    show_default=True,
+    metavar="DURATION",
+    help="History to roll up, ending at the last whole bucket before now.",
+)
+@click.option("--chunk", default="1h", show_default=True, metavar="DURATION", help="Time each SELECT ... INTO covers.")
+@click.option(
+    "--write-url",
+    default=None,
+    metavar="URL",
+    help="With --promql-url: where vmalert writes the rollups (default: the --promql-url; a "
+    "cluster's vminsert, http://HOST:8480/insert/0/prometheus).",
+)
+@click.option(
+    "--vmalert",
+    default="vmalert",
+    show_default=True,
+    metavar="PATH",
+    help="With --promql-url: the vmalert binary that replays the rules.",
+)
 @_connection_options
-def backfill(since, chunk, write_url, vmalert, config_path, url, database, username, password, timeout,
-             promql_url) -> None:
+def backfill(
+    since, chunk, write_url, vmalert, config_path, url, database, username, password, timeout, promql_url
+) -> None:
     """Roll up history already stored (the continuous queries' statements over the past; over PromQL,
     the recording rules replayed by vmalert for the buckets not recorded yet)."""
     from gpuagent.compare import rollups as r
@@ -111,8 +143,9 @@ def backfill(since, chunk, write_url, vmalert, config_path, url, database, usern
         from gpuagent.compare import promql_rollups
 
         prom = _prom_client(config_path, promql_url, timeout)
-        stamps = promql_rollups.backfill(prom, end - int(seconds * 1e9), end, write_url, vmalert,
-                                         prom.conn.scheme, echo=click.echo)
+        stamps = promql_rollups.backfill(
+            prom, end - int(seconds * 1e9), end, write_url, vmalert, prom.conn.scheme, echo=click.echo
+        )
         click.echo(f"replayed {stamps} bucket(s) of the recording rules")
         return
     client = _client(config_path, url, database, username, password, timeout)
@@ -125,8 +158,13 @@ def backfill(since, chunk, write_url, vmalert, config_path, url, database, usern
 
 @rollups.command("status")
 @click.option("--json", "as_json", is_flag=True, default=False, help="One JSON document.")
-@click.option("--since", default="7d", show_default=True, metavar="DURATION",
-              help="With --promql-url: how far back to look for recorded buckets.")
+@click.option(
+    "--since",
+    default="7d",
+    show_default=True,
+    metavar="DURATION",
+    help="With --promql-url: how far back to look for recorded buckets.",
+)
 @_connection_options
 def status(as_json, since, config_path, url, database, username, password, timeout, promql_url) -> None:
     """What exists and how far each level reaches."""
@@ -159,6 +197,9 @@ def status(as_json, since, config_path, url, database, username, password, timeo
         return
     for lv in doc["levels"]:
         reach = f"{lv['from']} to {lv['to']}" if lv["from"] else "no points"
-        state = (f"{lv['continuous_queries']}/{lv['continuous_queries_expected']} continuous queries, {reach}"
-                 if lv["exists"] else "absent (gpuagent rollups init)")
+        state = (
+            f"{lv['continuous_queries']}/{lv['continuous_queries_expected']} continuous queries, {reach}"
+            if lv["exists"]
+            else "absent (gpuagent rollups init)"
+        )
         click.echo(f"{lv['retention_policy']} ({lv['resolution_s']}s): {state}")

@@ -139,8 +139,15 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
 
     def group(key: tuple) -> dict[str, Any]:
         if key not in groups:
-            groups[key] = {"key": dict(zip(gtags, key, strict=True)), "label": " / ".join(k or "-" for k in key),
-                           "_models": set(), "_hosts": set(), "_gpus": set(), "_cells": {}, "_slices": {}}
+            groups[key] = {
+                "key": dict(zip(gtags, key, strict=True)),
+                "label": " / ".join(k or "-" for k in key),
+                "_models": set(),
+                "_hosts": set(),
+                "_gpus": set(),
+                "_cells": {},
+                "_slices": {},
+            }
         return groups[key]
 
     for s in series:
@@ -151,8 +158,17 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
         g["_hosts"].add(s.tags["host"])
         g["_gpus"].add(gpu)
         joules = energies[(s.t0_ns, s.t1_ns)].get(gpu, 0.0) * s.share
-        u = per_unit[key].setdefault(s.tags["unit"], {"units": 0.0, "seconds": 0.0, "joules": 0.0, "cost": 0.0,
-                                                      "priced": True, "per_gpu": defaultdict(lambda: [0.0, 0.0])})
+        u = per_unit[key].setdefault(
+            s.tags["unit"],
+            {
+                "units": 0.0,
+                "seconds": 0.0,
+                "joules": 0.0,
+                "cost": 0.0,
+                "priced": True,
+                "per_gpu": defaultdict(lambda: [0.0, 0.0]),
+            },
+        )
         u["units"] += s.units
         u["seconds"] += s.gpu_seconds
         u["joules"] += joules
@@ -168,7 +184,7 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
                 k = (gpu, t, s.tags.get("mig_uuid", ""))
                 g["_slices"][k] = max(hours * s.share, g["_slices"].get(k, 0.0))
     if by in GPU_GROUPINGS:  # every GPU with readings, its idle time included
-        for (gpu, _t) in cells:
+        for gpu, _t in cells:
             tags = {"host": gpu[0], "uuid": gpu[1], "model": model_of.get(gpu, "")}
             if by == "model" and not tags["model"]:
                 continue
@@ -177,9 +193,10 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
             g["_models"].add(tags["model"])
             g["_hosts"].add(gpu[0])
             g["_gpus"].add(gpu)
-        allocated = {(tuple(s.tags[t] for t in GPU), t) for s in series
-                     for t, _ in span_buckets(s.t0_ns, s.t1_ns, bucket)}
-        for (gpu, t) in cells:
+        allocated = {
+            (tuple(s.tags[t] for t in GPU), t) for s in series for t, _ in span_buckets(s.t0_ns, s.t1_ns, bucket)
+        }
+        for gpu, t in cells:
             key = tuple({"host": gpu[0], "uuid": gpu[1], "model": model_of.get(gpu, "")}[x] for x in gtags)
             if key in groups:  # every bucket counts its time in the range; allocated: some work ran in it
                 groups[key]["_cells"][(gpu, t)] = ((gpu, t) in allocated, overlap_hours(rng, t, bucket))
@@ -231,8 +248,16 @@ def cross_model(series: list[WorkSeries], energies: dict, prices: Prices) -> lis
         gpu = tuple(s.tags[t] for t in GPU)
         joules = energies[(s.t0_ns, s.t1_ns)].get(gpu, 0.0) * s.share
         m = acc[(s.tags["workload"], s.tags["unit"])].setdefault(
-            s.tags["model"], {"units": 0.0, "seconds": 0.0, "joules": 0.0, "cost": 0.0, "priced": True,
-                              "per_gpu": defaultdict(lambda: [0.0, 0.0])})
+            s.tags["model"],
+            {
+                "units": 0.0,
+                "seconds": 0.0,
+                "joules": 0.0,
+                "cost": 0.0,
+                "priced": True,
+                "per_gpu": defaultdict(lambda: [0.0, 0.0]),
+            },
+        )
         m["units"] += s.units
         m["seconds"] += s.gpu_seconds
         m["joules"] += joules
@@ -248,17 +273,21 @@ def cross_model(series: list[WorkSeries], energies: dict, prices: Prices) -> lis
         rows = []
         for model, m in sorted(models.items()):
             rates = [a / b for a, b in m["per_gpu"].values() if b > 0]
-            rows.append({
-                "model": model,
-                "gpus": len(m["per_gpu"]),
-                "gpu_hours": m["seconds"] / 3600,
-                "units": m["units"],
-                "units_per_s_per_gpu": m["units"] / m["seconds"] if m["seconds"] > 0 else None,
-                # units/s per kW of draw = units / kJ: the same figure, per joule scaled
-                "units_per_s_per_kw": 1000 * m["units"] / m["joules"] if m["joules"] > 0 else None,
-                "units_per_dollar": m["units"] / m["cost"] if m["priced"] and prices.any and m["cost"] > 0 else None,
-                "spread_units_per_s_per_gpu": {"min": min(rates), "max": max(rates)} if rates else None,
-            })
+            rows.append(
+                {
+                    "model": model,
+                    "gpus": len(m["per_gpu"]),
+                    "gpu_hours": m["seconds"] / 3600,
+                    "units": m["units"],
+                    "units_per_s_per_gpu": m["units"] / m["seconds"] if m["seconds"] > 0 else None,
+                    # units/s per kW of draw = units / kJ: the same figure, per joule scaled
+                    "units_per_s_per_kw": 1000 * m["units"] / m["joules"] if m["joules"] > 0 else None,
+                    "units_per_dollar": m["units"] / m["cost"]
+                    if m["priced"] and prices.any and m["cost"] > 0
+                    else None,
+                    "spread_units_per_s_per_gpu": {"min": min(rates), "max": max(rates)} if rates else None,
+                }
+            )
         for figure in ("units_per_s_per_gpu", "units_per_s_per_kw", "units_per_dollar"):
             best = max((r[figure] for r in rows if r[figure] is not None), default=None)
             for r in rows:
@@ -332,9 +361,16 @@ class InfluxWork:
         out = []
         for r in first:
             k = key(r)
-            out.append(WorkSeries(dict(zip(SERIES_TAGS, k, strict=True)), r["time"], last_t.get(k, r["time"]),
-                                  total.get(k, 0.0) + restarts.get(k, 0.0), float(n_gpus.get(k) or 1),
-                                  _share(share.get(k))))
+            out.append(
+                WorkSeries(
+                    dict(zip(SERIES_TAGS, k, strict=True)),
+                    r["time"],
+                    last_t.get(k, r["time"]),
+                    total.get(k, 0.0) + restarts.get(k, 0.0),
+                    float(n_gpus.get(k) or 1),
+                    _share(share.get(k)),
+                )
+            )
         return out
 
     def _restart_values(self, drops: list[dict]) -> dict[tuple, float]:
@@ -346,7 +382,7 @@ class InfluxWork:
         wanted = {(tuple(r.get(t) or "" for t in SERIES_TAGS), r["time"]) for r in drops}
         by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
         for i in range(0, len(times), 50):
-            at = " OR ".join(f"time = {t}" for t in times[i:i + 50])
+            at = " OR ".join(f"time = {t}" for t in times[i : i + 50])
             q = f'SELECT "units_total" FROM "gpu_work" WHERE {self._w()} AND ({at}) GROUP BY {by}'
             for r in self.client.rows(q):
                 k = tuple(r.get(t) or "" for t in SERIES_TAGS)
@@ -359,8 +395,9 @@ class InfluxWork:
         if gpus and len(gpus) <= 48 and all(_PLAIN_UUID.fullmatch(u) for _, u in gpus):
             # A span few GPUs worked over (a host's work started on its own): read only theirs.
             window += " AND (" + " OR ".join(f"\"uuid\" = '{u}'" for u in sorted({u for _, u in gpus})) + ")"
-        inner = (f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "gpu_power" WHERE {window} '
-                 'GROUP BY "host", "uuid"')
+        inner = (
+            f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "gpu_power" WHERE {window} GROUP BY "host", "uuid"'
+        )
         rows = self.client.rows(f'SELECT SUM(d) FROM ({inner}) WHERE {window} GROUP BY "host", "uuid"')
         return {(r["host"], r["uuid"]): r["sum"] or 0.0 for r in rows}
 
@@ -379,13 +416,13 @@ class InfluxWork:
         tail = f'GROUP BY "host", "uuid", time({bucket}s) fill(none)'
         q = {
             "mem": f'SELECT MEAN("gpu_util_pct") AS util, MEAN("memory_util_pct") AS mem_busy, '
-                   f'MEAN("dram_bw_util_pct") AS dram_bw FROM "gpu_memory" WHERE {w} {tail}',
+            f'MEAN("dram_bw_util_pct") AS dram_bw FROM "gpu_memory" WHERE {w} {tail}',
             "power": f'SELECT MEAN("power_w") AS power_w, MAX("enforced_power_limit_w") AS power_limit_w '
-                     f'FROM "gpu_power" WHERE {w} {tail}',
+            f'FROM "gpu_power" WHERE {w} {tail}',
             "clocks": f'SELECT MEAN("sm_clock_mhz") AS sm_clock, MAX("max_sm_clock_mhz") AS max_sm_clock, '
-                      f'COUNT("sm_clock_mhz") AS n FROM "gpu_clocks" WHERE {w} {tail}',
+            f'COUNT("sm_clock_mhz") AS n FROM "gpu_clocks" WHERE {w} {tail}',
             "pcie": f'SELECT MEAN("tx_bytes_per_s") AS tx, MEAN("rx_bytes_per_s") AS rx, MAX("link_gen") AS link_gen, '
-                    f'MAX("link_width") AS link_width FROM "gpu_pcie" WHERE {w} {tail}',
+            f'MAX("link_width") AS link_width FROM "gpu_pcie" WHERE {w} {tail}',
             "model": f'SELECT LAST("power_w") FROM "gpu_power" WHERE {w} GROUP BY "host", "uuid", "model"',
         }
         for reason in ("sw_power_cap", "hw_power_brake_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown"):
@@ -401,7 +438,11 @@ class InfluxWork:
 
         for r in answers["mem"]:
             c = cell(r)
-            c.util, c.mem_busy, c.dram_bw = _finite(r.get("util")), _finite(r.get("mem_busy")), _finite(r.get("dram_bw"))
+            c.util, c.mem_busy, c.dram_bw = (
+                _finite(r.get("util")),
+                _finite(r.get("mem_busy")),
+                _finite(r.get("dram_bw")),
+            )
         for r in answers["power"]:
             power, limit = _finite(r.get("power_w")), _finite(r.get("power_limit_w"))
             cell(r).power_ratio = power / limit if power is not None and limit else None
@@ -423,12 +464,13 @@ class InfluxWork:
                     reason_pct[(k, reason)] = 100.0 * (r.get("n") or 0) / samples[k]
         for k, c in cells.items():
             if k in samples:
-                c.power_reason_pct = max(reason_pct.get((k, "sw_power_cap"), 0.0),
-                                         reason_pct.get((k, "hw_power_brake_slowdown"), 0.0))
-                c.thermal_reason_pct = max(reason_pct.get((k, "sw_thermal_slowdown"), 0.0),
-                                           reason_pct.get((k, "hw_thermal_slowdown"), 0.0))
+                c.power_reason_pct = max(
+                    reason_pct.get((k, "sw_power_cap"), 0.0), reason_pct.get((k, "hw_power_brake_slowdown"), 0.0)
+                )
+                c.thermal_reason_pct = max(
+                    reason_pct.get((k, "sw_thermal_slowdown"), 0.0), reason_pct.get((k, "hw_thermal_slowdown"), 0.0)
+                )
         return cells, model_of
-
 
 
 # -- PromQL --------------------------------------------------------------------------------------
@@ -468,8 +510,11 @@ class PromWork:
     def series_exist(self) -> bool:
         self._ready()
         n = self.names
-        found = self.client.query(f"count(count_over_time({self._sel('gpu_work', 'units_total')}[{n.window}]))",
-                                  n.at, "work: any gpu_work series")
+        found = self.client.query(
+            f"count(count_over_time({self._sel('gpu_work', 'units_total')}[{n.window}]))",
+            n.at,
+            "work: any gpu_work series",
+        )
         return bool(found)
 
     def _increase(self, r: str) -> str:
@@ -502,12 +547,16 @@ class PromWork:
             (f"max by ({by}) ({self._t('last', u, n.window)})", n.at, "work: last samples"),
             (f"max by ({by}) (last_over_time({g}[{n.window}]))", n.at, "work: GPUs per piece of work"),
             (f"max by ({by}) (last_over_time({sh}[{n.window}]))", n.at, "work: MIG slices' shares of their GPU"),
-            (f"group by (host, uuid, model) (count_over_time({self._sel('gpu_power', 'power_w', False)}[{n.window}]))",
-             n.at, "work: the GPUs and their models"),
+            (
+                f"group by (host, uuid, model) (count_over_time({self._sel('gpu_power', 'power_w', False)}[{n.window}]))",
+                n.at,
+                "work: the GPUs and their models",
+            ),
         ]
         inc_rows, first, last, gpus, shares, models = self.client.many(calls)
-        self._model_of = {(r["metric"].get("host", ""), r["metric"].get("uuid", "")): r["metric"].get("model", "")
-                          for r in models}
+        self._model_of = {
+            (r["metric"].get("host", ""), r["metric"].get("uuid", "")): r["metric"].get("model", "") for r in models
+        }
         self._gpu_count = len(self._model_of)
         key = lambda row: tuple(row["metric"].get(t, "") for t in SERIES_TAGS)  # noqa: E731
         val = lambda row: _finite(row["value"][1])  # noqa: E731
@@ -519,9 +568,16 @@ class PromWork:
             if t0 is None:
                 continue
             t1 = lasts.get(k) if lasts.get(k) is not None else t0
-            out.append(WorkSeries(dict(zip(SERIES_TAGS, k, strict=True)), int(round(t0 * 1000)) * 1_000_000,
-                                  int(round(t1 * 1000)) * 1_000_000, incs.get(k) or 0.0, ngpus.get(k) or 1.0,
-                                  _share(share.get(k))))
+            out.append(
+                WorkSeries(
+                    dict(zip(SERIES_TAGS, k, strict=True)),
+                    int(round(t0 * 1000)) * 1_000_000,
+                    int(round(t1 * 1000)) * 1_000_000,
+                    incs.get(k) or 0.0,
+                    ngpus.get(k) or 1.0,
+                    _share(share.get(k)),
+                )
+            )
         return out
 
     def energy(self, t0_ns: int, t1_ns: int, gpus=None) -> dict[tuple, float]:
@@ -559,28 +615,48 @@ class PromWork:
         r = f"[{bucket}s]"
 
         def avg(measurement: str, field: str, fn: str = "avg_over_time") -> str:
-            return self._scaled(measurement, field,
-                                f"max by (host, uuid) ({fn}({self._sel(measurement, field, False)}{r}))")
+            return self._scaled(
+                measurement, field, f"max by (host, uuid) ({fn}({self._sel(measurement, field, False)}{r}))"
+            )
 
         def either(measurement: str, a: str, b: str) -> str:  # the larger share (a label keeps both in the union)
-            return (f'max by (host, uuid) (label_replace({avg(measurement, a)}, "r", "a", "", "") or '
-                    f'label_replace({avg(measurement, b)}, "r", "b", "", ""))')
+            return (
+                f'max by (host, uuid) (label_replace({avg(measurement, a)}, "r", "a", "", "") or '
+                f'label_replace({avg(measurement, b)}, "r", "b", "", ""))'
+            )
 
         def tag(name: str, expr: str) -> str:
             return f'label_replace({expr}, "gpuagent_field", "{name}", "", "")'
 
         gen = avg("gpu_pcie", "link_gen", "max_over_time")
         # 0.25 × 2^(gen-1) GB/s per lane and direction for Gen 1-2, 0.985 × 2^(gen-3) from Gen 3 (limits.py)
-        lane = f"(0.25 * 2 ^ ({gen} - 1) * ({gen} < bool 3) + {8 * 128 / 130 / 8!r} * 2 ^ ({gen} - 3) * ({gen} >= bool 3))"
-        pcie = (f"({avg('gpu_pcie', 'tx_bytes_per_s')} + {avg('gpu_pcie', 'rx_bytes_per_s')}) / "
-                f"(2 * 1e9 * {lane} * {avg('gpu_pcie', 'link_width', 'max_over_time')})")
+        lane = (
+            f"(0.25 * 2 ^ ({gen} - 1) * ({gen} < bool 3) + {8 * 128 / 130 / 8!r} * 2 ^ ({gen} - 3) * ({gen} >= bool 3))"
+        )
+        pcie = (
+            f"({avg('gpu_pcie', 'tx_bytes_per_s')} + {avg('gpu_pcie', 'rx_bytes_per_s')}) / "
+            f"(2 * 1e9 * {lane} * {avg('gpu_pcie', 'link_width', 'max_over_time')})"
+        )
         parts = [
-            [tag("util", avg("gpu_memory", "gpu_util_pct")), tag("mem_busy", avg("gpu_memory", "memory_util_pct")),
-             tag("dram_bw", avg("gpu_memory", "dram_bw_util_pct"))],
-            [tag("power_ratio", f"{avg('gpu_power', 'power_w')} / {avg('gpu_power', 'enforced_power_limit_w', 'max_over_time')}"),
-             tag("clock_ratio", f"{avg('gpu_clocks', 'sm_clock_mhz')} / {avg('gpu_clocks', 'max_sm_clock_mhz', 'max_over_time')}")],
-            [tag("power_reason", either("gpu_clocks", "sw_power_cap", "hw_power_brake_slowdown")),
-             tag("thermal_reason", either("gpu_clocks", "sw_thermal_slowdown", "hw_thermal_slowdown"))],
+            [
+                tag("util", avg("gpu_memory", "gpu_util_pct")),
+                tag("mem_busy", avg("gpu_memory", "memory_util_pct")),
+                tag("dram_bw", avg("gpu_memory", "dram_bw_util_pct")),
+            ],
+            [
+                tag(
+                    "power_ratio",
+                    f"{avg('gpu_power', 'power_w')} / {avg('gpu_power', 'enforced_power_limit_w', 'max_over_time')}",
+                ),
+                tag(
+                    "clock_ratio",
+                    f"{avg('gpu_clocks', 'sm_clock_mhz')} / {avg('gpu_clocks', 'max_sm_clock_mhz', 'max_over_time')}",
+                ),
+            ],
+            [
+                tag("power_reason", either("gpu_clocks", "sw_power_cap", "hw_power_brake_slowdown")),
+                tag("thermal_reason", either("gpu_clocks", "sw_thermal_slowdown", "hw_thermal_slowdown")),
+            ],
             [tag("pcie_ratio", pcie)],
         ]
         with ThreadPoolExecutor(WORKERS) as pool:
@@ -594,13 +670,17 @@ class PromWork:
         for k, v in values.items():
             reasons = "clock_ratio" in v  # the booleans come with the clocks
             cells[k] = lim.Cell(
-                util=v.get("util"), mem_busy=v.get("mem_busy"), dram_bw=v.get("dram_bw"),
-                power_ratio=v.get("power_ratio"), clock_ratio=v.get("clock_ratio"),
+                util=v.get("util"),
+                mem_busy=v.get("mem_busy"),
+                dram_bw=v.get("dram_bw"),
+                power_ratio=v.get("power_ratio"),
+                clock_ratio=v.get("clock_ratio"),
                 power_reason_pct=100 * v.get("power_reason", 0.0) if reasons else None,
                 thermal_reason_pct=100 * v.get("thermal_reason", 0.0) if reasons else None,
                 pcie_ratio=v.get("pcie_ratio"),
             )
         return cells, model_of
+
 
 def work_section(source, rng: Range, by: str, prices: Prices, where: str | None, shadow: dict) -> None:
     """`work`, `limits` and `limits_proxy` for the groups of the GPU report (`--by model|host|gpu`), in
@@ -614,5 +694,8 @@ def work_section(source, rng: Range, by: str, prices: Prices, where: str | None,
     found = {tuple(g["key"][t] for t in WORK_GROUPS[by]): g for g in doc["groups"]}
     for gkey, fields in shadow.items():
         g = found.get(gkey)
-        fields.update(work=g["work"] if g else {}, limits=g["limits"] if g else None,
-                      limits_proxy=g["limits_proxy"] if g else None)
+        fields.update(
+            work=g["work"] if g else {},
+            limits=g["limits"] if g else None,
+            limits_proxy=g["limits_proxy"] if g else None,
+        )

@@ -14,7 +14,7 @@ from gpuagent.compare.limits import CLASSES
 def _n(value, digits: int = 2) -> str:
     if value is None:
         return "-"
-    if abs(value) and abs(value) < 10 ** -digits:
+    if abs(value) and abs(value) < 10**-digits:
         return f"{value:.3g}"
     return f"{value:,.{digits}f}"
 
@@ -41,23 +41,43 @@ def _limits_text(g_row: dict) -> str:
     for c in CLASSES:
         v = g_row[f"limits_{c}_pct"]
         if v:
-            parts.append(f"{c}{'*' if g_row[f'limits_{c}_proxy'] else ''} {v:.0f}%" if v >= 1 else
-                         f"{c}{'*' if g_row[f'limits_{c}_proxy'] else ''} <1%")
+            parts.append(
+                f"{c}{'*' if g_row[f'limits_{c}_proxy'] else ''} {v:.0f}%"
+                if v >= 1
+                else f"{c}{'*' if g_row[f'limits_{c}_proxy'] else ''} <1%"
+            )
     return ", ".join(parts) or "-"
 
 
-HEADERS = ("group", "unit", "GPUs", "units", "GPU-hours", "units/GPU-h", "Wh/1k units", "$/M units",
-           "spread units/GPU-h", "what limits it (* proxy)")
+HEADERS = (
+    "group",
+    "unit",
+    "GPUs",
+    "units",
+    "GPU-hours",
+    "units/GPU-h",
+    "Wh/1k units",
+    "$/M units",
+    "spread units/GPU-h",
+    "what limits it (* proxy)",
+)
 
 
 def _cells(r: dict) -> list[str]:
     wh = r["wh_per_unit"]
     spread = r["spread"]
-    return [r["group"], r["unit"] or "-", str(r["gpus"]), _n(r["units"], 0), _n(r["gpu_hours"]),
-            _n(r["units_per_gpu_hour"], 1), _n(wh * 1000 if wh is not None else None, 3),
-            _n(r["cost_per_million_units"], 3),
-            f"{spread['min']:,.0f}-{spread['max']:,.0f} ({spread['gpus']} GPUs)" if spread else "-",
-            _limits_text(r)]
+    return [
+        r["group"],
+        r["unit"] or "-",
+        str(r["gpus"]),
+        _n(r["units"], 0),
+        _n(r["gpu_hours"]),
+        _n(r["units_per_gpu_hour"], 1),
+        _n(wh * 1000 if wh is not None else None, 3),
+        _n(r["cost_per_million_units"], 3),
+        f"{spread['min']:,.0f}-{spread['max']:,.0f} ({spread['gpus']} GPUs)" if spread else "-",
+        _limits_text(r),
+    ]
 
 
 def _cross_rows(doc: dict) -> list[list[str]]:
@@ -65,25 +85,43 @@ def _cross_rows(doc: dict) -> list[list[str]]:
     for c in doc.get("cross_model") or []:
         for m in c["models"]:
             spread = m["spread_units_per_s_per_gpu"]
-            out.append([
-                c["workload"], c["unit"], m["model"], str(m["gpus"]), _n(m["gpu_hours"]),
-                f"{_n(m['units_per_s_per_gpu'], 1)} ({_n(m['units_per_s_per_gpu_best_pct'], 0)}%)",
-                f"{_n(m['units_per_s_per_kw'], 1)} ({_n(m['units_per_s_per_kw_best_pct'], 0)}%)",
-                f"{_n(m['units_per_dollar'], 0)} ({_n(m['units_per_dollar_best_pct'], 0)}%)"
-                if m["units_per_dollar"] is not None else "-",
-                f"{spread['min']:,.1f}-{spread['max']:,.1f}" if spread else "-",
-            ])
+            out.append(
+                [
+                    c["workload"],
+                    c["unit"],
+                    m["model"],
+                    str(m["gpus"]),
+                    _n(m["gpu_hours"]),
+                    f"{_n(m['units_per_s_per_gpu'], 1)} ({_n(m['units_per_s_per_gpu_best_pct'], 0)}%)",
+                    f"{_n(m['units_per_s_per_kw'], 1)} ({_n(m['units_per_s_per_kw_best_pct'], 0)}%)",
+                    f"{_n(m['units_per_dollar'], 0)} ({_n(m['units_per_dollar_best_pct'], 0)}%)"
+                    if m["units_per_dollar"] is not None
+                    else "-",
+                    f"{spread['min']:,.1f}-{spread['max']:,.1f}" if spread else "-",
+                ]
+            )
     return out
 
 
-CROSS_HEADERS = ("workload", "unit", "model", "GPUs", "GPU-hours", "units/s per GPU (of best)",
-                 "units/s per kW (of best)", "units per $ (of best)", "spread units/s per GPU")
+CROSS_HEADERS = (
+    "workload",
+    "unit",
+    "model",
+    "GPUs",
+    "GPU-hours",
+    "units/s per GPU (of best)",
+    "units/s per kW (of best)",
+    "units per $ (of best)",
+    "spread units/s per GPU",
+)
 
 
 def _header(doc: dict) -> str:
     r = doc["range"]
     where = f", where {doc['where']}" if doc.get("where") else ""
-    return f"Work by {doc['by']}, {r['start']} .. {r['end']}{where} ({doc['source']['url']}, {doc['source']['database']})"
+    return (
+        f"Work by {doc['by']}, {r['start']} .. {r['end']}{where} ({doc['source']['url']}, {doc['source']['database']})"
+    )
 
 
 def render_table(doc: dict) -> str:
@@ -119,8 +157,9 @@ def render_csv(doc: dict) -> str:
     writer.writeheader()
     for r in data:
         spread = r.pop("spread") or {}
-        writer.writerow({**r, "spread_gpus": spread.get("gpus"), "spread_min": spread.get("min"),
-                         "spread_max": spread.get("max")})
+        writer.writerow(
+            {**r, "spread_gpus": spread.get("gpus"), "spread_min": spread.get("min"), "spread_max": spread.get("max")}
+        )
     return out.getvalue()
 
 
@@ -143,14 +182,14 @@ def bar_svg(labels: list[str], values: list[float | None], unit: str) -> str:
     width, label_w, value_w, row = 640, 190, 110, 22
     bar_w = width - label_w - value_w
     top = max((v for v in values if v is not None), default=0) or 1.0
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{row * len(labels) + 6}" '
-             f'role="img">']
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{row * len(labels) + 6}" role="img">']
     for i, (label, v) in enumerate(zip(labels, values, strict=True)):
         y = i * row + 4
         parts.append(f'<text x="0" y="{y + 14}">{esc(label)}</text>')
         if v is not None:
-            parts.append(f'<rect x="{label_w}" y="{y}" width="{max(1.0, bar_w * v / top):.1f}" height="{row - 6}" '
-                         f'fill="{BAR}"/>')
+            parts.append(
+                f'<rect x="{label_w}" y="{y}" width="{max(1.0, bar_w * v / top):.1f}" height="{row - 6}" fill="{BAR}"/>'
+            )
         text = "n/a" if v is None else f"{v:,.3g} {unit}"
         parts.append(f'<text x="{width - value_w + 6}" y="{y + 14}">{esc(text)}</text>')
     parts.append("</svg>")
@@ -188,10 +227,13 @@ def render_html(doc: dict) -> str:
     if cross:
         chead = "".join(f"<th>{esc(h)}</th>" for h in CROSS_HEADERS)
         cbody = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in cross)
-        cross_html = (f'<h2>The same workload on each model</h2><table id="cross-model"><thead><tr>{chead}</tr>'
-                      f"</thead><tbody>{cbody}</tbody></table>")
-    figures = "".join(f'<figure aria-label="{esc(t)}"><figcaption>{esc(t)}</figcaption>{svg}</figure>'
-                      for t, svg in charts(doc))
+        cross_html = (
+            f'<h2>The same workload on each model</h2><table id="cross-model"><thead><tr>{chead}</tr>'
+            f"</thead><tbody>{cbody}</tbody></table>"
+        )
+    figures = "".join(
+        f'<figure aria-label="{esc(t)}"><figcaption>{esc(t)}</figcaption>{svg}</figure>' for t, svg in charts(doc)
+    )
     defs = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in doc["definitions"].items())
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

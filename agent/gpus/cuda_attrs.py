@@ -31,9 +31,7 @@ def normalize_bus_id(bus_id: str | bytes) -> str | None:
     if not match:
         return None
     domain, bus, device, function = match.groups()
-    return (
-        f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{int(function, 16)}"
-    )
+    return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{int(function, 16)}"
 
 
 def read_attribute(attribute: int, library: str = LIBCUDA) -> dict[str, int]:
@@ -59,10 +57,7 @@ def read_attribute(attribute: int, library: str = LIBCUDA) -> dict[str, int]:
             if cuda.cuDeviceGetPCIBusId(bus_id, ctypes.c_int(len(bus_id)), device) != CUDA_SUCCESS:
                 continue
             value = ctypes.c_int(0)
-            if (
-                cuda.cuDeviceGetAttribute(ctypes.byref(value), ctypes.c_int(attribute), device)
-                != CUDA_SUCCESS
-            ):
+            if cuda.cuDeviceGetAttribute(ctypes.byref(value), ctypes.c_int(attribute), device) != CUDA_SUCCESS:
                 continue
             key = normalize_bus_id(bus_id.value)
             if key is not None and value.value > 0:

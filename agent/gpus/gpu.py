@@ -68,9 +68,7 @@ PROBE_END_CODES = frozenset({pynvml.NVML_ERROR_INVALID_ARGUMENT, pynvml.NVML_ERR
 MAX_REFUSED = 4096
 
 # The collector whose run is calling NVML (set by the scheduler in each collector's thread).
-current_collector: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "gpuagent_collector", default=None
-)
+current_collector: contextvars.ContextVar[str | None] = contextvars.ContextVar("gpuagent_collector", default=None)
 OUTSIDE_COLLECTORS = "agent"  # the collector tag of calls made outside any collector's run
 
 
@@ -236,7 +234,13 @@ class Gpu:
         gpu._refused_calls = set()
         gpu.transient_errors = 0
         gpu.uuid = gpu.name = gpu.pci_bus_id = gpu.arch = "unknown"
-        gpu.tags = {"gpu": str(index), "uuid": "unknown", "model": "unknown", "pci_bus_id": "unknown", "arch": "unknown"}
+        gpu.tags = {
+            "gpu": str(index),
+            "uuid": "unknown",
+            "model": "unknown",
+            "pci_bus_id": "unknown",
+            "arch": "unknown",
+        }
         log.error("GPU %d is lost: %s; skipping it", index, reason)
         return gpu
 
@@ -306,7 +310,10 @@ class Gpu:
         else:
             log.warning(
                 "GPU %d: %s answered %s; the reading is left out this time and asked again "
-                "(logged once per GPU, call and code)", self.index, call, text,
+                "(logged once per GPU, call and code)",
+                self.index,
+                call,
+                text,
             )
 
     # -- caches --------------------------------------------------------------------------------
@@ -350,12 +357,20 @@ class Gpu:
             self._relapses = self._relapses + 1 if relapsed else 0
             self._answering_since = None
             if relapsed:
-                log.error("GPU %d (%s, %s) is lost again %.0fs after it came back: %s; it must answer for %.0fs "
-                          "before it is read again", self.index, self.name, self.uuid, time.monotonic() - back,
-                          reason, self._hold_s())
+                log.error(
+                    "GPU %d (%s, %s) is lost again %.0fs after it came back: %s; it must answer for %.0fs "
+                    "before it is read again",
+                    self.index,
+                    self.name,
+                    self.uuid,
+                    time.monotonic() - back,
+                    reason,
+                    self._hold_s(),
+                )
             else:
-                log.error("GPU %d (%s, %s) is lost: %s; skipping it from now on", self.index, self.name, self.uuid,
-                          reason)
+                log.error(
+                    "GPU %d (%s, %s) is lost: %s; skipping it from now on", self.index, self.name, self.uuid, reason
+                )
 
     def _hold_s(self) -> float:
         relapses = self._relapses

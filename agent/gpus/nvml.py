@@ -60,8 +60,12 @@ def open_nvml(simulate: str | None = None, seed: int = 0) -> NvmlSession:
     errors = NvmlErrors()
     gpus, unavailable = open_gpus(errors)
     session = NvmlSession(
-        gpus=gpus, simulated=bool(simulate), machine=machine, spec=simulate,
-        unavailable=unavailable, errors=errors,
+        gpus=gpus,
+        simulated=bool(simulate),
+        machine=machine,
+        spec=simulate,
+        unavailable=unavailable,
+        errors=errors,
     )
     session.driver_version = _optional(errors, pynvml.nvmlSystemGetDriverVersion, as_str)
     session.nvml_version = _optional(errors, pynvml.nvmlSystemGetNVMLVersion, as_str)

@@ -116,18 +116,19 @@ _PACKED = (
     and _FV.value.offset == _FV.nvmlReturn.offset + 4
     and _FV.value.size == 8
 )
-_ENTRY = struct.Struct(
-    f"={_FV.valueType.offset}xII8s{ctypes.sizeof(_FV) - _FV.value.offset - 8}x" if _PACKED else "x"
-)
+_ENTRY = struct.Struct(f"={_FV.valueType.offset}xII8s{ctypes.sizeof(_FV) - _FV.value.offset - 8}x" if _PACKED else "x")
 # The struct format of each union member _DECODE names; by valueType, (member, Struct) in a list
 # (an index, not a dict look-up).
 _FORMATS = {
-    "dVal": "=d", "uiVal": "=I", "ulVal": "=Q" if ctypes.sizeof(ctypes.c_ulong) == 8 else "=I",
-    "ullVal": "=Q", "sllVal": "=q", "siVal": "=i", "usVal": "=H",
+    "dVal": "=d",
+    "uiVal": "=I",
+    "ulVal": "=Q" if ctypes.sizeof(ctypes.c_ulong) == 8 else "=I",
+    "ullVal": "=Q",
+    "sllVal": "=q",
+    "siVal": "=i",
+    "usVal": "=H",
 }
-_UNIONS = [
-    (_DECODE[t], struct.Struct(_FORMATS[_DECODE[t]])) if t in _DECODE else None for t in range(max(_DECODE) + 1)
-]
+_UNIONS = [(_DECODE[t], struct.Struct(_FORMATS[_DECODE[t]])) if t in _DECODE else None for t in range(max(_DECODE) + 1)]
 
 
 # The usual batch (every entry answered, every value an unsigned integer, no sentinel) is read
@@ -340,8 +341,10 @@ class FieldReader:
                 failed.append((name, answer[0]))
         for name, code in failed:
             if code == pynvml.NVML_ERROR_GPU_IS_LOST:
-                gpu.mark_lost(f"nvmlDeviceGetFieldValues: {pynvml.NVMLError(code)}",
-                              still_lost=functools.partial(_entry_lost, self.fields[name].field_id))
+                gpu.mark_lost(
+                    f"nvmlDeviceGetFieldValues: {pynvml.NVMLError(code)}",
+                    still_lost=functools.partial(_entry_lost, self.fields[name].field_id),
+                )
                 raise GpuLost(gpu)
             if code in PERMANENT_CODES:
                 asking.pop(name, None)

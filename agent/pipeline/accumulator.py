@@ -73,8 +73,7 @@ class Accumulator:
                     pass
                 else:
                     raise TypeError(
-                        f"{measurement}.{key}: field values must be int, float, bool or str, "
-                        f"got {type(value).__name__}"
+                        f"{measurement}.{key}: field values must be int, float, bool or str, got {type(value).__name__}"
                     )
             clean[key] = value
         if not clean:

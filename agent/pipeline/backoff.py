@@ -85,11 +85,17 @@ class Outage:
         if fatal and reason != self.last_error:
             self.log.error(
                 "%s: write%s refused, %s (%s); keeping %d points and retrying every %gs",
-                self.name, self.target, result.hint or FATAL_HINTS.get(result.status or 0, ""), reason, keeping, delay,
+                self.name,
+                self.target,
+                result.hint or FATAL_HINTS.get(result.status or 0, ""),
+                reason,
+                keeping,
+                delay,
             )
         elif not fatal and not self.active:
-            self.log.warning("%s: write%s failed (%s); spooling and retrying in %.1fs", self.name, self.target,
-                             reason, delay)
+            self.log.warning(
+                "%s: write%s failed (%s); spooling and retrying in %.1fs", self.name, self.target, reason, delay
+            )
         elif not fatal:
             self.log.debug("%s: retry failed (%s); next in %.1fs", self.name, reason, delay)
         self.last_error = reason

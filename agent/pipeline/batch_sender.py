@@ -56,8 +56,14 @@ class BatchSender:
     server answered) and `failed(result, count)` for a failure that keeps the lines, in the order they
     happen."""
 
-    def __init__(self, name: str, transport: Transport, every_minute, stored: Callable[[int, bool], None],
-                 failed: Callable[[Result, int], None]):
+    def __init__(
+        self,
+        name: str,
+        transport: Transport,
+        every_minute,
+        stored: Callable[[int, bool], None],
+        failed: Callable[[Result, int], None],
+    ):
         self.name = name
         self.transport = transport
         self.every_minute = every_minute
@@ -127,18 +133,19 @@ class BatchSender:
             if _alike(got_second, result):
                 # Both halves refused in the words of the whole: the server refuses requests,
                 # not lines (InfluxDB names each bad line). Keep everything, as for a 401.
-                self._failed(Result(Outcome.FATAL, result.status, result.message, hint=BAD_REQUEST_HINT),
-                             len(lines))
+                self._failed(Result(Outcome.FATAL, result.status, result.message, hint=BAD_REQUEST_HINT), len(lines))
                 return False
             return self.settle(got_first, first, mid, replay) and self.settle(
-                got_second, second, len(lines) - mid, replay)
+                got_second, second, len(lines) - mid, replay
+            )
         return self.settle(got_first, first, mid, replay) and self.deliver(second, len(lines) - mid, replay)
 
     def _refused(self, count: int, result: Result, line: str | None = None) -> None:
         self.rejected_total += count
         what = "lines of a partial write" if line is None else f"a line, e.g. {line[:300]!r}"
         self.every_minute.note(
-            "refused:partial" if line is None else "refused:line", count,
+            "refused:partial" if line is None else "refused:line",
+            count,
             f"{self.name}: server refused {what} (HTTP {result.status}): {result.message[:500]}; dropped",
         )
 

@@ -160,8 +160,7 @@ class Delivery:
         self._sender = BatchSender(name, transport, self._every_minute, self._stored, self._failed)
         self._memory = MemoryBuffer(max(self.batch_size, int(max_buffer_points)), name, self._every_minute)
         self._cond = threading.Condition()  # guards _memory; flush() waits on it for the worker
-        self._writer = SpoolWriter(name, spool, self.batch_size, self._memory, self._cond, self.log,
-                                   self._every_minute)
+        self._writer = SpoolWriter(name, spool, self.batch_size, self._memory, self._cond, self.log, self._every_minute)
         self._worker = WorkerLoop(name, self._step, self._cond, self._every_minute)
         self._flush_deadline: float | None = None
         self._stop_by: float | None = None  # set by flush(): close() must be done by then
@@ -198,8 +197,10 @@ class Delivery:
         with self._cond:
             self._flush_deadline = soft
             self._worker.wake()
-            while self._worker.alive and not self._outage.active and (
-                self._memory or self._memory.inflight is not None or (self.write_ahead and self.spool.points)
+            while (
+                self._worker.alive
+                and not self._outage.active
+                and (self._memory or self._memory.inflight is not None or (self.write_ahead and self.spool.points))
             ):
                 left = soft - time.monotonic()
                 if left <= 0:
@@ -220,8 +221,12 @@ class Delivery:
         with self._cond:
             lost = self._memory.drop_all()
         if lost:
-            self.log.error("%s: %d points could neither be delivered nor spooled (%s) before stopping; dropped",
-                           self.name, lost, self.spool.problem or "spool unavailable")
+            self.log.error(
+                "%s: %d points could neither be delivered nor spooled (%s) before stopping; dropped",
+                self.name,
+                lost,
+                self.spool.problem or "spool unavailable",
+            )
         self._every_minute.flush()
         try:
             self._sender.close()
@@ -342,8 +347,9 @@ class Delivery:
         if replay and (self._outage.active or not self.write_ahead or self._catching_up):
             self.replayed_total += count
         if self._outage.ended():
-            self.log.warning("%s: server is accepting writes again; replaying %d spooled points",
-                             self.name, self.spool.points)
+            self.log.warning(
+                "%s: server is accepting writes again; replaying %d spooled points", self.name, self.spool.points
+            )
             self._draining = self._catching_up = self.spool.points > 0
 
     def _failed(self, result: Result, count: int) -> None:

@@ -42,8 +42,15 @@ class RequestFailed(Exception):
     """No complete HTTP answer. `reason` reads in a line: "connection refused", "no complete
     answer within 2s", "not HTTP: BadStatusLine", or the system's words."""
 
-    def __init__(self, reason: str, *, timed_out: bool = False, connected: bool = False,
-                 answered: bool = False, not_http: bool = False):
+    def __init__(
+        self,
+        reason: str,
+        *,
+        timed_out: bool = False,
+        connected: bool = False,
+        answered: bool = False,
+        not_http: bool = False,
+    ):
         super().__init__(reason)
         self.reason = reason
         self.timed_out = timed_out  # the deadline (or the connect timeout) passed
@@ -91,9 +98,16 @@ def shutdown(conn: http.client.HTTPConnection) -> None:
             pass
 
 
-def exchange(conn: http.client.HTTPConnection, method: str, path: str, *, timeout: float,
-             body: bytes | None = None, headers: Mapping[str, str] | None = None,
-             limit: int | Callable[[int], int] = MAX_BODY) -> Answer:
+def exchange(
+    conn: http.client.HTTPConnection,
+    method: str,
+    path: str,
+    *,
+    timeout: float,
+    body: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+    limit: int | Callable[[int], int] = MAX_BODY,
+) -> Answer:
     """One request on conn, done or failed (RequestFailed) within `timeout` seconds in all.
     `limit`: the most bytes of the answer's body to read, or a function of its status."""
     import http.client
@@ -126,8 +140,12 @@ def exchange(conn: http.client.HTTPConnection, method: str, path: str, *, timeou
     except (OSError, ValueError, http.client.HTTPException) as exc:
         conn.close()
         if fired.is_set() or isinstance(exc, TimeoutError):
-            raise RequestFailed(f"no complete answer within {timeout:g}s" if connected else "timed out",
-                                timed_out=True, connected=connected, answered=answered) from None
+            raise RequestFailed(
+                f"no complete answer within {timeout:g}s" if connected else "timed out",
+                timed_out=True,
+                connected=connected,
+                answered=answered,
+            ) from None
         not_http = isinstance(exc, http.client.HTTPException) and not answered
         reason = f"not HTTP: {type(exc).__name__}" if not_http else describe(exc)
         raise RequestFailed(reason, connected=connected, answered=answered, not_http=not_http) from None
@@ -135,9 +153,16 @@ def exchange(conn: http.client.HTTPConnection, method: str, path: str, *, timeou
         timer.cancel()
 
 
-def request(method: str, url: str, *, timeout: float, body: bytes | None = None,
-            headers: Mapping[str, str] | None = None, limit: int | Callable[[int], int] = MAX_BODY,
-            verify_tls: bool = True) -> Answer:
+def request(
+    method: str,
+    url: str,
+    *,
+    timeout: float,
+    body: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+    limit: int | Callable[[int], int] = MAX_BODY,
+    verify_tls: bool = True,
+) -> Answer:
     """One request on a connection of its own, closed after: see `exchange`."""
     try:
         conn = connection(url, timeout, verify_tls)

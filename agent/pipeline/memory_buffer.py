@@ -82,7 +82,8 @@ class MemoryBuffer:
             return 0
         self.dropped_total += over
         self.every_minute.note(
-            "memory-full", over,
+            "memory-full",
+            over,
             f"{self.name}: memory buffer is full ({self.max_points} points) and the spool cannot take more: "
             "dropped the oldest points",
         )

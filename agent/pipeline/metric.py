@@ -126,15 +126,21 @@ def _head(measurement: str, tag_items: tuple[tuple[str, str], ...]) -> str:
         if problem is None:
             problem, what = names.tag_value_problem(v), f"value of tag {k!r}"
         if problem:
-            names.warn_once(what, str(v) if what != "tag key" else str(k), problem, "points are written without this tag")
+            names.warn_once(
+                what, str(v) if what != "tag key" else str(k), problem, "points are written without this tag"
+            )
             continue
         tags.append(f",{escape_key(k)}={escape_key(v)}")
     head = escape_measurement(measurement) + "".join(tags)
     while len(head.encode("utf-8")) > names.MAX_SERIES_KEY_BYTES and tags:
         longest = max(tags, key=len)
         tags.remove(longest)
-        names.warn_once("tag", longest[1:200], f"makes the series key longer than {names.MAX_SERIES_KEY_BYTES} bytes",
-                        "points are written without this tag")
+        names.warn_once(
+            "tag",
+            longest[1:200],
+            f"makes the series key longer than {names.MAX_SERIES_KEY_BYTES} bytes",
+            "points are written without this tag",
+        )
         head = escape_measurement(measurement) + "".join(tags)
     return head
 
@@ -201,9 +207,7 @@ def _shape(measurement: str, tag_items: tuple, keys: tuple, types: tuple):
     return f"{head} {','.join(parts)} %d", tuple(floats), tuple(bools), tuple(strs)
 
 
-def serialize(
-    measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int
-) -> str:
+def serialize(measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int) -> str:
     if len(fields) > MAX_FIELDS_PER_POINT:
         fields = bound_fields(measurement, fields)
     line = _line(measurement, tags, fields, time_ns)
@@ -218,8 +222,12 @@ def bound_fields(measurement: str, fields: Mapping) -> Mapping:
     if len(fields) <= MAX_FIELDS_PER_POINT:
         return fields
     _count_over_bound(len(fields) - MAX_FIELDS_PER_POINT)
-    names.warn_once("point of measurement", str(measurement), f"has {len(fields)} fields",
-                    f"the first {MAX_FIELDS_PER_POINT} are written, the rest counted (fields_over_bound_total)")
+    names.warn_once(
+        "point of measurement",
+        str(measurement),
+        f"has {len(fields)} fields",
+        f"the first {MAX_FIELDS_PER_POINT} are written, the rest counted (fields_over_bound_total)",
+    )
     return dict(islice(fields.items(), MAX_FIELDS_PER_POINT))
 
 
@@ -239,16 +247,18 @@ def _fit(measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldVa
         n, _, _ = by_size.pop(0)
         size -= n + 1
     _count_over_bound(len(fields) - len(by_size))
-    names.warn_once("point of measurement", str(measurement), f"makes a line longer than {MAX_LINE_BYTES} bytes",
-                    "its longest fields are left out and counted (fields_over_bound_total)")
+    names.warn_once(
+        "point of measurement",
+        str(measurement),
+        f"makes a line longer than {MAX_LINE_BYTES} bytes",
+        "its longest fields are left out and counted (fields_over_bound_total)",
+    )
     if not head or not by_size:
         return ""
     return f"{head} {','.join(part for _, _, part in sorted(by_size, key=lambda p: p[1]))} {time_ns}"
 
 
-def _line(
-    measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int
-) -> str:
+def _line(measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int) -> str:
     tag_items = tuple(tags.items())
     values = tuple(fields.values())
     key = (measurement, tag_items, tuple(fields), tuple(map(type, values)))
@@ -277,9 +287,7 @@ def _line(
 _UNSEEN = object()
 
 
-def _serialize(
-    measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int
-) -> str:
+def _serialize(measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int) -> str:
     # The general path (any value type; raises on what has no line-protocol form).
     head = _head(measurement, tuple(tags.items()))
     if not head:

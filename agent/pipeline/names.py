@@ -70,7 +70,7 @@ def measurement_problem(name: object) -> str | None:
     if name.startswith("\t"):
         return "starts with a tab (influxd strips it)"
     if _BACKSLASH_BEFORE_DELIMITER.search(name):
-        return "has a backslash at the end or before , = \" or a space"
+        return 'has a backslash at the end or before , = " or a space'
     return None
 
 
@@ -108,7 +108,7 @@ def field_key_problem(name: object) -> str | None:
     if name.startswith("\t"):
         return "starts with a tab (influxd strips it)"
     if _BACKSLASH_BEFORE_DELIMITER.search(name):
-        return "has a backslash at the end or before , = \" or a space"
+        return 'has a backslash at the end or before , = " or a space'
     return None
 
 

@@ -31,8 +31,9 @@ class IsolatedSink(Sink):
 
     nonblocking = True
 
-    def __init__(self, inner: Sink, on_error: Callable[[str, BaseException], None],
-                 max_points: int = MAX_QUEUED_POINTS):
+    def __init__(
+        self, inner: Sink, on_error: Callable[[str, BaseException], None], max_points: int = MAX_QUEUED_POINTS
+    ):
         self.inner = inner
         self.name = inner.name
         self.config, self.context, self.log = inner.config, inner.context, inner.log
@@ -61,8 +62,11 @@ class IsolatedSink(Sink):
                 self.stalled_dropped_total += len(oldest)
                 if not self._warned:
                     self._warned = True
-                    log.error("sink %s: its writes are not keeping up; dropping its oldest points (counted in "
-                              "stalled_dropped_total)", self.name)
+                    log.error(
+                        "sink %s: its writes are not keeping up; dropping its oldest points (counted in "
+                        "stalled_dropped_total)",
+                        self.name,
+                    )
             self._cond.notify_all()
 
     def _run(self) -> None:
@@ -98,8 +102,12 @@ class IsolatedSink(Sink):
     def flush(self, timeout: float) -> None:
         started = time.monotonic()
         if not self.drain(timeout):
-            log.error("sink %s: a write has not returned within %.1fs; %d points not handed to it",
-                      self.name, timeout, self._queued)
+            log.error(
+                "sink %s: a write has not returned within %.1fs; %d points not handed to it",
+                self.name,
+                timeout,
+                self._queued,
+            )
         self.inner.flush(max(0.1, timeout - (time.monotonic() - started)))
 
     def close(self) -> None:
@@ -124,7 +132,9 @@ class IsolatedSink(Sink):
     def describe(self) -> str:
         busy = self._busy_since
         if busy is not None and time.monotonic() - busy > STALLED_AFTER_S:
-            return f"stalled (a write has not returned for {time.monotonic() - busy:.0f}s; {self._queued} points queued)"
+            return (
+                f"stalled (a write has not returned for {time.monotonic() - busy:.0f}s; {self._queued} points queued)"
+            )
         return self.inner.describe()
 
 

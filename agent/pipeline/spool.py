@@ -117,14 +117,16 @@ class Spool:
     def _connect(self, path: Path, readonly: bool = False) -> sqlite3.Connection:
         if readonly:
             try:
-                db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
-                                     isolation_level=None, timeout=5)
+                db = sqlite3.connect(
+                    f"file:{path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None, timeout=5
+                )
                 db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
             except sqlite3.OperationalError:
                 # A WAL-mode file on a read-only file system without its -shm: readable only
                 # as immutable (batches still in an un-checkpointed -wal are not seen then).
-                db = sqlite3.connect(f"file:{path}?immutable=1", uri=True, check_same_thread=False,
-                                     isolation_level=None, timeout=5)
+                db = sqlite3.connect(
+                    f"file:{path}?immutable=1", uri=True, check_same_thread=False, isolation_level=None, timeout=5
+                )
         else:
             db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
         return db
@@ -143,7 +145,8 @@ class Spool:
         # credentials) or read is not used: the directory and its files must be the agent's own.
         problem = ownership.own_directory_problem(self.directory) or next(
             filter(None, (ownership.own_file_problem(Path(f"{self.path}{suffix}")) for suffix in ("", "-wal", "-shm"))),
-            None)
+            None,
+        )
         if problem:
             self._unavailable(f"{problem}: not used as the spool")
             return
@@ -238,10 +241,17 @@ class Spool:
                 pass
             first = self._follow_failed is None
             self._follow_failed = time.monotonic()
-            self.problem = f"{self.path} is no longer the file this agent has open ({why}) and no new spool can be made: {exc}"
+            self.problem = (
+                f"{self.path} is no longer the file this agent has open ({why}) and no new spool can be made: {exc}"
+            )
             if first:  # said once; tried again every REOPEN_EVERY
-                self.log.error("spool %s; the %d points spooled stay in the old file until stop or until a new spool "
-                               "can be made (tried every %gs)", self.problem, self._points, self.REOPEN_EVERY)
+                self.log.error(
+                    "spool %s; the %d points spooled stay in the old file until stop or until a new spool "
+                    "can be made (tried every %gs)",
+                    self.problem,
+                    self._points,
+                    self.REOPEN_EVERY,
+                )
             return
         self._follow_failed = None
         self._db = None
@@ -298,8 +308,12 @@ class Spool:
             _move_with_wal(self.path, aside)
         except OSError as exc:
             self._unavailable(f"{self.path} is damaged ({reason}) and cannot be moved aside: {exc.strerror or exc}")
-            self.log.error("spool %s is damaged (%s) and cannot be moved aside (%s); delivery keeps points in memory",
-                           self.path, reason, exc.strerror or exc)
+            self.log.error(
+                "spool %s is damaged (%s) and cannot be moved aside (%s); delivery keeps points in memory",
+                self.path,
+                reason,
+                exc.strerror or exc,
+            )
             return
         self.damaged_total += 1
         self._delivered_through = 0
@@ -308,15 +322,22 @@ class Spool:
         except sqlite3.DatabaseError as exc:
             self._close_db()
             self._unavailable(f"cannot create a fresh spool in {self.directory}: {_describe(exc)}")
-            self.log.error("spool %s was damaged (%s): moved aside to %s, but no fresh spool could be made (%s)",
-                           self.path, reason, aside.name, self.problem)
+            self.log.error(
+                "spool %s was damaged (%s): moved aside to %s, but no fresh spool could be made (%s)",
+                self.path,
+                reason,
+                aside.name,
+                self.problem,
+            )
             return
         self._salvage_into(aside, f"was damaged ({reason})")
 
     def _resume_heals(self) -> None:
         """Take in every file a heal or a move left behind (``spool.healing-*``: a heal a kill
         interrupted; ``spool.moving-*``: batches of a file no longer at the path)."""
-        for aside in sorted([*self.directory.glob("spool.healing-*.sqlite"), *self.directory.glob("spool.moving-*.sqlite")]):
+        for aside in sorted(
+            [*self.directory.glob("spool.healing-*.sqlite"), *self.directory.glob("spool.moving-*.sqlite")]
+        ):
             if self._db is None or self.problem is not None:
                 return
             problem = ownership.own_file_problem(aside)
@@ -324,8 +345,9 @@ class Spool:
                 self.log.error("spool: %s: not read (another user may have put it there)", problem)
                 continue
             if aside.name.startswith("spool.moving-"):
-                self._salvage_into(aside, self._moving_reason or "had batches being moved when the agent stopped",
-                                   keep=False)
+                self._salvage_into(
+                    aside, self._moving_reason or "had batches being moved when the agent stopped", keep=False
+                )
             else:
                 self._salvage_into(aside, "was being healed when the agent stopped")
 
@@ -349,8 +371,7 @@ class Spool:
                 if size + len(data) > self.max_bytes:
                     self.dropped_total += points
                 else:
-                    db.execute("INSERT INTO batches (points, bytes, data) VALUES (?, ?, ?)",
-                               (points, len(data), data))
+                    db.execute("INSERT INTO batches (points, bytes, data) VALUES (?, ?, ?)", (points, len(data), data))
                     size += len(data)
                     kept += 1
                 if i % 1000 == 0:
@@ -379,13 +400,25 @@ class Spool:
                 pass  # a later open finds it again: the salvage table says it is all copied
         resumed = f"; {min(done, found)} of them had been copied before" if done else ""
         if not keep:
-            self.log.error("spool %s %s; the %d batches (%d points) it held were moved into it%s", self.path, what,
-                           found, found_points, resumed)
+            self.log.error(
+                "spool %s %s; the %d batches (%d points) it held were moved into it%s",
+                self.path,
+                what,
+                found,
+                found_points,
+                resumed,
+            )
             return
         self.log.error(
             "spool %s %s: moved aside to %s; %d batches (%d points) could be read out of it%s%s",
-            self.path, what, final.name, found, found_points, resumed,
-            " and are replayed from a fresh spool" if self.problem is None
+            self.path,
+            what,
+            final.name,
+            found,
+            found_points,
+            resumed,
+            " and are replayed from a fresh spool"
+            if self.problem is None
             else f", but no fresh spool could be made ({self.problem})",
         )
 
@@ -413,8 +446,12 @@ class Spool:
         return self.available and self.problem is None
 
     def __len__(self) -> int:
-        return self._guard(lambda db: db.execute(
-            "SELECT COUNT(*) FROM batches WHERE id > ?", (self._delivered_through,)).fetchone()[0], default=0)
+        return self._guard(
+            lambda db: db.execute("SELECT COUNT(*) FROM batches WHERE id > ?", (self._delivered_through,)).fetchone()[
+                0
+            ],
+            default=0,
+        )
 
     def refresh(self) -> None:
         """Re-read the totals from the file: another instance (the sink before a reload) may have added batches."""

@@ -20,8 +20,16 @@ class SpoolWriter:
     once per batch; the oldest points a full spool drops are logged through `every_minute` (a
     note(key, count, message))."""
 
-    def __init__(self, name: str, spool: Spool, batch_size: int, memory: MemoryBuffer,
-                 lock: threading.Condition, log: logging.Logger, every_minute):
+    def __init__(
+        self,
+        name: str,
+        spool: Spool,
+        batch_size: int,
+        memory: MemoryBuffer,
+        lock: threading.Condition,
+        log: logging.Logger,
+        every_minute,
+    ):
         self.name = name
         self.spool = spool
         self.batch_size = batch_size
@@ -49,7 +57,8 @@ class SpoolWriter:
                 return lines[i:]
             if dropped:
                 self.every_minute.note(
-                    "spool-full", dropped,
+                    "spool-full",
+                    dropped,
                     f"{self.name}: spool is full ({self.spool.max_bytes} bytes): dropped the oldest points",
                 )
         self.note_state()
@@ -81,7 +90,10 @@ class SpoolWriter:
             self.log.error(
                 "%s: cannot write the spool in %s (%s); delivery keeps points in memory (at most %d, "
                 "oldest dropped and counted) until it can",
-                self.name, self.spool.directory, problem, self.memory.max_points,
+                self.name,
+                self.spool.directory,
+                problem,
+                self.memory.max_points,
             )
         else:
             self.log.warning("%s: the spool in %s can be written again", self.name, self.spool.directory)

@@ -54,8 +54,10 @@ class WorkerLoop:
                 wait = self.step()
             except Exception as exc:  # never let the worker die: the sink would silently stop
                 self.every_minute.note(
-                    f"worker:{type(exc).__name__}:{exc}", 1,
-                    f"{self.name}: delivery worker error: {type(exc).__name__}: {exc}", logging.ERROR,
+                    f"worker:{type(exc).__name__}:{exc}",
+                    1,
+                    f"{self.name}: delivery worker error: {type(exc).__name__}: {exc}",
+                    logging.ERROR,
                 )
                 wait = 1.0
             with self.cond:

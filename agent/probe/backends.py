@@ -106,13 +106,9 @@ class NumpyBackend:
         np = self.np
         data = self._buf[: nbytes // 8]
         passes = max(2, math.ceil(self.target_bytes / nbytes))
-        view = np.lib.stride_tricks.as_strided(
-            data, shape=(passes, data.size), strides=(0, 8), writeable=False
-        )
+        view = np.lib.stride_tricks.as_strided(data, shape=(passes, data.size), strides=(0, 8), writeable=False)
         out = np.empty(passes, dtype=np.uint64)
-        np.bitwise_or.reduce(
-            view[:1], axis=1, out=out[:1]
-        )  # warm: the set is in cache (if it fits)
+        np.bitwise_or.reduce(view[:1], axis=1, out=out[:1])  # warm: the set is in cache (if it fits)
         t0 = time.perf_counter_ns()
         np.bitwise_or.reduce(view, axis=1, out=out)
         elapsed = time.perf_counter_ns() - t0
@@ -281,9 +277,7 @@ def gpu_backend(cuda_index: int, prefer: str | None = None):
         except Exception as exc:  # installed but no working CUDA (driver, NVRTC, …)
             errors.append(f"{name}: {type(exc).__name__}: {exc}")
     raise AgentError(
-        "no GPU backend for the probe ("
-        + "; ".join(errors)
-        + "): install CuPy (pip install cupy-cuda12x) "
+        "no GPU backend for the probe (" + "; ".join(errors) + "): install CuPy (pip install cupy-cuda12x) "
         "or PyTorch, or run the CPU sweep with --cpu"
     )
 
@@ -321,9 +315,7 @@ class SimulatedBackend:
     name = "simulated"
     target_bytes = 0
 
-    def __init__(
-        self, model: str, l2_bytes: int | None = None, dram_gbps: float | None = None, seed: int = 0
-    ):
+    def __init__(self, model: str, l2_bytes: int | None = None, dram_gbps: float | None = None, seed: int = 0):
         spec = spec_for(model) or (40 << 20, 2000.0)
         self.l2_bytes = l2_bytes or spec[0]
         self.dram_gbps = 0.9 * (dram_gbps or spec[1])

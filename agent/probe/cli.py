@@ -33,6 +33,7 @@ log = logging.getLogger("gpuagent.probe")
 DEFAULT_MAX_UTIL = 10.0
 DEFAULT_STEPS = 24
 
+
 class ByteSize(click.ParamType):
     name = "SIZE"
 
@@ -78,9 +79,7 @@ def probe_l2(opts: ProbeOptions) -> tuple[ProbeResult, object | None]:
 
 def probe_cpu(opts: ProbeOptions) -> ProbeResult:
     caches = cpu_caches()
-    reported = {
-        f"L{c.level}" if c.type == "Unified" or c.level > 1 else "L1d": c.bytes for c in caches
-    }
+    reported = {f"L{c.level}" if c.type == "Unified" or c.level > 1 else "L1d": c.bytes for c in caches}
     # From twice L1d (so the L2 plateau has points) to four times the last-level cache.
     first = 2 * caches[0].bytes if caches else 64 << 10
     last = 4 * caches[-1].bytes if caches else 64 * MIB
@@ -164,9 +163,7 @@ def _sizes(opts: ProbeOptions, default_min: int, default_max: int) -> list[int]:
     try:
         return working_set_sizes(lo, hi, opts.steps)
     except ValueError as exc:
-        raise AgentError(
-            f"probe sizes: {exc} (--min-bytes {lo}, --max-bytes {hi}, --steps {opts.steps})"
-        ) from None
+        raise AgentError(f"probe sizes: {exc} (--min-bytes {lo}, --max-bytes {hi}, --steps {opts.steps})") from None
 
 
 # --- output ------------------------------------------------------------------------------------
@@ -178,10 +175,7 @@ def render_table(result: ProbeResult, console=None) -> None:
 
     console = console or Console()
     # Each knee is marked on the first size at or above it.
-    knee_rows = {
-        next((i for i, s in enumerate(result.sweep.sizes) if s >= k.bytes), -1): k
-        for k in result.knees
-    }
+    knee_rows = {next((i for i, s in enumerate(result.sweep.sizes) if s >= k.bytes), -1): k for k in result.knees}
     table = Table(
         title=f"{result.device}: bandwidth against working set ({result.method})",
         title_justify="left",
@@ -191,9 +185,7 @@ def render_table(result: ProbeResult, console=None) -> None:
     table.add_column("spread", justify="right")
     table.add_column("", justify="left")
     top = max(result.sweep.bandwidth_gbps)
-    for i, (size, bw) in enumerate(
-        zip(result.sweep.sizes, result.sweep.bandwidth_gbps, strict=True)
-    ):
+    for i, (size, bw) in enumerate(zip(result.sweep.sizes, result.sweep.bandwidth_gbps, strict=True)):
         bar = "█" * max(1, round(30 * bw / top))
         mark = f"  ← knee {human_bytes(knee_rows[i].bytes)}" if i in knee_rows else ""
         table.add_row(human_bytes(size), f"{bw:,.1f}", f"{result.sweep.spread[i]:.0%}", bar + mark)
@@ -202,9 +194,7 @@ def render_table(result: ProbeResult, console=None) -> None:
     if reported:
         console.print(f"reported ({result.reported_source}): {reported}")
     if not result.knees:
-        console.print(
-            "no knee found: the whole sweep fits in one level (widen --min-bytes/--max-bytes)"
-        )
+        console.print("no knee found: the whole sweep fits in one level (widen --min-bytes/--max-bytes)")
     for k in result.knees:
         console.print(
             f"knee at {human_bytes(k.bytes)}: {k.bw_below_gbps:,.1f} GB/s below, "
@@ -218,9 +208,7 @@ def render_table(result: ProbeResult, console=None) -> None:
         )
 
 
-def send_points(
-    result: ProbeResult, config_path: str | None, simulate: str | None, session, as_json: bool
-) -> int:
+def send_points(result: ProbeResult, config_path: str | None, simulate: str | None, session, as_json: bool) -> int:
     """Write the gpu_l2_probe points through the configured sinks; returns how many."""
     from gpuagent.context import AgentContext
     from gpuagent.service.runtime import Options, _make_sinks, load
@@ -346,17 +334,13 @@ def l2(
     """Bandwidth against working-set size, from 1 MiB to 4 × L2: where the L2 stops helping."""
     if cpu and simulate:
         raise click.UsageError("--cpu and --simulate exclude each other")
-    opts = ProbeOptions(
-        gpu_index, min_bytes, max_bytes, steps, rounds, max_util, cpu, simulate, seed
-    )
+    opts = ProbeOptions(gpu_index, min_bytes, max_bytes, steps, rounds, max_util, cpu, simulate, seed)
     if cpu and send:
         raise AgentError("--send writes GPU results only; --cpu measures the CPU")
     result, session = probe_l2(opts)
     try:
         if send and not result.gpu_tags:
-            raise AgentError(
-                "--send writes GPU results only; this run measured the CPU (no GPU, or --cpu)"
-            )
+            raise AgentError("--send writes GPU results only; this run measured the CPU (no GPU, or --cpu)")
         if as_json:
             doc = result.as_json()
             if send:

@@ -37,6 +37,7 @@ class Knee:
     last_fast: int  # index of the last point of the upper plateau
     first_slow: int  # index of the first point of the lower plateau
 
+
 def noise_sigma(logs: Sequence[float]) -> float:
     """Robust noise estimate of a curve: MAD of point-to-point differences (steps are outliers to it)."""
     diffs = [b - a for a, b in zip(logs, logs[1:], strict=False)]
@@ -68,9 +69,7 @@ def _fit_one(x: list[float], y: list[float], lo: int, hi: int):
     return best
 
 
-def _crossing(
-    x: list[float], y: list[float], lo: int, hi: int, a: int, b: int, high: float, low: float
-) -> float:
+def _crossing(x: list[float], y: list[float], lo: int, hi: int, a: int, b: int, high: float, low: float) -> float:
     """log2 size where the curve falls through the plateaus' midpoint level.
 
     Searched over the whole fitted range (noise can put the last fast point

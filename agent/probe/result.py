@@ -23,9 +23,7 @@ class ProbeResult:
     knees: list[Knee]
     started_ns: int
     gpu_tags: dict[str, str] = field(default_factory=dict)  # empty for a CPU run
-    reported_cache_bytes: dict[str, int] = field(
-        default_factory=dict
-    )  # {"L2": …} or {"L2": …, "L3": …}
+    reported_cache_bytes: dict[str, int] = field(default_factory=dict)  # {"L2": …} or {"L2": …, "L3": …}
     reported_source: str = ""  # where reported_cache_bytes came from
 
     @property
@@ -108,9 +106,7 @@ class ProbeResult:
                 tags={**self.gpu_tags, "knee": str(i)},
                 time_ns=t0,
             )
-        for i, (size, bw) in enumerate(
-            zip(self.sweep.sizes, self.sweep.bandwidth_gbps, strict=True)
-        ):
+        for i, (size, bw) in enumerate(zip(self.sweep.sizes, self.sweep.bandwidth_gbps, strict=True)):
             acc.add_fields(
                 MEASUREMENT,
                 {"working_set_bytes": size, "bandwidth_gbps": bw, "step": i},

@@ -80,9 +80,7 @@ def upper_median(samples: Sequence[float]) -> float:
     return statistics.median(ordered[len(ordered) // 2 :])
 
 
-def run_sweep(
-    backend: Backend, sizes: Sequence[int], rounds: int = 7, seed: int = 0
-) -> SweepResult:
+def run_sweep(backend: Backend, sizes: Sequence[int], rounds: int = 7, seed: int = 0) -> SweepResult:
     """Measure every size ``rounds`` times, interleaved; report each size's upper_median."""
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
@@ -97,7 +95,5 @@ def run_sweep(
             samples[i].append(backend.read_gbps(sizes[i]))
     medians = [upper_median(s) for s in samples]
     if any(not math.isfinite(m) or m <= 0 for m in medians):
-        raise RuntimeError(
-            f"{backend.name}: a sample came back non-positive or non-finite: {medians}"
-        )
+        raise RuntimeError(f"{backend.name}: a sample came back non-positive or non-finite: {medians}")
     return SweepResult(list(sizes), medians, samples, rounds, time.monotonic() - start)

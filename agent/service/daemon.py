@@ -221,7 +221,9 @@ class Daemon:
             except Exception as exc:
                 # Perhaps it needs something the running agent holds (a listening port):
                 # try again once the old one is closed.
-                log.info("reload: building beside the running agent failed (%s); retrying after closing it", one_line(exc))
+                log.info(
+                    "reload: building beside the running agent failed (%s); retrying after closing it", one_line(exc)
+                )
             else:
                 self._ping()
                 self._retire(old, keep_nvml=True)
@@ -240,7 +242,9 @@ class Daemon:
             try:
                 new = build(self.options, old.config, old.plugins, nvml=session if same_nvml else None)
             except Exception as again:
-                raise AgentError(f"reload failed ({one_line(exc)}) and the previous config could not be restored: {one_line(again)}") from None
+                raise AgentError(
+                    f"reload failed ({one_line(exc)}) and the previous config could not be restored: {one_line(again)}"
+                ) from None
             self._attach(new, old)
             self.agent = new
             return
@@ -294,7 +298,10 @@ def _say_spools_left_behind(old: Agent, new: Agent) -> None:
             log.warning(
                 "reload: sink %s is no longer configured; %d points stay in its spool in %s, "
                 "sent when [sinks.%s] is configured again",
-                sink.name, points, where, sink.name,
+                sink.name,
+                points,
+                where,
+                sink.name,
             )
 
 

@@ -56,8 +56,12 @@ def check_sinks(config: Config, plugins: PluginHost) -> None:
     """What the configured sinks' start() would refuse (a token_file run cannot read, a
     folder it cannot write), found without starting them: `gpuagent config check` runs the
     check half of _start_sink, so a config that checks is one that starts."""
-    context = AgentContext(hostname=config.hostname, global_tags=dict(config.agent.tags),
-                           state_dir=config.state_dir, config_path=config.path)
+    context = AgentContext(
+        hostname=config.hostname,
+        global_tags=dict(config.agent.tags),
+        state_dir=config.state_dir,
+        config_path=config.path,
+    )
     for name, cfg in config.sinks.items():
         if cfg.enabled:
             _checked_sink(config, plugins, context, name, cfg)
@@ -96,7 +100,9 @@ class Agent:
             self.nvml = None
 
 
-def build(options: Options, config: Config | None = None, plugins: PluginHost | None = None, nvml: NvmlSession | None = None) -> Agent:
+def build(
+    options: Options, config: Config | None = None, plugins: PluginHost | None = None, nvml: NvmlSession | None = None
+) -> Agent:
     """Everything short of running: raises AgentError with one line on any problem."""
     if config is None or plugins is None:
         config, plugins = load(options)
@@ -163,7 +169,9 @@ def _make_collectors(config, plugins, context, enabled, failed: dict[str, str]) 
             failed[name] = f"failed to start: {reason}"
             log.error(
                 "collector %s (plugin %s) failed to start: %s; running without it",
-                name, owner.name if owner else "?", reason,
+                name,
+                owner.name if owner else "?",
+                reason,
             )
     return out
 

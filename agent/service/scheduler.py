@@ -112,9 +112,7 @@ class CollectorRunner:
     def __post_init__(self) -> None:
         self._go = threading.Event()
         self._stop = False
-        self._thread = threading.Thread(
-            target=self._work, name=f"collector-{self.collector.name}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._work, name=f"collector-{self.collector.name}", daemon=True)
         self._thread.start()
 
     @property
@@ -152,8 +150,15 @@ class CollectorRunner:
             duration = time.perf_counter() - t0
             self.results.put(
                 RunResult(
-                    self, seq, acc.points, duration, error, acc.nonfinite_dropped,
-                    calls_made.n - calls0, time.thread_time() - cpu0, acc.out_of_range_dropped,
+                    self,
+                    seq,
+                    acc.points,
+                    duration,
+                    error,
+                    acc.nonfinite_dropped,
+                    calls_made.n - calls0,
+                    time.thread_time() - cpu0,
+                    acc.out_of_range_dropped,
                 )
             )
 
@@ -344,7 +349,9 @@ class Scheduler:
             stats.late_points_discarded_total += len(result.points)
             log.warning(
                 "collector %s: returned after %.1fs, past its timeout; %d points discarded",
-                r.name, result.duration, len(result.points),
+                r.name,
+                result.duration,
+                len(result.points),
             )
             return []
         stats.runs_total += 1
@@ -435,9 +442,7 @@ class Scheduler:
                 acc.add_fields("gpuagent", fields, tags=tags)
         for gpu in unavailable:
             # A GPU NVML lists but that could not be opened: the others run; this says why.
-            acc.add_fields(
-                "gpuagent", {"gpu_available": False, "gpu_unavailable_reason": gpu.reason}, tags=gpu.tags
-            )
+            acc.add_fields("gpuagent", {"gpu_available": False, "gpu_unavailable_reason": gpu.reason}, tags=gpu.tags)
         gpus = self.context.gpus
         with self._process.oneshot():
             cpu = self._process.cpu_times()

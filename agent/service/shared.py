@@ -44,8 +44,6 @@ class Shared:
         with self._cond:
             running = tick is not None and any(t == tick and name in n for t, n in self._started)
             if wait > 0 and running:
-                self._cond.wait_for(
-                    lambda: name in self._items and self._items[name][0] == tick, timeout=wait
-                )
+                self._cond.wait_for(lambda: name in self._items and self._items[name][0] == tick, timeout=wait)
             item = self._items.get(name)
         return item[1] if item is not None else None

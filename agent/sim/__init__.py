@@ -25,11 +25,7 @@ _installed: SimMachine | None = None
 def install(spec: str, seed: int = 0, clock=None, scenario: str | None = None) -> SimMachine:
     """Build the machine for ``spec`` and make it pynvml's libnvidia-ml. Returns the SimMachine."""
     global _installed
-    machine = (
-        spec
-        if isinstance(spec, SimMachine)
-        else SimMachine(spec, seed=seed, clock=clock, scenario=scenario)
-    )
+    machine = spec if isinstance(spec, SimMachine) else SimMachine(spec, seed=seed, clock=clock, scenario=scenario)
     with _lock:
         with pynvml.libLoadLock:
             pynvml.nvmlLib = FakeNvmlLib(machine)

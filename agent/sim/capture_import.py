@@ -60,20 +60,14 @@ def q_sections(text: str) -> list[str]:
     """Every ``nvidia-smi -q`` section of a capture file, in order: the idle run first, the
     loaded run second (the captures' README); [] when the text has no section headers."""
     lines = text.splitlines()
-    starts = [
-        i + 1
-        for i, line in enumerate(lines)
-        if re.match(r"^#\s*\$\s*nvidia-smi\s+-q\s*$", line.strip())
-    ]
+    starts = [i + 1 for i, line in enumerate(lines) if re.match(r"^#\s*\$\s*nvidia-smi\s+-q\s*$", line.strip())]
     return [_section_from(lines, start) for start in starts]
 
 
 def _section_from(lines: list[str], start: int) -> str:
     out: list[str] = []
     for line in lines[start:]:
-        if line.startswith("# $ ") or (
-            line.startswith("####") and out and any(o.strip() for o in out)
-        ):
+        if line.startswith("# $ ") or (line.startswith("####") and out and any(o.strip() for o in out)):
             break
         if line.startswith("####"):
             continue
@@ -246,8 +240,12 @@ def _text_readings(gpu: dict[str, Any]) -> dict[str, Any]:
         "util": {
             k: _num(util.get(label))
             for k, label in (
-                ("gpu", "GPU"), ("memory", "Memory"), ("encoder", "Encoder"),
-                ("decoder", "Decoder"), ("jpeg", "JPEG"), ("ofa", "OFA"),
+                ("gpu", "GPU"),
+                ("memory", "Memory"),
+                ("encoder", "Encoder"),
+                ("decoder", "Decoder"),
+                ("jpeg", "JPEG"),
+                ("ofa", "OFA"),
             )
         },
         "memory_used_mib": _num(_g(gpu, "FB Memory Usage", "Used")),
@@ -291,12 +289,8 @@ def facts_from_text(text: str) -> dict[str, Any]:
                 "gi_id": _num(m.get("GPU Instance ID")),
                 "ci_id": _num(m.get("Compute Instance ID")),
                 "sm_count": _num(_g(m, "Device Attributes", "Shared", "Multiprocessor count")),
-                "memory_mib": _num(
-                    _g(m, "Shared FB Memory Usage", "Total") or _g(m, "FB Memory Usage", "Total")
-                ),
-                "bar1_mib": _num(
-                    _g(m, "Shared BAR1 Memory", "Total") or _g(m, "BAR1 Memory Usage", "Total")
-                ),
+                "memory_mib": _num(_g(m, "Shared FB Memory Usage", "Total") or _g(m, "FB Memory Usage", "Total")),
+                "bar1_mib": _num(_g(m, "Shared BAR1 Memory", "Total") or _g(m, "BAR1 Memory Usage", "Total")),
             }
         )
     retired = _g(gpu, "Retired Pages")
@@ -306,84 +300,86 @@ def facts_from_text(text: str) -> dict[str, Any]:
     ceiling = ceiling if isinstance(ceiling, dict) else {}
     counters = _g(gpu, "Clocks Event Reasons Counters")
     row = query_gpu_row(text)
-    return _first_of_repeated({
-        # 610 marks "Driver Version" deprecated in favour of "KMD Version".
-        "driver_version": _version(tree.get("KMD Version")) or _version(tree.get("Driver Version")),
-        "cuda_version": _version(tree.get("CUDA UMD Version"))
-        or _version(tree.get("CUDA Version")),
-        "nvml_symbols": nvml_symbols(text),
-        "reasons_supported": row.get("clocks_event_reasons.supported")
-        or row.get("clocks_throttle_reasons.supported"),
-        "reason_counters": list(counters.values()) if isinstance(counters, dict) else None,
-        "product_name": gpu.get("Product Name"),
-        "brand": gpu.get("Product Brand"),
-        "architecture": gpu.get("Product Architecture"),
-        "serial": gpu.get("Serial Number"),
-        "vbios_version": gpu.get("VBIOS Version"),
-        "board_part_number": gpu.get("Board Part Number"),
-        "mig_mode": _g(gpu, "MIG Mode", "Current"),
-        "mig_devices": mig_devices,
-        "mig_list_names": smi_list_mig_names(text),
-        "virtualization_mode": _g(gpu, "GPU Virtualization Mode", "Virtualization Mode"),
-        "host_vgpu_mode": _g(gpu, "GPU Virtualization Mode", "Host VGPU Mode"),
-        "pci_device_id": _g(gpu, "PCI", "Device Id"),
-        "pci_subsystem_id": _g(gpu, "PCI", "Sub System Id"),
-        "pcie_max_gen": _g(gpu, "PCI", "GPU Link Info", "PCIe Generation", "Max"),
-        "pcie_current_gen": _g(gpu, "PCI", "GPU Link Info", "PCIe Generation", "Current"),
-        "pcie_max_width": _g(gpu, "PCI", "GPU Link Info", "Link Width", "Max"),
-        "pcie_current_width": _g(gpu, "PCI", "GPU Link Info", "Link Width", "Current"),
-        "fan": gpu.get("Fan Speed"),
-        "memory_total": _g(gpu, "FB Memory Usage", "Total"),
-        "memory_reserved": _g(gpu, "FB Memory Usage", "Reserved"),
-        "bar1_total": _g(gpu, "BAR1 Memory Usage", "Total"),
-        "ecc_mode": _g(gpu, "ECC Mode", "Current"),
-        "retired_pages": None if retired in (None, "N/A") else _g(retired, "Single Bit ECC"),
-        "remapped_rows": remapped if isinstance(remapped, str) else ("yes" if remapped else None),
-        "temp_current": _g(gpu, "Temperature", "GPU Current Temp"),
-        "temp_slowdown": _g(gpu, "Temperature", "GPU Slowdown Temp"),
-        "temp_shutdown": _g(gpu, "Temperature", "GPU Shutdown Temp"),
-        "power_draw": power.get("Average Power Draw") or power.get("Power Draw"),
-        "power_limit": ceiling.get("Current Power Limit")
-        or power.get("Current Power Limit")
-        or power.get("Enforced Power Limit")
-        or power.get("Power Limit"),
-        "power_default": ceiling.get("Default Power Limit") or power.get("Default Power Limit"),
-        "power_min": power.get("Min Power Limit"),
-        "power_max": power.get("Max Power Limit"),
-        "max_graphics": _g(gpu, "Max Clocks", "Graphics"),
-        "max_sm": _g(gpu, "Max Clocks", "SM"),
-        "max_memory": _g(gpu, "Max Clocks", "Memory"),
-        "max_video": _g(gpu, "Max Clocks", "Video"),
-        "app_graphics": _g(gpu, "Applications Clocks", "Graphics"),
-        "app_memory": _g(gpu, "Applications Clocks", "Memory"),
-        "default_app_graphics": _g(gpu, "Default Applications Clocks", "Graphics"),
-        "max_boost_graphics": _g(gpu, "Max Customer Boost Clocks", "Graphics"),
-        "uuid": gpu.get("GPU UUID"),
-        "bus_id": _g(gpu, "PCI", "Bus Id") or header_bus,
-        "persistence_mode": gpu.get("Persistence Mode"),
-        "inforom": {
-            "image": inforom.get("Image Version"),
-            "oem": inforom.get("OEM Object"),
-            "ecc": inforom.get("ECC Object"),
-            "power": inforom.get("Power Management Object") or inforom.get("Power Management"),
-        },
-        "power_management": (_g(gpu, "GPU Power Readings") or _g(gpu, "Power Readings") or {}).get(
-            "Power Management"
-        ) or row.get("power.management"),
-        "temp_gpu_max": temp.get("GPU Max Operating Temp"),
-        "temp_mem_max": temp.get("Memory Max Operating Temp"),
-        "tlimit": {
-            "margin": temp.get("GPU T.Limit Temp"),
-            "shutdown": temp.get("GPU Shutdown T.Limit Temp"),
-            "slowdown": temp.get("GPU Slowdown T.Limit Temp"),
-            "gpu_max": temp.get("GPU Max Operating T.Limit Temp"),
-            "memory_max": temp.get("Memory Max Operating T.Limit Temp"),
-        },
-        "histogram_max": _g(gpu, "Remapped Rows", "Bank Remap Availability Histogram", "Max"),
-        "nvlink_status": nvlink_status(text),
-        "idle": _text_readings(gpu),
-        "load": _text_readings(loaded[1]) if loaded else None,
-    })
+    return _first_of_repeated(
+        {
+            # 610 marks "Driver Version" deprecated in favour of "KMD Version".
+            "driver_version": _version(tree.get("KMD Version")) or _version(tree.get("Driver Version")),
+            "cuda_version": _version(tree.get("CUDA UMD Version")) or _version(tree.get("CUDA Version")),
+            "nvml_symbols": nvml_symbols(text),
+            "reasons_supported": row.get("clocks_event_reasons.supported")
+            or row.get("clocks_throttle_reasons.supported"),
+            "reason_counters": list(counters.values()) if isinstance(counters, dict) else None,
+            "product_name": gpu.get("Product Name"),
+            "brand": gpu.get("Product Brand"),
+            "architecture": gpu.get("Product Architecture"),
+            "serial": gpu.get("Serial Number"),
+            "vbios_version": gpu.get("VBIOS Version"),
+            "board_part_number": gpu.get("Board Part Number"),
+            "mig_mode": _g(gpu, "MIG Mode", "Current"),
+            "mig_devices": mig_devices,
+            "mig_list_names": smi_list_mig_names(text),
+            "virtualization_mode": _g(gpu, "GPU Virtualization Mode", "Virtualization Mode"),
+            "host_vgpu_mode": _g(gpu, "GPU Virtualization Mode", "Host VGPU Mode"),
+            "pci_device_id": _g(gpu, "PCI", "Device Id"),
+            "pci_subsystem_id": _g(gpu, "PCI", "Sub System Id"),
+            "pcie_max_gen": _g(gpu, "PCI", "GPU Link Info", "PCIe Generation", "Max"),
+            "pcie_current_gen": _g(gpu, "PCI", "GPU Link Info", "PCIe Generation", "Current"),
+            "pcie_max_width": _g(gpu, "PCI", "GPU Link Info", "Link Width", "Max"),
+            "pcie_current_width": _g(gpu, "PCI", "GPU Link Info", "Link Width", "Current"),
+            "fan": gpu.get("Fan Speed"),
+            "memory_total": _g(gpu, "FB Memory Usage", "Total"),
+            "memory_reserved": _g(gpu, "FB Memory Usage", "Reserved"),
+            "bar1_total": _g(gpu, "BAR1 Memory Usage", "Total"),
+            "ecc_mode": _g(gpu, "ECC Mode", "Current"),
+            "retired_pages": None if retired in (None, "N/A") else _g(retired, "Single Bit ECC"),
+            "remapped_rows": remapped if isinstance(remapped, str) else ("yes" if remapped else None),
+            "temp_current": _g(gpu, "Temperature", "GPU Current Temp"),
+            "temp_slowdown": _g(gpu, "Temperature", "GPU Slowdown Temp"),
+            "temp_shutdown": _g(gpu, "Temperature", "GPU Shutdown Temp"),
+            "power_draw": power.get("Average Power Draw") or power.get("Power Draw"),
+            "power_limit": ceiling.get("Current Power Limit")
+            or power.get("Current Power Limit")
+            or power.get("Enforced Power Limit")
+            or power.get("Power Limit"),
+            "power_default": ceiling.get("Default Power Limit") or power.get("Default Power Limit"),
+            "power_min": power.get("Min Power Limit"),
+            "power_max": power.get("Max Power Limit"),
+            "max_graphics": _g(gpu, "Max Clocks", "Graphics"),
+            "max_sm": _g(gpu, "Max Clocks", "SM"),
+            "max_memory": _g(gpu, "Max Clocks", "Memory"),
+            "max_video": _g(gpu, "Max Clocks", "Video"),
+            "app_graphics": _g(gpu, "Applications Clocks", "Graphics"),
+            "app_memory": _g(gpu, "Applications Clocks", "Memory"),
+            "default_app_graphics": _g(gpu, "Default Applications Clocks", "Graphics"),
+            "max_boost_graphics": _g(gpu, "Max Customer Boost Clocks", "Graphics"),
+            "uuid": gpu.get("GPU UUID"),
+            "bus_id": _g(gpu, "PCI", "Bus Id") or header_bus,
+            "persistence_mode": gpu.get("Persistence Mode"),
+            "inforom": {
+                "image": inforom.get("Image Version"),
+                "oem": inforom.get("OEM Object"),
+                "ecc": inforom.get("ECC Object"),
+                "power": inforom.get("Power Management Object") or inforom.get("Power Management"),
+            },
+            "power_management": (_g(gpu, "GPU Power Readings") or _g(gpu, "Power Readings") or {}).get(
+                "Power Management"
+            )
+            or row.get("power.management"),
+            "temp_gpu_max": temp.get("GPU Max Operating Temp"),
+            "temp_mem_max": temp.get("Memory Max Operating Temp"),
+            "tlimit": {
+                "margin": temp.get("GPU T.Limit Temp"),
+                "shutdown": temp.get("GPU Shutdown T.Limit Temp"),
+                "slowdown": temp.get("GPU Slowdown T.Limit Temp"),
+                "gpu_max": temp.get("GPU Max Operating T.Limit Temp"),
+                "memory_max": temp.get("Memory Max Operating T.Limit Temp"),
+            },
+            "histogram_max": _g(gpu, "Remapped Rows", "Bank Remap Availability Histogram", "Max"),
+            "nvlink_status": nvlink_status(text),
+            "idle": _text_readings(gpu),
+            "load": _text_readings(loaded[1]) if loaded else None,
+        }
+    )
 
 
 # Facts that are lists by nature; every other fact is one value.
@@ -513,9 +509,7 @@ def facts_from_xml(text: str) -> dict[str, Any]:
         "nvml_symbols": None,  # XML captures carry no symbol list
         "reasons_supported": None,
         "reason_counters": [
-            el.text.strip()
-            for el in gpu.findall("clocks_event_reasons_counters/*")
-            if el.text and el.text.strip()
+            el.text.strip() for el in gpu.findall("clocks_event_reasons_counters/*") if el.text and el.text.strip()
         ]
         or None,
     }
@@ -542,16 +536,15 @@ def _xml_readings(gpu: ET.Element, t: Any, pw: Any) -> dict[str, Any]:
         "clocks": {
             k: _num(t(f"clocks/{tag}"))
             for k, tag in (
-                ("graphics", "graphics_clock"), ("sm", "sm_clock"),
-                ("memory", "mem_clock"), ("video", "video_clock"),
+                ("graphics", "graphics_clock"),
+                ("sm", "sm_clock"),
+                ("memory", "mem_clock"),
+                ("video", "video_clock"),
             )
         },
         "pstate": _pstate(t("performance_state")),
         "fan_pct": _num(t("fan_speed")),
-        "util": {
-            k: _num(t(f"utilization/{k}_util"))
-            for k in ("gpu", "memory", "encoder", "decoder", "jpeg", "ofa")
-        },
+        "util": {k: _num(t(f"utilization/{k}_util")) for k in ("gpu", "memory", "encoder", "decoder", "jpeg", "ofa")},
         "memory_used_mib": _num(t("fb_memory_usage/used")),
         "processes": [p for p in processes if p["pid"] is not None],
     }
@@ -584,11 +577,7 @@ def _deprecated(value: Any) -> bool:
 def _na(value: Any) -> bool:
     return value is None or (
         isinstance(value, str)
-        and (
-            value.strip() in ("N/A", "", "[N/A]")
-            or "deprecated" in value.lower()
-            or "not supported" in value.lower()
-        )
+        and (value.strip() in ("N/A", "", "[N/A]") or "deprecated" in value.lower() or "not supported" in value.lower())
     )
 
 
@@ -745,9 +734,7 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         if mig["enabled"]:
             listed = f.get("mig_list_names") or []
             mig["instances"] = [
-                _mig_instance(
-                    d, mig["gpu_instance_profiles"], listed[n] if n < len(listed) else None
-                )
+                _mig_instance(d, mig["gpu_instance_profiles"], listed[n] if n < len(listed) else None)
                 for n, d in enumerate(f.get("mig_devices") or [])
             ]
     virt_text = (f.get("virtualization_mode") or "None").lower().replace("-", "").replace(" ", "")
@@ -825,11 +812,7 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         "persistence_mode": None
         if _na(f.get("persistence_mode"))
         else str(f.get("persistence_mode")).lower().startswith("enabled"),
-        "pstate": {
-            k: v
-            for k, v in (("idle", idle.get("pstate")), ("active", loaded.get("pstate")))
-            if v is not None
-        },
+        "pstate": {k: v for k, v in (("idle", idle.get("pstate")), ("active", loaded.get("pstate"))) if v is not None},
         "driver_version": f.get("driver_version"),
         "product_name": product,
         "brand": "GeForce" if "geforce" in product.lower() else (f.get("brand") or "NVIDIA"),
@@ -972,9 +955,7 @@ def _mig_instance(d: dict, table: list[dict], listed: str | None = None) -> dict
     by_name = None
     if listed:
         # "1c.3g.71gb": a one-slice compute instance of a 3g.71gb GPU instance.
-        prefix, _, gi_name = (
-            listed.partition(".") if re.match(r"^\d+c\.", listed) else ("", "", listed)
-        )
+        prefix, _, gi_name = listed.partition(".") if re.match(r"^\d+c\.", listed) else ("", "", listed)
         by_name = next((p for p in table if p["name"] == gi_name), None)
         if prefix:
             ci_slices = int(prefix[:-1])

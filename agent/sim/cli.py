@@ -20,9 +20,7 @@ def _write(profile: dict, output: str) -> None:
         Path(output).write_text(text)
     except OSError as exc:
         raise AgentError(f"cannot write {output!r}: {exc.strerror or exc}") from None
-    click.echo(
-        f"wrote {output} ({profile['product_name']}); use it with --simulate {output}", err=True
-    )
+    click.echo(f"wrote {output} ({profile['product_name']}); use it with --simulate {output}", err=True)
 
 
 @click.group("sim", cls=LazyGroup, lazy={"fleet": "gpuagent.compare.fleet:fleet"})
@@ -66,16 +64,12 @@ def list_profiles(as_json: bool) -> None:
             f"{r['peak_dram_gbps']:>5}GB/s {r['l2_mib']:>4}MB {r['power_limit_w']:>5.0f}W {r['nvlink_links']:>4} "
             f"{r['mig']:<8} {r['virtualization']}"
         )
-    click.echo(
-        f"\nSPEC: NAME[:COUNT][@FAULT...],...  scenarios: {', '.join(SCENARIOS)}  (see docs/simulator.md)"
-    )
+    click.echo(f"\nSPEC: NAME[:COUNT][@FAULT...],...  scenarios: {', '.join(SCENARIOS)}  (see docs/simulator.md)")
 
 
 @sim_group.command("import")
 @click.argument("capture", type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "-o", "--output", required=True, metavar="FILE", help="Profile JSON to write ('-' for stdout)."
-)
+@click.option("-o", "--output", required=True, metavar="FILE", help="Profile JSON to write ('-' for stdout).")
 def import_cmd(capture: str, output: str) -> None:
     """Build a profile from an `nvidia-smi -q` (text) or `nvidia-smi -q -x` (XML) capture."""
     from gpuagent.sim.capture_import import import_capture
@@ -84,9 +78,7 @@ def import_cmd(capture: str, output: str) -> None:
 
 
 @sim_group.command("record")
-@click.option(
-    "-o", "--output", required=True, metavar="FILE", help="Profile JSON to write ('-' for stdout)."
-)
+@click.option("-o", "--output", required=True, metavar="FILE", help="Profile JSON to write ('-' for stdout).")
 @click.option(
     "--gpu",
     "index",

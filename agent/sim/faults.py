@@ -93,9 +93,7 @@ def parse_seconds(text: str | float | int, what: str = "time") -> float:
     try:
         return parse_duration(str(text), unitless=True)
     except ValueError:
-        raise AgentError(
-            f"bad {what} {text!r}: use seconds or a duration such as 500ms, 20s, 2m, 1h"
-        ) from None
+        raise AgentError(f"bad {what} {text!r}: use seconds or a duration such as 500ms, 20s, 2m, 1h") from None
 
 
 def error_code(value: str | int) -> int:
@@ -112,9 +110,7 @@ def error_code(value: str | int) -> int:
         name = "NVML_ERROR_" + name
     code = getattr(pynvml, name, None)
     if not isinstance(code, int):
-        raise AgentError(
-            f"unknown NVML error {value!r} (e.g. NOT_SUPPORTED, GPU_IS_LOST, UNKNOWN, or a number)"
-        )
+        raise AgentError(f"unknown NVML error {value!r} (e.g. NOT_SUPPORTED, GPU_IS_LOST, UNKNOWN, or a number)")
     return code
 
 
@@ -204,9 +200,7 @@ def faults_from_profile(entries: list, offset: int, count: int, source: str) -> 
             if not isinstance(g, int) or g >= count:
                 raise AgentError(f"{source}: fault GPU {g!r} is not in this item (it has {count})")
             if kind == "xid":
-                out.append(
-                    XidFault(g + offset, int(entry["code"]), parse_seconds(entry.get("at", 0)))
-                )
+                out.append(XidFault(g + offset, int(entry["code"]), parse_seconds(entry.get("at", 0))))
             elif kind == "lost":
                 out.append(LostFault(g + offset, parse_seconds(entry.get("at", 0))))
             elif kind == "force":

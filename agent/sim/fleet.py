@@ -52,9 +52,7 @@ class FleetItem:
 def parse_spec(spec: str) -> list[FleetItem]:
     """``l40s:2,h100-sxm:1@lost=0:30s`` -> items; AgentError naming the bad item otherwise."""
     if not isinstance(spec, str) or not spec.strip():
-        raise AgentError(
-            f"empty simulator SPEC; use NAME[:COUNT],... with NAME one of {', '.join(BUILTIN_NAMES)}"
-        )
+        raise AgentError(f"empty simulator SPEC; use NAME[:COUNT],... with NAME one of {', '.join(BUILTIN_NAMES)}")
     items: list[FleetItem] = []
     index = 0
     for raw in spec.split(","):
@@ -122,9 +120,7 @@ class Topology:
             for local in range(it.count):
                 g = it.first_index + local
                 numa = 0 if g < half else 1
-                self.slots.append(
-                    Slot(g, n, local, p["product_name"], numa, None, None, 0, nvl, mig, geforce)
-                )
+                self.slots.append(Slot(g, n, local, p["product_name"], numa, None, None, 0, nvl, mig, geforce))
         # Switch ids: two GPUs per leaf within an item and socket, two leaves per upper switch.
         leaf_id = 0
         counts: dict[tuple[int, int], int] = {}

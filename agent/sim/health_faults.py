@@ -46,12 +46,10 @@ RECOVERY_ACTIONS = {
 # Fabric states a fault can set: (state, status, health mask); bit layout from nvml.h
 # (NVML_GPU_FABRIC_HEALTH_MASK_*: 2-bit fields, 1 = TRUE, 2 = FALSE, 0 = not supported).
 _UNHEALTHY_ROUTE = (
-    pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_TRUE
-    << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY
+    pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_TRUE << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY
 )
 _DEGRADED_BW = (
-    pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE
-    << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW
+    pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW
 )
 FABRIC_STATES = {
     "not_started": (pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED, pynvml.NVML_SUCCESS, 0),
@@ -250,6 +248,7 @@ NVLINK_COUNTER_KINDS = {
     pynvml.NVML_NVLINK_ERROR_DL_RECOVERY: "nvlink_recovery",
     pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: "nvlink_crc",
 }
+
 
 def counter(m, dev, kind: str, link: int | None = None) -> int:
     state = peek(m, dev.index)

@@ -124,9 +124,7 @@ def _within(span: tuple[float, float], f: float) -> float:
 
 def _hash01(seed: int, index: int, channel: int, k: int) -> float:
     """splitmix64 of the inputs, as a float in [0, 1)."""
-    z = (
-        seed * 0x9E3779B97F4A7C15 + index * 0xBF58476D1CE4E5B9 + channel * 0x94D049BB133111EB + k
-    ) & _MASK64
+    z = (seed * 0x9E3779B97F4A7C15 + index * 0xBF58476D1CE4E5B9 + channel * 0x94D049BB133111EB + k) & _MASK64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
     z ^= z >> 31
@@ -248,9 +246,7 @@ class LoadModel:
         # Training jobs pause for checkpoints; each GPU gets its own period and phase.
         self.period_s = 240 + int(_hash01(self.seed, self.index, 90, 0) * 240)
         self.phase_s = int(_hash01(self.seed, self.index, 91, 0) * self.period_s)
-        self.energy_offset_j = 3.6e6 * (
-            1 + 20 * _hash01(self.seed, self.index, 92, 0)
-        )  # since driver load
+        self.energy_offset_j = 3.6e6 * (1 + 20 * _hash01(self.seed, self.index, 92, 0))  # since driver load
         self._a: Knot | None = None
         self._b: Knot | None = None
 
@@ -271,9 +267,7 @@ class LoadModel:
             wave = math.sin(2 * math.pi * (t + self.phase_s) / 600.0)
             util = 45 + 28 * wave + 25 * (r - 0.5)
         util = min(100.0, max(0.0, util))
-        mem_util = min(
-            100.0, util * self.mix["dram"] * (0.9 + 0.2 * _hash01(self.seed, self.index, 2, k))
-        )
+        mem_util = min(100.0, util * self.mix["dram"] * (0.9 + 0.2 * _hash01(self.seed, self.index, 2, k)))
         return util, mem_util
 
     def _demand(self, k: int, util: float) -> float:
@@ -418,9 +412,7 @@ class LoadModel:
                 frac = (temp - self.temp_idle) / span if span else 0.0
                 fan = int(round(lo + (hi - lo) * min(1.0, max(0.0, frac))))
         pcie_tx = int(self.pcie_kbps * util / 100 * (0.12 if self.scenario == "training" else 0.35))
-        pcie_rx = (
-            int(self.pcie_kbps * util / 100 * (0.2 if self.scenario == "training" else 0.5)) + 240
-        )
+        pcie_rx = int(self.pcie_kbps * util / 100 * (0.2 if self.scenario == "training" else 0.5)) + 240
         return LoadState(
             t=t,
             util=util,

@@ -199,13 +199,9 @@ class SimGpuInstance:
         self.table_entry = next((p for p in table if int(p["profile_id"]) == self.profile_id), None)
         self.profile_name = spec.get("profile") or (self.table_entry or {}).get("name", "")
         self.slices = int(
-            spec.get("slices")
-            or (self.table_entry or {}).get("slices")
-            or int(self.profile_name[:1] or 1)
+            spec.get("slices") or (self.table_entry or {}).get("slices") or int(self.profile_name[:1] or 1)
         )
-        self.sm_count = int(
-            spec.get("gi_sm_count") or (self.table_entry or {}).get("sm_count") or 0
-        )
+        self.sm_count = int(spec.get("gi_sm_count") or (self.table_entry or {}).get("sm_count") or 0)
         self.start = start
         self.handle = _Handle()
         self.compute_instances: list[SimComputeInstance] = []
@@ -227,9 +223,7 @@ class SimMigDevice:
 
     is_mig = True
 
-    def __init__(
-        self, gpu: SimDevice, n: int, spec: dict, gi: SimGpuInstance, ci: SimComputeInstance
-    ):
+    def __init__(self, gpu: SimDevice, n: int, spec: dict, gi: SimGpuInstance, ci: SimComputeInstance):
         self.gpu = gpu
         self.n = n
         self.gi = gi
@@ -318,9 +312,7 @@ class SimDevice:
         # Per-reason clock-event time counters (field values): Turing and newer, GeForce too
         # (REASON_COUNTER_ARCHS); a profile may say otherwise with "clocks_event_reason_counters".
         counters = p.get("clocks_event_reason_counters")
-        self.reason_counters = (
-            bool(counters) if counters is not None else p["architecture"] in REASON_COUNTER_ARCHS
-        )
+        self.reason_counters = bool(counters) if counters is not None else p["architecture"] in REASON_COUNTER_ARCHS
         self.handle = _Handle()
         # Calls received with a handle of this GPU (its own, MIG, GPU/compute instance, vGPU),
         # one slot per C symbol (see call_slot).
@@ -329,15 +321,19 @@ class SimDevice:
         self.model = LoadModel(p, machine.seed, index, scenario or p.get("default_scenario"))
         run = (p.get("captured") or {}).get("idle" if self.model.scenario == "idle" else "load")
         # The processes the replayed run lists ("C" compute, "G" graphics, "C+G" both).
-        self.captured_procs = [
-            # "Used GPU Memory: N/A" (WDDM on Windows) is NVML_VALUE_NOT_AVAILABLE, not 0.
-            (
-                int(q["pid"]),
-                int(q["used_mib"]) << 20 if q.get("used_mib") is not None else (1 << 64) - 1,
-                str(q.get("type") or "C"),
-            )
-            for q in (run or {}).get("processes") or []
-        ] if run is not None else None
+        self.captured_procs = (
+            [
+                # "Used GPU Memory: N/A" (WDDM on Windows) is NVML_VALUE_NOT_AVAILABLE, not 0.
+                (
+                    int(q["pid"]),
+                    int(q["used_mib"]) << 20 if q.get("used_mib") is not None else (1 << 64) - 1,
+                    str(q.get("type") or "C"),
+                )
+                for q in (run or {}).get("processes") or []
+            ]
+            if run is not None
+            else None
+        )
         for q in (run or {}).get("processes") or []:
             machine.process_names[int(q["pid"])] = str(q.get("name") or "").encode()
         self.lost_at: float | None = None
@@ -454,7 +450,6 @@ class SimDevice:
             ]
         return [(pids[0], st.mem_used_bytes, 0xFFFFFFFF, 0xFFFFFFFF)]
 
-
     def captured_processes(self, kind: str, gi_id: int | None = None) -> list[tuple[int, int, int, int]]:
         """The replayed run's processes of ``kind`` ("C" or "G"; "C+G" counts as both), spread
         over the MIG instances in turn; [] for a profile that is no capture."""
@@ -547,10 +542,7 @@ class SimMachine:
                 self.by_addr[m.handle.addr] = m
         self.gi_by_addr = {gi.handle.addr: gi for d in self.devices for gi in d.gpu_instances}
         self.ci_by_addr = {
-            ci.handle.addr: ci
-            for d in self.devices
-            for gi in d.gpu_instances
-            for ci in gi.compute_instances
+            ci.handle.addr: ci for d in self.devices for gi in d.gpu_instances for ci in gi.compute_instances
         }
         self.by_uuid = {d.uuid: d for d in self.devices}
         self.by_uuid.update({m.uuid: m for d in self.devices for m in d.mig_devices})
@@ -641,13 +633,9 @@ class SimMachine:
             gi = next((g for g in dev.gpu_instances if g.id == gi_id), None)
             if gi is None:
                 have = sorted(g.id for g in dev.gpu_instances)
-                raise AgentError(
-                    f"simulated GPU {gpu} has no MIG GPU instance {gi_id!r} (it has {have or 'none'})"
-                )
+                raise AgentError(f"simulated GPU {gpu} has no MIG GPU instance {gi_id!r} (it has {have or 'none'})")
             if ci_id is not None and all(c.id != ci_id for c in gi.compute_instances):
-                raise AgentError(
-                    f"simulated GPU {gpu}, GPU instance {gi_id}: no compute instance {ci_id!r}"
-                )
+                raise AgentError(f"simulated GPU {gpu}, GPU instance {gi_id}: no compute instance {ci_id!r}")
         gi = 0xFFFFFFFF if gi_id is None else int(gi_id)
         ci = 0xFFFFFFFF if ci_id is None else int(ci_id)
         if int(code) == 79:  # fallen off the bus: GPU_IS_LOST from then on, as on hardware

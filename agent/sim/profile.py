@@ -132,9 +132,7 @@ def validate(data: Any, source: str = "profile") -> dict[str, Any]:
     if missing:
         raise AgentError(f"{source}: missing key(s) {', '.join(missing)}")
     if data.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
-        raise AgentError(
-            f"{source}: unsupported schema {data.get('schema')!r} (expected {SCHEMA_VERSION})"
-        )
+        raise AgentError(f"{source}: unsupported schema {data.get('schema')!r} (expected {SCHEMA_VERSION})")
     try:
         int(str(data["pci_device_id"]), 16)
         if data.get("pci_subsystem_id") is not None:
@@ -149,9 +147,7 @@ def validate(data: Any, source: str = "profile") -> dict[str, Any]:
         pcie = data["pcie"]
         int(pcie["max_gen"]), int(pcie["max_width"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise AgentError(
-            f"{source}: bad or missing value ({exc.__class__.__name__}: {exc})"
-        ) from None
+        raise AgentError(f"{source}: bad or missing value ({exc.__class__.__name__}: {exc})") from None
     data.setdefault("schema", SCHEMA_VERSION)
     data.setdefault("brand", "NVIDIA")
     mem.setdefault("reserved_mib", 0)

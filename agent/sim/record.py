@@ -122,9 +122,7 @@ def record_device(index: int = 0) -> dict[str, Any]:
     }
     app_g = clk(pynvml.nvmlDeviceGetApplicationsClock, pynvml.NVML_CLOCK_GRAPHICS)
     app_m = clk(pynvml.nvmlDeviceGetApplicationsClock, pynvml.NVML_CLOCK_MEM)
-    limit = _try(pynvml.nvmlDeviceGetPowerManagementLimit, h) or _try(
-        pynvml.nvmlDeviceGetEnforcedPowerLimit, h
-    )
+    limit = _try(pynvml.nvmlDeviceGetPowerManagementLimit, h) or _try(pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
     if limit is None:
         raise AgentError(f"GPU {index}: NVML reports no power limit")
     constraints = _try(pynvml.nvmlDeviceGetPowerManagementLimitConstraints, h) or [None, None]
@@ -148,9 +146,7 @@ def record_device(index: int = 0) -> dict[str, Any]:
         "source": f"recorded with gpuagent sim record (driver {_try(lambda: as_str(pynvml.nvmlSystemGetDriverVersion()))})",
         "driver_version": _try(lambda: as_str(pynvml.nvmlSystemGetDriverVersion())),
         "product_name": name,
-        "brand": "GeForce"
-        if _try(pynvml.nvmlDeviceGetBrand, h) == pynvml.NVML_BRAND_GEFORCE
-        else "NVIDIA",
+        "brand": "GeForce" if _try(pynvml.nvmlDeviceGetBrand, h) == pynvml.NVML_BRAND_GEFORCE else "NVIDIA",
         "architecture": ARCH_NAMES.get(arch, "unknown") if arch is not None else "unknown",
         "pci_device_id": f"0x{pci.pciDeviceId:08X}",
         "pci_subsystem_id": f"0x{pci.pciSubSystemId:08X}",
@@ -193,14 +189,12 @@ def record_device(index: int = 0) -> dict[str, Any]:
         "fan_pct": None if fan is None else {"idle": min(fan, 40), "max": 80},
         "ecc": None if ecc is None else {"enabled": bool(ecc[0])},
         "remapped_rows": _code(pynvml.nvmlDeviceGetRemappedRows, h) == pynvml.NVML_SUCCESS,
-        "retired_pages": _code(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, h)
-        == pynvml.NVML_SUCCESS,
+        "retired_pages": _code(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, h) == pynvml.NVML_SUCCESS,
         "gpm": bool(gpm and gpm.isSupportedDevice),
         "nvlink": _record_nvlink(h),
         "mig": _record_mig(h),
         "virtualization": _record_virtualization(h),
-        "clocks_event_reasons_supported": _try(pynvml.nvmlDeviceGetSupportedClocksEventReasons, h)
-        or 0,
+        "clocks_event_reasons_supported": _try(pynvml.nvmlDeviceGetSupportedClocksEventReasons, h) or 0,
         "unsupported": unsupported,
         "errors": errors,
         "load": {},
@@ -223,11 +217,7 @@ def _record_nvlink(h) -> dict[str, Any] | None:
         return None
     remote = _try(pynvml.nvmlDeviceGetNvLinkRemoteDeviceType, h, 0)
     fields = _try(pynvml.nvmlDeviceGetFieldValues, h, [pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON])
-    speed = (
-        fields[0].value.uiVal
-        if fields is not None and fields[0].nvmlReturn == pynvml.NVML_SUCCESS
-        else None
-    )
+    speed = fields[0].value.uiVal if fields is not None and fields[0].nvmlReturn == pynvml.NVML_SUCCESS else None
     out = {
         "links": links,
         "version": _try(pynvml.nvmlDeviceGetNvLinkVersion, h, 0) or 4,
@@ -279,9 +269,7 @@ def _record_mig(h) -> dict[str, Any] | None:
                     "ci_id": _try(pynvml.nvmlDeviceGetComputeInstanceId, mh) or 0,
                     "profile_id": gi_info.profileId if gi_info else 0,
                     "profile": name.rsplit(" MIG ", 1)[-1] if " MIG " in name else "",
-                    "slices": gi_info.placement.size
-                    if gi_info
-                    else (attrs.gpuInstanceSliceCount if attrs else 1),
+                    "slices": gi_info.placement.size if gi_info else (attrs.gpuInstanceSliceCount if attrs else 1),
                     "sm_count": attrs.multiprocessorCount if attrs else 0,
                     "memory_mib": mem.total >> 20,
                     "bar1_mib": (bar1.bar1Total >> 20) if bar1 else 0,

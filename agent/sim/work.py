@@ -104,8 +104,9 @@ class WorkSim:
             # and some server restarts once, two thirds in (its counter starts again from 0).
             start = (host_index + slot) % 3 * 6
             restart = steps * 2 // 3 if _h(seed, slot, "restart") % 3 == 0 else None
-            self.pieces.append(_Piece(wl, gpus, f"{_h(seed, slot) % 90000 + 10000}", min(start, steps - 1),
-                                      restart, rate))
+            self.pieces.append(
+                _Piece(wl, gpus, f"{_h(seed, slot) % 90000 + 10000}", min(start, steps - 1), restart, rate)
+            )
             j += wl.gpus
             w += 1
 
@@ -141,8 +142,14 @@ class WorkSim:
                 for mig_tags, share in slices:
                     # One server per MIG slice, doing the slice's share of the GPU's work; tagged and
                     # charged as the work collector does (plugins/work: mig_uuid, gpu_share).
-                    out.append(serialize("gpu_work", {**tags, **mig_tags, "work_id": f"{p.work_id}/{mig_tags['gi_id']}"},
-                                         {**fields, "units_total": int(p.total * share), "gpu_share": share}, t_ns))
+                    out.append(
+                        serialize(
+                            "gpu_work",
+                            {**tags, **mig_tags, "work_id": f"{p.work_id}/{mig_tags['gi_id']}"},
+                            {**fields, "units_total": int(p.total * share), "gpu_share": share},
+                            t_ns,
+                        )
+                    )
         return out
 
 
@@ -152,5 +159,10 @@ def mig_slices(device) -> list[tuple[dict[str, str], float]]:
     total = (device.mig or {}).get("max_devices") if device.mig_enabled else None
     if not total:
         return []
-    return [({"gi_id": str(m.gi_id), "ci_id": str(m.ci_id), "mig_uuid": m.uuid.decode(), "mig_profile": m.profile},
-             round(m.slices / total, 6)) for m in device.mig_devices]
+    return [
+        (
+            {"gi_id": str(m.gi_id), "ci_id": str(m.ci_id), "mig_uuid": m.uuid.decode(), "mig_profile": m.profile},
+            round(m.slices / total, 6),
+        )
+        for m in device.mig_devices
+    ]

@@ -130,8 +130,12 @@ def run_live(top: Top, console: Console) -> int:
     saved = root.handlers[:]
     root.handlers[:] = [note]
     try:
-        with KeyReader() as keys, Live(console=console, screen=True, auto_refresh=False,
-                                       redirect_stdout=False, redirect_stderr=False) as live:
+        with (
+            KeyReader() as keys,
+            Live(
+                console=console, screen=True, auto_refresh=False, redirect_stdout=False, redirect_stderr=False
+            ) as live,
+        ):
             while True:
                 top.refresh()
                 if note.last and top.frame and not top.frame.note:

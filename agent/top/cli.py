@@ -12,29 +12,74 @@ DEFAULT_INTERVAL_S = 2.0
 
 
 @click.command("top")
-@click.option("--fleet", is_flag=True, help="The fleet from InfluxDB (--url/--config) or a PromQL server (--promql-url).")
+@click.option(
+    "--fleet", is_flag=True, help="The fleet from InfluxDB (--url/--config) or a PromQL server (--promql-url)."
+)
 @click.option("--once", is_flag=True, help="Print one frame and exit.")
 @click.option("--simulate", metavar="SPEC", help="A simulated node, e.g. l40s:2,h100-sxm-mig:1.")
 @click.option("--seed", type=int, default=None, help="Seed of the simulated node's load model.")
-@click.option("--interval", default=None, metavar="DURATION",
-              help=f"Refresh every DURATION (node: default {DEFAULT_INTERVAL_S:g}s; fleet: the server's sample pace).")
-@click.option("--by", type=click.Choice(["host", "model"]), default="host", show_default=True,
-              help="--fleet: a row per host or per GPU model.")
-@click.option("--since", "window", default="5m", show_default=True, metavar="DURATION",
-              help="--fleet: a GPU's newest sample counts when it is this recent.")
-@click.option("--where", default=None, metavar="COND",
-              help="--fleet: InfluxQL condition on tags, or PromQL label matchers with --promql-url.")
-@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="Config file: the node's collectors, or the fleet's [sinks.influxdb] / [compare] promql_url.")
+@click.option(
+    "--interval",
+    default=None,
+    metavar="DURATION",
+    help=f"Refresh every DURATION (node: default {DEFAULT_INTERVAL_S:g}s; fleet: the server's sample pace).",
+)
+@click.option(
+    "--by",
+    type=click.Choice(["host", "model"]),
+    default="host",
+    show_default=True,
+    help="--fleet: a row per host or per GPU model.",
+)
+@click.option(
+    "--since",
+    "window",
+    default="5m",
+    show_default=True,
+    metavar="DURATION",
+    help="--fleet: a GPU's newest sample counts when it is this recent.",
+)
+@click.option(
+    "--where",
+    default=None,
+    metavar="COND",
+    help="--fleet: InfluxQL condition on tags, or PromQL label matchers with --promql-url.",
+)
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Config file: the node's collectors, or the fleet's [sinks.influxdb] / [compare] promql_url.",
+)
 @click.option("--url", default=None, help="--fleet: InfluxDB URL (overrides the config).")
 @click.option("--database", default=None, help="--fleet: database (1.x) or bucket.")
 @click.option("--token", default=None, envvar="INFLUX_TOKEN", help="--fleet: API token ($INFLUX_TOKEN).")
 @click.option("--username", default=None, help="--fleet: 1.x user, with --password.")
 @click.option("--password", default=None, envvar="INFLUX_PASSWORD", help="--fleet: 1.x password ($INFLUX_PASSWORD).")
 @click.option("--promql-url", default=None, metavar="URL", help="--fleet: a Prometheus-compatible query API instead.")
-@click.option("--plugins-dir", type=click.Path(file_okay=False, exists=True), help="Also load every .py plugin file in DIR.")
-def top(fleet, once, simulate, seed, interval, by, window, where, config_path, url, database, token, username,
-        password, promql_url, plugins_dir):
+@click.option(
+    "--plugins-dir", type=click.Path(file_okay=False, exists=True), help="Also load every .py plugin file in DIR."
+)
+def top(
+    fleet,
+    once,
+    simulate,
+    seed,
+    interval,
+    by,
+    window,
+    where,
+    config_path,
+    url,
+    database,
+    token,
+    username,
+    password,
+    promql_url,
+    plugins_dir,
+):
     """A live view of this node's GPUs (or, with --fleet, of the fleet): keys s sort, g / j filter, q quit."""
     from gpuagent.service.logsetup import setup_logging
     from gpuagent.top.app import Top, run_live, run_once, run_plain
@@ -56,7 +101,11 @@ def top(fleet, once, simulate, seed, interval, by, window, where, config_path, u
     from gpuagent.commands.inspect import make_console
 
     console = make_console()
-    view = View(fleet=fleet, sort="health" if fleet else "index", interval=every or (source.interval if fleet else DEFAULT_INTERVAL_S))
+    view = View(
+        fleet=fleet,
+        sort="health" if fleet else "index",
+        interval=every or (source.interval if fleet else DEFAULT_INTERVAL_S),
+    )
     app = Top(source, view, follow_pace=fleet and every is None)
     try:
         if once:

@@ -58,12 +58,20 @@ class FleetSource:
 
 def gpu_row(g: dict, key: str, label: str) -> Row:
     return Row(
-        key=key, label=label, model=g.get("model", ""),
-        util_pct=g.get("gpu_util_pct"), mem_used=g.get("fb_used_bytes"), mem_total=g.get("fb_total_bytes"),
-        power_w=g.get("power_w"), power_limit_w=g.get("power_limit_w"),
-        sm_mhz=g.get("sm_clock_mhz"), sm_max_mhz=g.get("max_sm_clock_mhz"), temp_c=g.get("temperature_c"),
+        key=key,
+        label=label,
+        model=g.get("model", ""),
+        util_pct=g.get("gpu_util_pct"),
+        mem_used=g.get("fb_used_bytes"),
+        mem_total=g.get("fb_total_bytes"),
+        power_w=g.get("power_w"),
+        power_limit_w=g.get("power_limit_w"),
+        sm_mhz=g.get("sm_clock_mhz"),
+        sm_max_mhz=g.get("max_sm_clock_mhz"),
+        temp_c=g.get("temperature_c"),
         throttle=throttle_of(g) if any(k in g for k in THROTTLE_WORDS) else None,
-        verdict=g.get("verdict"), reason=str(g.get("verdict_reason") or ""),
+        verdict=g.get("verdict"),
+        reason=str(g.get("verdict_reason") or ""),
     )
 
 
@@ -84,15 +92,22 @@ def aggregate(name: str, members: list[dict], by: str) -> Row:
     verdict = worst(r.verdict for r in rows)
     reasons = [r.reason for r in rows if r.verdict == verdict and r.reason and verdict != "ok"]
     return Row(
-        key=f"{by}:{name}", label=name, kind=by, gpus=len(rows),
+        key=f"{by}:{name}",
+        label=name,
+        kind=by,
+        gpus=len(rows),
         model=", ".join(sorted({r.model for r in rows})),
         util_pct=_mean(r.util_pct for r in rows),
-        mem_used=_sum(r.mem_used for r in rows), mem_total=_sum(r.mem_total for r in rows),
-        power_w=_sum(r.power_w for r in rows), power_limit_w=_sum(r.power_limit_w for r in rows),
-        sm_mhz=_mean(r.sm_mhz for r in rows), sm_max_mhz=_mean(r.sm_max_mhz for r in rows),
+        mem_used=_sum(r.mem_used for r in rows),
+        mem_total=_sum(r.mem_total for r in rows),
+        power_w=_sum(r.power_w for r in rows),
+        power_limit_w=_sum(r.power_limit_w for r in rows),
+        sm_mhz=_mean(r.sm_mhz for r in rows),
+        sm_max_mhz=_mean(r.sm_max_mhz for r in rows),
         temp_c=max((r.temp_c for r in rows if r.temp_c is not None), default=None),
         throttle=throttles.most_common(1)[0][0] if throttles else ("none" if any(r.throttle for r in rows) else None),
-        verdict=verdict, reason=reasons[0] if reasons else "",
+        verdict=verdict,
+        reason=reasons[0] if reasons else "",
     )
 
 
@@ -128,7 +143,9 @@ class InfluxFleet(FleetSource):
         return list(by_gpu.values())
 
     def _pace(self, cond: str) -> None:
-        series = self.client.query(f'SELECT "power_w" FROM "gpu_power" WHERE {cond} GROUP BY "host", "gpu" ORDER BY time DESC LIMIT 2')
+        series = self.client.query(
+            f'SELECT "power_w" FROM "gpu_power" WHERE {cond} GROUP BY "host", "gpu" ORDER BY time DESC LIMIT 2'
+        )
         for s in series[:1]:
             times = [v[0] for v in s.get("values", [])]
             if len(times) == 2 and times[0] != times[1]:
@@ -168,7 +185,9 @@ class PromFleet(FleetSource):
         if self.names.scheme == "prometheus":
             from gpuagent.plugin_host import registered
 
-            verdict_spec = registered("sinks", "prometheus").metric_for(self.names.namespace, "gpu_health", "verdict", True)
+            verdict_spec = registered("sinks", "prometheus").metric_for(
+                self.names.namespace, "gpu_health", "verdict", True
+            )
             # A GPU has a series per verdict it ever had: the one sampled last is its verdict now.
             calls.append((f"timestamp({self._sel(verdict_spec.name, host)})", at, "newest verdict"))
         else:  # line protocol in VictoriaMetrics keeps no strings: only `lost` says anything of health

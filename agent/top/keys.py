@@ -13,8 +13,16 @@ import sys
 import termios
 import tty
 
-NAMES = {"\x1b[A": "up", "\x1b[B": "down", "\x1bOA": "up", "\x1bOB": "down", "\r": "enter", "\n": "enter",
-         "\x1b": "esc", "\x7f": "esc"}
+NAMES = {
+    "\x1b[A": "up",
+    "\x1b[B": "down",
+    "\x1bOA": "up",
+    "\x1bOB": "down",
+    "\r": "enter",
+    "\n": "enter",
+    "\x1b": "esc",
+    "\x7f": "esc",
+}
 
 
 class KeyReader:
@@ -80,5 +88,5 @@ def split_keys(data: str) -> list[str]:
         else:
             seq = seq or data[0]
             keys.append(NAMES.get(seq, seq))
-        data = data[len(seq):]
+        data = data[len(seq) :]
     return keys

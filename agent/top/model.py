@@ -72,7 +72,7 @@ class Frame:
 
 
 def short_model(name: str) -> str:
-    """"NVIDIA GeForce RTX 4090" -> "RTX 4090": the words every row would repeat."""
+    """ "NVIDIA GeForce RTX 4090" -> "RTX 4090": the words every row would repeat."""
     for prefix in ("NVIDIA ", "GeForce "):
         name = name.removeprefix(prefix)
     return name
@@ -110,7 +110,10 @@ class History:
 
     def add(self, rows: list[Row]) -> None:
         for row in rows:
-            for store, value, target in ((self.power, row.power_w, "power_hist"), (self.util, row.util_pct, "util_hist")):
+            for store, value, target in (
+                (self.power, row.power_w, "power_hist"),
+                (self.util, row.util_pct, "util_hist"),
+            ):
                 series = store.setdefault(row.key, deque(maxlen=self.size))
                 if value is not None:
                     series.append(float(value))

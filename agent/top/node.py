@@ -70,29 +70,48 @@ def frame_from_points(points, unavailable=()) -> Frame:
         m = per_gpu[gpu]
         clocks, power, memory, health = (m.get(k, {}) for k in ("gpu_clocks", "gpu_power", "gpu_memory", "gpu_health"))
         row = Row(
-            key=gpu, label=gpu, model=model[gpu],
+            key=gpu,
+            label=gpu,
+            model=model[gpu],
             util_pct=memory.get("gpu_util_pct"),
-            mem_used=memory.get("fb_used_bytes"), mem_total=memory.get("fb_total_bytes"),
-            power_w=power.get("power_w"), power_limit_w=power.get("power_limit_w"),
-            sm_mhz=clocks.get("sm_clock_mhz"), sm_max_mhz=clocks.get("max_sm_clock_mhz"),
+            mem_used=memory.get("fb_used_bytes"),
+            mem_total=memory.get("fb_total_bytes"),
+            power_w=power.get("power_w"),
+            power_limit_w=power.get("power_limit_w"),
+            sm_mhz=clocks.get("sm_clock_mhz"),
+            sm_max_mhz=clocks.get("max_sm_clock_mhz"),
             temp_c=power.get("temperature_c"),
             throttle=throttle_of(clocks) if clocks else None,
-            verdict=health.get("verdict"), reason=str(health.get("verdict_reason") or ""),
+            verdict=health.get("verdict"),
+            reason=str(health.get("verdict_reason") or ""),
         )
         for p in sorted(mig[gpu], key=lambda p: p.fields.get("mig_index", 0)):
             f = p.fields
-            row.children.append(Row(
-                key=f"{gpu}/{p.tags['mig_uuid']}", kind="mig", model=model[gpu],
-                label=f"MIG{f.get('mig_index', '?')} {p.tags.get('mig_profile', '')}".rstrip(),
-                util_pct=f.get("graphics_util_pct"), mem_used=f.get("fb_used_bytes"), mem_total=f.get("fb_total_bytes"),
-            ))
+            row.children.append(
+                Row(
+                    key=f"{gpu}/{p.tags['mig_uuid']}",
+                    kind="mig",
+                    model=model[gpu],
+                    label=f"MIG{f.get('mig_index', '?')} {p.tags.get('mig_profile', '')}".rstrip(),
+                    util_pct=f.get("graphics_util_pct"),
+                    mem_used=f.get("fb_used_bytes"),
+                    mem_total=f.get("fb_total_bytes"),
+                )
+            )
         for p in sorted(vgpus[gpu], key=lambda p: p.tags["vgpu_instance"]):
             f = p.fields
-            row.children.append(Row(
-                key=f"{gpu}/{p.tags['vgpu_instance']}", kind="vgpu", model=model[gpu],
-                label="vGPU " + short_model(p.tags.get("vgpu_type") or str(f.get("vgpu_type_name") or p.tags["vgpu_instance"])),
-                util_pct=f.get("sm_util_pct"), mem_used=f.get("fb_used_bytes"), mem_total=f.get("fb_total_bytes"),
-            ))
+            row.children.append(
+                Row(
+                    key=f"{gpu}/{p.tags['vgpu_instance']}",
+                    kind="vgpu",
+                    model=model[gpu],
+                    label="vGPU "
+                    + short_model(p.tags.get("vgpu_type") or str(f.get("vgpu_type_name") or p.tags["vgpu_instance"])),
+                    util_pct=f.get("sm_util_pct"),
+                    mem_used=f.get("fb_used_bytes"),
+                    mem_total=f.get("fb_total_bytes"),
+                )
+            )
         rows.append(row)
     for g in unavailable:  # NVML lists it but it could not be opened: shown, with the reason
         rows.append(Row(key=str(g.index), label=str(g.index), model=g.name, verdict="unavailable", reason=g.reason))

@@ -50,7 +50,9 @@ def sparkline(values: list[float], top: float | None, width: int) -> str:
         return ""
     values = values[-width:]
     top = top or max(values, default=0) or 1.0
-    return "".join(SPARKS[min(len(SPARKS) - 1, int(max(v, 0) / top * (len(SPARKS) - 1) + 0.5))] for v in values).ljust(width)
+    return "".join(SPARKS[min(len(SPARKS) - 1, int(max(v, 0) / top * (len(SPARKS) - 1) + 0.5))] for v in values).ljust(
+        width
+    )
 
 
 def _num(value: float | None, fmt: str = "{:.0f}") -> str:
@@ -96,8 +98,14 @@ def render(frame: Frame, view: View, width: int, height: int | None = None) -> G
     table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, header_style="bold", expand=False)
     first = {"host": "Host", "model": "Model"}.get(frame.by, "GPU") if fleet_rows else "GPU"
     table.add_column(first, no_wrap=True, overflow="ellipsis", max_width=24 if fleet_rows else 4 if not huge else 6)
-    table.add_column("GPUs" if fleet_rows else "Model", no_wrap=True, overflow="ellipsis",
-                     justify="right" if fleet_rows else "left", min_width=4, max_width=6 if fleet_rows else 22 if wide else 15)
+    table.add_column(
+        "GPUs" if fleet_rows else "Model",
+        no_wrap=True,
+        overflow="ellipsis",
+        justify="right" if fleet_rows else "left",
+        min_width=4,
+        max_width=6 if fleet_rows else 22 if wide else 15,
+    )
     table.add_column("Util", no_wrap=True, min_width=bar_w + 5)
     table.add_column("Memory GiB", no_wrap=True, min_width=bar_w + 10, overflow="ellipsis")
     table.add_column("Power W", no_wrap=True, justify="right", overflow="ellipsis")
@@ -113,13 +121,17 @@ def render(frame: Frame, view: View, width: int, height: int | None = None) -> G
         util.append("    -" if row.util_pct is None else f" {row.util_pct:>3.0f}%")
         mem_frac = row.mem_used / row.mem_total if row.mem_used is not None and row.mem_total else None
         mem = Text(bar(mem_frac, bar_w), style="magenta")
-        mem.append(f"{_num(row.mem_used and row.mem_used / GIB, '{:.1f}'):>5}/{_num(row.mem_total and row.mem_total / GIB, '{:.0f}')}")
+        mem.append(
+            f"{_num(row.mem_used and row.mem_used / GIB, '{:.1f}'):>5}/{_num(row.mem_total and row.mem_total / GIB, '{:.0f}')}"
+        )
         power = f"{_num(row.power_w)}/{_num(row.power_limit_w)}"
         clock = f"{_num(row.sm_mhz)}/{_num(row.sm_max_mhz)}"
         temp = "-" if row.temp_c is None else f"{row.temp_c:.0f}C"
         verdict = row.verdict or "-"
-        health = Text(verdict + (f" {row.reason}" if huge and row.reason and verdict != "ok" else ""),
-                      style=HEALTH_STYLE.get(verdict, "bold red") if row.verdict else "dim")
+        health = Text(
+            verdict + (f" {row.reason}" if huge and row.reason and verdict != "ok" else ""),
+            style=HEALTH_STYLE.get(verdict, "bold red") if row.verdict else "dim",
+        )
         if fleet_rows:
             name, second = row.label, str(row.gpus)
         elif child:
@@ -134,7 +146,9 @@ def render(frame: Frame, view: View, width: int, height: int | None = None) -> G
         if hist_w:
             power_w = hist_w // 2
             # An instance has no power of its own: its column stays blank.
-            history = Text(" " * power_w if child else sparkline(row.power_hist, row.power_limit_w, power_w), style="yellow")
+            history = Text(
+                " " * power_w if child else sparkline(row.power_hist, row.power_limit_w, power_w), style="yellow"
+            )
             history.append(" ")
             history.append(sparkline(row.util_hist, 100.0, hist_w - power_w - 1), style="green")
             cells.append(history)
@@ -145,7 +159,7 @@ def render(frame: Frame, view: View, width: int, height: int | None = None) -> G
     if fleet_rows and height is not None:  # a long fleet scrolls with the selection
         room = max(1, height - 6)
         first_shown = max(0, min(view.selected - room + 1, len(rows) - room))
-        rows = rows[first_shown: first_shown + room]
+        rows = rows[first_shown : first_shown + room]
     for i, row in enumerate(rows, start=first_shown):
         add(row, i)
         for child in row.children:
@@ -193,7 +207,13 @@ def process_table(procs: list[Proc], limit: int | None, wide: bool) -> Table:
     procs = sorted(procs, key=lambda p: (_gpu_order(p.gpu), -(p.mem_bytes or 0), p.pid))
     shown = procs if limit is None or len(procs) <= limit else procs[: max(0, limit - 1)]
     for p in shown:
-        mem = "-" if p.mem_bytes is None else f"{p.mem_bytes / GIB:.1f}G" if p.mem_bytes >= GIB else f"{p.mem_bytes >> 20}M"
+        mem = (
+            "-"
+            if p.mem_bytes is None
+            else f"{p.mem_bytes / GIB:.1f}G"
+            if p.mem_bytes >= GIB
+            else f"{p.mem_bytes >> 20}M"
+        )
         sm = "-" if p.sm_pct is None else f"{p.sm_pct:.0f}%"
         table.add_row(p.gpu, p.pid, p.user or "-", p.job or "-", mem, sm, p.name or "-")
     if len(shown) < len(procs):

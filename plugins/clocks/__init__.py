@@ -40,15 +40,9 @@ REASON_TIME_FIELDS = FieldReader(
     {
         "sw_power_cap_time_ns": Field(pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP),
         "sync_boost_time_ns": Field(pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST),
-        "sw_thermal_slowdown_time_ns": Field(
-            pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN
-        ),
-        "hw_thermal_slowdown_time_ns": Field(
-            pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN
-        ),
-        "hw_power_brake_slowdown_time_ns": Field(
-            pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN
-        ),
+        "sw_thermal_slowdown_time_ns": Field(pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN),
+        "hw_thermal_slowdown_time_ns": Field(pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN),
+        "hw_power_brake_slowdown_time_ns": Field(pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN),
         # The violation counters DCGM reads (DCGM_FI_DEV_BOARD_LIMIT_VIOLATION, LOW_UTIL_,
         # RELIABILITY_): nvml.h's perf-policy fields, the family the reason fields above alias
         # (NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP = NVML_FI_DEV_PERF_POLICY_POWER).
@@ -101,9 +95,7 @@ def read_gpu(gpu: gpuagent.Gpu) -> dict[str, int | float | bool | None]:
     fields: dict[str, int | float | bool | None] = {}
     for clock_type, stem in CLOCKS:
         # 0 MHz is NVML's "not available" (e.g. on a MIG-enabled GPU), not a reading.
-        fields[f"{stem}_clock_mhz"] = valid(
-            gpu.query(pynvml.nvmlDeviceGetClockInfo, clock_type), zero=False
-        )
+        fields[f"{stem}_clock_mhz"] = valid(gpu.query(pynvml.nvmlDeviceGetClockInfo, clock_type), zero=False)
     for clock_type, stem in CLOCKS:
         fields[f"max_{stem}_clock_mhz"] = max_clock_mhz(gpu, clock_type)
     for clock_type, stem in APPLICATIONS_CLOCKS:

@@ -172,8 +172,12 @@ class XidWatcher:
         if self._unexpected_logged is None:
             log.exception("XID event thread: unexpected error (further ones are counted and logged once a minute)")
         elif now - self._unexpected_logged >= UNEXPECTED_LOG_EVERY_S:
-            log.error("XID event thread: unexpected error: %s: %s (%d since the last line)", type(exc).__name__, exc,
-                      self.unexpected_total - self._unexpected_counted)
+            log.error(
+                "XID event thread: unexpected error: %s: %s (%d since the last line)",
+                type(exc).__name__,
+                exc,
+                self.unexpected_total - self._unexpected_counted,
+            )
         else:
             return
         self._unexpected_logged, self._unexpected_counted = now, self.unexpected_total
@@ -272,10 +276,18 @@ _VOL, _AGG = pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC
 # ECC totals by field id, each falling back to nvmlDeviceGetTotalEccErrors where the driver
 # lacks the field (nvml.h: SBE = corrected, DBE = uncorrected).
 ECC_TOTAL_FIELDS = {
-    "ecc_corrected_volatile_total": Field(pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, pynvml.nvmlDeviceGetTotalEccErrors, (_C, _VOL)),
-    "ecc_corrected_aggregate_total": Field(pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL, pynvml.nvmlDeviceGetTotalEccErrors, (_C, _AGG)),
-    "ecc_uncorrected_volatile_total": Field(pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, pynvml.nvmlDeviceGetTotalEccErrors, (_U, _VOL)),
-    "ecc_uncorrected_aggregate_total": Field(pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL, pynvml.nvmlDeviceGetTotalEccErrors, (_U, _AGG)),
+    "ecc_corrected_volatile_total": Field(
+        pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, pynvml.nvmlDeviceGetTotalEccErrors, (_C, _VOL)
+    ),
+    "ecc_corrected_aggregate_total": Field(
+        pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL, pynvml.nvmlDeviceGetTotalEccErrors, (_C, _AGG)
+    ),
+    "ecc_uncorrected_volatile_total": Field(
+        pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, pynvml.nvmlDeviceGetTotalEccErrors, (_U, _VOL)
+    ),
+    "ecc_uncorrected_aggregate_total": Field(
+        pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL, pynvml.nvmlDeviceGetTotalEccErrors, (_U, _AGG)
+    ),
 }
 # nvmlDeviceGetRemappedRows' four numbers by field id (the call is the fallback, all four at once).
 REMAP_FIELDS = {
@@ -393,8 +405,11 @@ class HealthCollector(gpuagent.Collector):
         if gpu.lost:
             return {"health": lost}
         modes = gpu.query(pynvml.nvmlDeviceGetEccMode)
-        ecc = {"ecc_enabled": bool(modes[0]), "ecc_pending_enabled": bool(modes[1])} if modes is not None else \
-            {"ecc_enabled": None, "ecc_pending_enabled": None}
+        ecc = (
+            {"ecc_enabled": bool(modes[0]), "ecc_pending_enabled": bool(modes[1])}
+            if modes is not None
+            else {"ecc_enabled": None, "ecc_pending_enabled": None}
+        )
         from gpuagent.context import AgentContext
         from gpuagent.pipeline.accumulator import Accumulator
 
@@ -406,14 +421,17 @@ class HealthCollector(gpuagent.Collector):
             return {"health": lost}
         except pynvml.NVMLError as exc:
             log.warning("GPU %d: health read failed: %s; shown as degraded", gpu.index, exc)
-            return {"gpu_health": ecc, "health": {"verdict": "degraded", "reason": f"Health could not be read ({exc})."}}
+            return {
+                "gpu_health": ecc,
+                "health": {"verdict": "degraded", "reason": f"Health could not be read ({exc})."},
+            }
         fields = acc.points[-1].fields
         return {"gpu_health": ecc, "health": {"verdict": fields["verdict"], "reason": fields["verdict_reason"]}}
 
     def __init__(self, config, context):
         super().__init__(config, context)
         if config.expected_gpus is not None and not isinstance(config.expected_gpus, str) and config.expected_gpus < 1:
-            raise ValueError(f"expected_gpus must be at least 1 or \"{AT_FIRST_START}\", not {config.expected_gpus}")
+            raise ValueError(f'expected_gpus must be at least 1 or "{AT_FIRST_START}", not {config.expected_gpus}')
         unavailable = len(getattr(context.nvml, "unavailable", None) or ())
         self.expected = expected_count(config.expected_gpus, context.state_dir, len(context.gpus) + unavailable)
         self.drainer = (
@@ -632,7 +650,9 @@ class HealthCollector(gpuagent.Collector):
         cfg, now, st = self.config, self.clock(), self.state(gpu)
         findings: list[Finding | None] = [recovery_finding(fields.get("recovery_action"))]
         findings += memory_findings(
-            fields.get("remapped_rows_pending"), fields.get("remapped_rows_failure"), fields.get("retired_pages_pending")
+            fields.get("remapped_rows_pending"),
+            fields.get("remapped_rows_failure"),
+            fields.get("retired_pages_pending"),
         )
         if fabric is not None:
             findings += fabric_findings(
@@ -649,7 +669,9 @@ class HealthCollector(gpuagent.Collector):
                 counter = counters[name] = CounterWindow()
             findings.append(growth_finding(what, counter.add(now, int(value), window), threshold, window))
 
-        grew("ecc", fields.get("ecc_uncorrected_volatile_total"), "uncorrectable ECC errors", cfg.ecc_uncorrected_errors)
+        grew(
+            "ecc", fields.get("ecc_uncorrected_volatile_total"), "uncorrectable ECC errors", cfg.ecc_uncorrected_errors
+        )
         grew("pcie_replays", readings.get("pcie_replays"), "PCIe replays", cfg.pcie_replays)
         grew("pcie_errors", fields.get("pcie_errors_total"), "PCIe errors", cfg.pcie_errors)
         thresholds = {
@@ -666,7 +688,12 @@ class HealthCollector(gpuagent.Collector):
                 findings.append(growth_finding(f"NVLink {kind} errors on link {link}", growth, threshold, window))
         margin = fields.get("thermal_margin_c")
         if cfg.thermal_margin_c and margin is not None and margin <= cfg.thermal_margin_c:
-            findings.append(Finding("degraded", f"thermal margin {margin} °C (at most {cfg.thermal_margin_c} °C left before its max operating temperature)"))
+            findings.append(
+                Finding(
+                    "degraded",
+                    f"thermal margin {margin} °C (at most {cfg.thermal_margin_c} °C left before its max operating temperature)",
+                )
+            )
         findings += self._xid_findings(st, now)
         notes = [
             f"XID {code} at {clock_text(wall)} UTC expired after the {window_text(cfg.xid_window)} window"

@@ -27,8 +27,14 @@ class NodeHealth:
 
     def document(self) -> dict[str, Any]:
         status = {OK: "ok", PROBLEM: "problem", UNKNOWN: "unknown"}[self.code]
-        return {"status": status, "exit_code": self.code, "message": self.line, "source": self.source,
-                "gpus_missing": self.missing, "gpus": self.gpus}
+        return {
+            "status": status,
+            "exit_code": self.code,
+            "message": self.line,
+            "source": self.source,
+            "gpus_missing": self.missing,
+            "gpus": self.gpus,
+        }
 
 
 def shorten(line: str, limit: int = MAX_LINE) -> str:
@@ -47,14 +53,21 @@ def evaluate(state: dict[str, Any], fail_on: str, source: str = "", limit: int =
         verdict = health.get("verdict")
         if verdict not in SEVERITY:
             continue  # a GPU the health collector has not judged (yet): not evidence either way
-        gpus.append({"gpu": int(index), "uuid": entry.get("tags", {}).get("uuid"), "verdict": verdict,
-                     "reason": health.get("verdict_reason") or ""})
+        gpus.append(
+            {
+                "gpu": int(index),
+                "uuid": entry.get("tags", {}).get("uuid"),
+                "verdict": verdict,
+                "reason": health.get("verdict_reason") or "",
+            }
+        )
     gpus.sort(key=lambda g: g["gpu"])
     inventory = (state.get("node") or {}).get("gpu_inventory") or {}
     missing = int(inventory.get("gpus_missing") or 0)
     if not gpus and not missing:
-        return NodeHealth(UNKNOWN, "unknown: no GPU verdict (no GPU found, or the health collector is off)",
-                          source=source)
+        return NodeHealth(
+            UNKNOWN, "unknown: no GPU verdict (no GPU found, or the health collector is off)", source=source
+        )
     worst = max(gpus, key=lambda g: (SEVERITY[g["verdict"]], -g["gpu"]), default=None)
     failing = [g for g in gpus if reaches(g["verdict"], fail_on)]
     if missing and (worst is None or worst["verdict"] != "lost"):

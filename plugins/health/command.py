@@ -19,14 +19,37 @@ from gpuagent.units import parse_duration
 
 
 @click.command()
-@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), help="Config file (default: $GPUAGENT_CONFIG or /etc/gpuagent/gpuagent.toml).")
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="Config file (default: $GPUAGENT_CONFIG or /etc/gpuagent/gpuagent.toml).",
+)
 @click.option("--simulate", metavar="SPEC", help="Check a simulated fleet (never reads the running agent's state).")
 @click.option("--seed", type=int, default=None, help="Seed of the simulated fleet's load model.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout instead of the line.")
-@click.option("--watch", default="2s", show_default=True, help="Without a running agent: how long to watch XID events before judging.")
-@click.option("--max-length", type=click.IntRange(20, 4096), default=256, show_default=True, help="Longest line (node-problem-detector's max_output_length).")
-@click.option("--slurm-drain", is_flag=True, help="On a problem, drain this Slurm node (unless already drained): for Slurm's HealthCheckProgram, which acts on nothing itself.")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="error", show_default=True)
+@click.option(
+    "--watch",
+    default="2s",
+    show_default=True,
+    help="Without a running agent: how long to watch XID events before judging.",
+)
+@click.option(
+    "--max-length",
+    type=click.IntRange(20, 4096),
+    default=256,
+    show_default=True,
+    help="Longest line (node-problem-detector's max_output_length).",
+)
+@click.option(
+    "--slurm-drain",
+    is_flag=True,
+    help="On a problem, drain this Slurm node (unless already drained): for Slurm's HealthCheckProgram, which acts on nothing itself.",
+)
+@click.option(
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="error", show_default=True
+)
 def health(config_path, simulate, seed, as_json, watch, max_length, slurm_drain, log_level):
     """Is this node's GPU fleet healthy? Exit 0 ok, 1 problem, 2 unknown (one line on stdout)."""
     from gpuagent.plugins.health.check import PROBLEM, UNKNOWN, unknown
@@ -78,8 +101,14 @@ def judge(config_path, simulate, seed, watch: float, max_length: int):
     else:
         why_not = "--simulate"
     try:
-        state = quick_read(config, host, cfg, simulate or config.agent.simulate or None,
-                           seed if seed is not None else config.agent.seed, watch)
+        state = quick_read(
+            config,
+            host,
+            cfg,
+            simulate or config.agent.simulate or None,
+            seed if seed is not None else config.agent.seed,
+            watch,
+        )
     except Exception as exc:
         if simulate:
             raise
@@ -97,8 +126,12 @@ def quick_read(config, host, cfg, simulate, seed, watch: float) -> dict:
 
     nvml = open_nvml(simulate, seed=seed)
     try:
-        context = AgentContext(hostname=config.hostname, global_tags=dict(config.agent.tags),
-                               state_dir=config.state_dir, config_path=config.path)
+        context = AgentContext(
+            hostname=config.hostname,
+            global_tags=dict(config.agent.tags),
+            state_dir=config.state_dir,
+            config_path=config.path,
+        )
         context.nvml, context.gpus = nvml, nvml.gpus
         # The running agent drains the node; a health check never does.
         collector = host.collectors["health"](cfg.model_copy(update={"slurm_drain": False}), context)

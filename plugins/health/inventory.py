@@ -36,7 +36,9 @@ def expected_count(setting: int | str | None, state_dir: Path, present: int) -> 
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"gpus": present, "first_start": time.time()}) + "\n")
     except OSError as exc:
-        raise AgentError(f"expected_gpus = \"at_first_start\" cannot remember the count in {path}: {exc.strerror}") from None
+        raise AgentError(
+            f'expected_gpus = "at_first_start" cannot remember the count in {path}: {exc.strerror}'
+        ) from None
     log.info("expected_gpus: %d GPUs at first start, remembered in %s", present, path)
     return present
 

@@ -42,9 +42,7 @@ class SlurmDrain:
         self.last_action = ""
 
     def _run(self, *args: str) -> str:
-        done = subprocess.run(
-            [self.scontrol, *args], capture_output=True, text=True, timeout=self.timeout, check=False
-        )
+        done = subprocess.run([self.scontrol, *args], capture_output=True, text=True, timeout=self.timeout, check=False)
         if done.returncode != 0:
             why = (done.stderr or done.stdout).strip().splitlines()
             raise RuntimeError(f"scontrol {args[0]} exited {done.returncode}: {why[-1] if why else ''}")

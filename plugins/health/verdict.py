@@ -96,10 +96,14 @@ def fabric_findings(state: int | None, status: int | None, mask: int | None, sum
     if status not in (None, pynvml.NVML_SUCCESS):
         return [Finding("drain", f"NVSwitch fabric registration failed (status {status})")]
     troubles = [words for shift, words in FABRIC_HEALTH_BITS if mask and (mask >> shift) & 0x3 == 1]
-    if summary in (
-        pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY,
-        pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY,
-    ) and not troubles:
+    if (
+        summary
+        in (
+            pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY,
+            pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY,
+        )
+        and not troubles
+    ):
         troubles = ["unhealthy" if summary == pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY else "limited capacity"]
     return [Finding("degraded", f"NVSwitch fabric {', '.join(troubles)}")] if troubles else []
 

@@ -79,7 +79,9 @@ class InfluxDBSinkConfig(gpuagent.SinkConfig):
             parts = urllib.parse.urlsplit(self.url)
             parts.port  # noqa: B018 - raises on a port that is not a number
         except ValueError:
-            raise ValueError(f'url: expected http://HOST:PORT or https://HOST:PORT, got "{shown_url(self.url)}"') from None
+            raise ValueError(
+                f'url: expected http://HOST:PORT or https://HOST:PORT, got "{shown_url(self.url)}"'
+            ) from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f'url: expected http://HOST:PORT or https://HOST:PORT, got "{shown_url(self.url)}"')
         if self.api == "v2" and not self.bucket:
@@ -148,7 +150,9 @@ def check_secret_file_permissions(path: Path | str | None, secrets: Sequence[str
     who = "other users" if mode & stat.S_IROTH else "its group"
     logger.warning(
         "%s is readable by %s and holds an InfluxDB secret: chmod 600 %s (or 640 with a dedicated group)",
-        path, who, path,
+        path,
+        who,
+        path,
     )
     return True
 
@@ -191,8 +195,11 @@ class _HTTPTransport:
             self._path = base + "/write?" + urllib.parse.urlencode(params)
         self._url = cfg.url
         self._verify_tls = cfg.verify_tls
-        self._headers = {"Content-Type": "text/plain; charset=utf-8", "Accept": "application/json",
-                         "User-Agent": f"gpuagent/{gpuagent.__version__}"}
+        self._headers = {
+            "Content-Type": "text/plain; charset=utf-8",
+            "Accept": "application/json",
+            "User-Agent": f"gpuagent/{gpuagent.__version__}",
+        }
         if cfg.gzip:
             self._headers["Content-Encoding"] = "gzip"
         if self._v2 and not token and cfg.username:  # InfluxDB 1.8's v2 compatibility takes "user:password"
@@ -227,15 +234,22 @@ class _HTTPTransport:
                 return result
         return result
 
-    def _request(self, conn: http.client.HTTPConnection, data: bytes, sent: int, lines: int,
-                 reused: bool) -> tuple[Result, bool]:
+    def _request(
+        self, conn: http.client.HTTPConnection, data: bytes, sent: int, lines: int, reused: bool
+    ) -> tuple[Result, bool]:
         """One request on conn: (result, whether to try once more on a fresh connection)."""
         with self._lock:
             self._active.add(conn)
         try:
-            answer = http_client.exchange(conn, "POST", self._path, timeout=self._timeout, body=data,
-                                          headers=self._headers,
-                                          limit=lambda status: answer_limit(status, sent, lines))
+            answer = http_client.exchange(
+                conn,
+                "POST",
+                self._path,
+                timeout=self._timeout,
+                body=data,
+                headers=self._headers,
+                limit=lambda status: answer_limit(status, sent, lines),
+            )
         except http_client.RequestFailed as exc:
             if exc.timed_out and exc.connected:
                 return Result(Outcome.RETRY, None, exc.reason), False
@@ -318,13 +332,20 @@ class InfluxDBSink(gpuagent.Sink):
             self.log.error(
                 "%s: the spool in %s cannot be written (%s): its %d points are replayed, new points wait in "
                 "memory (at most %d; a restart loses them) until it can",
-                self.name, spool_dir, spool.problem, spool.points, c.max_buffer_points,
+                self.name,
+                spool_dir,
+                spool.problem,
+                spool.points,
+                c.max_buffer_points,
             )
         elif not spool.available:
             self.log.error(
                 "%s: no spool (%s): delivering from memory only (at most %d points wait for the server; "
                 "a restart loses them) until %s can be written",
-                self.name, spool.problem, c.max_buffer_points, spool_dir,
+                self.name,
+                spool.problem,
+                c.max_buffer_points,
+                spool_dir,
             )
         self.delivery = Delivery(
             self.name,

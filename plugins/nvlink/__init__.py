@@ -65,7 +65,10 @@ def link_facts(gpu: Gpu, link: int) -> dict[str, object]:
 
 # Without GPM (Ampere): nvml.h's throughput counters, KiB since the driver loaded, per link
 # (scopeId = link) and summed over all links (scopeId = UINT_MAX); rates between two runs.
-THROUGHPUT_FIELDS = {"rx": pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, "tx": pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX}
+THROUGHPUT_FIELDS = {
+    "rx": pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+    "tx": pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+}
 ALL_LINKS = 0xFFFFFFFF
 
 

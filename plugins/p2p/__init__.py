@@ -43,6 +43,7 @@ TOPOLOGY_NAMES = {
     pynvml.NVML_TOPOLOGY_SYSTEM: "SYS",
 }
 
+
 def caps_index(value: int | tuple[int, ...]) -> int:
     """An NVML P2P caps index as the int ctypes needs, whether pynvml spelt it ``0`` or ``(0,)``."""
     if isinstance(value, tuple):
@@ -95,7 +96,9 @@ def map_nvlinks(gpus: Iterable[Gpu]) -> NvlinkMap:
                 if states.get(link) != pynvml.NVML_FEATURE_ENABLED:
                     continue
                 # The far end of a link holds while it stays up: read once.
-                bus_id, remote_type = gpu.remember(f"p2p.remote:{link}", lambda gpu=gpu, link=link: remote_end(gpu, link))
+                bus_id, remote_type = gpu.remember(
+                    f"p2p.remote:{link}", lambda gpu=gpu, link=link: remote_end(gpu, link)
+                )
                 if remote_type == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH or (
                     remote_type is None and bus_id and bus_id not in gpu_bus_ids
                 ):
@@ -148,7 +151,9 @@ def pair_tags(gpu: Gpu, peer: Gpu) -> dict[str, str]:
     return {**gpu.tags, "peer_gpu": str(peer.index), "peer_uuid": peer.uuid}
 
 
-def read_points(gpus: Iterable[Gpu], rows: Iterable[Gpu] | None = None) -> list[tuple[dict[str, str], dict[str, object]]]:
+def read_points(
+    gpus: Iterable[Gpu], rows: Iterable[Gpu] | None = None
+) -> list[tuple[dict[str, str], dict[str, object]]]:
     """(tags, fields) of every gpu_p2p point: each GPU of ``rows`` (default: all) to every other GPU.
 
     Fewer than two GPUs: no points. A pair with a GPU lost while read is left out.

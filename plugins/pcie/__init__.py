@@ -21,9 +21,7 @@ MEASUREMENT = "gpu_pcie"
 
 FIELDS = FieldReader(
     {
-        "replays_total": Field(
-            pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, pynvml.nvmlDeviceGetPcieReplayCounter
-        ),
+        "replays_total": Field(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, pynvml.nvmlDeviceGetPcieReplayCounter),
         "replay_rollovers_total": Field(pynvml.NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER),
         # Byte counters (recent drivers): exact, and free of the 20 ms sampling.
         "tx_bytes_total": Field(pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES),

@@ -25,7 +25,6 @@ from gpuagent.gpus.nvml_read import (
 MEASUREMENT = "gpu_power"
 
 
-
 def _fields(power_field: int) -> FieldReader:
     """The per-cycle readings that have field ids, in the cycle's one field-values call (shared
     with clocks); each falls back to its own call on a driver without the field."""
@@ -36,16 +35,12 @@ def _fields(power_field: int) -> FieldReader:
             "power_mw": Field(power_field, pynvml.nvmlDeviceGetPowerUsage),
             # nvml.h: REQUESTED is the limit set through NVML (nvmlDeviceGetPowerManagementLimit),
             # CURRENT the one enforced, other limits included (nvmlDeviceGetEnforcedPowerLimit).
-            "power_limit_mw": Field(
-                pynvml.NVML_FI_DEV_POWER_REQUESTED_LIMIT, pynvml.nvmlDeviceGetPowerManagementLimit
-            ),
+            "power_limit_mw": Field(pynvml.NVML_FI_DEV_POWER_REQUESTED_LIMIT, pynvml.nvmlDeviceGetPowerManagementLimit),
             "enforced_power_limit_mw": Field(
                 pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT, pynvml.nvmlDeviceGetEnforcedPowerLimit
             ),
             # mJ since the driver loaded; the same counter nvmlDeviceGetTotalEnergyConsumption reads.
-            "energy_mj": Field(
-                pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, pynvml.nvmlDeviceGetTotalEnergyConsumption
-            ),
+            "energy_mj": Field(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, pynvml.nvmlDeviceGetTotalEnergyConsumption),
             "memory_temperature_c": Field(pynvml.NVML_FI_DEV_MEMORY_TEMP),
         },
         group=CYCLE,
@@ -70,6 +65,7 @@ def power_reader(gpu: gpuagent.Gpu) -> FieldReader:
         lambda: INSTANT_FIELDS if gpu.arch in INSTANT_POWER_ARCHS or is_ga100(gpu) else AVERAGED_FIELDS,
     )
 
+
 THRESHOLDS = (
     (pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, "temperature_shutdown_c"),
     (pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, "temperature_slowdown_c"),
@@ -92,9 +88,7 @@ def static_fields(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
 
     def read() -> dict[str, float | int | None]:
         fields: dict[str, float | int | None] = {
-            "default_power_limit_w": watts(
-                gpu.query(pynvml.nvmlDeviceGetPowerManagementDefaultLimit)
-            ),
+            "default_power_limit_w": watts(gpu.query(pynvml.nvmlDeviceGetPowerManagementDefaultLimit)),
         }
         constraints = gpu.query(pynvml.nvmlDeviceGetPowerManagementLimitConstraints)
         if constraints is not None:
@@ -102,9 +96,7 @@ def static_fields(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
             fields["max_power_limit_w"] = watts(constraints[1])
         for threshold, name in THRESHOLDS:
             # 0 degC is NVML's "no such threshold on this card", not a threshold.
-            fields[name] = valid(
-                gpu.query(pynvml.nvmlDeviceGetTemperatureThreshold, threshold), zero=False
-            )
+            fields[name] = valid(gpu.query(pynvml.nvmlDeviceGetTemperatureThreshold, threshold), zero=False)
         fields.update(tlimit_thresholds(gpu))
         return fields
 

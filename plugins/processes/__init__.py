@@ -167,9 +167,7 @@ class ProcessesCollector(gpuagent.Collector):
         self.host = HostProcesses(config)
         self.usage = ProcessUsage()
         self.kubelet = (
-            kubelet_api.PodResources(config.kubelet_socket, config.kubelet_timeout)
-            if config.kubelet_socket
-            else None
+            kubelet_api.PodResources(config.kubelet_socket, config.kubelet_timeout) if config.kubelet_socket else None
         )
         self.reasons: Counter[str] = Counter()  # since start, written as gpu_attribution
         self._pods: dict[str, list[kubelet_api.PodDevice]] = {}
@@ -205,9 +203,7 @@ class ProcessesCollector(gpuagent.Collector):
         for gone in self._active_at.keys() - self._held:  # a job that let go of its GPU starts afresh
             del self._active_at[gone]
         if self.reasons:
-            acc.add_fields(
-                "gpu_attribution", {f"{r}_total": n for r, n in sorted(self.reasons.items())}
-            )
+            acc.add_fields("gpu_attribution", {f"{r}_total": n for r, n in sorted(self.reasons.items())})
 
     # -- the process lists ----------------------------------------------------------------------
     def _lists(self, gpu: gpuagent.Gpu) -> dict[tuple[int, int | None, int | None], dict]:
@@ -311,9 +307,7 @@ class ProcessesCollector(gpuagent.Collector):
             if ci is not None:
                 tags["ci_id"] = str(ci)
             tags.update((k, owner.tags[k]) for k in OWNER_TAGS if k in owner.tags)
-            self._listed.append(
-                GpuProcess(gpu, pid, gi, ci, {k: owner.tags[k] for k in OWNER_TAGS if k in owner.tags})
-            )
+            self._listed.append(GpuProcess(gpu, pid, gi, ci, {k: owner.tags[k] for k in OWNER_TAGS if k in owner.tags}))
             proc_holder = mig_holders.get(gi, holder) if gi is not None else holder
             if proc_holder is not None:
                 tags.update(proc_holder.tags())
@@ -345,9 +339,7 @@ class ProcessesCollector(gpuagent.Collector):
             if holder is None or not jobs:
                 idle += holders
             for h in idle:
-                jobs.setdefault(
-                    ("k8s", h), {"tags": h.tags(), "processes": 0, "used": 0, "sm": None}
-                )
+                jobs.setdefault(("k8s", h), {"tags": h.tags(), "processes": 0, "used": 0, "sm": None})
             self._job_points(acc, gpu, jobs, holder)
 
     @staticmethod

@@ -107,11 +107,7 @@ def from_path(path: str) -> CgroupInfo:
     if units:
         info.tags["systemd_unit"] = units[-1]
     looks_contained = kube or any(any(word in part for word in _CONTAINERISH) for part in parts)
-    if (
-        looks_contained
-        and "container_id" not in info.tags
-        and not any(_CONMON.match(p) for p in parts)
-    ):
+    if looks_contained and "container_id" not in info.tags and not any(_CONMON.match(p) for p in parts):
         if not (pod_at is not None and pod_at == len(parts) - 1):  # the pod's own (pause) cgroup
             info.reasons.append(UNKNOWN_LAYOUT)
     return info

@@ -81,9 +81,7 @@ def message_classes() -> dict[str, type]:
     if _classes is None:
         from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-        fd = descriptor_pb2.FileDescriptorProto(
-            name="gpuagent/podresources_v1.proto", package="v1", syntax="proto3"
-        )
+        fd = descriptor_pb2.FileDescriptorProto(name="gpuagent/podresources_v1.proto", package="v1", syntax="proto3")
         for name, fields in _MESSAGES:
             msg = fd.message_type.add(name=name)
             for fname, number, ftype, label, mtype in fields:
@@ -93,8 +91,7 @@ def message_classes() -> dict[str, type]:
         pool = descriptor_pool.DescriptorPool()
         pool.Add(fd)
         _classes = {
-            name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"v1.{name}"))
-            for name, _ in _MESSAGES
+            name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"v1.{name}")) for name, _ in _MESSAGES
         }
     return _classes
 
@@ -153,9 +150,7 @@ class PodResources:
                 response = call(request, timeout=self.timeout)
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
-            self.error = (
-                KUBELET_TIMEOUT if code == grpc.StatusCode.DEADLINE_EXCEEDED else KUBELET_REFUSED
-            )
+            self.error = KUBELET_TIMEOUT if code == grpc.StatusCode.DEADLINE_EXCEEDED else KUBELET_REFUSED
             log.debug("kubelet pod-resources List at %s failed: %s", self.socket, code)
             return None
         out: dict[str, PodDevice] = {}
@@ -163,7 +158,5 @@ class PodResources:
             for container in pod.containers:
                 for dev in container.devices:
                     for device_id in dev.device_ids:
-                        out[device_id] = PodDevice(
-                            pod.namespace, pod.name, container.name, dev.resource_name
-                        )
+                        out[device_id] = PodDevice(pod.namespace, pod.name, container.name, dev.resource_name)
         return out

@@ -69,8 +69,13 @@ def parse_listpids(text: str) -> dict[int, dict[str, str]]:
 class ListPids:
     """`scontrol listpids`, run at most once per collection and only when asked for."""
 
-    def __init__(self, scontrol: str | None = None, timeout: float = 2.0, retry_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        scontrol: str | None = None,
+        timeout: float = 2.0,
+        retry_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.scontrol = scontrol or shutil.which("scontrol")
         self.timeout = timeout
         self.retry_s = retry_s  # after a failed ask, the failure stands this long (no fork per cycle)

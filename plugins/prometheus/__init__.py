@@ -28,6 +28,7 @@ __all__ = ["DEFAULT_PORT", "PrometheusSink", "PrometheusSinkConfig", "label_name
 # all three are common on GPU machines, so the agent can run beside any of them.
 DEFAULT_PORT = 9847
 
+
 def metric_name(*parts: str) -> str:
     return sanitize("_".join(p for p in parts if p))
 
@@ -88,8 +89,9 @@ class PrometheusSink(gpuagent.Sink):
 
     def __init__(self, config: PrometheusSinkConfig, context):
         super().__init__(config, context)
-        self.values = LatestValues(config.namespace, config.expire_after, config.string_fields,
-                                   config.max_series_per_metric, config.max_series)
+        self.values = LatestValues(
+            config.namespace, config.expire_after, config.string_fields, config.max_series_per_metric, config.max_series
+        )
         self._server = None
         self.address: tuple[str, int] | None = None
 
@@ -101,12 +103,20 @@ class PrometheusSink(gpuagent.Sink):
         auth = BasicAuth(self.config.basic_auth_users) if self.config.basic_auth_users else None
         try:
             self._server = MetricsServer(
-                host, port, self.values.render, self.values.render_gzip, CONTENT_TYPE,
-                max_connections=self.config.max_connections, queue_size=self.config.queue,
+                host,
+                port,
+                self.values.render,
+                self.values.render_gzip,
+                CONTENT_TYPE,
+                max_connections=self.config.max_connections,
+                queue_size=self.config.queue,
                 request_timeout=self.config.request_timeout,
-                tls=tls.context if tls else None, auth=auth.allows if auth else None,
-                probes={"/healthz": lambda: self.context.liveness.alive(),
-                        "/readyz": lambda: self.context.liveness.readiness()},
+                tls=tls.context if tls else None,
+                auth=auth.allows if auth else None,
+                probes={
+                    "/healthz": lambda: self.context.liveness.alive(),
+                    "/readyz": lambda: self.context.liveness.readiness(),
+                },
             )
         except OSError as exc:
             raise AgentError(
@@ -115,8 +125,9 @@ class PrometheusSink(gpuagent.Sink):
         self._server.start()
         self.address = self._server.address
         scheme = "https" if tls else "http"
-        self.log.info("serving /metrics on %s://%s:%d/metrics%s", scheme, host, self.address[1],
-                      " (basic auth)" if auth else "")
+        self.log.info(
+            "serving /metrics on %s://%s:%d/metrics%s", scheme, host, self.address[1], " (basic auth)" if auth else ""
+        )
 
     def write(self, points: Sequence[Point]) -> None:
         self.values.update(points)
@@ -127,8 +138,12 @@ class PrometheusSink(gpuagent.Sink):
             self._server = None
 
     def stats(self) -> dict[str, int | float]:
-        out = {"points_written_total": self.values.points_total, "series": len(self.values),
-               "renders_total": self.values.renders_total, "series_refused_total": self.values.series_refused_total}
+        out = {
+            "points_written_total": self.values.points_total,
+            "series": len(self.values),
+            "renders_total": self.values.renders_total,
+            "series_refused_total": self.values.series_refused_total,
+        }
         if self._server is not None:
             out["scrapes_total"] = self._server.requests_total
             out["scrapes_refused_total"] = self._server.refused_total

@@ -55,8 +55,14 @@ def _number(value: float) -> str:
 class LatestValues:
     """Series store and renderer."""
 
-    def __init__(self, namespace: str, expire_after: float, string_fields: bool = True,
-                 max_series_per_metric: int = 10_000, max_series: int = 100_000):
+    def __init__(
+        self,
+        namespace: str,
+        expire_after: float,
+        string_fields: bool = True,
+        max_series_per_metric: int = 10_000,
+        max_series: int = 100_000,
+    ):
         self.namespace = namespace
         self.expire_after = expire_after
         self.string_fields = string_fields
@@ -125,10 +131,17 @@ class LatestValues:
         self.series_refused_total += 1
         if name not in self._capped and len(self._capped) < 1000:
             self._capped.add(name)
-            which = (f"{count} series, max_series_per_metric" if count >= self.max_series_per_metric
-                     else f"no room: {len(self._series)} series in all, max_series")
-            log.warning("metric %s has %s: its new series are not exported, "
-                        "counted in series_refused_total (warned once per metric)", name, which)
+            which = (
+                f"{count} series, max_series_per_metric"
+                if count >= self.max_series_per_metric
+                else f"no room: {len(self._series)} series in all, max_series"
+            )
+            log.warning(
+                "metric %s has %s: its new series are not exported, "
+                "counted in series_refused_total (warned once per metric)",
+                name,
+                which,
+            )
         return False
 
     def render(self) -> bytes:

@@ -176,8 +176,13 @@ class MetricsServer:
             return
         if self.auth is not None and not self.auth(headers.get("authorization")):
             self.unauthorized_total += 1
-            _send(conn, _response(401, b"unauthorized\n", extra='WWW-Authenticate: Basic realm="gpuagent"\r\n',
-                                  head_only=head_only), deadline)
+            _send(
+                conn,
+                _response(
+                    401, b"unauthorized\n", extra='WWW-Authenticate: Basic realm="gpuagent"\r\n', head_only=head_only
+                ),
+                deadline,
+            )
             return
         if route == "/":
             body = b'<html><body><a href="/metrics">/metrics</a></body></html>\n'
@@ -249,12 +254,19 @@ def _headers(text: str) -> dict[str, str]:
     return out
 
 
-_REASONS = {200: "OK", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed", 431: "Request Header Fields Too Large",
-            503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}
 
 
-def _response(status: int, body: bytes, content_type: str = "text/plain; charset=utf-8", extra: str = "",
-              head_only: bool = False) -> bytes:
+def _response(
+    status: int, body: bytes, content_type: str = "text/plain; charset=utf-8", extra: str = "", head_only: bool = False
+) -> bytes:
     head = (
         f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
         f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"

@@ -32,8 +32,11 @@ if TYPE_CHECKING:
 _VERSIONS = {"TLS10": "TLSv1", "TLS11": "TLSv1_1", "TLS12": "TLSv1_2", "TLS13": "TLSv1_3"}
 # exporter-toolkit's names. RequestClientCert and RequireAnyClientCert (a certificate asked for but
 # not verified) have no counterpart in OpenSSL through Python's ssl module: refused by the model.
-_CLIENT_AUTH = {"NoClientCert": "CERT_NONE", "VerifyClientCertIfGiven": "CERT_OPTIONAL",
-                "RequireAndVerifyClientCert": "CERT_REQUIRED"}
+_CLIENT_AUTH = {
+    "NoClientCert": "CERT_NONE",
+    "VerifyClientCertIfGiven": "CERT_OPTIONAL",
+    "RequireAndVerifyClientCert": "CERT_REQUIRED",
+}
 TlsVersion = Literal["TLS10", "TLS11", "TLS12", "TLS13"]
 
 
@@ -50,8 +53,10 @@ class TlsServerConfig(BaseModel):
 
 def check_bcrypt_hash(user: str, value: str) -> str:
     if not value.startswith(("$2a$", "$2b$", "$2y$")) or len(value) != 60:
-        raise ValueError(f'basic_auth_users.{user}: expected a bcrypt hash ("$2y$10$…", 60 characters), '
-                         "not a password: make one with `htpasswd -nbB USER PASSWORD`")
+        raise ValueError(
+            f'basic_auth_users.{user}: expected a bcrypt hash ("$2y$10$…", 60 characters), '
+            "not a password: make one with `htpasswd -nbB USER PASSWORD`"
+        )
     return value
 
 
@@ -96,15 +101,19 @@ class CertReloader:
         try:
             ctx.load_cert_chain(tls.cert_file, tls.key_file)
         except (OSError, ssl.SSLError) as exc:
-            raise AgentError(f"sinks.prometheus.tls_server_config: cannot load cert_file {tls.cert_file} / "
-                             f"key_file {tls.key_file}: {getattr(exc, 'strerror', None) or exc}") from None
+            raise AgentError(
+                f"sinks.prometheus.tls_server_config: cannot load cert_file {tls.cert_file} / "
+                f"key_file {tls.key_file}: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
         ctx.verify_mode = getattr(ssl, _CLIENT_AUTH[tls.client_auth_type])
         if tls.client_ca_file:
             try:
                 ctx.load_verify_locations(cafile=tls.client_ca_file)
             except (OSError, ssl.SSLError) as exc:
-                raise AgentError(f"sinks.prometheus.tls_server_config: cannot load client_ca_file "
-                                 f"{tls.client_ca_file}: {getattr(exc, 'strerror', None) or exc}") from None
+                raise AgentError(
+                    f"sinks.prometheus.tls_server_config: cannot load client_ca_file "
+                    f"{tls.client_ca_file}: {getattr(exc, 'strerror', None) or exc}"
+                ) from None
         return ctx
 
     def context(self) -> ssl.SSLContext:

@@ -181,7 +181,6 @@ class VgpuCollector(gpuagent.Collector):
         return newest
 
 
-
 def _str_or_none(value: Any) -> str | None:
     if value is None:
         return None

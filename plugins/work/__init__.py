@@ -149,7 +149,9 @@ class WorkCollector(gpuagent.Collector):
             return
         source = ep.source or self._configured_sources.get(ep.url) or families.detect(answer.body)
         if source is None:
-            self._warn(f"detect:{ep.url}", f"work: endpoint {ep.url}: no known server's families; asked again each cycle")
+            self._warn(
+                f"detect:{ep.url}", f"work: endpoint {ep.url}: no known server's families; asked again each cycle"
+            )
             return
         self._configured_sources[ep.url] = work.source = source
         self._emit(acc, work, families.read(answer.body, source, ep.workload or source), mig)

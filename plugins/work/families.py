@@ -51,10 +51,7 @@ SOURCES: dict[str, tuple[Family, ...]] = {
 
 # A family named on a # TYPE line also identifies a server that has served nothing yet
 # (prometheus_client writes HELP and TYPE before any labelled sample exists).
-_TYPE_NAMES = {
-    source: {re.sub(r"_sum$", "", f.sample) for f in families}
-    for source, families in SOURCES.items()
-}
+_TYPE_NAMES = {source: {re.sub(r"_sum$", "", f.sample) for f in families} for source, families in SOURCES.items()}
 _WANTED = {f.sample: (source, f) for source, families in SOURCES.items() for f in families}
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 

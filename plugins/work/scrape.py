@@ -21,8 +21,9 @@ class Answer:
 def get(url: str, timeout: float, accept: str = ACCEPT) -> Answer:
     """GET url within `timeout` seconds in all (gpuagent.pipeline.http_client's deadline), at most MAX_BODY."""
     try:
-        answer = http_client.request("GET", url, timeout=timeout, limit=MAX_BODY,
-                                     headers={"Accept": accept, "User-Agent": "gpuagent-work"})
+        answer = http_client.request(
+            "GET", url, timeout=timeout, limit=MAX_BODY, headers={"Accept": accept, "User-Agent": "gpuagent-work"}
+        )
     except http_client.RequestFailed as exc:
         return Answer(0 if exc.not_http else None, "", exc.reason)
     if not answer.complete:

@@ -119,15 +119,11 @@ def _compiled_proto(out: Path):
     pytest.importorskip("grpc_tools", reason="grpcio-tools missing: pip install 'gpuagent[test]'")
     from grpc_tools import protoc
 
-    rc = protoc.main(
-        ["protoc", f"-I{HERE}", f"--python_out={out}", str(HERE / "podresources_v1.proto")]
-    )
+    rc = protoc.main(["protoc", f"-I{HERE}", f"--python_out={out}", str(HERE / "podresources_v1.proto")])
     assert rc == 0, "protoc failed on podresources_v1.proto"
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(
-        "podresources_v1_pb2", out / "podresources_v1_pb2.py"
-    )
+    spec = importlib.util.spec_from_file_location("podresources_v1_pb2", out / "podresources_v1_pb2.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

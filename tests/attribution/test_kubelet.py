@@ -17,9 +17,7 @@ def collect(machine, acc, **config):
     return collector
 
 
-def test_pod_holding_a_gpu_names_its_job_point(
-    pod_resources_server, simulated_fleet, sim_clock, recording_accumulator
-):
+def test_pod_holding_a_gpu_names_its_job_point(pod_resources_server, simulated_fleet, sim_clock, recording_accumulator):
     machine = simulated_fleet("l40s:2", scenario="training")
     uuids = [d.uuid.decode() for d in machine.devices]
     pod_resources_server.pods = [
@@ -42,22 +40,16 @@ def test_pod_holding_a_gpu_names_its_job_point(
     assert procs["1"].tags["k8s_pod"] == "trainer-0" and "k8s_pod" not in procs["0"].tags
 
 
-def test_time_sliced_replica_ids_name_the_gpu(
-    pod_resources_server, simulated_fleet, sim_clock, recording_accumulator
-):
+def test_time_sliced_replica_ids_name_the_gpu(pod_resources_server, simulated_fleet, sim_clock, recording_accumulator):
     machine = simulated_fleet("l40s", scenario="idle")  # no process yet: the pod still holds it
     uuid = machine.devices[0].uuid.decode()
-    pod_resources_server.pods = [
-        ("ml", "notebook", [("jupyter", "nvidia.com/gpu", [f"{uuid}::3"])])
-    ]
+    pod_resources_server.pods = [("ml", "notebook", [("jupyter", "nvidia.com/gpu", [f"{uuid}::3"])])]
     collect(machine, recording_accumulator, kubelet_socket=str(pod_resources_server.socket))
     (job,) = recording_accumulator.by_measurement("gpu_job")
     assert job.tags["k8s_pod"] == "notebook" and job.fields["processes"] == 0
 
 
-def test_stalled_kubelet_is_a_counted_timeout(
-    pod_resources_server, simulated_fleet, sim_clock, recording_accumulator
-):
+def test_stalled_kubelet_is_a_counted_timeout(pod_resources_server, simulated_fleet, sim_clock, recording_accumulator):
     machine = simulated_fleet("l40s", scenario="training")
     pod_resources_server.delay = 2.0
     sim_clock.advance(10)

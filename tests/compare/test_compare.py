@@ -80,18 +80,12 @@ def fleet_db(influxdb_v1, cli):
 def _write_probe_points(server, db, end_ns):
     """gpu_l2_probe summary + curve points (docs/probe.md) for both L40S GPUs of sim-00."""
     gpus = [
-        r
-        for r in server.points(
-            'SELECT LAST("power_w") FROM "gpu_power" WHERE "host" = \'sim-00\' GROUP BY *', db=db
-        )
+        r for r in server.points('SELECT LAST("power_w") FROM "gpu_power" WHERE "host" = \'sim-00\' GROUP BY *', db=db)
     ]
     assert len(gpus) == 2
     lines = []
     for n, g in enumerate(gpus):
-        tags = ",".join(
-            f"{k}={_escape_tag(g[k])}"
-            for k in ("arch", "gpu", "host", "model", "pci_bus_id", "uuid")
-        )
+        tags = ",".join(f"{k}={_escape_tag(g[k])}" for k in ("arch", "gpu", "host", "model", "pci_bus_id", "uuid"))
         for run, t0 in enumerate((end_ns - 600 * 10**9, end_ns - 300 * 10**9)):
             t0 += n * 10**6 * 100
             ratio = 3.1 + 0.2 * run + 0.1 * n
@@ -141,9 +135,7 @@ def _epoch(ns: int) -> str:
 
 
 def _raw(server, db, measurement, start_ns, end_ns):
-    return server.points(
-        f'SELECT * FROM "{measurement}" WHERE time >= {start_ns} AND time < {end_ns}', db=db
-    )
+    return server.points(f'SELECT * FROM "{measurement}" WHERE time >= {start_ns} AND time < {end_ns}', db=db)
 
 
 def _gpu(row):
@@ -167,9 +159,7 @@ def _max(values):
 
 
 def expected_report(server, db, start_ns, end_ns, by):
-    key_of = {"model": lambda g: (g[2],), "host": lambda g: (g[0],), "gpu": lambda g: (g[0], g[1])}[
-        by
-    ]
+    key_of = {"model": lambda g: (g[2],), "host": lambda g: (g[0],), "gpu": lambda g: (g[0], g[1])}[by]
     raw = {
         m: _raw(server, db, m, start_ns, end_ns)
         for m in (
@@ -206,9 +196,7 @@ def expected_report(server, db, start_ns, end_ns, by):
         energy = seconds = busy_energy = busy_s = 0.0
         for g in members:
             samples = sorted(
-                (r["time"], r["energy_j"])
-                for r in rows("gpu_power", [g])
-                if r.get("energy_j") is not None
+                (r["time"], r["energy_j"]) for r in rows("gpu_power", [g]) if r.get("energy_j") is not None
             )
             if not samples:
                 continue
@@ -263,28 +251,18 @@ def expected_report(server, db, start_ns, end_ns, by):
                 mig["devices"] += max(r["mig_devices"] for r in mr)
             if any(r.get("mig_mode_current") is True for r in rows("gpu_mig", [g])):
                 mig["enabled_gpus"] += 1
-        mig["profiles"] = sorted(
-            {r["mig_profile"] for r in rows("gpu_mig", members) if r.get("mig_index") is not None}
-        )
+        mig["profiles"] = sorted({r["mig_profile"] for r in rows("gpu_mig", members) if r.get("mig_index") is not None})
         e["mig"] = mig
         vgpu = {"modes": {}, "instances": 0}
         for g in members:
             vr = sorted(
-                (r["time"], r["virtualization_mode"])
-                for r in rows("gpu_vgpu", [g])
-                if r.get("virtualization_mode")
+                (r["time"], r["virtualization_mode"]) for r in rows("gpu_vgpu", [g]) if r.get("virtualization_mode")
             )
             if vr:
                 vgpu["modes"][vr[-1][1]] = vgpu["modes"].get(vr[-1][1], 0) + 1
-            inst = [
-                r["active_instances"]
-                for r in rows("gpu_vgpu", [g])
-                if r.get("active_instances") is not None
-            ]
+            inst = [r["active_instances"] for r in rows("gpu_vgpu", [g]) if r.get("active_instances") is not None]
             vgpu["instances"] += max(inst) if inst else 0
-        vgpu["types"] = sorted(
-            {r["vgpu_type"] for r in rows("gpu_vgpu", members) if r.get("vgpu_type_id") is not None}
-        )
+        vgpu["types"] = sorted({r["vgpu_type"] for r in rows("gpu_vgpu", members) if r.get("vgpu_type_id") is not None})
         e["vgpu"] = vgpu
         probe = [r for r in rows("gpu_l2_probe", members) if r.get("l2_dram_ratio") is not None]
         e["l2_probe"] = (
@@ -322,37 +300,26 @@ def _health_hours(rows, start_ns, end_ns):
 
 
 def expected_series(raw, start_ns, end_ns, bucket_s, by, labels):
-    key_of = {"model": lambda g: (g[2],), "host": lambda g: (g[0],), "gpu": lambda g: (g[0], g[1])}[
-        by
-    ]
+    key_of = {"model": lambda g: (g[2],), "host": lambda g: (g[0],), "gpu": lambda g: (g[0], g[1])}[by]
     acc = defaultdict(lambda: defaultdict(list))
     for r in raw["gpu_power"]:
         b = r["time"] // (bucket_s * 10**9) * bucket_s * 10**9
         acc[labels[key_of(_gpu(r))]][b].append(r["power_w"])
-    return {
-        label: [[t, sum(v) / len(v)] for t, v in sorted(buckets.items())]
-        for label, buckets in sorted(acc.items())
-    }
+    return {label: [[t, sum(v) / len(v)] for t, v in sorted(buckets.items())] for label, buckets in sorted(acc.items())}
 
 
 def assert_same(actual, expected, path="", rel=1e-9, abs_=1e-6):
     if isinstance(expected, dict):
-        assert isinstance(actual, dict) and set(actual) == set(expected), (
-            f"{path}: keys {actual!r} != {expected!r}"
-        )
+        assert isinstance(actual, dict) and set(actual) == set(expected), f"{path}: keys {actual!r} != {expected!r}"
         for k in expected:
             assert_same(actual[k], expected[k], f"{path}.{k}", rel, abs_)
     elif isinstance(expected, list):
-        assert isinstance(actual, list) and len(actual) == len(expected), (
-            f"{path}: {actual!r} != {expected!r}"
-        )
+        assert isinstance(actual, list) and len(actual) == len(expected), f"{path}: {actual!r} != {expected!r}"
         for i, (a, b) in enumerate(zip(actual, expected, strict=True)):
             assert_same(a, b, f"{path}[{i}]", rel, abs_)
     elif isinstance(expected, float) or isinstance(actual, float):
         assert actual is not None and expected is not None, f"{path}: {actual!r} != {expected!r}"
-        assert math.isclose(actual, expected, rel_tol=rel, abs_tol=abs_), (
-            f"{path}: {actual!r} != {expected!r}"
-        )
+        assert math.isclose(actual, expected, rel_tol=rel, abs_tol=abs_), f"{path}: {actual!r} != {expected!r}"
     else:
         assert actual == expected, f"{path}: {actual!r} != {expected!r}"
 
@@ -397,9 +364,7 @@ def test_every_json_figure_matches_the_raw_points(fleet_db, influxdb_v1, cli, by
     )
     # The fleet is what was asked for, and the figures show what each card is.
     if by == "model":
-        l40s, h100, rtx = (
-            got[(m,)] for m in ("NVIDIA L40S", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 4090")
-        )
+        l40s, h100, rtx = (got[(m,)] for m in ("NVIDIA L40S", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 4090"))
         assert (l40s["gpus"], h100["gpus"], rtx["gpus"]) == (2, 4, 2)
         assert (l40s["p2p_summary"], rtx["p2p_summary"]) == ("PCIe", "none")
         assert h100["p2p"] == {"nvlink": 2, "pcie": 0, "none": 2}  # MIG GPUs report no P2P
@@ -407,9 +372,7 @@ def test_every_json_figure_matches_the_raw_points(fleet_db, influxdb_v1, cli, by
         assert l40s["vgpu"]["modes"] == {"host_vgpu": 2} and l40s["vgpu"]["instances"] == 4
         assert l40s["l2_cache_bytes"] == 96 * 2**20 and rtx["l2_cache_bytes"] == 72 * 2**20
         assert l40s["l2_probe"]["runs"] == 4 and h100["l2_probe"] is None
-        assert (
-            0 < l40s["energy_wh_per_busy_gpu_hour"] and l40s["energy_wh_per_gpu_hour"] <= 350 * 1.01
-        )
+        assert 0 < l40s["energy_wh_per_busy_gpu_hour"] and l40s["energy_wh_per_gpu_hour"] <= 350 * 1.01
         assert all(0 < g["sm_clock_pct_of_max"] <= 100 for g in doc["groups"])
         assert "busy GPU-hours" in doc["definitions"]["energy_wh_per_busy_gpu_hour"]
         # the backfill runs the health collector: a healthy simulated fleet is ok all the time
@@ -534,9 +497,7 @@ def test_empty_range_is_one_line(fleet_db, influxdb_v1, cli):
     assert result.exit_code == 1
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "no GPU readings" in lines[0] and "2001-01-01" in lines[0], (
-        result.stderr
-    )
+    assert len(lines) == 1 and "no GPU readings" in lines[0] and "2001-01-01" in lines[0], result.stderr
 
 
 def test_unreachable_server_is_one_line_naming_the_url(cli):
@@ -550,23 +511,15 @@ def test_unreachable_server_is_one_line_naming_the_url(cli):
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and url in lines[0] and "Traceback" not in result.output, result.stderr
-    fleet = cli(
-        "sim", "fleet", "--url", url, "--database", "x", "--spec", "l40s:1", "--duration", "1m"
-    )
-    assert (
-        fleet.exit_code == 1
-        and url in fleet.stderr.strip()
-        and len(fleet.stderr.strip().splitlines()) == 1
-    )
+    fleet = cli("sim", "fleet", "--url", url, "--database", "x", "--spec", "l40s:1", "--duration", "1m")
+    assert fleet.exit_code == 1 and url in fleet.stderr.strip() and len(fleet.stderr.strip().splitlines()) == 1
 
 
 def test_connection_from_the_sink_table_of_the_config(fleet_db, influxdb_v1, cli, tmp_path):
     db, end_ns = fleet_db
     start_ns, stop_ns = _range(end_ns)
     config = tmp_path / "gpuagent.toml"
-    config.write_text(
-        f'[sinks.influxdb]\nurl = "{influxdb_v1.url}"\napi = "v1"\ndatabase = "{db}"\n'
-    )
+    config.write_text(f'[sinks.influxdb]\nurl = "{influxdb_v1.url}"\napi = "v1"\ndatabase = "{db}"\n')
     result = cli(
         "compare",
         "--config",
@@ -589,11 +542,7 @@ def test_connection_from_the_sink_table_of_the_config(fleet_db, influxdb_v1, cli
     ]
     config.write_text(f'[sinks.influxdb]\nurl = "{influxdb_v1.url}"\napi = "v1"\n')
     bad = cli("compare", "--config", str(config))
-    assert (
-        bad.exit_code == 1
-        and "database" in bad.stderr
-        and len(bad.stderr.strip().splitlines()) == 1
-    )
+    assert bad.exit_code == 1 and "database" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
 def test_bad_input_is_one_line(influxdb_v1, cli):
@@ -664,9 +613,7 @@ def test_credentials_from_the_config_reach_a_server_with_auth(influxdb_v1_factor
     config.write_text(table + 'password = "admin-pass"\n')
     config.chmod(0o600)
     ok = cli("compare", "--config", str(config), "--since", "1h")
-    assert ok.exit_code == 1 and "no GPU readings" in ok.stderr, (
-        ok.output
-    )  # authenticated, empty database
+    assert ok.exit_code == 1 and "no GPU readings" in ok.stderr, ok.output  # authenticated, empty database
     config.write_text(table + 'password = "wrong"\n')
     refused = cli("compare", "--config", str(config), "--since", "1h")
     assert refused.exit_code == 1 and "refused the credentials" in refused.stderr, refused.output

@@ -23,9 +23,28 @@ def driver_db(influxdb_v1, cli):
     influxdb_v1.create_database(db)
     end_s = int(time.time()) // STEP_S * STEP_S - 60
     result = cli(
-        "sim", "fleet", "--url", influxdb_v1.url, "--database", db, "--hosts", "2",
-        "--duration", f"{DURATION_S}s", "--step", f"{STEP_S}s", "--end", str(end_s), "--seed", "5",
-        "--jobs", "1", "--spec", "h100-sxm:2", "--spec", "a100-sxm4:2",
+        "sim",
+        "fleet",
+        "--url",
+        influxdb_v1.url,
+        "--database",
+        db,
+        "--hosts",
+        "2",
+        "--duration",
+        f"{DURATION_S}s",
+        "--step",
+        f"{STEP_S}s",
+        "--end",
+        str(end_s),
+        "--seed",
+        "5",
+        "--jobs",
+        "1",
+        "--spec",
+        "h100-sxm:2",
+        "--spec",
+        "a100-sxm4:2",
     )
     assert result.exit_code == 0, result.output
     yield db, end_s * 10**9
@@ -35,8 +54,18 @@ def driver_db(influxdb_v1, cli):
 def _compare(cli, server, db, end_ns, *extra):
     start_ns = end_ns - (DURATION_S - 120) * 10**9
     return cli(
-        "compare", "--url", server.url, "--database", db, "--start", str(start_ns // 10**9),
-        "--end", str(end_ns // 10**9 + 1), "--format", "json", *extra,
+        "compare",
+        "--url",
+        server.url,
+        "--database",
+        db,
+        "--start",
+        str(start_ns // 10**9),
+        "--end",
+        str(end_ns // 10**9 + 1),
+        "--format",
+        "json",
+        *extra,
     )
 
 

@@ -36,7 +36,7 @@ def test_gpu_hours_per_verdict_per_model(influxdb_v1, health_db):
             lines.append(line("NVIDIA H100 80GB HBM3", 0, "ok" if minute < 90 else "reset_required", t))
             lines.append(line("NVIDIA H100 80GB HBM3", 1, "ok" if minute < 60 else "lost", t))
             lines.append(line("NVIDIA L40S", 2, "ok", t))
-    lines.append(f'gpu_health,host=n1,uuid=GPU-n1-2,model=NVIDIA\\ L40S,gpu=2,gi_id=1 xid=13i {start + 10**9}')
+    lines.append(f"gpu_health,host=n1,uuid=GPU-n1-2,model=NVIDIA\\ L40S,gpu=2,gi_id=1 xid=13i {start + 10**9}")
     influxdb_v1.write(lines, db=health_db)
     client = InfluxQL(Connection(url=influxdb_v1.url, database=health_db))
     report = Report(client, Range(start, start + 2 * HOUR_NS), by="model")
@@ -97,7 +97,10 @@ def test_hours_are_bounded_by_the_range_and_exact_off_the_bucket_edges(influxdb_
     health_hours(Report(client, Range(a, b), by="model"), groups)
     got = groups[("NVIDIA H100 80GB HBM3",)]["health_gpu_hours"]
     want = expected_hours(points, a, b)
-    assert set(got) == set(want) and all(got[k] == pytest.approx(want[k], rel=1e-9, abs=1e-12) for k in want), (got, want)
+    assert set(got) == set(want) and all(got[k] == pytest.approx(want[k], rel=1e-9, abs=1e-12) for k in want), (
+        got,
+        want,
+    )
     assert sum(got.values()) <= 10 * (b - a) / 1e9 / 3600 * (1 + 1e-9)
     if offsets == (31, 93):
         assert sum(got.values()) == pytest.approx(10 * 62 / 3600)  # every GPU reported in both pieces

@@ -115,8 +115,9 @@ def layout(tmp_path: Path, page: Path) -> dict:
     shot = page.with_suffix(".png")
     assert _chromium(tmp_path, page, f"--screenshot={shot}").returncode == 0
     assert shot.stat().st_size > 20_000
-    return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<")
-                      .replace("&gt;", ">"))
+    return json.loads(
+        found.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -176,8 +177,11 @@ def test_report_is_readable_at_16_and_104_groups(big_fleet, influxdb_v1, cli, tm
 def test_power_chart_puts_the_mean_and_the_p95_in_their_own_columns():
     bars = [Bar("a", 300.0, mark=400.0), Bar("b", 700.0, mark=700.0)]
     chart = bar_chart("Power", "W", bars, value_name="mean W", mark_name="p95 W")
-    rows = re.findall(r'<span class="bl"[^>]*>([^<]*)</span><span class="track">(.*?)</span>'
-                      r'<span class="bv">([^<]*)</span><span class="bv mark">([^<]*)</span>', chart)
+    rows = re.findall(
+        r'<span class="bl"[^>]*>([^<]*)</span><span class="track">(.*?)</span>'
+        r'<span class="bv">([^<]*)</span><span class="bv mark">([^<]*)</span>',
+        chart,
+    )
     assert [(r[0], r[2], r[3]) for r in rows] == [("a", "300", "400"), ("b", "700", "700")]
     assert 'class="tick" style="left:57.14%"' in rows[0][1]  # the p95 tick at 400 of 700
 
@@ -209,8 +213,7 @@ def test_html_needs_nothing_beyond_the_base_install(big_fleet, influxdb_v1, tmp_
     db, start_ns, end_ns = big_fleet
     page = tmp_path / "plain.html"
     run = (
-        "import sys; sys.modules['matplotlib'] = None; sys.argv[0] = 'gpuagent'; "
-        "from gpuagent.cli import main; main()"
+        "import sys; sys.modules['matplotlib'] = None; sys.argv[0] = 'gpuagent'; from gpuagent.cli import main; main()"
     )
     proc = subprocess.run(
         [sys.executable, "-c", run, "compare", "--url", influxdb_v1.url, "--database", db, "--by", "host",

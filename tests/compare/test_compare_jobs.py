@@ -112,9 +112,7 @@ def test_pods_grouped_by_uid_and_labelled_by_name(influxdb_v1, cli):
             lines.append(f"{tags} {fields} {t}")
     influxdb_v1.write(lines, db=db)
     try:
-        result = compare(
-            cli, influxdb_v1, db, t0 - 10**9, t0 + 600 * 10**9, "--by", "pod", "--format", "json"
-        )
+        result = compare(cli, influxdb_v1, db, t0 - 10**9, t0 + 600 * 10**9, "--by", "pod", "--format", "json")
     finally:
         influxdb_v1.drop_database(db)
     assert result.exit_code == 0, result.output

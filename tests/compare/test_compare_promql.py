@@ -28,8 +28,26 @@ APPROX = 0.05
 
 
 def _backfill(cli, url, db, end_s):
-    args = ["sim", "fleet", "--url", url, "--database", db, "--hosts", "4", "--duration", f"{DURATION_S}s",
-            "--step", f"{STEP_S}s", "--end", str(end_s), "--seed", "3", "--jobs", "1"]
+    args = [
+        "sim",
+        "fleet",
+        "--url",
+        url,
+        "--database",
+        db,
+        "--hosts",
+        "4",
+        "--duration",
+        f"{DURATION_S}s",
+        "--step",
+        f"{STEP_S}s",
+        "--end",
+        str(end_s),
+        "--seed",
+        "3",
+        "--jobs",
+        "1",
+    ]
     for spec in SPECS:
         args += ["--spec", spec]
     result = cli(*args)
@@ -55,8 +73,9 @@ def _degrade_one_gpu(server, db, end_s):
     first = server.query('SELECT LAST("verdict") FROM "gpu_health" GROUP BY *', db=db)[0]["tags"]
     tags = ",".join(f"{k}={v.replace(' ', chr(92) + ' ')}" for k, v in sorted(first.items()) if v)
     t0 = (end_s - 600) // 60 * 60  # on a minute: three whole buckets of 6 + 6 samples
-    server.write([f'gpu_health,{tags} verdict="degraded",lost=false {(t0 + s + 3) * 10**9}' for s in range(0, 180, 10)],
-                 db=db)
+    server.write(
+        [f'gpu_health,{tags} verdict="degraded",lost=false {(t0 + s + 3) * 10**9}' for s in range(0, 180, 10)], db=db
+    )
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +117,8 @@ def openmetrics_from_influx(server, db, end_s, ms: bool = False) -> str:
                     text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
                     stamp = f"{round(t * 1000)}" if ms else f"{t:.3f}"
                     families.setdefault(family, (kind, []))[1].append(
-                        f"{spec.name}{{{text}}} {float(value) * spec.scale!r} {stamp}")
+                        f"{spec.name}{{{text}}} {float(value) * spec.scale!r} {stamp}"
+                    )
     out = []
     for family, (kind, lines) in families.items():
         out.append(f"# TYPE {family} {kind}")
@@ -125,7 +145,8 @@ def _close(actual, expected, path):
             _close(actual[k], expected[k], f"{path}.{k}")
     elif isinstance(expected, int | float) and not isinstance(expected, bool) and not exact:
         assert actual is not None and math.isclose(actual, expected, rel_tol=APPROX, abs_tol=0.5), (
-            f"{path}: PromQL {actual} vs InfluxQL {expected}")
+            f"{path}: PromQL {actual} vs InfluxQL {expected}"
+        )
     else:
         assert actual == expected, f"{path}: PromQL {actual!r} vs InfluxQL {expected!r}"
 
@@ -170,12 +191,14 @@ def test_victoria_metrics_with_metrics_names_is_found_and_agrees(fleet, influxdb
     db, end_s = fleet
     label = f"{db}_scraped"
     text = openmetrics_from_influx(influxdb_v1, db, end_s, ms=True)
-    req = urllib.request.Request(f"{victoria_metrics.url}/api/v1/import/prometheus?extra_label=db={label}",
-                                 data=text.encode(), method="POST")
+    req = urllib.request.Request(
+        f"{victoria_metrics.url}/api/v1/import/prometheus?extra_label=db={label}", data=text.encode(), method="POST"
+    )
     with urllib.request.urlopen(req, timeout=60) as resp:
         assert resp.status == 204
-    victoria_metrics.export(f'{{__name__="gpuagent_gpu_power_power_watts",db="{label}"}}',
-                            min_samples=8 * (DURATION_S // STEP_S))
+    victoria_metrics.export(
+        f'{{__name__="gpuagent_gpu_power_power_watts",db="{label}"}}', min_samples=8 * (DURATION_S // STEP_S)
+    )
     influx = _report(cli, "--url", influxdb_v1.url, "--database", db, *_range(end_s))
     promql = _report(cli, "--promql-url", victoria_metrics.url, "--where", f'db="{label}"', *_range(end_s))
     assert promql["source"]["database"] == "PromQL (victoriametrics, prometheus names)"
@@ -190,8 +213,9 @@ def vm_metrics_names(fleet, influxdb_v1, victoria_metrics):
     db, end_s = fleet
     label = f"{db}_metrics"
     text = openmetrics_from_influx(influxdb_v1, db, end_s, ms=True)
-    req = urllib.request.Request(f"{victoria_metrics.url}/api/v1/import/prometheus?extra_label=db={label}",
-                                 data=text.encode(), method="POST")
+    req = urllib.request.Request(
+        f"{victoria_metrics.url}/api/v1/import/prometheus?extra_label=db={label}", data=text.encode(), method="POST"
+    )
     with urllib.request.urlopen(req, timeout=60) as resp:
         assert resp.status == 204
     victoria_metrics.export(f'{{__name__="gpuagent_gpu_health_verdict_info",db="{label}"}}', min_samples=8 * 100)
@@ -212,8 +236,9 @@ def test_health_hours_equal_influxql_and_fit_the_range_off_the_bucket_edges(
     if engine == "prometheus":
         promql = _report(cli, "--promql-url", prometheus_fleet.url, "--by", by, *rng)
     else:
-        promql = _report(cli, "--promql-url", victoria_metrics.url, "--where", f'db="{vm_metrics_names}"',
-                         "--by", by, *rng)
+        promql = _report(
+            cli, "--promql-url", victoria_metrics.url, "--where", f'db="{vm_metrics_names}"', "--by", by, *rng
+        )
     want = {g["label"]: g for g in influx["groups"]}
     degraded = 0.0
     for g in promql["groups"]:
@@ -260,8 +285,11 @@ def test_server_down_error_and_timeout_are_one_line_naming_url_and_purpose(fleet
     down = f"http://127.0.0.1:{free_port()}"
     _one_line(cli("compare", "--promql-url", down, "--since", "1h"), down, "connection refused", "detecting the engine")
     # A query the server refuses (a bad regular expression in --where): its message, the URL, the purpose.
-    _one_line(cli("compare", "--promql-url", victoria_metrics.url, "--where", 'host=~"("', "--since", "1h"),
-              victoria_metrics.url, "answered an error")
+    _one_line(
+        cli("compare", "--promql-url", victoria_metrics.url, "--where", 'host=~"("', "--since", "1h"),
+        victoria_metrics.url,
+        "answered an error",
+    )
     # A server that accepts connections and never answers: [compare] timeout.
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
@@ -269,19 +297,26 @@ def test_server_down_error_and_timeout_are_one_line_naming_url_and_purpose(fleet
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
         config = tmp_path / "gpuagent.toml"
         config.write_text(f'[compare]\npromql_url = "{url}"\ntimeout = 1.0\n')
-        _one_line(cli("compare", "--config", str(config), "--since", "1h"), url, "did not answer within 1s",
-                  "detecting the engine")
+        _one_line(
+            cli("compare", "--config", str(config), "--since", "1h"),
+            url,
+            "did not answer within 1s",
+            "detecting the engine",
+        )
 
 
 def test_bad_where_and_config_are_one_line(cli, tmp_path):
-    _one_line(cli("compare", "--promql-url", "http://127.0.0.1:9", "--where", "host = 'x'", "--since", "1h"),
-              "PromQL label matchers")
+    _one_line(
+        cli("compare", "--promql-url", "http://127.0.0.1:9", "--where", "host = 'x'", "--since", "1h"),
+        "PromQL label matchers",
+    )
     config = tmp_path / "gpuagent.toml"
     config.write_text('[compare]\npromql_url = "http://127.0.0.1:9"\nscheme = "graphite"\n')
     _one_line(cli("compare", "--config", str(config), "--since", "1h"), "compare.scheme: expected")
     _one_line(cli("compare", "--promql-url", "ftp://x", "--since", "1h"), "--promql-url")
-    _one_line(cli("compare", "--promql-url", "http://127.0.0.1:9", "--url", "http://127.0.0.1:9", "--since", "1h"),
-              "not both")
+    _one_line(
+        cli("compare", "--promql-url", "http://127.0.0.1:9", "--url", "http://127.0.0.1:9", "--since", "1h"), "not both"
+    )
 
 
 def test_compare_table_in_the_config_reaches_victoria_metrics(fleet, victoria_metrics, cli, tmp_path):

@@ -9,14 +9,18 @@ from conftest import run_cli
 pytestmark = pytest.mark.servers
 
 
-@pytest.mark.parametrize(("where", "said"), [
-    ("host == 'a'", """--where "host == 'a'": at character 7 ("= 'a'"): found =, expected identifier"""),
-    ("model = ", "--where 'model =': it ends where InfluxQL expects identifier, string, number, bool"),
-    ("model = 'x' AND (host = 'y'", """--where "model = 'x' AND (host = 'y'": it ends where InfluxQL expects )"""),
-])
+@pytest.mark.parametrize(
+    ("where", "said"),
+    [
+        ("host == 'a'", """--where "host == 'a'": at character 7 ("= 'a'"): found =, expected identifier"""),
+        ("model = ", "--where 'model =': it ends where InfluxQL expects identifier, string, number, bool"),
+        ("model = 'x' AND (host = 'y'", """--where "model = 'x' AND (host = 'y'": it ends where InfluxQL expects )"""),
+    ],
+)
 def test_a_bad_where_points_into_the_users_text(influxdb_v1, where, said):
-    proc = run_cli("compare", "--url", influxdb_v1.url, "--database", influxdb_v1.database, "--since", "1h",
-                   "--where", where)
+    proc = run_cli(
+        "compare", "--url", influxdb_v1.url, "--database", influxdb_v1.database, "--since", "1h", "--where", where
+    )
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"gpuagent: error: {said}"), proc.stderr

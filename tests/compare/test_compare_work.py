@@ -34,9 +34,30 @@ REL = 1e-9
 
 
 def _backfill(cli, url, db, end_s):
-    args = ["sim", "fleet", "--url", url, "--database", db, "--hosts", "4", "--duration", f"{DURATION_S}s",
-            "--step", f"{STEP_S}s", "--end", str(end_s), "--seed", "5", "--jobs", "1", "--scenario", "inference",
-            "--collectors", "power,clocks,memory,pcie"]
+    args = [
+        "sim",
+        "fleet",
+        "--url",
+        url,
+        "--database",
+        db,
+        "--hosts",
+        "4",
+        "--duration",
+        f"{DURATION_S}s",
+        "--step",
+        f"{STEP_S}s",
+        "--end",
+        str(end_s),
+        "--seed",
+        "5",
+        "--jobs",
+        "1",
+        "--scenario",
+        "inference",
+        "--collectors",
+        "power,clocks,memory,pcie",
+    ]
     for spec in SPECS:
         args += ["--spec", spec]
     result = cli(*args)
@@ -50,10 +71,21 @@ def work_fleet(influxdb_v1, victoria_metrics, cli, tmp_path_factory):
     end_s = int(time.time()) // STEP_S * STEP_S - 60
     _backfill(cli, influxdb_v1.url, db, end_s)
     _backfill(cli, victoria_metrics.url, db, end_s)
-    victoria_metrics.export(f'{{__name__="gpu_work_units_total",db="{db}"}}', min_samples=12 * (DURATION_S // STEP_S) - 200)
+    victoria_metrics.export(
+        f'{{__name__="gpu_work_units_total",db="{db}"}}', min_samples=12 * (DURATION_S // STEP_S) - 200
+    )
     config = tmp_path_factory.mktemp("work") / "gpuagent.toml"
     # The agent's own config: compare reads its [sinks.influxdb] and [compare.prices].
-    lines = ["[sinks.influxdb]", 'api = "v1"', f'url = "{influxdb_v1.url}"', f'database = "{db}"', "[compare.prices]", f"kwh = {PRICES['kwh']}", f"pue = {PRICES['pue']}", "[compare.prices.gpu_hour]"]
+    lines = [
+        "[sinks.influxdb]",
+        'api = "v1"',
+        f'url = "{influxdb_v1.url}"',
+        f'database = "{db}"',
+        "[compare.prices]",
+        f"kwh = {PRICES['kwh']}",
+        f"pue = {PRICES['pue']}",
+        "[compare.prices.gpu_hour]",
+    ]
     lines += [f'"{m}" = {p}' for m, p in PRICES["gpu_hour"].items()]
     config.write_text("\n".join(lines) + "\n")
     yield db, end_s, config
@@ -76,22 +108,50 @@ def _compare(cli, config, *args):
 def _influx_doc(cli, influxdb_v1, work_fleet, by="model,workload"):
     db, end_s, config = work_fleet
     start_ns, stop_ns = _range(end_s)
-    result = _compare(cli, config, "--url", influxdb_v1.url, "--database", db, "--by", by,
-                      "--start", f"{start_ns / 1e9:.3f}", "--end", f"{stop_ns / 1e9:.3f}", "--format", "json")
+    result = _compare(
+        cli,
+        config,
+        "--url",
+        influxdb_v1.url,
+        "--database",
+        db,
+        "--by",
+        by,
+        "--start",
+        f"{start_ns / 1e9:.3f}",
+        "--end",
+        f"{stop_ns / 1e9:.3f}",
+        "--format",
+        "json",
+    )
     return json.loads(result.stdout)
 
 
 def _prom_doc(cli, victoria_metrics, work_fleet, by="model,workload"):
     db, end_s, config = work_fleet
     start_ns, stop_ns = _range(end_s)
-    result = _compare(cli, config, "--promql-url", victoria_metrics.url, "--where", f'db="{db}"', "--by", by,
-                      "--start", f"{start_ns / 1e9:.3f}", "--end", f"{stop_ns / 1e9:.3f}", "--format", "json")
+    result = _compare(
+        cli,
+        config,
+        "--promql-url",
+        victoria_metrics.url,
+        "--where",
+        f'db="{db}"',
+        "--by",
+        by,
+        "--start",
+        f"{start_ns / 1e9:.3f}",
+        "--end",
+        f"{stop_ns / 1e9:.3f}",
+        "--format",
+        "json",
+    )
     return json.loads(result.stdout)
 
 
 def _raw(influxdb_v1, db, measurement, fields, start_ns, stop_ns):
     out = defaultdict(list)
-    q = (f'SELECT {", ".join(fields)} FROM "{measurement}" WHERE time >= {start_ns} AND time < {stop_ns} GROUP BY *')
+    q = f'SELECT {", ".join(fields)} FROM "{measurement}" WHERE time >= {start_ns} AND time < {stop_ns} GROUP BY *'
     for series in influxdb_v1.query(q, db=db):
         for values in series["values"]:
             row = dict(zip(series["columns"], values, strict=True))
@@ -237,8 +297,22 @@ def test_without_prices_cost_is_null(work_fleet, influxdb_v1, cli, tmp_path):
     empty = tmp_path / "empty.toml"
     empty.write_text(f'[sinks.influxdb]\napi = "v1"\nurl = "{influxdb_v1.url}"\ndatabase = "{db}"\n')
     start_ns, stop_ns = _range(end_s)
-    result = _compare(cli, empty, "--url", influxdb_v1.url, "--database", db, "--by", "model,workload",
-                      "--start", str(start_ns / 1e9), "--end", str(stop_ns / 1e9), "--format", "json")
+    result = _compare(
+        cli,
+        empty,
+        "--url",
+        influxdb_v1.url,
+        "--database",
+        db,
+        "--by",
+        "model,workload",
+        "--start",
+        str(start_ns / 1e9),
+        "--end",
+        str(stop_ns / 1e9),
+        "--format",
+        "json",
+    )
     doc = json.loads(result.stdout)
     assert doc["prices"] is None
     assert all(w["cost_per_million_units"] is None for g in doc["groups"] for w in g["work"].values())
@@ -248,9 +322,22 @@ def test_without_prices_cost_is_null(work_fleet, influxdb_v1, cli, tmp_path):
 def test_bad_price_table_is_one_line(work_fleet, influxdb_v1, cli, tmp_path):
     db, end_s, _ = work_fleet
     bad = tmp_path / "bad.toml"
-    bad.write_text(f'[sinks.influxdb]\napi = "v1"\nurl = "{influxdb_v1.url}"\ndatabase = "{db}"\n[compare.prices]\nkwh = "cheap"\n')
-    result = cli("compare", "--config", str(bad), "--url", influxdb_v1.url, "--database", db,
-                 "--by", "model,workload", "--since", "1h")
+    bad.write_text(
+        f'[sinks.influxdb]\napi = "v1"\nurl = "{influxdb_v1.url}"\ndatabase = "{db}"\n[compare.prices]\nkwh = "cheap"\n'
+    )
+    result = cli(
+        "compare",
+        "--config",
+        str(bad),
+        "--url",
+        influxdb_v1.url,
+        "--database",
+        db,
+        "--by",
+        "model,workload",
+        "--since",
+        "1h",
+    )
     assert result.exit_code != 0
     assert result.stderr.strip().count("\n") == 0 and "compare.prices.kwh" in result.stderr
     assert "Traceback" not in result.output
@@ -259,8 +346,18 @@ def test_bad_price_table_is_one_line(work_fleet, influxdb_v1, cli, tmp_path):
 def test_table_and_csv(work_fleet, influxdb_v1, cli):
     db, end_s, config = work_fleet
     start_ns, stop_ns = _range(end_s)
-    base = ["--url", influxdb_v1.url, "--database", db, "--by", "model,workload",
-            "--start", str(start_ns / 1e9), "--end", str(stop_ns / 1e9)]
+    base = [
+        "--url",
+        influxdb_v1.url,
+        "--database",
+        db,
+        "--by",
+        "model,workload",
+        "--start",
+        str(start_ns / 1e9),
+        "--end",
+        str(stop_ns / 1e9),
+    ]
     doc = _influx_doc(cli, influxdb_v1, work_fleet)
     csv_text = _compare(cli, config, *base, "--format", "csv").stdout
     import csv
@@ -282,19 +379,50 @@ def test_html_shows_the_per_workload_comparison_in_headless_chromium(work_fleet,
     db, end_s, config = work_fleet
     start_ns, stop_ns = _range(end_s)
     page = tmp_path / "work.html"
-    _compare(cli, config, "--url", influxdb_v1.url, "--database", db, "--by", "model,workload",
-             "--start", str(start_ns / 1e9), "--end", str(stop_ns / 1e9), "--format", "html", "-o", str(page))
+    _compare(
+        cli,
+        config,
+        "--url",
+        influxdb_v1.url,
+        "--database",
+        db,
+        "--by",
+        "model,workload",
+        "--start",
+        str(start_ns / 1e9),
+        "--end",
+        str(stop_ns / 1e9),
+        "--format",
+        "html",
+        "-o",
+        str(page),
+    )
     text = page.read_text()
     assert 'id="cross-model"' in text
     assert text.count("<svg") == 6  # per workload: energy per unit and cost per unit by model
     assert "<script" not in text and "src=" not in text and 'href="http' not in text
     shot = tmp_path / "work.png"
     proc = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-         f"--screenshot={shot}", "--window-size=1400,2400", page.as_uri()],
-        capture_output=True, text=True, timeout=60,
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--screenshot={shot}",
+            "--window-size=1400,2400",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -305,9 +433,20 @@ def test_html_shows_the_per_workload_comparison_in_headless_chromium(work_fleet,
     checked = page.with_name(page.stem + "-checked.html")
     checked.write_text(page.read_text().replace("</body>", BARS_CHECK + "</body>"))
     proc = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,2400", "--dump-dom", checked.as_uri()],
-        capture_output=True, text=True, timeout=60,
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1400,2400",
+            "--dump-dom",
+            checked.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     found = re.search(r'<pre id="bars-check">(\d+)</pre>', proc.stdout)
     assert found, proc.stdout[-2000:]
@@ -351,10 +490,24 @@ def test_by_model_report_gains_work_and_limits(work_fleet, influxdb_v1, victoria
     time before a late piece of work started is `idle` there."""
     db, end_s, config = work_fleet
     start_ns, stop_ns = _range(end_s)
-    where = ["--url", influxdb_v1.url, "--database", db] if engine == "influxql" else \
-        ["--promql-url", victoria_metrics.url, "--where", f'db="{db}"']
-    result = _compare(cli, config, *where, "--by", "model", "--start", f"{start_ns / 1e9:.3f}",
-                      "--end", f"{stop_ns / 1e9:.3f}", "--format", "json")
+    where = (
+        ["--url", influxdb_v1.url, "--database", db]
+        if engine == "influxql"
+        else ["--promql-url", victoria_metrics.url, "--where", f'db="{db}"']
+    )
+    result = _compare(
+        cli,
+        config,
+        *where,
+        "--by",
+        "model",
+        "--start",
+        f"{start_ns / 1e9:.3f}",
+        "--end",
+        f"{stop_ns / 1e9:.3f}",
+        "--format",
+        "json",
+    )
     doc = json.loads(result.stdout)
     expected, _ = recompute(influxdb_v1, db, start_ns, stop_ns)
     assert "work.units" in doc["definitions"]
@@ -379,19 +532,39 @@ def test_by_job_gains_the_jobs_work(work_fleet, influxdb_v1, cli):
     # A single-GPU piece of work, so that the copy is one GPU's.
     tags, rows = next((k, v) for k, v in sorted(work.items()) if v[0]["gpus"] == 1)
     t = dict(tags)
-    gpu = f'host={t["host"]},uuid={t["uuid"]},model={t["model"].replace(" ", chr(92) + " ")},gpu={t["gpu"]}'
-    power = next(v for k, v in _raw(influxdb_v1, db, "gpu_power", ["energy_j"], 0, stop_ns + 10**12).items()
-                 if dict(k)["uuid"] == t["uuid"])
+    gpu = f"host={t['host']},uuid={t['uuid']},model={t['model'].replace(' ', chr(92) + ' ')},gpu={t['gpu']}"
+    power = next(
+        v
+        for k, v in _raw(influxdb_v1, db, "gpu_power", ["energy_j"], 0, stop_ns + 10**12).items()
+        if dict(k)["uuid"] == t["uuid"]
+    )
     job_db = f"job_{uuid.uuid4().hex[:8]}"
     influxdb_v1.create_database(job_db)
     try:
-        lines = [f'gpu_power,{gpu} energy_j={r["energy_j"]!r},power_w=100 {r["time"]}' for r in power]
-        lines += [f'gpu_job,{gpu},slurm_job_id=777 processes=1i,energy_j={r["energy_j"]!r} {r["time"]}' for r in power]
-        lines += [f'gpu_work,{gpu},slurm_job_id=777,workload={t["workload"]},unit={t["unit"]},work_id={t["work_id"]} '
-                  f'units_total={r["units_total"]}i,gpus=1i {r["time"]}' for r in rows]
+        lines = [f"gpu_power,{gpu} energy_j={r['energy_j']!r},power_w=100 {r['time']}" for r in power]
+        lines += [f"gpu_job,{gpu},slurm_job_id=777 processes=1i,energy_j={r['energy_j']!r} {r['time']}" for r in power]
+        lines += [
+            f"gpu_work,{gpu},slurm_job_id=777,workload={t['workload']},unit={t['unit']},work_id={t['work_id']} "
+            f"units_total={r['units_total']}i,gpus=1i {r['time']}"
+            for r in rows
+        ]
         influxdb_v1.write(lines, db=job_db)
-        result = _compare(cli, config, "--url", influxdb_v1.url, "--database", job_db, "--by", "job",
-                          "--start", f"{start_ns / 1e9:.3f}", "--end", f"{stop_ns / 1e9:.3f}", "--format", "json")
+        result = _compare(
+            cli,
+            config,
+            "--url",
+            influxdb_v1.url,
+            "--database",
+            job_db,
+            "--by",
+            "job",
+            "--start",
+            f"{start_ns / 1e9:.3f}",
+            "--end",
+            f"{stop_ns / 1e9:.3f}",
+            "--format",
+            "json",
+        )
         doc = json.loads(result.stdout)
         expected, _ = recompute(influxdb_v1, job_db, start_ns, stop_ns)
     finally:

@@ -26,14 +26,49 @@ def mig_fleet(influxdb_v1, victoria_metrics, cli, tmp_path_factory):
     influxdb_v1.create_database(db)
     end_s = int(time.time()) // STEP_S * STEP_S - 60
     for url in (influxdb_v1.url, victoria_metrics.url):
-        result = cli("sim", "fleet", "--url", url, "--database", db, "--hosts", "2", "--duration", f"{DURATION_S}s",
-                     "--step", f"{STEP_S}s", "--end", str(end_s), "--seed", "7", "--jobs", "1",
-                     "--scenario", "inference", "--collectors", "power,clocks,memory,pcie",
-                     "--spec", "h100-sxm-mig:2", "--spec", "l40s:2")
+        result = cli(
+            "sim",
+            "fleet",
+            "--url",
+            url,
+            "--database",
+            db,
+            "--hosts",
+            "2",
+            "--duration",
+            f"{DURATION_S}s",
+            "--step",
+            f"{STEP_S}s",
+            "--end",
+            str(end_s),
+            "--seed",
+            "7",
+            "--jobs",
+            "1",
+            "--scenario",
+            "inference",
+            "--collectors",
+            "power,clocks,memory,pcie",
+            "--spec",
+            "h100-sxm-mig:2",
+            "--spec",
+            "l40s:2",
+        )
         assert result.exit_code == 0, result.output
-    victoria_metrics.export(f'{{__name__="gpu_work_gpu_share",db="{db}"}}', min_samples=8 * (DURATION_S // STEP_S) - 100)
+    victoria_metrics.export(
+        f'{{__name__="gpu_work_gpu_share",db="{db}"}}', min_samples=8 * (DURATION_S // STEP_S) - 100
+    )
     config = tmp_path_factory.mktemp("workmig") / "gpuagent.toml"
-    lines = ["[sinks.influxdb]", 'api = "v1"', f'url = "{influxdb_v1.url}"', f'database = "{db}"', "[compare.prices]", f"kwh = {PRICES['kwh']}", f"pue = {PRICES['pue']}", "[compare.prices.gpu_hour]"]
+    lines = [
+        "[sinks.influxdb]",
+        'api = "v1"',
+        f'url = "{influxdb_v1.url}"',
+        f'database = "{db}"',
+        "[compare.prices]",
+        f"kwh = {PRICES['kwh']}",
+        f"pue = {PRICES['pue']}",
+        "[compare.prices.gpu_hour]",
+    ]
     lines += [f'"{m}" = {p}' for m, p in PRICES["gpu_hour"].items()]
     config.write_text("\n".join(lines) + "\n")
     start_ns = (end_s - DURATION_S + 35) * 10**9
@@ -43,8 +78,19 @@ def mig_fleet(influxdb_v1, victoria_metrics, cli, tmp_path_factory):
 
 
 def _doc(cli, config, start_ns, stop_ns, *source):
-    result = _compare(cli, config, *source, "--by", "model,workload", "--start", f"{start_ns / 1e9:.3f}",
-                      "--end", f"{stop_ns / 1e9:.3f}", "--format", "json")
+    result = _compare(
+        cli,
+        config,
+        *source,
+        "--by",
+        "model,workload",
+        "--start",
+        f"{start_ns / 1e9:.3f}",
+        "--end",
+        f"{stop_ns / 1e9:.3f}",
+        "--format",
+        "json",
+    )
     return json.loads(result.stdout)
 
 
@@ -61,8 +107,11 @@ def test_the_fleet_writes_slice_points_with_their_share(mig_fleet, influxdb_v1):
 @pytest.mark.parametrize("engine", ["influxql", "promql"])
 def test_slice_work_is_charged_its_share(mig_fleet, influxdb_v1, victoria_metrics, cli, engine):
     db, start_ns, stop_ns, config = mig_fleet
-    source = (("--url", influxdb_v1.url, "--database", db) if engine == "influxql"
-              else ("--promql-url", victoria_metrics.url, "--where", f'db="{db}"'))
+    source = (
+        ("--url", influxdb_v1.url, "--database", db)
+        if engine == "influxql"
+        else ("--promql-url", victoria_metrics.url, "--where", f'db="{db}"')
+    )
     doc = _doc(cli, config, start_ns, stop_ns, *source)
     expected, _ = recompute(influxdb_v1, db, start_ns, stop_ns)
     assert {k[0] for k in expected} == {"NVIDIA H100 80GB HBM3", "NVIDIA L40S"}
@@ -71,4 +120,3 @@ def test_slice_work_is_charged_its_share(mig_fleet, influxdb_v1, victoria_metric
     h100 = [w for g in doc["groups"] if g["key"]["model"].startswith("NVIDIA H100") for w in g["work"].values()]
     span_h = (stop_ns - start_ns) / 3.6e12
     assert h100 and sum(w["gpu_hours"] for w in h100) <= 2 * 6 / 7 * span_h * (1 + 1e-9)
-

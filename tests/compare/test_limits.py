@@ -12,8 +12,16 @@ from gpuagent.compare.limits import CLASSES, Cell, classify, rule_table, shares
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "compare.md"
 
 # A busy Ada card (no GPM): SM clock at its max, memory moderately busy, well under its power cap.
-ADA = dict(allocated=True, util=95.0, mem_busy=40.0, power_ratio=250 / 350, clock_ratio=1.0,
-           power_reason_pct=0.0, thermal_reason_pct=0.0, pcie_ratio=0.06)
+ADA = dict(
+    allocated=True,
+    util=95.0,
+    mem_busy=40.0,
+    power_ratio=250 / 350,
+    clock_ratio=1.0,
+    power_reason_pct=0.0,
+    thermal_reason_pct=0.0,
+    pcie_ratio=0.06,
+)
 HOPPER = {**ADA, "dram_bw": 30.0}
 
 

@@ -52,8 +52,16 @@ def test_the_driver_filter_matches_exactly_the_uuids_given():
 
 def _job_doc() -> dict:
     rng = Range(START, START + 3600 * S)
-    group = {"label": "4242 <ana>", "models": ["H100", "L40S"], "gpus": 2, "gpu_hours": 2.0, "energy_wh": 812.25,
-             "idle_gpu_hours": 0.5, "sm_util_mean_pct": None, "peak_memory_bytes": 3 * 2**30}
+    group = {
+        "label": "4242 <ana>",
+        "models": ["H100", "L40S"],
+        "gpus": 2,
+        "gpu_hours": 2.0,
+        "energy_wh": 812.25,
+        "idle_gpu_hours": 0.5,
+        "sm_util_mean_pct": None,
+        "peak_memory_bytes": 3 * 2**30,
+    }
     return report_document(rng, "job", None, {"url": "http://db", "database": "gpu"}, {}, {("4242",): group})
 
 
@@ -62,14 +70,15 @@ def test_the_job_report_renders_each_format():
     table = jobs.render(doc, "table").splitlines()
     assert table[0].split()[:2] == ["job", "model"]
     assert table[1].split() == ["4242", "<ana>", "H100,", "L40S", "2", "2.00", "812.2", "0.50", "-", "3.0"]
-    assert jobs.render(doc, "csv").splitlines()[1] == "4242 <ana>,\"H100, L40S\",2,2.00,812.2,0.50,-,3.0"
+    assert jobs.render(doc, "csv").splitlines()[1] == '4242 <ana>,"H100, L40S",2,2.00,812.2,0.50,-,3.0'
     page = jobs.render(doc, "html")
     assert "<td>4242 &lt;ana&gt;</td>" in page and doc["range"]["start"] in page
 
 
 def test_a_report_without_groups_still_names_its_range_and_source():
-    doc = report_document(Range(START, START + 60 * S), "model", "host = 'a'", {"url": "http://db", "database": "gpu"},
-                          {}, {})
+    doc = report_document(
+        Range(START, START + 60 * S), "model", "host = 'a'", {"url": "http://db", "database": "gpu"}, {}, {}
+    )
     flat = "".join(render.render_table(doc).split())  # the title wraps to the empty table's width
     assert doc["range"]["start"] in flat and "(http://db,gpu)" in flat and "wherehost='a'" in flat
 

@@ -42,8 +42,26 @@ def rolled_vm(tmp_path_factory, cli):
     vm = VictoriaMetricsServer(find_binary(VICTORIA_METRICS, "victoria-metrics"), tmp_path_factory.mktemp("vm"))
     vm.start()
     end_s = int(time.time()) // STEP_S * STEP_S - 60
-    args = ["sim", "fleet", "--url", vm.url, "--database", DB, "--hosts", "5", "--duration", f"{DURATION_S}s",
-            "--step", f"{STEP_S}s", "--end", str(end_s), "--seed", "5", "--jobs", "1"]
+    args = [
+        "sim",
+        "fleet",
+        "--url",
+        vm.url,
+        "--database",
+        DB,
+        "--hosts",
+        "5",
+        "--duration",
+        f"{DURATION_S}s",
+        "--step",
+        f"{STEP_S}s",
+        "--end",
+        str(end_s),
+        "--seed",
+        "5",
+        "--jobs",
+        "1",
+    ]
     for spec in SPECS:
         args += ["--spec", spec]
     result = cli(*args)
@@ -58,8 +76,20 @@ def rolled_vm(tmp_path_factory, cli):
 
 
 def _compare(cli, vm, start_ns, end_ns, *extra):
-    result = cli("compare", "--promql-url", vm.url, "--where", WHERE, "--start", f"{start_ns / 1e9:.3f}",
-                 "--end", f"{end_ns / 1e9:.3f}", "--format", "json", *extra)
+    result = cli(
+        "compare",
+        "--promql-url",
+        vm.url,
+        "--where",
+        WHERE,
+        "--start",
+        f"{start_ns / 1e9:.3f}",
+        "--end",
+        f"{end_ns / 1e9:.3f}",
+        "--format",
+        "json",
+        *extra,
+    )
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -175,10 +205,16 @@ def metrics_vm(rolled_vm, tmp_path_factory, cli):
         metric = dict(series["metric"])
         name = metric.pop("__name__")
         measurement = max((m for m in MEASUREMENTS if name.startswith(m + "_")), key=len)
-        spec = metric_for("gpuagent", measurement, name[len(measurement) + 1:])
-        lines.append(json.dumps({"metric": {"__name__": spec.name, **metric},
-                                 "values": [v * spec.scale for v in series["values"]],
-                                 "timestamps": series["timestamps"]}))
+        spec = metric_for("gpuagent", measurement, name[len(measurement) + 1 :])
+        lines.append(
+            json.dumps(
+                {
+                    "metric": {"__name__": spec.name, **metric},
+                    "values": [v * spec.scale for v in series["values"]],
+                    "timestamps": series["timestamps"],
+                }
+            )
+        )
     other = VictoriaMetricsServer(find_binary(VICTORIA_METRICS, "victoria-metrics"), tmp_path_factory.mktemp("vm"))
     other.start()
     req = urllib.request.Request(f"{other.url}/api/v1/import", data="\n".join(lines).encode(), method="POST")

@@ -50,7 +50,7 @@ def test_promtool_evaluates_the_power_and_energy_rollups(tmp_path):
     # Samples every 25 s, none on a minute's edge: the 1m bucket stamped 2m holds those at 75 s and 100 s.
     # Samples every 20 s, on the edges: the bucket stamped 2m is [1m, 2m), the samples at 60, 80, 100 s (130 + 140 + 150), not the one at 2m.
     test = tmp_path / "rollups_test.yml"
-    test.write_text(f"""rule_files: [{RULES / 'gpuagent-rollups-prometheus.rules.yml'}]
+    test.write_text(f"""rule_files: [{RULES / "gpuagent-rollups-prometheus.rules.yml"}]
 evaluation_interval: 1m
 tests:
   - interval: 25s

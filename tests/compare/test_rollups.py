@@ -27,9 +27,26 @@ def rolled_db(influxdb_v1, cli):
     db = f"rollups_{uuid.uuid4().hex[:8]}"
     influxdb_v1.create_database(db)
     end_s = int(time.time()) // STEP_S * STEP_S - 60
-    args = ["sim", "fleet", "--url", influxdb_v1.url, "--database", db, "--hosts", "5",
-            "--duration", f"{DURATION_S}s", "--step", f"{STEP_S}s", "--end", str(end_s), "--seed", "5",
-            "--jobs", "1"]
+    args = [
+        "sim",
+        "fleet",
+        "--url",
+        influxdb_v1.url,
+        "--database",
+        db,
+        "--hosts",
+        "5",
+        "--duration",
+        f"{DURATION_S}s",
+        "--step",
+        f"{STEP_S}s",
+        "--end",
+        str(end_s),
+        "--seed",
+        "5",
+        "--jobs",
+        "1",
+    ]
     for spec in SPECS:
         args += ["--spec", spec]
     result = cli(*args)
@@ -52,8 +69,20 @@ def _write_verdicts(server, db, end_ns):
 
 
 def _compare(cli, server, db, start_ns, end_ns, *extra):
-    result = cli("compare", "--url", server.url, "--database", db, "--start", f"{start_ns / 1e9:.3f}",
-                 "--end", f"{end_ns / 1e9:.3f}", "--format", "json", *extra)
+    result = cli(
+        "compare",
+        "--url",
+        server.url,
+        "--database",
+        db,
+        "--start",
+        f"{start_ns / 1e9:.3f}",
+        "--end",
+        f"{end_ns / 1e9:.3f}",
+        "--format",
+        "json",
+        *extra,
+    )
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -181,8 +210,11 @@ def test_backfill_since_inside_an_hour_rolls_up_that_hour_whole(influxdb_v1, cli
     assert start_ns >= (end_s - 4 * 3600) * 10**9
     stop_ns = (end_s - 13) * 10**9
     rolled = _compare(cli, influxdb_v1, fresh_db, start_ns, stop_ns)
-    assert rolled["source"]["pieces"][0] == {"from": rolled["range"]["start"], "to": rolled["source"]["pieces"][1]["from"],
-                                             "level": "gpuagent_1h"}
+    assert rolled["source"]["pieces"][0] == {
+        "from": rolled["range"]["start"],
+        "to": rolled["source"]["pieces"][1]["from"],
+        "level": "gpuagent_1h",
+    }
     raw = _compare(cli, influxdb_v1, fresh_db, start_ns, stop_ns, "--raw")
     for doc in (rolled, raw):
         doc.pop("source")
@@ -281,8 +313,9 @@ def test_p95_from_the_histograms_is_within_half_a_bin(rolled_db, influxdb_v1, by
     db, end_ns = rolled_db
     start_ns, stop_ns = end_ns - DURATION_S * 10**9 + 437 * 10**9 + 1234, end_ns - 83 * 10**9
     rolled, raw = _reports(influxdb_v1, db, start_ns, stop_ns, by, p95_raw_max_samples=0)
-    assert rolled["source"]["approximate"] == {"power_p95_w": {"method": "histogram", "bin_w": HIST_W,
-                                                               "bound_w": HIST_W / 2}}
+    assert rolled["source"]["approximate"] == {
+        "power_p95_w": {"method": "histogram", "bin_w": HIST_W, "bound_w": HIST_W / 2}
+    }
     assert "power_p95_w" not in rolled["source"]["from_raw"]
     assert "raw" in [p["level"] for p in rolled["source"]["pieces"]]  # raw edges binned too
     assert f"within {HIST_W / 2:g} W of the exact value" in render_table(rolled)

@@ -30,7 +30,8 @@ def test_an_empty_token_file_is_the_same_one_line_error_as_for_the_sink(tmp_path
 
 def test_an_unreadable_token_file_is_a_one_line_error(tmp_path):
     config = tmp_path / "gpuagent.toml"
-    config.write_text(f'[sinks.influxdb]\nurl = "http://127.0.0.1:8086"\nbucket = "gpus"\n'
-                      f'token_file = "{tmp_path / "missing"}"\n')
+    config.write_text(
+        f'[sinks.influxdb]\nurl = "http://127.0.0.1:8086"\nbucket = "gpus"\ntoken_file = "{tmp_path / "missing"}"\n'
+    )
     with pytest.raises(ConfigError, match="token_file: cannot read .*missing"):
         connection_from(str(config))

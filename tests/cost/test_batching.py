@@ -128,21 +128,28 @@ def _call_value(handle, field_id, scope):
     if call == "nvmlDeviceGetNvLinkState":
         return pynvml.nvmlDeviceGetNvLinkState(handle, scope)
     if call == "nvmlDeviceGetTotalEccErrors":
-        kind = (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED if field_id in (
-            pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL)
-            else pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
-        counter = (pynvml.NVML_VOLATILE_ECC if field_id in (
-            pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL)
-            else pynvml.NVML_AGGREGATE_ECC)
+        kind = (
+            pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+            if field_id in (pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL)
+            else pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        )
+        counter = (
+            pynvml.NVML_VOLATILE_ECC
+            if field_id in (pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL)
+            else pynvml.NVML_AGGREGATE_ECC
+        )
         return pynvml.nvmlDeviceGetTotalEccErrors(handle, kind, counter)
     if call == "nvmlDeviceGetEccMode":
         current, pending = pynvml.nvmlDeviceGetEccMode(handle)
         return current if field_id == pynvml.NVML_FI_DEV_ECC_CURRENT else pending
     if call == "nvmlDeviceGetRemappedRows":
         cor, unc, pending, failure = pynvml.nvmlDeviceGetRemappedRows(handle)
-        return {pynvml.NVML_FI_DEV_REMAPPED_COR: cor, pynvml.NVML_FI_DEV_REMAPPED_UNC: unc,
-                pynvml.NVML_FI_DEV_REMAPPED_PENDING: pending,
-                pynvml.NVML_FI_DEV_REMAPPED_FAILURE: failure}[field_id]
+        return {
+            pynvml.NVML_FI_DEV_REMAPPED_COR: cor,
+            pynvml.NVML_FI_DEV_REMAPPED_UNC: unc,
+            pynvml.NVML_FI_DEV_REMAPPED_PENDING: pending,
+            pynvml.NVML_FI_DEV_REMAPPED_FAILURE: failure,
+        }[field_id]
     return getattr(pynvml, call)(handle)
 
 

@@ -83,16 +83,38 @@ class NotifyListener:
 class AgentProcess:
     """`gpuagent run` started the way systemd starts it (WATCHDOG_PID is its own pid)."""
 
-    def __init__(self, workdir: Path, notify_path: str, config: Path, *, watchdog_usec: int | None, hooks: bool, plugins_dir: Path | None, journal: bool = False):
+    def __init__(
+        self,
+        workdir: Path,
+        notify_path: str,
+        config: Path,
+        *,
+        watchdog_usec: int | None,
+        hooks: bool,
+        plugins_dir: Path | None,
+        journal: bool = False,
+    ):
         self.stderr_path = workdir / "stderr.log"
-        env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM", "GPUAGENT_CONFIG")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM", "GPUAGENT_CONFIG")
+        }
         env["NOTIFY_SOCKET"] = notify_path
         if watchdog_usec:
             env["WATCHDOG_USEC"] = str(watchdog_usec)
         if hooks:
             env["GPUAGENT_TEST_HOOKS"] = "1"
-        argv = [sys.executable, "-c", "import sys; from gpuagent.cli import main; main(sys.argv[1:])",
-                "run", "--config", str(config), "--simulate", SIMULATE]
+        argv = [
+            sys.executable,
+            "-c",
+            "import sys; from gpuagent.cli import main; main(sys.argv[1:])",
+            "run",
+            "--config",
+            str(config),
+            "--simulate",
+            SIMULATE,
+        ]
         if plugins_dir:
             argv += ["--plugins-dir", str(plugins_dir)]
         # systemd sets WATCHDOG_PID to the service's pid; `exec` keeps the shell's pid.
@@ -101,7 +123,13 @@ class AgentProcess:
             if journal:  # what systemd sets when stderr is a stream to journald
                 st = os.fstat(err.fileno())
                 env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
-            self.proc = subprocess.Popen(["/bin/sh", "-c", script, "sh", *argv], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+            self.proc = subprocess.Popen(
+                ["/bin/sh", "-c", script, "sh", *argv],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
 
     def send(self, sig: int) -> float:
         self.proc.send_signal(sig)
@@ -120,13 +148,15 @@ class AgentProcess:
             self.proc.wait(5)
 
 
-def write_config(path: Path, workdir: Path, *, tags: dict[str, str] | None = None, interval: str = '"500ms"', extra: str = "") -> None:
+def write_config(
+    path: Path, workdir: Path, *, tags: dict[str, str] | None = None, interval: str = '"500ms"', extra: str = ""
+) -> None:
     tag_text = ", ".join(f'{k} = "{v}"' for k, v in (tags or {}).items())
     path.write_text(
         f"""\
 [agent]
 interval = {interval}
-state_dir = "{workdir / 'state'}"
+state_dir = "{workdir / "state"}"
 log_level = "info"
 shutdown_timeout = "5s"
 tags = {{ {tag_text} }}
@@ -135,7 +165,7 @@ tags = {{ {tag_text} }}
 interval = "200ms"
 
 [sinks.file]
-path = "{workdir / 'out.lp'}"
+path = "{workdir / "out.lp"}"
 {extra}"""
     )
 
@@ -156,12 +186,30 @@ class Harness:
     def write_config(self, **kw) -> None:
         write_config(self.config, self.tmp_path, **kw)
 
-    def start(self, *, watchdog_usec: int | None = None, hooks: bool = False, plugins_dir: Path | None = None, extra: str = "", journal: bool = False):
+    def start(
+        self,
+        *,
+        watchdog_usec: int | None = None,
+        hooks: bool = False,
+        plugins_dir: Path | None = None,
+        extra: str = "",
+        journal: bool = False,
+    ):
         """-> (AgentProcess, NotifyListener)"""
         self.write_config(extra=extra)
         out = self.out
-        listener = NotifyListener(os.path.join(self._notify_dir, "notify"), on_ready=lambda: out.read_text() if out.exists() else "")
-        proc = AgentProcess(self.tmp_path, listener.path, self.config, watchdog_usec=watchdog_usec, hooks=hooks, plugins_dir=plugins_dir, journal=journal)
+        listener = NotifyListener(
+            os.path.join(self._notify_dir, "notify"), on_ready=lambda: out.read_text() if out.exists() else ""
+        )
+        proc = AgentProcess(
+            self.tmp_path,
+            listener.path,
+            self.config,
+            watchdog_usec=watchdog_usec,
+            hooks=hooks,
+            plugins_dir=plugins_dir,
+            journal=journal,
+        )
         self.started.append((proc, listener))
         return proc, listener
 

@@ -101,4 +101,6 @@ def test_malformed_journal_stream_means_not_the_journal(value):
 
 
 def test_syslog_priority():
-    assert [syslog_priority(lv) for lv in (logging.CRITICAL, logging.ERROR, logging.WARNING, logging.INFO, logging.DEBUG, 5)] == [2, 3, 4, 6, 7, 7]
+    assert [
+        syslog_priority(lv) for lv in (logging.CRITICAL, logging.ERROR, logging.WARNING, logging.INFO, logging.DEBUG, 5)
+    ] == [2, 3, 4, 6, 7, 7]

@@ -91,7 +91,9 @@ def test_sighup_bad_config_keeps_running_and_good_config_reloads(agent_run, tmp_
 
 def test_sigterm_flushes_buffered_sink_and_exits_0_logging_for_journald(agent_run, tmp_path):
     buffered, out = tmp_path / "buffered.lp", tmp_path / "out.lp"
-    proc, notes = agent_run.start(plugins_dir=agent_run.plugins_dir, extra=f'\n[sinks.buffered]\npath = "{buffered}"\n', journal=True)
+    proc, notes = agent_run.start(
+        plugins_dir=agent_run.plugins_dir, extra=f'\n[sinks.buffered]\npath = "{buffered}"\n', journal=True
+    )
     ready = notes.wait_for("READY=1")
     assert "buffered " in notes.messages[ready][1] and "points buffered" in notes.messages[ready][1]
     time.sleep(0.5)

@@ -55,5 +55,8 @@ def test_status_without_a_spooling_sink_says_nothing_of_a_spool():
 
 
 def test_one_line_reasons():
-    assert one_line(ConfigError("gpuagent.toml: agent.interval:\n  expected a duration")) == "gpuagent.toml: agent.interval: expected a duration"
+    assert (
+        one_line(ConfigError("gpuagent.toml: agent.interval:\n  expected a duration"))
+        == "gpuagent.toml: agent.interval: expected a duration"
+    )
     assert one_line(KeyError("x")) == "KeyError: 'x'"

@@ -16,7 +16,9 @@ SHIPPED_EXEC = "/usr/local/bin/gpuagent"
 
 
 def systemd_analyze() -> str:
-    tool = shutil.which("systemd-analyze") or ("/usr/bin/systemd-analyze" if os.path.exists("/usr/bin/systemd-analyze") else None)
+    tool = shutil.which("systemd-analyze") or (
+        "/usr/bin/systemd-analyze" if os.path.exists("/usr/bin/systemd-analyze") else None
+    )
     if tool is None:
         reason = "systemd-analyze not found (Debian: apt-get install systemd)"
         if os.environ.get("CI"):

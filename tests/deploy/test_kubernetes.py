@@ -34,7 +34,9 @@ def _kubectl() -> str:
     out = subprocess.run([kubectl, "version", "--client"], capture_output=True, text=True, timeout=60).stdout
     found = re.search(r"Kustomize Version: v(\d+)\.(\d+)", out)
     if not found or (int(found.group(1)), int(found.group(2))) < (4, 5):
-        pytest.skip(f"kubectl's kustomize is older than v4.5 (the manifests use `labels:` and `patches:`; kubectl 1.24+ has it): {out.strip()[:200]!r}")
+        pytest.skip(
+            f"kubectl's kustomize is older than v4.5 (the manifests use `labels:` and `patches:`; kubectl 1.24+ has it): {out.strip()[:200]!r}"
+        )
     return kubectl
 
 
@@ -43,8 +45,9 @@ def rendered() -> dict[str, list[dict]]:
     kubectl = _kubectl()
     out = {}
     for name in KUSTOMIZATIONS:
-        done = subprocess.run([kubectl, "kustomize", str(ROOT / "deploy/kubernetes" / name)],
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [kubectl, "kustomize", str(ROOT / "deploy/kubernetes" / name)], capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, f"{name}: {done.stderr}"
         out[name] = [doc for doc in yaml.safe_load_all(done.stdout) if doc]
     return out
@@ -128,8 +131,13 @@ def test_daemonset_for_gpu_nodes_with_probes_on_the_agents_endpoints(rendered, n
     names = set(re.findall(r"\$\{(\w+)", config.read_text()))
     assert names <= set(env), f"the config names variables the pod does not set: {names - set(env)}"
     environ = {"PATH": "/usr/bin:/bin", **{n: "https://x.example:8086" if "URL" in n else "x" for n in names}}
-    done = subprocess.run([sys.executable, "-m", "gpuagent", "config", "show", str(config)],
-                          capture_output=True, text=True, timeout=60, env=environ)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuagent", "config", "show", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environ,
+    )
     assert done.returncode == 0, done.stderr
     shown = tomllib.loads(done.stdout)
     assert shown["sinks"]["prometheus"]["listen"] == f"0.0.0.0:{port['containerPort']}"

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-NO_DRIVER_HINT = (
-    "run `pytest -m gpu` on a machine with an NVIDIA GPU (scripts/device-check.sh does)"
-)
+NO_DRIVER_HINT = "run `pytest -m gpu` on a machine with an NVIDIA GPU (scripts/device-check.sh does)"
 
 
 def real_gpu_count() -> tuple[int, str | None]:

@@ -32,9 +32,7 @@ NON_NEGATIVE = ("_bytes", "_mhz", "_w", "_j", "_c", "_pct", "_total", "_gbps", "
 
 
 def run_gpuagent(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuagent", *args], capture_output=True, text=True, timeout=timeout
-    )
+    return subprocess.run([sys.executable, "-m", "gpuagent", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_real_nvml_opens(real_session, real_gpus):
@@ -129,12 +127,8 @@ def test_each_builtin_collector_collects_cleanly(real_agent, name):
             if missing:
                 problems.append(f"{point.measurement}: identity tags missing {sorted(missing)}")
             if point.tags["uuid"] not in uuids:
-                problems.append(
-                    f"{point.measurement}: uuid {point.tags['uuid']} is no GPU of NVML's"
-                )
-        problems.extend(
-            f"{point.measurement} {point.tags.get('gpu', '')}: {b}" for b in bad_fields(point)
-        )
+                problems.append(f"{point.measurement}: uuid {point.tags['uuid']} is no GPU of NVML's")
+        problems.extend(f"{point.measurement} {point.tags.get('gpu', '')}: {b}" for b in bad_fields(point))
     assert not problems, "\n".join(problems)
 
 

@@ -94,9 +94,7 @@ def test_nvidia_smi_capture_imports_to_the_same_facts(recorded, tmp_path):
     profile, _ = recorded
     capture = tmp_path / "nvidia-smi-q.txt"
     capture.write_text(
-        subprocess.run(
-            [smi, "-q", "-i", "0"], capture_output=True, text=True, timeout=60, check=True
-        ).stdout
+        subprocess.run([smi, "-q", "-i", "0"], capture_output=True, text=True, timeout=60, check=True).stdout
     )
     imported = import_capture(str(capture))
     assert imported["product_name"] == profile["product_name"]

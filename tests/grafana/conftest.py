@@ -32,35 +32,103 @@ def grafana_influx(influxdb_v1, tmp_path_factory):
     influxdb_v1.create_database(db)
     gpuagent = [sys.executable, "-m", "gpuagent"]
     env = {k: v for k, v in os.environ.items() if k != "GPUAGENT_CONFIG"}
-    fleet = [*gpuagent, "sim", "fleet", "--url", influxdb_v1.url, "--database", db, "--duration", "20m",
-             "--step", "10s", "--seed", "5", "--jobs", "1", "--collectors", "all", "--with-jobs"]
+    fleet = [
+        *gpuagent,
+        "sim",
+        "fleet",
+        "--url",
+        influxdb_v1.url,
+        "--database",
+        db,
+        "--duration",
+        "20m",
+        "--step",
+        "10s",
+        "--seed",
+        "5",
+        "--jobs",
+        "1",
+        "--collectors",
+        "all",
+        "--with-jobs",
+    ]
     for spec in FLEET_SPECS:
         fleet += ["--spec", spec]
     done = subprocess.run(fleet, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     # Hosts that do work (sim fleet's inference scenario writes gpu_work), for the work panels.
-    work = [*gpuagent, "sim", "fleet", "--url", influxdb_v1.url, "--database", db, "--duration", "20m",
-            "--step", "10s", "--seed", "5", "--jobs", "1", "--scenario", "inference", "--prefix", "work",
-            "--collectors", "power,clocks,memory,pcie", "--spec", "l40s:2", "--spec", "h100-sxm:2"]
+    work = [
+        *gpuagent,
+        "sim",
+        "fleet",
+        "--url",
+        influxdb_v1.url,
+        "--database",
+        db,
+        "--duration",
+        "20m",
+        "--step",
+        "10s",
+        "--seed",
+        "5",
+        "--jobs",
+        "1",
+        "--scenario",
+        "inference",
+        "--prefix",
+        "work",
+        "--collectors",
+        "power,clocks,memory,pcie",
+        "--spec",
+        "l40s:2",
+        "--spec",
+        "h100-sxm:2",
+    ]
     done = subprocess.run(work, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     # The agent's own measurement comes from a real agent, run as the daemon runs.
     config = agent_config(tmp / "agent.toml", influxdb_v1.url, db, tmp / "state", AGENT_HOST)
-    agent = subprocess.Popen([*gpuagent, "run", "--config", str(config), "--simulate", "l40s:2@lost=1:3s"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    agent = subprocess.Popen(
+        [*gpuagent, "run", "--config", str(config), "--simulate", "l40s:2@lost=1:3s"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         # gpu_l2_probe points from the probe's own --send path (simulated curve), two runs.
         probe_cfg = agent_config(tmp / "probe.toml", influxdb_v1.url, db, tmp / "probe-state", NODE_HOST)
         for gpu in ("0", "1"):
             done = subprocess.run(
-                [sys.executable, "-m", "gpuagent.probe", "--simulate", "l40s:2", "--gpu", gpu, "--max-util", "100",
-                 "--steps", "12", "--rounds", "1", "--send", "--config", str(probe_cfg)],
-                capture_output=True, text=True, timeout=120, env=env,
+                [
+                    sys.executable,
+                    "-m",
+                    "gpuagent.probe",
+                    "--simulate",
+                    "l40s:2",
+                    "--gpu",
+                    gpu,
+                    "--max-util",
+                    "100",
+                    "--steps",
+                    "12",
+                    "--rounds",
+                    "1",
+                    "--send",
+                    "--config",
+                    str(probe_cfg),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
             )
             assert done.returncode == 0, done.stderr
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            rows = influxdb_v1.query(f'SELECT count("runs_total") FROM "gpuagent" WHERE "host" = \'{AGENT_HOST}\'', db=db)
+            rows = influxdb_v1.query(
+                f'SELECT count("runs_total") FROM "gpuagent" WHERE "host" = \'{AGENT_HOST}\'', db=db
+            )
             if rows and rows[0]["values"][0][1] >= 8 * 6:  # 8 runs of each collector
                 break
             time.sleep(0.5)
@@ -80,12 +148,33 @@ def _probe_points(tmp, env) -> list:
 
     out = tmp / "probe.lp"
     config = tmp / "probe-file.toml"
-    config.write_text(f'[agent]\nhostname = "{NODE_HOST}"\nstate_dir = "{tmp / "probe-file-state"}"\n\n[sinks.file]\npath = "{out}"\n')
+    config.write_text(
+        f'[agent]\nhostname = "{NODE_HOST}"\nstate_dir = "{tmp / "probe-file-state"}"\n\n[sinks.file]\npath = "{out}"\n'
+    )
     for gpu in ("0", "1"):
         done = subprocess.run(
-            [sys.executable, "-m", "gpuagent.probe", "--simulate", "l40s:2", "--gpu", gpu, "--max-util", "100",
-             "--steps", "12", "--rounds", "1", "--send", "--config", str(config)],
-            capture_output=True, text=True, timeout=120, env=env,
+            [
+                sys.executable,
+                "-m",
+                "gpuagent.probe",
+                "--simulate",
+                "l40s:2",
+                "--gpu",
+                gpu,
+                "--max-util",
+                "100",
+                "--steps",
+                "12",
+                "--rounds",
+                "1",
+                "--send",
+                "--config",
+                str(config),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
         )
         assert done.returncode == 0, done.stderr
     return [Point(m, tags, fields, ts) for m, tags, fields, ts in parse(out.read_text())]
@@ -100,18 +189,26 @@ def _feed_work(sink, prometheus, stop) -> None:
     gpus = {}
     while not stop.is_set() and len(gpus) < 3:
         for r in prometheus.query('gpuagent_gpu_power_power_watts{gpu=~"0|2|3"}'):
-            gpus[r["metric"]["gpu"]] = {k: v for k, v in r["metric"].items()
-                                        if k in ("host", "gpu", "uuid", "model", "pci_bus_id", "arch")}
+            gpus[r["metric"]["gpu"]] = {
+                k: v for k, v in r["metric"].items() if k in ("host", "gpu", "uuid", "model", "pci_bus_id", "arch")
+            }
         stop.wait(0.5)
-    pieces = [(["0"], "llama-3.1-8b", "tokens_out", "vllm", "4100:8000", 350),
-              (["2", "3"], "llama-3.1-70b", "tokens_out", "vllm", "4200:8001", 120)]
+    pieces = [
+        (["0"], "llama-3.1-8b", "tokens_out", "vllm", "4100:8000", 350),
+        (["2", "3"], "llama-3.1-70b", "tokens_out", "vllm", "4200:8001", 120),
+    ]
     total = 0
     while not stop.is_set():
         total += 1
         points = [
-            Point("gpu_work", {**gpus[g], "workload": w, "unit": u, "source": src, "work_id": wid},
-                  {"units_total": total * step, "gpus": len(on)}, time.time_ns())
-            for on, w, u, src, wid, step in pieces for g in on
+            Point(
+                "gpu_work",
+                {**gpus[g], "workload": w, "unit": u, "source": src, "work_id": wid},
+                {"units_total": total * step, "gpus": len(on)},
+                time.time_ns(),
+            )
+            for on, w, u, src, wid, step in pieces
+            for g in on
         ]
         sink.write(points)
         stop.wait(0.5)
@@ -131,8 +228,10 @@ def grafana_prometheus(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("grafana-prom")
     env = {k: v for k, v in os.environ.items() if k != "GPUAGENT_CONFIG"}
     binary = servers.find_binary(servers.PROMETHEUS, "prometheus")
-    sink = PrometheusSink(PrometheusSink.Config.model_validate({"listen": "127.0.0.1:0", "expire_after": 0}),
-                          AgentContext(hostname=NODE_HOST, state_dir=tmp))
+    sink = PrometheusSink(
+        PrometheusSink.Config.model_validate({"listen": "127.0.0.1:0", "expire_after": 0}),
+        AgentContext(hostname=NODE_HOST, state_dir=tmp),
+    )
     sink.start()
     sink.write(_probe_points(tmp, env))
     agent_port, down_port = servers.free_port(), servers.free_port()
@@ -141,7 +240,7 @@ def grafana_prometheus(tmp_path_factory):
         f"""[agent]
 interval = "1s"
 hostname = "{NODE_HOST}"
-state_dir = "{tmp / 'state'}"
+state_dir = "{tmp / "state"}"
 
 [sinks.prometheus]
 listen = "127.0.0.1:{agent_port}"
@@ -159,10 +258,14 @@ retry_max_backoff = "2s"
     job = subprocess.Popen(["sleep", "600"], env={**env, **SLURM_ENV})
     agent = subprocess.Popen(
         [sys.executable, "-m", "gpuagent", "run", "--config", str(config), "--simulate", PROM_SPEC.format(pid=job.pid)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
-    prometheus = servers.PrometheusServer(binary, tmp / "prometheus",
-                                          [f"127.0.0.1:{agent_port}", f"127.0.0.1:{sink.address[1]}"], "1s")
+    prometheus = servers.PrometheusServer(
+        binary, tmp / "prometheus", [f"127.0.0.1:{agent_port}", f"127.0.0.1:{sink.address[1]}"], "1s"
+    )
     stop_work = threading.Event()
     worker = threading.Thread(target=_feed_work, args=(sink, prometheus, stop_work), daemon=True)
     try:

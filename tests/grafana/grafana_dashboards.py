@@ -35,7 +35,9 @@ def load_generator():
 
 def dashboards(lang: str) -> dict[str, dict]:
     """slug -> the committed dashboard JSON of one query language."""
-    return {p.stem.removeprefix("gpuagent-"): json.loads(p.read_text()) for p in sorted((GRAFANA / lang).glob("*.json"))}
+    return {
+        p.stem.removeprefix("gpuagent-"): json.loads(p.read_text()) for p in sorted((GRAFANA / lang).glob("*.json"))
+    }
 
 
 def targets(dashboard: dict) -> list[tuple[str, dict]]:
@@ -94,8 +96,13 @@ flush_jitter = 0
 
 # {pid}: a real process with a Slurm job's environment, shown on GPU 2 (@proc), for the job panels.
 PROM_SPEC = "l40s-vgpu:2,h100-sxm:2@xid=1:79:4s@proc=0:{pid}:512,h100-sxm-mig:2,rtx4090:2@lost=1:4s"
-SLURM_ENV = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_JOB_USER": "alice", "SLURM_JOB_ACCOUNT": "ml",
-             "SLURM_JOB_PARTITION": "gpu"}
+SLURM_ENV = {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_STEP_ID": "0",
+    "SLURM_JOB_USER": "alice",
+    "SLURM_JOB_ACCOUNT": "ml",
+    "SLURM_JOB_PARTITION": "gpu",
+}
 # Grafana's interval macros for a 1 s scrape: $__rate_interval = max($__interval + scrape, 4 × scrape).
 PROM_MACROS = {"$__rate_interval": "5s", "$__interval": "2s", "$__range": "1m"}
 

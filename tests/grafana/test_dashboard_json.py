@@ -45,15 +45,18 @@ def test_both_languages_have_the_same_panels():
     join gpu_power to gpu_work, which InfluxQL cannot): they come last, after every shared one."""
     gen = load_generator()
     only = {p.title for d in gen.DASHBOARDS for p in d.items if isinstance(p, gen.Panel) and p.langs == ("promql",)}
-    assert only == {"Energy per 1,000 units by model and workload", "Cost per million units by model and workload",
-                    "What limits the work, by model (% of GPUs)"}
+    assert only == {
+        "Energy per 1,000 units by model and workload",
+        "Cost per million units by model and workload",
+        "What limits the work, by model (% of GPUs)",
+    }
     influx, prom = dashboards("influxql"), dashboards("promql")
     for slug in influx:
         shared = [p for p in prom[slug]["panels"] if p["title"] not in only]
         assert [(p["title"], p["gridPos"]) for p in influx[slug]["panels"]] == [
             (p["title"], p["gridPos"]) for p in shared
         ], slug
-        assert all(p["title"] in only for p in prom[slug]["panels"][len(shared):]), slug
+        assert all(p["title"] in only for p in prom[slug]["panels"][len(shared) :]), slug
 
 
 @pytest.mark.parametrize("lang", LANGS)

@@ -43,7 +43,10 @@ DOCS = {
     ],
     "gpu_l2_probe": ["docs/probe.md"],
     # What sim fleet writes (docs/simulator.md, "Work"), and the work collector's own README where present.
-    "gpu_work": ["docs/simulator.md", *(["plugins/work/README.md"] if (ROOT / "plugins/work/README.md").exists() else [])],
+    "gpu_work": [
+        "docs/simulator.md",
+        *(["plugins/work/README.md"] if (ROOT / "plugins/work/README.md").exists() else []),
+    ],
 }
 # In the agent's per-collector fields, listed in prose (code spans) in docs/plugins/reference.md.
 PROSE_FIELDS = {"docs/plugins/reference.md"}

@@ -92,8 +92,10 @@ def panel_series(server, db, slug: str, title: str) -> list[dict]:
 
 def test_verdicts_per_gpu_include_the_xid_79_gpu(grafana_influx):
     server, db = grafana_influx
-    verdicts = {(s["tags"]["host"], s["tags"]["gpu"]): s["values"][0][1]
-                for s in panel_series(server, db, "fleet", "Health verdicts by model")}
+    verdicts = {
+        (s["tags"]["host"], s["tags"]["gpu"]): s["values"][0][1]
+        for s in panel_series(server, db, "fleet", "Health verdicts by model")
+    }
     assert verdicts[(NODE_HOST, "3")] == "lost"  # XID 79: fell off the bus
     assert verdicts[("sim-01", "0")] == "ok"
 

@@ -41,7 +41,9 @@ def run(prometheus, expr: str, instant: bool, since: float) -> list[dict]:
     now = time.time()
     if instant:
         return prometheus.query(expr, time_s=now)
-    return prometheus._api("/api/v1/query_range", {"query": expr, "start": f"{since:.3f}", "end": f"{now:.3f}", "step": "1"})
+    return prometheus._api(
+        "/api/v1/query_range", {"query": expr, "start": f"{since:.3f}", "end": f"{now:.3f}", "step": "1"}
+    )
 
 
 def label_values(prometheus, query: str) -> list[str]:
@@ -91,8 +93,10 @@ def panel_result(prometheus, since, slug: str, title: str, ref: str = "A") -> li
 
 def test_verdict_counts_show_the_lost_gpus(grafana_prometheus):
     prometheus, since = grafana_prometheus
-    counts = {(r["metric"]["model"], r["metric"]["verdict"]): float(r["value"][1])
-              for r in panel_result(prometheus, since, "fleet", "Health verdicts by model")}
+    counts = {
+        (r["metric"]["model"], r["metric"]["verdict"]): float(r["value"][1])
+        for r in panel_result(prometheus, since, "fleet", "Health verdicts by model")
+    }
     # XID 79 on GPU 3 and the lost RTX 4090 (GPU 7); the L40S pair has no evidence at all.
     assert counts[("NVIDIA H100 80GB HBM3", "lost")] == 1 and counts[("NVIDIA GeForce RTX 4090", "lost")] == 1
     assert counts[("NVIDIA L40S", "ok")] == 2
@@ -108,8 +112,10 @@ def test_work_panels_compute_what_the_counters_say(grafana_prometheus):
     """The fed work (conftest._feed_work): each tick adds 350 units on one L40S and 120 on a pair of
     H100s, so per GPU the rates are 350 : 60 whatever the ticks' timing."""
     prometheus, since = grafana_prometheus
-    per_gpu_hour = {r["metric"]["workload"]: [float(v) for _, v in r["values"]]
-                    for r in panel_result(prometheus, since, "fleet", "Units per GPU-hour by model and workload")}
+    per_gpu_hour = {
+        r["metric"]["workload"]: [float(v) for _, v in r["values"]]
+        for r in panel_result(prometheus, since, "fleet", "Units per GPU-hour by model and workload")
+    }
     pairs = [(a, b) for a, b in zip(per_gpu_hour["llama-3.1-8b"], per_gpu_hour["llama-3.1-70b"], strict=False) if b > 0]
     assert pairs and all(abs(a / b - 350 / 60) < 1e-6 for a, b in pairs), pairs[:3]
     energy = panel_result(prometheus, since, "fleet", "Energy per 1,000 units by model and workload")

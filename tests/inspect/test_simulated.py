@@ -319,8 +319,8 @@ def test_recent_l2_probe_result_gets_a_line(invoke, influxdb_v1, tmp_path):
     influxdb_v1.write(
         [
             # An older run, and the newest one; then a curve point (no summary fields) after it.
-            f"gpu_l2_probe,{tags} l2_effective_bytes=60000000i,l2_bw_gbps=1.0,dram_bw_gbps=1.0,l2_dram_ratio=1.0,knee_found=true,method=\"simulated\" {t0 - 10**9}",
-            f"gpu_l2_probe,{tags} l2_effective_bytes=100663296i,l2_bw_gbps=2500.5,dram_bw_gbps=780.2,l2_dram_ratio=3.205,knee_found=true,method=\"simulated\" {t0}",
+            f'gpu_l2_probe,{tags} l2_effective_bytes=60000000i,l2_bw_gbps=1.0,dram_bw_gbps=1.0,l2_dram_ratio=1.0,knee_found=true,method="simulated" {t0 - 10**9}',
+            f'gpu_l2_probe,{tags} l2_effective_bytes=100663296i,l2_bw_gbps=2500.5,dram_bw_gbps=780.2,l2_dram_ratio=3.205,knee_found=true,method="simulated" {t0}',
             f"gpu_l2_probe,{tags} working_set_bytes=1048576i,bandwidth_gbps=2600.0,step=0i {t0 + 10**6}",
             # GPU 1: only a run older than 30 days, which is not "recent".
             f"gpu_l2_probe,gpu=1,uuid={uuids[1]} l2_effective_bytes=1i,knee_found=true {old}",

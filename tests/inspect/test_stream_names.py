@@ -21,18 +21,35 @@ SEED = 5
 # measurement -> the fields that do not change while the driver is loaded.
 STATIC = {
     "gpu_clocks": [
-        "max_graphics_clock_mhz", "max_sm_clock_mhz", "max_memory_clock_mhz", "max_video_clock_mhz",
+        "max_graphics_clock_mhz",
+        "max_sm_clock_mhz",
+        "max_memory_clock_mhz",
+        "max_video_clock_mhz",
         "clock_event_reasons_supported",
     ],
     "gpu_power": [
-        "power_limit_w", "enforced_power_limit_w", "default_power_limit_w", "min_power_limit_w", "max_power_limit_w",
-        "temperature_shutdown_c", "temperature_slowdown_c", "temperature_gpu_max_c", "temperature_memory_max_c",
-        "temperature_shutdown_tlimit_c", "temperature_slowdown_tlimit_c", "temperature_gpu_max_tlimit_c",
+        "power_limit_w",
+        "enforced_power_limit_w",
+        "default_power_limit_w",
+        "min_power_limit_w",
+        "max_power_limit_w",
+        "temperature_shutdown_c",
+        "temperature_slowdown_c",
+        "temperature_gpu_max_c",
+        "temperature_memory_max_c",
+        "temperature_shutdown_tlimit_c",
+        "temperature_slowdown_tlimit_c",
+        "temperature_gpu_max_tlimit_c",
         "temperature_memory_max_tlimit_c",
     ],
     "gpu_memory": [
-        "fb_total_bytes", "bar1_total_bytes", "bus_width_bits", "dram_peak_gbps", "dram_peak_source",
-        "l2_cache_bytes", "l2_cache_source",
+        "fb_total_bytes",
+        "bar1_total_bytes",
+        "bus_width_bits",
+        "dram_peak_gbps",
+        "dram_peak_source",
+        "l2_cache_bytes",
+        "l2_cache_source",
     ],
     "gpu_pcie": ["max_link_gen", "max_link_width"],
     "gpu_health": ["ecc_enabled", "ecc_pending_enabled"],
@@ -41,7 +58,10 @@ STATIC = {
 }
 # Static fields of a multi-point measurement's points, and the tag that pairs a point with its stream point.
 STATIC_POINTS = {
-    "gpu_mig": ("mig_index", ["gi_id", "ci_id", "mig_uuid", "mig_profile", "fb_total_bytes", "sm_count", "gi_slices", "ci_slices"]),
+    "gpu_mig": (
+        "mig_index",
+        ["gi_id", "ci_id", "mig_uuid", "mig_profile", "fb_total_bytes", "sm_count", "gi_slices", "ci_slices"],
+    ),
     "gpu_vgpu": ("vgpu_instance", ["vgpu_type_id", "vgpu_type_name", "vgpu_uuid", "vm_id", "fb_total_bytes"]),
     "gpu_nvlink": ("link", ["version", "version_name", "remote_pci_bus_id", "remote_device_type", "cap_p2p_supported"]),
 }
@@ -137,7 +157,9 @@ def test_every_static_fact_has_the_same_value_in_both(both):
                 if own.get(key) is None:
                     assert fields.get(key) is None, f"{where}: {measurement}.{key} streamed, n/a in inspect"
                 else:
-                    assert same(own[key], fields.get(key)), f"{where}: {measurement}.{key} {own[key]!r} != {fields.get(key)!r}"
+                    assert same(own[key], fields.get(key)), (
+                        f"{where}: {measurement}.{key} {own[key]!r} != {fields.get(key)!r}"
+                    )
                     checked += 1
         for measurement, (pair_tag, keys) in STATIC_POINTS.items():
             own = gpu[measurement]
@@ -149,7 +171,9 @@ def test_every_static_fact_has_the_same_value_in_both(both):
                 other = by_key[str(point[pair_tag])]
                 for key in keys:
                     if point.get(key) is not None:
-                        assert same(point[key], other.get(key)), f"{where}: {measurement} {pair_tag}={point[pair_tag]} {key}"
+                        assert same(point[key], other.get(key)), (
+                            f"{where}: {measurement} {pair_tag}={point[pair_tag]} {key}"
+                        )
                         checked += 1
     # The MIG H100 alone has 2 devices x 8 static facts: the comparison is not vacuous.
     assert checked >= 100, checked

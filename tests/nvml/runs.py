@@ -72,7 +72,9 @@ class Run:
         return {
             p.tags["collector"]: p.fields.get("last_error", "")
             for p in self.points
-            if p.measurement == OWN and "collector" in p.tags and "nvml_call" not in p.tags
+            if p.measurement == OWN
+            and "collector" in p.tags
+            and "nvml_call" not in p.tags
             and p.fields.get("errors_total", 0)
         }
 
@@ -143,9 +145,4 @@ def keyed(run: Run) -> dict[tuple, set[str]]:
 def lost_fields(before: dict[tuple, set[str]], after: dict[tuple, set[str]]) -> set[str]:
     """``measurement.field`` of every field a point of ``before`` has and its point in ``after``
     lacks (points missing from ``after`` altogether are not counted here)."""
-    return {
-        f"{key[0]}.{name}"
-        for key, fields in before.items()
-        if key in after
-        for name in fields - after[key]
-    }
+    return {f"{key[0]}.{name}" for key, fields in before.items() if key in after for name in fields - after[key]}

@@ -47,6 +47,8 @@ NO_NEW_SAMPLES = {
 # Calls the agent probes along a range (Gpu.probe): INVALID_ARGUMENT is NVML's "past the card's
 # last link / profile", the end of the probe, so it is an answer there too.
 PROBED = {"nvmlDeviceGetNvLinkState", "nvmlDeviceGetGpuInstanceProfileInfoV"}
+
+
 def forced_codes(entry: dict) -> list[str]:
     codes = [c for c in entry["codes"] if c not in NOT_FORCED]
     if "any" in entry["codes"]:
@@ -68,12 +70,7 @@ def traced() -> set[str]:
 
 CALLED = traced()
 # Every function a run calls, forced to each of its codes (one not in the table fails below).
-CASES = [
-    (symbol, code)
-    for symbol, entry in FUNCTIONS.items()
-    if symbol in CALLED
-    for code in forced_codes(entry)
-]
+CASES = [(symbol, code) for symbol, entry in FUNCTIONS.items() if symbol in CALLED for code in forced_codes(entry)]
 
 
 def _fast_lane_cases() -> set[tuple[str, str]]:
@@ -113,7 +110,9 @@ def test_table_covers_every_function_a_run_calls(baseline):
     called = {symbol for symbol, n in baseline.calls.items() if n}
     assert called == CALLED
     missing = sorted(called - set(FUNCTIONS))
-    assert not missing, f"called but not in agent/gpus/nvml_conformance.json (scripts/nvml-conformance-table.py): {missing}"
+    assert not missing, (
+        f"called but not in agent/gpus/nvml_conformance.json (scripts/nvml-conformance-table.py): {missing}"
+    )
     # Rows no run calls are only the fallbacks (older spellings tried where the newer is refused).
     assert {s for s in FUNCTIONS if s not in called} == {s for s, e in FUNCTIONS.items() if e.get("traced") is False}
 
@@ -123,9 +122,10 @@ def test_every_gpu_of_the_fleet_reports_in_the_baseline(baseline):
     assert gpus == {str(i) for i in range(len(BUILTIN_NAMES))}
 
 
-@pytest.mark.parametrize(("symbol", "code"), [
-    pytest.param(s, c, id=f"{s}:{short(c)}", marks=() if (s, c) in FAST else pytest.mark.slow) for s, c in CASES
-])
+@pytest.mark.parametrize(
+    ("symbol", "code"),
+    [pytest.param(s, c, id=f"{s}:{short(c)}", marks=() if (s, c) in FAST else pytest.mark.slow) for s, c in CASES],
+)
 def test_one_forced_fault(symbol, code, baseline, tmp_path):
     entry = FUNCTIONS[symbol]
     role = entry["role"]
@@ -152,14 +152,17 @@ def test_one_forced_fault(symbol, code, baseline, tmp_path):
     lost = {f for f in lost_fields(before, after) if f.split(".", 1)[0] not in may_vanish}
     if code == "NVML_ERROR_NOT_FOUND":
         lost -= NO_NEW_SAMPLES.get(symbol, set())
-    assert lost <= set(entry.get("feeds", ())), f"fields lost beyond what {symbol} feeds: {sorted(lost - set(entry.get('feeds', ())))}"
+    assert lost <= set(entry.get("feeds", ())), (
+        f"fields lost beyond what {symbol} feeds: {sorted(lost - set(entry.get('feeds', ())))}"
+    )
 
     if code in ANSWERS or role == "teardown" or symbol in NOT_COUNTED:
         return
     if symbol in PROBED and code == "NVML_ERROR_INVALID_ARGUMENT":
         return
     counted = [
-        p for p in run.nvml_errors()
+        p
+        for p in run.nvml_errors()
         if base_symbol(p.tags["nvml_call"]) == base_symbol(symbol) and p.tags["nvml_error"] == short(code)
     ]
     assert counted, f"no gpuagent point counts {symbol} answering {short(code)}"

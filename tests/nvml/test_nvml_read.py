@@ -37,40 +37,27 @@ def make_field(value_type, member, value, ret=pynvml.NVML_SUCCESS):
 
 
 def test_field_value_decodes_by_type_and_drops_sentinels():
-    assert (
-        field_value(make_field(pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 123456789012))
-        == 123456789012
-    )
+    assert field_value(make_field(pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 123456789012)) == 123456789012
     assert field_value(make_field(pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 71)) == 71
     assert field_value(make_field(pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", 1.5)) == 1.5
     assert field_value(make_field(pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 0xFFFFFFFF)) is None
-    assert (
-        field_value(make_field(pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 2**64 - 1))
-        is None
-    )
+    assert field_value(make_field(pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 2**64 - 1)) is None
     assert field_value(make_field(pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", -1)) is None
-    refused = make_field(
-        pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 5, ret=pynvml.NVML_ERROR_NOT_SUPPORTED
-    )
+    refused = make_field(pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 5, ret=pynvml.NVML_ERROR_NOT_SUPPORTED)
     assert field_value(refused) is None
 
 
 # Every value type with its sentinels and edge values, and codes besides SUCCESS.
-_DECODE_CASES = [
-    (pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", v) for v in (1.5, 0.0, -2.0, float("inf"), float("nan"))
-] + [
-    (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", v) for v in (5, 0, 0xFFFFFFFF, 0xFFFFFFFE)
-] + [
-    (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG, "ulVal", v) for v in (5, 2**40, 2**64 - 1)
-] + [
-    (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", v) for v in (7, 2**32 - 1, 2**64 - 1, 2**63)
-] + [
-    (pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", v) for v in (-5, 7, 2**62)
-] + [
-    (pynvml.NVML_VALUE_TYPE_SIGNED_INT, "siVal", v) for v in (-5, 7)
-] + [
-    (pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT, "usVal", v) for v in (12, 0, 0xFFFF)
-] + [(99, "ullVal", 3)]  # a value type this agent does not know
+_DECODE_CASES = (
+    [(pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", v) for v in (1.5, 0.0, -2.0, float("inf"), float("nan"))]
+    + [(pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", v) for v in (5, 0, 0xFFFFFFFF, 0xFFFFFFFE)]
+    + [(pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG, "ulVal", v) for v in (5, 2**40, 2**64 - 1)]
+    + [(pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", v) for v in (7, 2**32 - 1, 2**64 - 1, 2**63)]
+    + [(pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", v) for v in (-5, 7, 2**62)]
+    + [(pynvml.NVML_VALUE_TYPE_SIGNED_INT, "siVal", v) for v in (-5, 7)]
+    + [(pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT, "usVal", v) for v in (12, 0, 0xFFFF)]
+    + [(99, "ullVal", 3)]
+)  # a value type this agent does not know
 
 
 def test_decode_batch_reads_every_entry_as_field_value_does():

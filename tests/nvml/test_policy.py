@@ -38,7 +38,9 @@ def test_deprecated_applications_clocks_cost_only_their_fields(invoke):
         assert "sm_clock_mhz=" in fields and "max_sm_clock_mhz=" in fields and "memory_clock_mhz=" in fields
         assert "applications_graphics_clock_mhz" not in fields and "applications_memory_clock_mhz" not in fields
     # --test folds the per-call series into the collector's line (agent/service/measurement.md).
-    counted = [fields for m, tags, fields in parse(result.stdout) if m == "gpuagent" and tags.get("collector") == "clocks"]
+    counted = [
+        fields for m, tags, fields in parse(result.stdout) if m == "gpuagent" and tags.get("collector") == "clocks"
+    ]
     # Refused for good: asked once per GPU and clock type, counted as such.
     assert len(counted) == 1 and 'nvml_errors="nvmlDeviceGetApplicationsClock:DEPRECATED(4)"' in counted[0]
     assert "nvml_errors_total=4i" in counted[0]

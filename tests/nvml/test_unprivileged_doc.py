@@ -63,9 +63,7 @@ def test_the_fields_an_unprivileged_run_lacks_are_the_documented_ones(runs):
 def test_the_calls_it_is_refused_are_the_documented_ones(runs):
     _, unprivileged = runs
     refused = {
-        base_symbol(p.tags["nvml_call"])
-        for p in unprivileged.nvml_errors()
-        if p.tags["nvml_error"] == "NO_PERMISSION"
+        base_symbol(p.tags["nvml_call"]) for p in unprivileged.nvml_errors() if p.tags["nvml_error"] == "NO_PERMISSION"
     }
     assert refused == doc_calls() - NOT_A_REFUSAL
 

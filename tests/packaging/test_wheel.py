@@ -24,8 +24,13 @@ ROOT = Path(__file__).resolve().parents[2]
 def dist(tmp_path_factory) -> Path:
     pytest.importorskip("twine", reason="twine (the test extra) checks the built files")
     out = tmp_path_factory.mktemp("dist")
-    done = subprocess.run([str(ROOT / "scripts/build-dist.sh"), str(out)], capture_output=True, text=True,
-                          timeout=300, env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [str(ROOT / "scripts/build-dist.sh"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("PASSED") == 2, done.stdout  # twine check --strict, both files
     return out
@@ -33,8 +38,10 @@ def dist(tmp_path_factory) -> Path:
 
 def test_sdist_and_wheel_are_named_after_the_one_version(dist):
     version = gpuagent.__version__
-    assert sorted(p.name for p in dist.iterdir()) == [f"gpuagent-{version}-py3-none-any.whl",
-                                                     f"gpuagent-{version}.tar.gz"]
+    assert sorted(p.name for p in dist.iterdir()) == [
+        f"gpuagent-{version}-py3-none-any.whl",
+        f"gpuagent-{version}.tar.gz",
+    ]
     top = re.search(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
     assert top and top.group(1) == version, "CHANGELOG.md's newest entry is not the package's version"
 
@@ -46,21 +53,36 @@ def test_the_wheel_in_a_fresh_venv_prints_the_version_and_runs(dist, tmp_path):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     py = env_dir / "bin/python"
-    new_site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                   capture_output=True, text=True, check=True).stdout.strip())
+    new_site = Path(
+        subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     (new_site / "test-venv-deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
     wheel = next(dist.glob("*.whl"))
-    pip = [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index",
-           str(wheel)]
+    pip = [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index", str(wheel)]
     done = subprocess.run(pip, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     exe = env_dir / "bin/gpuagent"
-    where = subprocess.run([str(py), "-I", "-c", "import gpuagent; print(gpuagent.__file__)"],
-                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    where = subprocess.run(
+        [str(py), "-I", "-c", "import gpuagent; print(gpuagent.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert where.stdout.startswith(str(env_dir)), where.stdout + where.stderr
     version = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert version.returncode == 0 and version.stdout.strip() == f"gpuagent, version {gpuagent.__version__}"
-    run = subprocess.run([str(exe), "run", "--simulate", "h100-sxm:2", "--once", "--test"],
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    run = subprocess.run(
+        [str(exe), "run", "--simulate", "h100-sxm:2", "--once", "--test"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert re.search(r"^gpu_power,.*model=NVIDIA\\ H100", run.stdout, re.M), run.stdout[:500]

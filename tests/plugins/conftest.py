@@ -19,7 +19,7 @@ import pytest
 from gpuagent.plugin_host import PluginHost
 
 # A well-behaved third-party plugin: the other plugins of a test must keep running beside a broken one.
-GOOD_PLUGIN = '''
+GOOD_PLUGIN = """
 import gpuagent
 
 class Hello(gpuagent.Collector):
@@ -36,7 +36,7 @@ class Hello(gpuagent.Collector):
 @gpuagent.hookimpl
 def gpuagent_register_collectors(register):
     register(Hello)
-'''
+"""
 
 
 class Site:
@@ -133,7 +133,10 @@ def cli(tmp_path):
             full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site.path), full.get("PYTHONPATH")]))
         return subprocess.run(
             [sys.executable, "-m", "gpuagent", *args],
-            capture_output=True, text=True, env=full, timeout=timeout,
+            capture_output=True,
+            text=True,
+            env=full,
+            timeout=timeout,
         )
 
     return run

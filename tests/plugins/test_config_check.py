@@ -16,7 +16,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("table", "error"), CASES, ids=[c[0].split(" ")[0] for c in CASES])
-def test_third_party_table_errors_are_one_line(table, error, plugin_file, plugins_dir, write_config, good_plugin, invoke):
+def test_third_party_table_errors_are_one_line(
+    table, error, plugin_file, plugins_dir, write_config, good_plugin, invoke
+):
     plugin_file("hello_plugin", good_plugin)
     cfg = write_config(f"[collectors.hello_tp]\n{table}\n", gpus_off=False)
     result = invoke("config", "check", str(cfg), "--plugins-dir", str(plugins_dir))
@@ -37,7 +39,7 @@ def test_valid_third_party_table_passes(plugin_file, plugins_dir, write_config, 
     assert result.exit_code == 0, result.stderr
     assert "ok; collectors:" in result.stdout and "hello_tp" in result.stdout
     shown = invoke("config", "show", str(cfg), "--plugins-dir", str(plugins_dir))
-    assert '[collectors.hello_tp]' in shown.stdout and 'greeting = "moin"' in shown.stdout
+    assert "[collectors.hello_tp]" in shown.stdout and 'greeting = "moin"' in shown.stdout
     assert "period = 0.25" in shown.stdout
 
 

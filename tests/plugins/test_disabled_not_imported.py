@@ -22,7 +22,11 @@ def imported_modules(args, env_extra=None, cwd=None, tmp=None):
     out = os.path.join(tmp or cwd, "modules.txt")
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, out, *args],
-        capture_output=True, text=True, env=env, cwd=cwd, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     with open(out) as fh:
@@ -55,7 +59,9 @@ def test_plugins_lists_the_commands_each_plugin_registered(tmp_path):
     cfg.write_text("[agent]\n")
     proc = subprocess.run(
         [sys.executable, "-m", "gpuagent", "plugins", "--json", "--config", str(cfg)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     import json
@@ -131,7 +137,8 @@ def test_inspect_shows_a_third_party_collectors_facts_from_the_configs_plugin_di
     doc = json.loads(proc.stdout)
     jsonschema.validate(doc, schema())
     assert [g["more"] for g in doc["gpus"]] == [
-        {"tp_fabric": {"rail": 0, "switch": "leaf-0"}}, {"tp_fabric": {"rail": 1, "switch": "leaf-1"}},
+        {"tp_fabric": {"rail": 0, "switch": "leaf-0"}},
+        {"tp_fabric": {"rail": 1, "switch": "leaf-1"}},
     ]
     assert doc["gpus"][0]["gpu_power"]["power_limit_w"] == 350.0  # the built-ins still read
     proc, _ = imported_modules(args, tmp=str(tmp_path))

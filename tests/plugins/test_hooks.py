@@ -94,18 +94,24 @@ def test_hook_gpuagent_register_commands(plugin_file, plugins_dir):
     assert result.exit_code == 0 and result.output == "port 2: ACTIVE\n"
 
     # A plugin whose command hook raises is failed; the commands of the others are kept.
-    plugin_file("bad_commands", """
+    plugin_file(
+        "bad_commands",
+        """
     import gpuagent
 
     @gpuagent.hookimpl
     def gpuagent_register_commands(cli):
         raise RuntimeError("bad_commands: no")
-    """)
+    """,
+    )
     host = PluginHost(plugins_dir=plugins_dir).load()
     group = click.Group("gpuagent")
     host.register_commands(group)
     assert "ib-status" in group.commands
-    assert (host.plugins["bad_commands"].status, host.plugins["bad_commands"].error) == ("failed", "RuntimeError: bad_commands: no")
+    assert (host.plugins["bad_commands"].status, host.plugins["bad_commands"].error) == (
+        "failed",
+        "RuntimeError: bad_commands: no",
+    )
 
 
 @pytest.mark.slow
@@ -116,4 +122,8 @@ def test_hook_gpuagent_register_commands_from_an_installed_package(site, cli):
     assert out.stdout == "port 3: ACTIVE\n"
     listed = cli("plugins", "--json", site=site)
     ibcmd = next(p for p in json.loads(listed.stdout)["plugins"] if p["name"] == "ibcmd")
-    assert (ibcmd["hooks"], ibcmd["commands"], ibcmd["version"]) == (["gpuagent_register_commands"], ["ib-status"], "0.2")
+    assert (ibcmd["hooks"], ibcmd["commands"], ibcmd["version"]) == (
+        ["gpuagent_register_commands"],
+        ["ib-status"],
+        "0.2",
+    )

@@ -104,7 +104,7 @@ def test_collector_rejecting_its_config_stops_the_start_naming_plugin_and_key(pl
 
 def test_pydantic_error_from_init_is_one_line(plugin_file, plugins_dir, write_config):
     plugin_file("strict_plugin", STRICT)
-    cfg = write_config("[collectors.strict]\nlimits = { low = 1, high = \"lots\" }\n")
+    cfg = write_config('[collectors.strict]\nlimits = { low = 1, high = "lots" }\n')
     with pytest.raises(ConfigError) as err:
         build(Options(config_path=cfg, plugins_dir=str(plugins_dir), test=True))
     assert str(err.value) == (
@@ -244,7 +244,10 @@ def test_a_sink_whose_write_never_returns_holds_back_nothing_else(plugin_file, p
     env = {**os.environ, "GPUAGENT_CONFIG": ""}
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuagent", "run", "--config", str(cfg), "--plugins-dir", str(plugins_dir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         deadline = time.monotonic() + 60

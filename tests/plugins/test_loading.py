@@ -63,8 +63,15 @@ def load_host(**kw) -> PluginHost:
 
 
 def test_each_kind_of_import_failure_is_contained(site, good_plugin):
-    site.add_dist("tp-missing-dep", "0.1", {"tp_missing_dep.py": "import tp_not_installed\n"}, {"missing_dep": "tp_missing_dep"})
-    site.add_dist("tp-exits", "0.1", {"tp_exits.py": "import sys\nsys.exit('tp_exits: unsupported platform')\n"}, {"exits": "tp_exits"})
+    site.add_dist(
+        "tp-missing-dep", "0.1", {"tp_missing_dep.py": "import tp_not_installed\n"}, {"missing_dep": "tp_missing_dep"}
+    )
+    site.add_dist(
+        "tp-exits",
+        "0.1",
+        {"tp_exits.py": "import sys\nsys.exit('tp_exits: unsupported platform')\n"},
+        {"exits": "tp_exits"},
+    )
     site.add_dist("tp-no-attr", "0.1", {"tp_no_attr.py": "X = 1\n"}, {"no_attr": "tp_no_attr:plugin"})
     site.add_dist("tp-syntax", "0.1", {"tp_syntax.py": "def broken(:\n"}, {"syntax": "tp_syntax"})
     site.add_dist("tp-hello", "1.0", {"tp_hello.py": good_plugin}, {"hello": "tp_hello"})
@@ -261,9 +268,10 @@ def test_plugins_dir_from_config(plugin_file, plugins_dir, write_config, good_pl
 
 
 def test_sample_config_of_a_third_party_plugin(site, invoke, good_plugin):
-    sample = "# hello: says hi\n[collectors.hello_tp]\n# greeting = \"hi\"\n"
+    sample = '# hello: says hi\n[collectors.hello_tp]\n# greeting = "hi"\n'
     site.add_dist(
-        "tp-hello", "1.0",
+        "tp-hello",
+        "1.0",
         {"tp_hellopkg/__init__.py": good_plugin, "tp_hellopkg/sample.toml": sample},
         {"hello": "tp_hellopkg"},
     )

@@ -57,9 +57,7 @@ def test_send_refuses_a_cpu_result(invoke):
     assert res.stderr.strip().count("\n") == 0 and "--send writes GPU results only" in res.stderr
 
 
-@pytest.mark.parametrize(
-    "args", [("--max-bytes", "lots"), ("--steps", "1"), ("--cpu", "--simulate", "l40s")]
-)
+@pytest.mark.parametrize("args", [("--max-bytes", "lots"), ("--steps", "1"), ("--cpu", "--simulate", "l40s")])
 def test_usage_errors_exit_2(invoke, args):
     res = invoke("probe", "l2", *args)
     assert res.exit_code == 2
@@ -113,14 +111,10 @@ def test_parse_bytes(text, value):
 
 def test_simulated_gpu_curve_and_knee(invoke):
     needs_sim()
-    res = invoke(
-        "probe", "l2", "--simulate", "l40s:1,h200:1", "--gpu", "1", "--json", "--max-util", "100"
-    )
+    res = invoke("probe", "l2", "--simulate", "l40s:1,h200:1", "--gpu", "1", "--json", "--max-util", "100")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert (
-        doc["method"] == "simulated" and doc["gpu"]["index"] == 1 and "H200" in doc["gpu"]["model"]
-    )
+    assert doc["method"] == "simulated" and doc["gpu"]["index"] == 1 and "H200" in doc["gpu"]["model"]
     assert doc["sizes"][0] == 1 << 20 and len(doc["sizes"]) == 24
     step = math.log(doc["sizes"][1] / doc["sizes"][0])
     assert abs(math.log(doc["knee_bytes"] / doc["reported_cache_bytes"]["L2"])) <= step

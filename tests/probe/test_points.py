@@ -20,9 +20,7 @@ TAGS = {
 def result():
     backend = SimulatedBackend("NVIDIA H200", seed=1)
     sizes = working_set_sizes(MIB, 4 * backend.l2_bytes, 24)
-    return run_probe(
-        backend, sizes, rounds=3, gpu_tags=TAGS, reported_cache_bytes={"L2": backend.l2_bytes}
-    )
+    return run_probe(backend, sizes, rounds=3, gpu_tags=TAGS, reported_cache_bytes={"L2": backend.l2_bytes})
 
 
 def test_one_summary_and_one_point_per_size(result):
@@ -92,16 +90,11 @@ def test_send_writes_through_the_configured_sinks(result, tmp_path, monkeypatch)
     monkeypatch.delenv("GPUAGENT_CONFIG", raising=False)
     out = tmp_path / "probe.lp"
     cfg = tmp_path / "gpuagent.toml"
-    cfg.write_text(
-        f'[agent]\nhostname = "node9"\ntags = {{ rack = "r1" }}\n\n[sinks.file]\npath = "{out}"\n'
-    )
+    cfg.write_text(f'[agent]\nhostname = "node9"\ntags = {{ rack = "r1" }}\n\n[sinks.file]\npath = "{out}"\n')
     assert send_points(result, str(cfg), None, None, as_json=True) == 25 + len(result.knees)
     lines = out.read_text().splitlines()
     assert len(lines) == 25 + len(result.knees)
-    assert all(
-        line.startswith("gpu_l2_probe,arch=Hopper,gpu=1,host=node9,") and ",rack=r1," in line
-        for line in lines
-    )
+    assert all(line.startswith("gpu_l2_probe,arch=Hopper,gpu=1,host=node9,") and ",rack=r1," in line for line in lines)
     assert lines == [p.to_line() for p in result.to_points({"host": "node9", "rack": "r1"})]
 
 

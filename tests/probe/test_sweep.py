@@ -71,9 +71,5 @@ def test_simulated_curve_knee_is_the_profile_l2(model):
 
 
 def test_sizes_and_bus_ids_parse():
-    assert (
-        parse_size("512K") == 512 << 10
-        and parse_size("8192K") == 8 << 20
-        and parse_size("1 MiB") == 1 << 20
-    )
+    assert parse_size("512K") == 512 << 10 and parse_size("8192K") == 8 << 20 and parse_size("1 MiB") == 1 << 20
     assert _norm_bus_id("00000000:1B:00.0") == _norm_bus_id("0000:1b:00.0") == "0:1b:0.0"

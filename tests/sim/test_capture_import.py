@@ -108,10 +108,7 @@ def test_imported_capture_through_pynvml(capture, tmp_path, simulated_fleet):
     simulated_fleet(str(out), scenario="idle")
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     assert pynvml.nvmlDeviceGetName(h) == want["name"]
-    assert (
-        pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2).total
-        == want["total_mib"] << 20
-    )
+    assert pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2).total == want["total_mib"] << 20
     power = (
         pynvml.nvmlDeviceGetPowerManagementLimit(h),
         pynvml.nvmlDeviceGetPowerManagementDefaultLimit(h),
@@ -167,9 +164,7 @@ def test_h100_mig_capture_names_its_instances():
         "1g.10gb",
         "1g.10gb",
     ]
-    assert (
-        profile["gpm"] is True and profile["nvlink"]["links"] == 18
-    )  # filled from the built-in h100-sxm
+    assert profile["gpm"] is True and profile["nvlink"]["links"] == 18  # filled from the built-in h100-sxm
 
 
 def test_geforce_capture_marks_na_calls():
@@ -260,7 +255,12 @@ GPU 00000000:01:00.0
     cap.write_text(text)
     profile = import_capture(cap)
     assert profile["not_in_capture"] == [
-        "power limit", "idle power draw", "max clocks", "idle clocks", "GPU temperature", "loaded run",
+        "power limit",
+        "idle power draw",
+        "max clocks",
+        "idle clocks",
+        "GPU temperature",
+        "loaded run",
     ]
     out = tmp_path / "p.json"
     out.write_text(json.dumps(profile))
@@ -336,10 +336,7 @@ def test_mig_names_from_the_capture_list_section(tmp_path, invoke):
     cap = tmp_path / "small-mig.txt"
     cap.write_text(SMALL_MIG_CAPTURE)
     profile = import_capture(cap)
-    got = [
-        (i["gi_id"], i["ci_id"], i["profile"], i.get("ci_slices"))
-        for i in profile["mig"]["instances"]
-    ]
+    got = [(i["gi_id"], i["ci_id"], i["profile"], i.get("ci_slices")) for i in profile["mig"]["instances"]]
     assert got == [(1, 0, "3g.40gb", 1), (1, 1, "3g.40gb", 2)]
     out = tmp_path / "p.json"
     out.write_text(json.dumps(profile))

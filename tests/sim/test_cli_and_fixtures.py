@@ -41,12 +41,8 @@ def test_sim_import_writes_profile(tmp_path):
     result = CliRunner().invoke(sim_group, ["import", str(capture), "-o", str(out)])
     assert result.exit_code == 0, result.output
     profile = json.loads(out.read_text())
-    assert (
-        profile["product_name"] == "NVIDIA A100-SXM4-80GB" and len(profile["mig"]["instances"]) == 4
-    )
-    result = CliRunner().invoke(
-        sim_group, ["import", str(tmp_path / "a100.json"), "-o", str(tmp_path / "y.json")]
-    )
+    assert profile["product_name"] == "NVIDIA A100-SXM4-80GB" and len(profile["mig"]["instances"]) == 4
+    result = CliRunner().invoke(sim_group, ["import", str(tmp_path / "a100.json"), "-o", str(tmp_path / "y.json")])
     assert result.exit_code != 0
 
 
@@ -59,10 +55,7 @@ def test_sim_record_on_the_simulator(tmp_path):
         sim.uninstall()
     assert result.exit_code == 0, result.output
     profile = json.loads(out.read_text())
-    assert (
-        profile["product_name"] == "NVIDIA L40S"
-        and profile["virtualization"]["mode"] == "host_vgpu"
-    )
+    assert profile["product_name"] == "NVIDIA L40S" and profile["virtualization"]["mode"] == "host_vgpu"
 
 
 def test_sim_record_without_driver_is_one_line_error(tmp_path):

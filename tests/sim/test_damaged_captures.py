@@ -18,9 +18,20 @@ from gpuagent.sim.profile import validate
 
 # Values nvidia-smi prints in place of a reading (captures' README), and some it never prints.
 ODD_VALUES = (
-    "N/A", "[N/A]", "[Unknown Error]", "Requested functionality has been deprecated",
-    "Insufficient Permissions", "[Not Supported]", "-1", "0", "1e999", "0x", "abc", "",
-    "99999999999999999999", "5.5.5 MHz",
+    "N/A",
+    "[N/A]",
+    "[Unknown Error]",
+    "Requested functionality has been deprecated",
+    "Insufficient Permissions",
+    "[Not Supported]",
+    "-1",
+    "0",
+    "1e999",
+    "0x",
+    "abc",
+    "",
+    "99999999999999999999",
+    "5.5.5 MHz",
 )
 CASES_PER_CAPTURE = 4
 

@@ -51,9 +51,7 @@ def test_p2p_caps_tuple_is_refused_like_ctypes(simulated_fleet):
     simulated_fleet("l40s:2")
     a, b = handles()
     assert isinstance(pynvml.NVML_P2P_CAPS_INDEX_READ, tuple)  # the trap in current nvidia-ml-py
-    with pytest.raises(
-        ctypes.ArgumentError, match="argument 3: TypeError: Don't know how to convert parameter 3"
-    ):
+    with pytest.raises(ctypes.ArgumentError, match="argument 3: TypeError: Don't know how to convert parameter 3"):
         pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_READ)
     assert pynvml.nvmlDeviceGetP2PStatus(a, b, 0) == pynvml.NVML_P2P_STATUS_OK
     with pytest.raises(ctypes.ArgumentError) as real:  # what real ctypes says for the same call
@@ -72,14 +70,10 @@ def test_unconvertible_arguments_raise_argument_error(simulated_fleet, bad):
 def test_int_too_big_overflows_like_ctypes(simulated_fleet):
     simulated_fleet("h100-sxm:1")
     (h,) = handles()
-    with pytest.raises(
-        ctypes.ArgumentError, match="argument 2: OverflowError: int too long to convert"
-    ):
+    with pytest.raises(ctypes.ArgumentError, match="argument 2: OverflowError: int too long to convert"):
         pynvml.nvmlDeviceGetNvLinkState(h, 1 << 70)
     ctypes_lib = ctypes.CDLL(None)  # the same refusal from real ctypes
-    with pytest.raises(
-        ctypes.ArgumentError, match="argument 1: OverflowError: int too long to convert"
-    ):
+    with pytest.raises(ctypes.ArgumentError, match="argument 1: OverflowError: int too long to convert"):
         ctypes_lib.abs(1 << 70)
 
 
@@ -124,10 +118,7 @@ def test_identity_and_static_facts(simulated_fleet):
     same = pynvml.nvmlDeviceGetHandleByUUID(uuid)
     assert pynvml.nvmlDeviceGetName(same) == "NVIDIA H100 80GB HBM3"
     bus = pynvml.nvmlDeviceGetPciInfo_v3(h100).busId
-    assert (
-        pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByPciBusId(bus))
-        == "NVIDIA H100 80GB HBM3"
-    )
+    assert pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByPciBusId(bus)) == "NVIDIA H100 80GB HBM3"
     assert [g.name for g in machine.gpus] == ["NVIDIA L40S", "NVIDIA H100 80GB HBM3"]
     assert machine.gpus[0].arch == "Ada Lovelace"
 
@@ -210,16 +201,12 @@ def test_field_values(simulated_fleet, sim_clock):
         99999,
     ]
     values = pynvml.nvmlDeviceGetFieldValues(h, ids)
-    assert values[0].nvmlReturn == 0 and values[
-        0
-    ].value.ullVal == pynvml.nvmlDeviceGetTotalEnergyConsumption(h)
+    assert values[0].nvmlReturn == 0 and values[0].value.ullVal == pynvml.nvmlDeviceGetTotalEnergyConsumption(h)
     assert values[1].value.uiVal == 18
     assert values[2].nvmlReturn == 0 and values[2].value.ullVal > 0
     assert values[3].nvmlReturn == 0
     assert values[4].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
-    lv = pynvml.nvmlDeviceGetFieldValues(
-        l40s, [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT, pynvml.NVML_FI_DEV_MEMORY_TEMP]
-    )
+    lv = pynvml.nvmlDeviceGetFieldValues(l40s, [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT, pynvml.NVML_FI_DEV_MEMORY_TEMP])
     assert [v.nvmlReturn for v in lv] == [pynvml.NVML_ERROR_NOT_SUPPORTED] * 2
 
 

@@ -75,9 +75,7 @@ def test_register_unsupported_event_types_on_geforce(simulated_fleet):
     pynvml.nvmlDeviceRegisterEvents(h, supported, es)
 
 
-def test_lost_gpu_answers_gpu_is_lost_for_every_call_others_keep_answering(
-    simulated_fleet, sim_clock
-):
+def test_lost_gpu_answers_gpu_is_lost_for_every_call_others_keep_answering(simulated_fleet, sim_clock):
     machine = simulated_fleet("h100-sxm:3@lost=1:30s", scenario="training")
     hs = handles()
     es = xid_set(hs)
@@ -149,9 +147,7 @@ def test_faults_from_profile(simulated_fleet, sim_clock, tmp_path):
     es = xid_set(hs)
     sim_clock.advance(11)
     data = pynvml.nvmlEventSetWait_v2(es, 0)
-    assert data.eventData == 94 and pynvml.nvmlDeviceGetUUID(
-        data.device
-    ) == pynvml.nvmlDeviceGetUUID(hs[2])
+    assert data.eventData == 94 and pynvml.nvmlDeviceGetUUID(data.device) == pynvml.nvmlDeviceGetUUID(hs[2])
     assert pynvml.nvmlDeviceGetPcieReplayCounter(hs[0]) == 0  # the rtx4090 is not from that profile
     with pytest.raises(pynvml.NVMLError_GpuIsLost):
         pynvml.nvmlDeviceGetPcieReplayCounter(hs[1])
@@ -164,11 +160,14 @@ def test_bad_fault_text(text):
         parse_fault(text, count=2)
 
 
-@pytest.mark.parametrize(("symbol", "hint"), [
-    ("nvmlFoo", "e.g. nvmlDeviceGetPowerUsage"),
-    ("nvmlDeviceGetPowerUsag", "did you mean nvmlDeviceGetPowerUsage?"),
-    ("nvmlDeviceGetTemprature", "did you mean nvmlDeviceGetTemperature?"),
-])
+@pytest.mark.parametrize(
+    ("symbol", "hint"),
+    [
+        ("nvmlFoo", "e.g. nvmlDeviceGetPowerUsage"),
+        ("nvmlDeviceGetPowerUsag", "did you mean nvmlDeviceGetPowerUsage?"),
+        ("nvmlDeviceGetTemprature", "did you mean nvmlDeviceGetTemperature?"),
+    ],
+)
 def test_a_fault_on_a_symbol_libnvidia_ml_lacks_is_refused(simulated_fleet, tmp_path, symbol, hint):
     """Accepted, it would force a call nothing makes, and the test using it would test nothing."""
     with pytest.raises(AgentError, match=f"bad fault .*no NVML function '{symbol}'.*{hint}"):
@@ -197,12 +196,7 @@ def test_ecc_and_replay_counters(simulated_fleet):
     a, b = handles()
     machine.add_ecc_errors(1, corrected=5, uncorrected=1)
     machine.add_pcie_replays(1, 3)
-    assert (
-        pynvml.nvmlDeviceGetTotalEccErrors(
-            b, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC
-        )
-        == 5
-    )
+    assert pynvml.nvmlDeviceGetTotalEccErrors(b, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC) == 5
     assert (
         pynvml.nvmlDeviceGetMemoryErrorCounter(
             b,
@@ -214,9 +208,4 @@ def test_ecc_and_replay_counters(simulated_fleet):
     )
     assert pynvml.nvmlDeviceGetRemappedRows(b)[1] == 1
     assert pynvml.nvmlDeviceGetPcieReplayCounter(b) == 3
-    assert (
-        pynvml.nvmlDeviceGetTotalEccErrors(
-            a, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC
-        )
-        == 0
-    )
+    assert pynvml.nvmlDeviceGetTotalEccErrors(a, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC) == 0

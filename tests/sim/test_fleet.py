@@ -85,15 +85,9 @@ def test_l40s_behind_switches(simulated_fleet):
     statuses = p2p(a, b)
     assert statuses[pynvml.NVML_P2P_CAPS_INDEX_NVLINK] == pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
     assert all(statuses[c] == pynvml.NVML_P2P_STATUS_OK for c in (0, 1, 3, 4))
-    assert (
-        pynvml.nvmlDeviceGetTopologyCommonAncestor(hs[0], hs[1]) == pynvml.NVML_TOPOLOGY_SINGLE
-    )  # PIX
-    assert (
-        pynvml.nvmlDeviceGetTopologyCommonAncestor(hs[0], hs[2]) == pynvml.NVML_TOPOLOGY_MULTIPLE
-    )  # PXB
-    assert (
-        pynvml.nvmlDeviceGetTopologyCommonAncestor(hs[0], hs[5]) == pynvml.NVML_TOPOLOGY_SYSTEM
-    )  # other socket
+    assert pynvml.nvmlDeviceGetTopologyCommonAncestor(hs[0], hs[1]) == pynvml.NVML_TOPOLOGY_SINGLE  # PIX
+    assert pynvml.nvmlDeviceGetTopologyCommonAncestor(hs[0], hs[2]) == pynvml.NVML_TOPOLOGY_MULTIPLE  # PXB
+    assert pynvml.nvmlDeviceGetTopologyCommonAncestor(hs[0], hs[5]) == pynvml.NVML_TOPOLOGY_SYSTEM  # other socket
     assert p2p(hs[0], hs[5])[0] == pynvml.NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED
     near = pynvml.nvmlDeviceGetTopologyNearestGpus(hs[0], pynvml.NVML_TOPOLOGY_MULTIPLE)
     assert sorted(pynvml.nvmlDeviceGetIndex(h) for h in near) == [1, 2, 3]
@@ -106,21 +100,12 @@ def test_h100_sxm_nvlink_between_all_pairs(simulated_fleet):
     simulated_fleet("h100-sxm:8")
     hs = handles()
     for a, b in itertools.combinations(hs, 2):
-        assert (
-            pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_NVLINK)
-            == pynvml.NVML_P2P_STATUS_OK
-        )
-        assert (
-            pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_READ[0])
-            == pynvml.NVML_P2P_STATUS_OK
-        )
+        assert pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_NVLINK) == pynvml.NVML_P2P_STATUS_OK
+        assert pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_READ[0]) == pynvml.NVML_P2P_STATUS_OK
     for h in hs:
         assert [pynvml.nvmlDeviceGetNvLinkState(h, link) for link in range(18)] == [1] * 18
         assert pynvml.nvmlDeviceGetNvLinkVersion(h, 0) == pynvml.NVML_NVLINK_VERSION_4_0
-        assert (
-            pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(h, 0)
-            == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
-        )
+        assert pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(h, 0) == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
         assert pynvml.nvmlDeviceGetNvLinkCapability(h, 0, pynvml.NVML_NVLINK_CAP_P2P_SUPPORTED) == 1
 
 
@@ -133,9 +118,7 @@ def test_h100_pcie_nvlink_bridge_pairs(simulated_fleet):
     assert pynvml.nvmlDeviceGetP2PStatus(hs[1], hs[2], nvl) == pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
     remote = pynvml.nvmlDeviceGetNvLinkRemotePciInfo(hs[0], 0).busId
     assert remote == pynvml.nvmlDeviceGetPciInfo_v3(hs[1]).busId
-    assert (
-        pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(hs[2], 0) == pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
-    )
+    assert pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(hs[2], 0) == pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
 
 
 def test_odd_h100_pcie_has_inactive_bridge(simulated_fleet):

@@ -25,10 +25,7 @@ def metrics_between(s1, s2, ids=METRICS):
     for i, mid in enumerate(ids):
         mg.metrics[i].metricId = mid
     pynvml.nvmlGpmMetricsGet(mg)
-    return {
-        mg.metrics[i].metricId: (mg.metrics[i].nvmlReturn, mg.metrics[i].value)
-        for i in range(len(ids))
-    }
+    return {mg.metrics[i].metricId: (mg.metrics[i].nvmlReturn, mg.metrics[i].value) for i in range(len(ids))}
 
 
 def test_gpm_whole_gpu(simulated_fleet, sim_clock):
@@ -43,12 +40,7 @@ def test_gpm_whole_gpu(simulated_fleet, sim_clock):
     assert all(ret == pynvml.NVML_SUCCESS for ret, _ in got.values())
     dram = got[pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL][1]
     assert 0 < dram <= 100
-    assert (
-        0
-        < got[pynvml.NVML_GPM_METRIC_SM_OCCUPANCY][1]
-        < got[pynvml.NVML_GPM_METRIC_SM_UTIL][1]
-        <= 100
-    )
+    assert 0 < got[pynvml.NVML_GPM_METRIC_SM_OCCUPANCY][1] < got[pynvml.NVML_GPM_METRIC_SM_UTIL][1] <= 100
     assert got[pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL][1] > got[pynvml.NVML_GPM_METRIC_FP64_UTIL][1]
     assert got[pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC][1] > 0
     mg = pynvml.c_nvmlGpmMetricsGet_t()
@@ -68,8 +60,14 @@ def test_gpm_idle_is_zero_and_unknown_metric_not_supported(simulated_fleet, sim_
     sim_clock.advance(1)
     pynvml.nvmlGpmSampleGet(h, s2)
     got = metrics_between(
-        s1, s2, (pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, pynvml.NVML_GPM_METRIC_NVDEC_0_UTIL,
-                 pynvml.NVML_GPM_METRIC_NVDEC_7_UTIL, pynvml.NVML_GPM_METRIC_C2C_TOTAL_TX_PER_SEC)
+        s1,
+        s2,
+        (
+            pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+            pynvml.NVML_GPM_METRIC_NVDEC_0_UTIL,
+            pynvml.NVML_GPM_METRIC_NVDEC_7_UTIL,
+            pynvml.NVML_GPM_METRIC_C2C_TOTAL_TX_PER_SEC,
+        ),
     )
     assert got[pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL] == (0, 0.0)
     # Hopper has 7 NVDECs (0-6): an idle one answers 0, the absent eighth NOT_SUPPORTED (issue 32).

@@ -72,7 +72,10 @@ def test_fabric_info_on_nvswitch_hopper_only(simulated_fleet, sim_clock):
     info = pynvml.c_nvmlGpuFabricInfo_v3_t()
     pynvml.nvmlDeviceGetGpuFabricInfoV(h100, ctypes.byref(info))
     assert (info.state, info.status, info.cliqueId, info.healthMask) == (
-        pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, pynvml.NVML_SUCCESS, 0, 0  # the H100 SXM capture
+        pynvml.NVML_GPU_FABRIC_STATE_COMPLETED,
+        pynvml.NVML_SUCCESS,
+        0,
+        0,  # the H100 SXM capture
     )
     sim_clock.set(5)
     v2 = pynvml.c_nvmlGpuFabricInfo_v2_t()

@@ -16,7 +16,9 @@ def test_a_pair_of_gpus_runs_one_job_per_slot_and_a_seed_gives_the_same_history(
         assert book.job_id(0, t) == JobBook(seed=7, gpus=4).job_id(0, t)
     idle = sum(book.job_id(2, slot * SLOT) is None for slot in range(400))
     assert 60 < idle < 140  # about one slot in four (a seeded hash)
-    assert [book.job_id(0, s * SLOT) for s in range(20)] != [JobBook(seed=8, gpus=4).job_id(0, s * SLOT) for s in range(20)]
+    assert [book.job_id(0, s * SLOT) for s in range(20)] != [
+        JobBook(seed=8, gpus=4).job_id(0, s * SLOT) for s in range(20)
+    ]
 
 
 def test_each_jobs_process_has_a_pid_above_linuxs_largest_and_an_owner():

@@ -30,9 +30,7 @@ def test_mig_devices(simulated_fleet, sim_clock):
             assert 39 << 30 < mem.total < 40 << 30 and 0 < mem.used < mem.total
             assert pynvml.nvmlDeviceGetAttributes(m).multiprocessorCount == sm
             procs = pynvml.nvmlDeviceGetComputeRunningProcesses(m)
-            assert len(procs) == 1 and procs[0].gpuInstanceId == pynvml.nvmlDeviceGetGpuInstanceId(
-                m
-            )
+            assert len(procs) == 1 and procs[0].gpuInstanceId == pynvml.nvmlDeviceGetGpuInstanceId(m)
             with pytest.raises(pynvml.NVMLError_NotSupported):
                 pynvml.nvmlDeviceGetPowerUsage(m)  # device-level readings live on the parent
         assert len(pynvml.nvmlDeviceGetComputeRunningProcesses(h)) == 2
@@ -74,9 +72,7 @@ def test_vgpu_host(simulated_fleet, sim_clock):
     simulated_fleet("l40s-vgpu:1,l40s:1", scenario="training")
     sim_clock.advance(10)
     h, plain = (pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(2))
-    assert (
-        pynvml.nvmlDeviceGetVirtualizationMode(h) == pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU
-    )
+    assert pynvml.nvmlDeviceGetVirtualizationMode(h) == pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU
     assert pynvml.nvmlDeviceGetVirtualizationMode(plain) == pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE
     assert pynvml.nvmlDeviceGetHostVgpuMode(h) == pynvml.NVML_HOST_VGPU_MODE_SRIOV
     active = pynvml.nvmlDeviceGetActiveVgpus(h)

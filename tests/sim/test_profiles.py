@@ -44,10 +44,7 @@ def test_variants():
     vgpu = load_profile("l40s-vgpu")["virtualization"]
     assert vgpu["mode"] == "host_vgpu" and len(vgpu["vgpu_instances"]) == 2
     assert load_profile("rtx4090")["ecc"] is None
-    assert all(
-        load_profile(n)["gpm"] == (load_profile(n)["architecture"] == "Hopper")
-        for n in BUILTIN_NAMES
-    )
+    assert all(load_profile(n)["gpm"] == (load_profile(n)["architecture"] == "Hopper") for n in BUILTIN_NAMES)
 
 
 def test_load_profile_returns_fresh_copies():

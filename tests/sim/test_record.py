@@ -28,18 +28,13 @@ def static_facts(p):
     virt = p["virtualization"]
     return {
         **{k: p.get(k) for k in STATIC_KEYS},
-        "memory": {
-            k: p["memory"][k]
-            for k in ("total_mib", "reserved_mib", "bar1_total_mib", "bus_width_bits")
-        },
+        "memory": {k: p["memory"][k] for k in ("total_mib", "reserved_mib", "bar1_total_mib", "bus_width_bits")},
         "clocks_max": p["clocks_mhz"]["max"],
         "applications": p["clocks_mhz"]["applications"],
         "power": {k: float(p["power_w"][k]) for k in ("limit", "default", "min", "max")},
         "pcie": {k: p["pcie"][k] for k in ("max_gen", "max_width", "current_width")},
         "fan": p.get("fan_pct") is not None,
-        "nvlink": {k: p["nvlink"][k] for k in ("links", "version", "topology")}
-        if p.get("nvlink")
-        else None,
+        "nvlink": {k: p["nvlink"][k] for k in ("links", "version", "topology")} if p.get("nvlink") else None,
         "mig": None
         if mig is None
         else {
@@ -62,12 +57,9 @@ def static_facts(p):
             ],
         },
         "virt_mode": virt["mode"],
-        "vgpu_types": sorted(
-            (t["type_id"], t["name"], t["fb_mib"]) for t in virt.get("vgpu_types") or []
-        ),
+        "vgpu_types": sorted((t["type_id"], t["name"], t["fb_mib"]) for t in virt.get("vgpu_types") or []),
         "vgpu_instances": sorted(
-            (v["instance_id"], v["type_id"], v["vm_id"], v["fb_used_mib"])
-            for v in virt.get("vgpu_instances") or []
+            (v["instance_id"], v["type_id"], v["vm_id"], v["fb_used_mib"]) for v in virt.get("vgpu_instances") or []
         ),
     }
 

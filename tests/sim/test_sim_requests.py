@@ -15,15 +15,9 @@ from gpuagent.sim.load import LoadModel
 REASON_FIELDS = {
     pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP: pynvml.nvmlClocksEventReasonSwPowerCap,
     pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST: pynvml.nvmlClocksEventReasonSyncBoost,
-    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN: (
-        pynvml.nvmlClocksEventReasonSwThermalSlowdown
-    ),
-    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: (
-        pynvml.nvmlClocksEventReasonHwThermalSlowdown
-    ),
-    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN: (
-        pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
-    ),
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN: (pynvml.nvmlClocksEventReasonSwThermalSlowdown),
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: (pynvml.nvmlClocksEventReasonHwThermalSlowdown),
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN: (pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown),
 }
 CAP = pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP
 THERMAL = pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN
@@ -38,11 +32,7 @@ def fields(handle, ids):
     """field id -> (return code, value, value type)."""
     out = {}
     for fid, fv in zip(ids, pynvml.nvmlDeviceGetFieldValues(handle, ids), strict=True):
-        value = (
-            fv.value.ullVal
-            if fv.valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-            else fv.value.uiVal
-        )
+        value = fv.value.ullVal if fv.valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG else fv.value.uiVal
         out[fid] = (
             fv.nvmlReturn,
             value if fv.nvmlReturn == pynvml.NVML_SUCCESS else None,
@@ -81,9 +71,7 @@ def test_nvml_field_ids_are_the_ones_in_pynvml():
         "h200",
     ],
 )
-def test_reason_counters_answered_as_ull_ns_on_datacenter_cards(
-    profile, simulated_fleet, sim_clock
-):
+def test_reason_counters_answered_as_ull_ns_on_datacenter_cards(profile, simulated_fleet, sim_clock):
     simulated_fleet(profile, scenario="training")
     sim_clock.advance(30)
     (h,) = handles()
@@ -136,17 +124,12 @@ def test_power_cap_time_grows_exactly_while_the_bit_is_set(simulated_fleet, sim_
     (h,) = handles()
     step = 0.25
     last = fields(h, [CAP])[CAP][1]
-    last_set = bool(
-        pynvml.nvmlDeviceGetCurrentClocksEventReasons(h) & pynvml.nvmlClocksEventReasonSwPowerCap
-    )
+    last_set = bool(pynvml.nvmlDeviceGetCurrentClocksEventReasons(h) & pynvml.nvmlClocksEventReasonSwPowerCap)
     set_steps = clear_steps = 0
     for _ in range(int(600 / step)):
         sim_clock.advance(step)
         now = fields(h, [CAP])[CAP][1]
-        is_set = bool(
-            pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)
-            & pynvml.nvmlClocksEventReasonSwPowerCap
-        )
+        is_set = bool(pynvml.nvmlDeviceGetCurrentClocksEventReasons(h) & pynvml.nvmlClocksEventReasonSwPowerCap)
         grew = now - last
         assert 0 <= grew <= step * 1e9 + 1  # monotonic, never faster than time
         if last_set and is_set:
@@ -294,20 +277,14 @@ def test_nvlink_queries_not_supported_in_mig_mode(profile, simulated_fleet):
         for call in (
             lambda h=h: pynvml.nvmlDeviceGetNvLinkState(h, 0),
             lambda h=h: pynvml.nvmlDeviceGetNvLinkVersion(h, 0),
-            lambda h=h: pynvml.nvmlDeviceGetNvLinkCapability(
-                h, 0, pynvml.NVML_NVLINK_CAP_P2P_SUPPORTED
-            ),
+            lambda h=h: pynvml.nvmlDeviceGetNvLinkCapability(h, 0, pynvml.NVML_NVLINK_CAP_P2P_SUPPORTED),
             lambda h=h: pynvml.nvmlDeviceGetNvLinkRemotePciInfo(h, 0),
             lambda h=h: pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(h, 0),
-            lambda h=h: pynvml.nvmlDeviceGetNvLinkErrorCounter(
-                h, 0, pynvml.NVML_NVLINK_ERROR_DL_REPLAY
-            ),
+            lambda h=h: pynvml.nvmlDeviceGetNvLinkErrorCounter(h, 0, pynvml.NVML_NVLINK_ERROR_DL_REPLAY),
         ):
             with pytest.raises(pynvml.NVMLError_NotSupported):
                 call()
-        got = fields(
-            h, [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX]
-        )
+        got = fields(h, [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX])
         assert all(code == pynvml.NVML_ERROR_NOT_SUPPORTED for code, _, _ in got.values())
         # P2P over NVLink: none in MIG mode either
         other = handles()[1] if h is handles()[0] else handles()[0]

@@ -19,6 +19,7 @@ class Point:
     def __init__(self, line: str):
         _, self.tags, self.fields, self.time_ns = parse_line(line)
 
+
 SPECS = ["l40s:4", "h100-sxm:4", "a100-sxm4:4", "rtx4090:4"]
 STEPS = 60
 
@@ -68,8 +69,12 @@ def test_counters_grow_except_at_a_restart_and_span_their_gpus():
 
 def test_work_does_not_change_the_gpu_readings():
     plan = plan_hosts(1, ["l40s:2"], 0, 30 * 10**10, 10, 1, "inference", DEFAULT_COLLECTORS)[0]
-    with_work = [line for body in simulate_host(plan, None, keep=True) for line in body.splitlines()
-                 if not line.startswith("gpu_work,")]
+    with_work = [
+        line
+        for body in simulate_host(plan, None, keep=True)
+        for line in body.splitlines()
+        if not line.startswith("gpu_work,")
+    ]
     plan.scenario = "inference"
     from gpuagent.compare import fleet
 
@@ -83,8 +88,14 @@ def test_work_does_not_change_the_gpu_readings():
 
 
 # NVIDIA's datasheet figures: dense FP16 and FP8 tensor TFLOPS, peak DRAM GB/s.
-PUBLISHED = {"l40s": (362, 733, 864), "rtx4090": (165, 330, 1008), "a100-sxm4": (312, None, 2039),
-             "h100-pcie": (756, 1513, 2039), "h100-sxm": (989, 1979, 3352), "h200": (989, 1979, 4800)}
+PUBLISHED = {
+    "l40s": (362, 733, 864),
+    "rtx4090": (165, 330, 1008),
+    "a100-sxm4": (312, None, 2039),
+    "h100-pcie": (756, 1513, 2039),
+    "h100-sxm": (989, 1979, 3352),
+    "h200": (989, 1979, 4800),
+}
 
 
 def test_every_builtin_profile_has_its_published_figures():
@@ -103,6 +114,7 @@ def test_docs_list_every_workload():
     for w in (w for ws in WORKLOADS.values() for w in ws):
         assert f"`{w.name}`" in text
     for name in ("l40s", "rtx4090", "a100-sxm4", "h100-pcie", "h100-sxm", "h200"):
-        tp = json.loads((Path(__file__).resolve().parents[2] / "agent" / "sim" / "profiles" / f"{name}.json")
-                        .read_text())["throughput"]
+        tp = json.loads(
+            (Path(__file__).resolve().parents[2] / "agent" / "sim" / "profiles" / f"{name}.json").read_text()
+        )["throughput"]
         assert f"| `{name}` | {tp['tensor_tflops']['fp16']} / " in text and f"| {tp['l2_gbps']} |" in text

@@ -25,14 +25,29 @@ class Tmux:
         self.env.pop("NO_COLOR", None)
 
     def tmux(self, *args: str, check: bool = True) -> str:
-        out = subprocess.run([self.binary, "-L", self.socket, "-f", "/dev/null", *args], capture_output=True,
-                             text=True, env=self.env, timeout=30, check=check)
+        out = subprocess.run(
+            [self.binary, "-L", self.socket, "-f", "/dev/null", *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=30,
+            check=check,
+        )
         return out.stdout
 
     def start_top(self, *args: str) -> None:
         command = " ".join([sys.executable, "-m", "gpuagent", "top", *(f"'{a}'" for a in args)])
-        self.tmux("new-session", "-d", "-s", "top", "-x", str(self.width), "-y", str(self.height),
-                  f"cd {REPO} && {command}; echo $? > {self.rc_file}; sleep 600")
+        self.tmux(
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            str(self.width),
+            "-y",
+            str(self.height),
+            f"cd {REPO} && {command}; echo $? > {self.rc_file}; sleep 600",
+        )
 
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "top")

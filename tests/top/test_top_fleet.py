@@ -19,8 +19,26 @@ STEP_S = 10
 
 
 def backfill(cli, url, db, end_s):
-    args = ["sim", "fleet", "--url", url, "--database", db, "--hosts", str(HOSTS), "--duration", "2m",
-            "--step", f"{STEP_S}s", "--end", str(end_s), "--seed", "5", "--jobs", "1"]
+    args = [
+        "sim",
+        "fleet",
+        "--url",
+        url,
+        "--database",
+        db,
+        "--hosts",
+        str(HOSTS),
+        "--duration",
+        "2m",
+        "--step",
+        f"{STEP_S}s",
+        "--end",
+        str(end_s),
+        "--seed",
+        "5",
+        "--jobs",
+        "1",
+    ]
     for spec in SPECS:
         args += ["--spec", spec]
     result = cli(*args)
@@ -35,9 +53,13 @@ def fleet(influxdb_v1, victoria_metrics, cli):
     backfill(cli, influxdb_v1.url, db, end_s)
     backfill(cli, victoria_metrics.url, db, end_s)
     victoria_metrics.export(f'{{__name__="gpu_power_power_w",db="{db}"}}', min_samples=10)
-    hosts = sorted({s["tags"]["host"] for s in influxdb_v1.query('SELECT LAST("power_w") FROM "gpu_power" GROUP BY "host"', db=db)})
+    hosts = sorted(
+        {s["tags"]["host"] for s in influxdb_v1.query('SELECT LAST("power_w") FROM "gpu_power" GROUP BY "host"', db=db)}
+    )
     # One GPU of the last host turns to drain now (InfluxDB, and the Prometheus made from it).
-    row = influxdb_v1.query(f"SELECT LAST(\"verdict\") FROM \"gpu_health\" WHERE host = '{hosts[-1]}' GROUP BY *", db=db)[0]
+    row = influxdb_v1.query(f'SELECT LAST("verdict") FROM "gpu_health" WHERE host = \'{hosts[-1]}\' GROUP BY *', db=db)[
+        0
+    ]
     tags = ",".join(f"{k}={v.replace(' ', chr(92) + ' ')}" for k, v in sorted(row["tags"].items()) if v)
     influxdb_v1.write([f'gpu_health,{tags} verdict="drain",verdict_reason="test: drain" {time.time_ns()}'], db=db)
     yield db, hosts

@@ -32,10 +32,23 @@ def test_one_read_of_several_keys_gives_each_key():
 
 def test_a_hosts_gpus_fold_into_one_row():
     members = [
-        {"model": "L40S", "power_w": 300.0, "power_limit_w": 350.0, "gpu_util_pct": 90.0, "temperature_c": 70.0,
-         "verdict": "ok"},
-        {"model": "L40S", "power_w": 100.0, "power_limit_w": 350.0, "gpu_util_pct": None, "temperature_c": 81.0,
-         "verdict": "degraded", "verdict_reason": "XID 13"},
+        {
+            "model": "L40S",
+            "power_w": 300.0,
+            "power_limit_w": 350.0,
+            "gpu_util_pct": 90.0,
+            "temperature_c": 70.0,
+            "verdict": "ok",
+        },
+        {
+            "model": "L40S",
+            "power_w": 100.0,
+            "power_limit_w": 350.0,
+            "gpu_util_pct": None,
+            "temperature_c": 81.0,
+            "verdict": "degraded",
+            "verdict_reason": "XID 13",
+        },
     ]
     row = aggregate("gpu-a", members, "host")
     assert (row.key, row.gpus, row.model) == ("host:gpu-a", 2, "L40S")

@@ -38,8 +38,14 @@ def test_a_lost_gpu_keeps_its_row_and_says_lost():
 def test_a_pipe_gets_a_frame_per_refresh_and_ctrl_c_exits_130(tmp_path):
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
     env.pop("GPUAGENT_CONFIG", None)
-    proc = subprocess.Popen([sys.executable, "-m", "gpuagent", "top", "--simulate", "l40s:1", "--interval", "1s"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuagent", "top", "--simulate", "l40s:1", "--interval", "1s"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     frames = 0
     try:
         for line in proc.stdout:
@@ -56,7 +62,10 @@ def test_a_pipe_gets_a_frame_per_refresh_and_ctrl_c_exits_130(tmp_path):
 
 def test_bad_input_is_one_line():
     result = run_cli("top", "--interval", "0s", "--simulate", "l40s:1")
-    assert result.returncode == 1 and result.stderr.strip() == "gpuagent: error: --interval: expected a positive duration, got '0s'"
+    assert (
+        result.returncode == 1
+        and result.stderr.strip() == "gpuagent: error: --interval: expected a positive duration, got '0s'"
+    )
     result = run_cli("top", "--fleet", "--once", "--url", "http://127.0.0.1:1", "--database", "x")
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and "cannot reach InfluxDB" in result.stderr
     result = run_cli("top", "--fleet", "--simulate", "l40s:1")
@@ -69,5 +78,5 @@ def test_vgpu_instances_are_listed_under_their_gpu():
     lines = result.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("1 "))
     assert lines[at].split()[1] == "L40S"
-    assert [line.split()[:2] for line in lines[at + 1: at + 3]] == [["└", "vGPU"]] * 2
-    assert all("L40S-24Q" in line and re.search(r"\d+\.\d/24", line) for line in lines[at + 1: at + 3])
+    assert [line.split()[:2] for line in lines[at + 1 : at + 3]] == [["└", "vGPU"]] * 2
+    assert all("L40S-24Q" in line and re.search(r"\d+\.\d/24", line) for line in lines[at + 1 : at + 3])

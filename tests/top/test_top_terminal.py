@@ -54,8 +54,12 @@ def figures(line: str) -> dict[str, float]:
     temp = re.search(r"(\d+)C\b", line)
     return {
         "util": float(util.group(1)) if util else None,
-        "mem_used": float(mem.group(1)), "mem_total": float(mem.group(2)),
-        "power": float(power[0]), "limit": float(power[1]), "sm": float(clock[0]), "sm_max": float(clock[1]),
+        "mem_used": float(mem.group(1)),
+        "mem_total": float(mem.group(2)),
+        "power": float(power[0]),
+        "limit": float(power[1]),
+        "sm": float(clock[0]),
+        "sm_max": float(clock[1]),
         "temp": float(temp.group(1)),
     }
 
@@ -67,9 +71,13 @@ def inspect_figures(seed: int) -> dict[str, dict[str, float]]:
     for g in json.loads(result.stdout)["gpus"]:
         power, clocks, mem = g["gpu_power"], g["gpu_clocks"], g["gpu_memory"]
         out[str(g["index"])] = {
-            "power": power["power_w"], "limit": power["power_limit_w"], "temp": power["temperature_c"],
-            "sm": clocks["sm_clock_mhz"], "sm_max": clocks["max_sm_clock_mhz"],
-            "mem_used": mem["fb_used_bytes"] / GIB, "mem_total": mem["fb_total_bytes"] / GIB,
+            "power": power["power_w"],
+            "limit": power["power_limit_w"],
+            "temp": power["temperature_c"],
+            "sm": clocks["sm_clock_mhz"],
+            "sm_max": clocks["max_sm_clock_mhz"],
+            "mem_used": mem["fb_used_bytes"] / GIB,
+            "mem_total": mem["fb_total_bytes"] / GIB,
         }
     return out
 
@@ -96,7 +104,10 @@ def test_every_gpu_row_matches_inspect_within_a_refresh(terminal):
         want = truth[gpu]
         # Fixed facts: exactly what inspect reads (as shown: whole watts, MHz, GiB).
         assert (shown["limit"], shown["sm_max"], shown["mem_total"]) == (
-            round(want["limit"]), want["sm_max"], round(want["mem_total"])), gpu
+            round(want["limit"]),
+            want["sm_max"],
+            round(want["mem_total"]),
+        ), gpu
         # Moving readings: what the load model gives within a second of simulated time.
         slack = {"power": 0.03 * want["limit"], "sm": 0.03 * want["sm_max"], "temp": 1.5, "mem_used": 0.15}
         for name, tol in slack.items():
@@ -145,7 +156,7 @@ def test_renders_without_broken_lines(terminal, size):
         # A whole row on one line: model first, verdict last.
         assert MODELS[gpu] in line and line.rstrip().endswith("ok") or re.search(r" ok +[▁-█ ]+$", line), line
     head = next(i for i, line in enumerate(lines) if line.startswith("GPU "))
-    table = lines[head + 1: head + 1 + len(MODELS) + 2]
+    table = lines[head + 1 : head + 1 + len(MODELS) + 2]
     assert all(re.match(r"(\d+ |    └ MIG)", line) for line in table), table
     assert [line for line in lines if line.strip()][-1].startswith("q quit")  # nothing cut at the bottom
     t.keys("q")

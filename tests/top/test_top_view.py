@@ -9,8 +9,18 @@ from gpuagent.top.view import View, render
 
 
 def test_a_long_fleet_scrolls_with_the_selection():
-    rows = [Row(key=f"host:h{i:02d}", label=f"h{i:02d}", kind="host", gpus=8, power_w=100.0 + i, power_limit_w=5600.0,
-                verdict="ok") for i in range(50)]
+    rows = [
+        Row(
+            key=f"host:h{i:02d}",
+            label=f"h{i:02d}",
+            kind="host",
+            gpus=8,
+            power_w=100.0 + i,
+            power_limit_w=5600.0,
+            verdict="ok",
+        )
+        for i in range(50)
+    ]
     frame = Frame(title="fleet", rows=rows, by="host")
     console = Console(width=80, height=24, no_color=True, force_terminal=False)
     for selected in (0, 30, 49):

@@ -74,9 +74,7 @@ def _check_args(args: tuple) -> None:
         if isinstance(a, _CTYPES_BASES) or hasattr(a, "_as_parameter_"):
             _PASSABLE.add(t)
             continue
-        raise ctypes.ArgumentError(
-            f"argument {i}: TypeError: Don't know how to convert parameter {i}"
-        )
+        raise ctypes.ArgumentError(f"argument {i}: TypeError: Don't know how to convert parameter {i}")
 
 
 def _int(a) -> int | None:

@@ -68,9 +68,7 @@ class ClockCalls(NvmlCalls):
 
     @device_call
     def nvmlDeviceGetSupportedMemoryClocks(self, dev, count=None, arr=None):
-        clocks = sorted(
-            {int(dev.clocks["max"]["memory"]), int(dev.clocks["idle"]["memory"])}, reverse=True
-        )
+        clocks = sorted({int(dev.clocks["max"]["memory"]), int(dev.clocks["idle"]["memory"])}, reverse=True)
         return self._two_call(count, arr, clocks, _fill_value)
 
     @device_call

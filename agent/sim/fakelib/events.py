@@ -71,11 +71,7 @@ class EventCalls(NvmlCalls):
             nxt = None
             for at, seq, gpu, code, gi_id, ci_id in self.m.xids:
                 reg = es.registered.get(gpu)
-                if (
-                    reg is None
-                    or not reg[0] & pynvml.nvmlEventTypeXidCriticalError
-                    or seq in es.delivered
-                ):
+                if reg is None or not reg[0] & pynvml.nvmlEventTypeXidCriticalError or seq in es.delivered:
                     continue
                 if at < reg[1]:
                     continue  # happened before the registration

@@ -23,15 +23,9 @@ from gpuagent.sim.fakelib.nvlink import _link_active, _nvlink_bytes
 REASON_TIME_FIELDS = {
     pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP: pynvml.nvmlClocksEventReasonSwPowerCap,
     pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST: pynvml.nvmlClocksEventReasonSyncBoost,
-    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN: (
-        pynvml.nvmlClocksEventReasonSwThermalSlowdown
-    ),
-    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: (
-        pynvml.nvmlClocksEventReasonHwThermalSlowdown
-    ),
-    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN: (
-        pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
-    ),
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN: (pynvml.nvmlClocksEventReasonSwThermalSlowdown),
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: (pynvml.nvmlClocksEventReasonHwThermalSlowdown),
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN: (pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown),
 }
 
 # Field id -> the call that answers the same number: a card (or a forced fault) that refuses the
@@ -119,9 +113,7 @@ class FieldValueCalls(NvmlCalls):
         end = min(n, size) * _FV_SIZE
         # A byte view: struct reads a ctypes object's buffer slower (a format string per access).
         raw = memoryview(arr).cast("B")
-        error, put_return, pack_ui, pack_ull, pack_double = (
-            _ERROR, _RETURN, _PACK_UI, _PACK_ULL, _PACK_DOUBLE
-        )
+        error, put_return, pack_ui, pack_ull, pack_double = (_ERROR, _RETURN, _PACK_UI, _PACK_ULL, _PACK_DOUBLE)
         guard = _gpu_guard
         at = _TS - _FV_SIZE
         for field_id, scope in _IDS(raw[:end]):

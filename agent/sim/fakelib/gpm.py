@@ -165,14 +165,7 @@ class GpmCalls(NvmlCalls):
         samples = self.m.gpm_samples
         s1 = samples.get(_addr(get(mg, "sample1")))
         s2 = samples.get(_addr(get(mg, "sample2")))
-        if (
-            s1 is None
-            or s2 is None
-            or s1.snap is None
-            or s2.snap is None
-            or s1.gpu is not s2.gpu
-            or s1.gi != s2.gi
-        ):
+        if s1 is None or s2 is None or s1.snap is None or s2.snap is None or s1.gpu is not s2.gpu or s1.gi != s2.gi:
             return E_INVALID
         count = get(mg, "numMetrics")
         if count > pynvml.NVML_GPM_METRIC_MAX:

@@ -58,23 +58,13 @@ class HealthCalls(NvmlCalls):
 
     @device_call
     def nvmlDeviceGetTotalEccErrors(self, dev, err_type=None, counter=None, out=None):
-        key = (
-            "corrected"
-            if _int(err_type) == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
-            else "uncorrected"
-        )
+        key = "corrected" if _int(err_type) == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else "uncorrected"
         return self._put(out, ecc_total(self.m, dev, key))
 
     @device_call
-    def nvmlDeviceGetMemoryErrorCounter(
-        self, dev, err_type=None, counter=None, location=None, out=None
-    ):
+    def nvmlDeviceGetMemoryErrorCounter(self, dev, err_type=None, counter=None, location=None, out=None):
         gpu = dev.gpu if dev.is_mig else dev
-        key = (
-            "corrected"
-            if _int(err_type) == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
-            else "uncorrected"
-        )
+        key = "corrected" if _int(err_type) == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else "uncorrected"
         loc = _int(location)
         if loc in (pynvml.NVML_MEMORY_LOCATION_DEVICE_MEMORY, pynvml.NVML_MEMORY_LOCATION_DRAM):
             return self._put(out, _count(self.m, gpu, key))

@@ -37,11 +37,7 @@ def _inforom(dev) -> dict:
 
 
 def _event_mask(dev: SimDevice) -> int:
-    mask = (
-        pynvml.nvmlEventTypeXidCriticalError
-        | pynvml.nvmlEventTypePState
-        | pynvml.nvmlEventTypeClock
-    )
+    mask = pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypePState | pynvml.nvmlEventTypeClock
     if dev.ecc:
         mask |= pynvml.nvmlEventTypeSingleBitEccError | pynvml.nvmlEventTypeDoubleBitEccError
     return mask
@@ -97,11 +93,7 @@ class IdentityCalls(NvmlCalls):
     @device_call
     def nvmlDeviceGetBrand(self, dev, out=None):
         gpu = dev.gpu if dev.is_mig else dev
-        brand = (
-            pynvml.NVML_BRAND_GEFORCE
-            if gpu.profile.get("brand") == "GeForce"
-            else pynvml.NVML_BRAND_NVIDIA
-        )
+        brand = pynvml.NVML_BRAND_GEFORCE if gpu.profile.get("brand") == "GeForce" else pynvml.NVML_BRAND_NVIDIA
         return self._put(out, brand)
 
     @device_call

@@ -28,12 +28,9 @@ class MemoryCalls(NvmlCalls):
         if dev.is_mig:
             st = dev.gpu.state()
             total = dev.memory_bytes
-            used = int(
-                total
-                * dev.gpu.model.mem_frac
-                * 0.9
-                * (1 if dev.gpu.model.scenario != "idle" else 0)
-            ) + (26 << 20)
+            used = int(total * dev.gpu.model.mem_frac * 0.9 * (1 if dev.gpu.model.scenario != "idle" else 0)) + (
+                26 << 20
+            )
             return total, 0, used
         st = dev.state()
         return dev.total_bytes, dev.reserved_bytes, st.mem_used_bytes

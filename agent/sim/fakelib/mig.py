@@ -223,13 +223,9 @@ class MigCalls(NvmlCalls):
         return OK
 
     @owned_call("_gi")
-    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
-        self, gi, profile=None, eng_profile=None, out=None
-    ):
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(self, gi, profile=None, eng_profile=None, out=None):
         return self._fill_ci_profile(gi, profile, eng_profile, out, v2=False)
 
     @owned_call("_gi")
-    def nvmlGpuInstanceGetComputeInstanceProfileInfoV(
-        self, gi, profile=None, eng_profile=None, out=None
-    ):
+    def nvmlGpuInstanceGetComputeInstanceProfileInfoV(self, gi, profile=None, eng_profile=None, out=None):
         return self._fill_ci_profile(gi, profile, eng_profile, out, v2=True)

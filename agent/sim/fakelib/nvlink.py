@@ -44,9 +44,7 @@ class NvLinkCalls(NvmlCalls):
             return E_INVALID
         return self._put(
             out,
-            pynvml.NVML_FEATURE_ENABLED
-            if _link_active(self.m, dev)
-            else pynvml.NVML_FEATURE_DISABLED,
+            pynvml.NVML_FEATURE_ENABLED if _link_active(self.m, dev) else pynvml.NVML_FEATURE_DISABLED,
         )
 
     @device_call
@@ -80,9 +78,7 @@ class NvLinkCalls(NvmlCalls):
         # GPUs of different items (models) never share a switch.
         item = self.m.topology.slots[dev.index].item
         switch_bus = 0xC0 + ((item % 4) * 0x10 + (n % 4) * 0x04)
-        return _fill_pci(
-            out, f"00000000:{switch_bus:02X}:00.0".encode(), switch_bus, 0x22A310DE, 0x169910DE
-        )
+        return _fill_pci(out, f"00000000:{switch_bus:02X}:00.0".encode(), switch_bus, 0x22A310DE, 0x169910DE)
 
     @device_call
     def nvmlDeviceGetNvLinkRemoteDeviceType(self, dev, link=None, out=None):
@@ -93,9 +89,7 @@ class NvLinkCalls(NvmlCalls):
         peer = self.m.topology.nvlink_peer(dev.index)
         return self._put(
             out,
-            pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
-            if peer is not None
-            else pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH,
+            pynvml.NVML_NVLINK_DEVICE_TYPE_GPU if peer is not None else pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH,
         )
 
     @device_call

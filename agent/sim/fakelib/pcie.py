@@ -38,15 +38,11 @@ class PcieCalls(NvmlCalls):
 
     @device_call
     def nvmlDeviceGetPcieLinkMaxSpeed(self, dev, out=None):
-        return self._put(
-            out, {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}[int(dev.pcie["max_gen"])]
-        )
+        return self._put(out, {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}[int(dev.pcie["max_gen"])])
 
     @device_call
     def nvmlDeviceGetPcieSpeed(self, dev, out=None):
-        return self._put(
-            out, {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}[dev.state().pcie_gen]
-        )
+        return self._put(out, {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}[dev.state().pcie_gen])
 
     @device_call
     def nvmlDeviceGetPcieThroughput(self, dev, counter=None, out=None):

@@ -150,9 +150,7 @@ class ProcessCalls(NvmlCalls):
     # -- accounting -----------------------------------------------------------------------------
     @device_call
     def nvmlDeviceGetAccountingMode(self, dev, mode=None):
-        return self._put(
-            mode, pynvml.NVML_FEATURE_ENABLED if dev.accounting else pynvml.NVML_FEATURE_DISABLED
-        )
+        return self._put(mode, pynvml.NVML_FEATURE_ENABLED if dev.accounting else pynvml.NVML_FEATURE_DISABLED)
 
     @device_call
     def nvmlDeviceGetAccountingStats(self, dev, pid=None, stats=None):

@@ -25,12 +25,7 @@ class TopologyCalls(NvmlCalls):
     def nvmlDeviceGetP2PStatus(self, dev, other=None, caps=None, out=None):
         peer = self._peer(other)
         c = _int(caps)
-        if (
-            dev.is_mig
-            or peer is None
-            or c is None
-            or not 0 <= c <= pynvml.NVML_P2P_CAPS_INDEX_UNKNOWN
-        ):
+        if dev.is_mig or peer is None or c is None or not 0 <= c <= pynvml.NVML_P2P_CAPS_INDEX_UNKNOWN:
             return E_INVALID
         code = _gpu_guard(self.m, peer, "nvmlDeviceGetP2PStatus")
         if code is not None:
@@ -53,9 +48,7 @@ class TopologyCalls(NvmlCalls):
     def nvmlDeviceGetTopologyNearestGpus(self, dev, level=None, count=None, arr=None):
         lv = _int(level)
         near = [
-            d.handle.addr
-            for d in self.m.devices
-            if d is not dev and self.m.topology.level(dev.index, d.index) <= lv
+            d.handle.addr for d in self.m.devices if d is not dev and self.m.topology.level(dev.index, d.index) <= lv
         ]
         return self._put_handles(count, arr, near)
 

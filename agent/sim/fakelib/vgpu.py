@@ -43,9 +43,7 @@ class VgpuCalls(NvmlCalls):
         used = sum(int(t["fb_mib"]) for t in active if t)
         kinds = {int(v["type_id"]) for v in dev.vgpu_instances.values()}
         creatable = [
-            tid
-            for tid, t in dev.vgpu_types.items()
-            if int(t["fb_mib"]) <= total - used and (not kinds or tid in kinds)
+            tid for tid, t in dev.vgpu_types.items() if int(t["fb_mib"]) <= total - used and (not kinds or tid in kinds)
         ]
         return self._two_call(count, arr, creatable, _fill_value)
 
@@ -57,9 +55,7 @@ class VgpuCalls(NvmlCalls):
         return self._put(out, int(t.get("max_instances", 1)))
 
     @device_call
-    def nvmlDeviceGetVgpuUtilization(
-        self, dev, timestamp=None, value_type=None, count=None, arr=None
-    ):
+    def nvmlDeviceGetVgpuUtilization(self, dev, timestamp=None, value_type=None, count=None, arr=None):
         st = dev.state()
         items = sorted(dev.vgpu_instances)
         if self._put(value_type, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT) != OK:
@@ -107,11 +103,7 @@ class VgpuCalls(NvmlCalls):
 
     @system_call()
     def nvmlVgpuTypeGetLicense(self, type_id=None, buf=None, size=None):
-        return (
-            E_INVALID
-            if self._type(type_id) is None
-            else _put_str(buf, b"NVIDIA-RTX-Virtual-Workstation,5.0", None)
-        )
+        return E_INVALID if self._type(type_id) is None else _put_str(buf, b"NVIDIA-RTX-Virtual-Workstation,5.0", None)
 
     @owned_call("_vgpu")
     def nvmlVgpuInstanceGetType(self, inst, out=None):
@@ -148,9 +140,7 @@ class VgpuCalls(NvmlCalls):
         licensed = bool(inst.get("licensed", True))
         o.isLicensed = 1 if licensed else 0
         o.currentState = (
-            pynvml.NVML_GRID_LICENSE_STATE_LICENSED
-            if licensed
-            else pynvml.NVML_GRID_LICENSE_STATE_UNLICENSED
+            pynvml.NVML_GRID_LICENSE_STATE_LICENSED if licensed else pynvml.NVML_GRID_LICENSE_STATE_UNLICENSED
         )
         o.licenseExpiry.year = 2027
         o.licenseExpiry.month = 6

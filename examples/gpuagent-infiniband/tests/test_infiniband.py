@@ -33,7 +33,10 @@ def collect(**options) -> dict[tuple[str, str], gpuagent.Point]:
 def gpuagent_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", "from gpuagent.cli import main; main()", *args],
-        capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
     )
 
 

@@ -16,9 +16,7 @@ from gpuagent.testing import IDENTITY_TAGS as IDENTITY
 from gpuagent.testing import assert_no_sentinels as assert_clean
 from gpuagent.testing import make_collector
 
-CLOCK_FIELDS = [
-    f"{p}{c}_clock_mhz" for p in ("", "max_") for c in ("graphics", "sm", "memory", "video")
-]
+CLOCK_FIELDS = [f"{p}{c}_clock_mhz" for p in ("", "max_") for c in ("graphics", "sm", "memory", "video")]
 
 
 collector = functools.partial(make_collector, cls=ClocksCollector)
@@ -69,9 +67,7 @@ def test_applications_clocks_missing_where_unsupported(simulated_fleet, recordin
     assert a100[0]["applications_memory_clock_mhz"] > 0
 
 
-def test_sw_power_cap_while_power_sits_at_the_limit(
-    simulated_fleet, sim_clock, recording_accumulator, tmp_path
-):
+def test_sw_power_cap_while_power_sits_at_the_limit(simulated_fleet, sim_clock, recording_accumulator, tmp_path):
     # A 250 W cap on an L40S under training (demand ~375 W): power is held at the cap.
     profile = load_profile("l40s")
     profile["name"] = "l40s-capped"
@@ -98,9 +94,7 @@ def test_sw_power_cap_while_power_sits_at_the_limit(
     assert at_limit >= 10
 
 
-def test_unsupported_call_is_missing_and_not_asked_again(
-    simulated_fleet, nvml_calls, recording_accumulator
-):
+def test_unsupported_call_is_missing_and_not_asked_again(simulated_fleet, nvml_calls, recording_accumulator):
     machine = simulated_fleet("h100-sxm")
     machine.force("nvmlDeviceGetClockInfo", "NOT_SUPPORTED")
     clocks = collector(machine)
@@ -113,24 +107,18 @@ def test_unsupported_call_is_missing_and_not_asked_again(
     assert calls["nvmlDeviceGetClockInfo"] == 4  # once per clock type, on the first cycle only
 
 
-def test_throttle_spelling_on_drivers_before_r535(
-    simulated_fleet, sim_clock, recording_accumulator
-):
+def test_throttle_spelling_on_drivers_before_r535(simulated_fleet, sim_clock, recording_accumulator):
     machine = simulated_fleet("l40s", scenario="training")
     machine.force("nvmlDeviceGetSupportedClocksEventReasons", "FUNCTION_NOT_FOUND")
     machine.force("nvmlDeviceGetCurrentClocksEventReasons", "FUNCTION_NOT_FOUND")
     sim_clock.advance(30)
     collector(machine).collect(recording_accumulator)
     (f,) = recording_accumulator.fields("gpu_clocks")
-    assert (
-        f["clock_event_reasons_supported"] == load_profile("l40s")["clocks_event_reasons_supported"]
-    )
+    assert f["clock_event_reasons_supported"] == load_profile("l40s")["clocks_event_reasons_supported"]
     assert "clock_event_reasons" in f and "sw_power_cap" in f
 
 
-def test_lost_gpu_is_skipped_and_the_others_still_report(
-    simulated_fleet, sim_clock, recording_accumulator
-):
+def test_lost_gpu_is_skipped_and_the_others_still_report(simulated_fleet, sim_clock, recording_accumulator):
     machine = simulated_fleet("l40s:3")
     clocks = collector(machine)
     clocks.collect(recording_accumulator)
@@ -145,26 +133,19 @@ def test_lost_gpu_is_skipped_and_the_others_still_report(
 
 
 @pytest.mark.parametrize("profile, bound", [("l40s", 9), ("h100-sxm", 9), ("rtx4090", 9)])
-def test_nvml_calls_per_cycle(
-    profile, bound, simulated_fleet, two_cycles
-):
+def test_nvml_calls_per_cycle(profile, bound, simulated_fleet, two_cycles):
     clocks = collector(simulated_fleet(profile, scenario="training"))
     first, calls = two_cycles(clocks, advance=10)
     steady = sum(calls.values())
     # Steady state: 4 current clocks, 2 applications clocks (not asked again where refused),
     # P-state, current reasons, field values for the reason time counters.
     assert steady <= bound, dict(calls)
-    assert (
-        "nvmlDeviceGetMaxClockInfo" not in calls
-        and "nvmlDeviceGetSupportedClocksEventReasons" not in calls
-    )
+    assert "nvmlDeviceGetMaxClockInfo" not in calls and "nvmlDeviceGetSupportedClocksEventReasons" not in calls
     assert first <= bound + 6, first
 
 
 @pytest.mark.parametrize("capture", capture_names())
-def test_clocks_on_captured_profiles(
-    capture, captured_run, recording_accumulator
-):
+def test_clocks_on_captured_profiles(capture, captured_run, recording_accumulator):
     profile = captured_run(capture, collector)
     (point,) = recording_accumulator.by_measurement("gpu_clocks")
     assert point.tags["model"] == profile["product_name"]

@@ -67,9 +67,7 @@ def test_reason_time_counters_grow_under_a_power_cap(
     assert {f["hw_power_brake_slowdown_time_ns"] for f in seen} == {0}
 
 
-def test_counters_absent_on_geforce_and_not_asked_again(
-    simulated_fleet, sim_clock, recording_accumulator, tmp_path
-):
+def test_counters_absent_on_geforce_and_not_asked_again(simulated_fleet, sim_clock, recording_accumulator, tmp_path):
     # GeForce captures from Turing on show the counters; a card that refuses them (older
     # GeForce, say) is a 4090 profile told so.
     refusing = load_profile("rtx4090")

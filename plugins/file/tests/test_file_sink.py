@@ -167,4 +167,3 @@ def test_a_file_of_another_user_is_refused_and_a_symlink_is_followed_when_the_op
         sink.close()
         assert sink.points_written == 1
     assert (sticky / "metrics.lp").read_text().startswith("gpu_power,")
-

@@ -46,7 +46,12 @@ def test_the_record_says_what_the_capture_says(name, tmp_path, simulated_fleet, 
         if fact and fact != "N/A":
             assert got[field] == fact
     inforom = f["inforom"]
-    for field, key in (("inforom_image_version", "image"), ("inforom_oem_version", "oem"), ("inforom_ecc_version", "ecc"), ("inforom_power_version", "power")):
+    for field, key in (
+        ("inforom_image_version", "image"),
+        ("inforom_oem_version", "oem"),
+        ("inforom_ecc_version", "ecc"),
+        ("inforom_power_version", "power"),
+    ):
         if inforom.get(key) in (None, "N/A"):
             assert field not in got  # N/A in the capture: NOT_SUPPORTED, left out
         else:
@@ -82,10 +87,12 @@ def test_prometheus_keeps_the_record_between_sends(monkeypatch):
     monkeypatch.setattr(exposition.time, "monotonic", lambda: clock[0])
     values = exposition.LatestValues("gpuagent", expire_after=300.0)
     tags = {"host": "h", "gpu": "0"}
-    values.update([
-        Point("gpu_info", tags, {"driver_version": "590.48.01"}),
-        Point("gpu_power", tags, {"power_w": 70.0}),
-    ])
+    values.update(
+        [
+            Point("gpu_info", tags, {"driver_version": "590.48.01"}),
+            Point("gpu_power", tags, {"power_w": 70.0}),
+        ]
+    )
     clock[0] += 3000  # past expire_after, within the hour gpu_info is resent in
     text = values.render().decode()
     assert 'gpuagent_gpu_info_driver_version_info{gpu="0",host="h",driver_version="590.48.01"} 1' in text

@@ -64,7 +64,9 @@ def test_xid_79_then_lost_gpu_while_the_others_keep_reporting(simulated_fleet, s
 
     def points(cycle, measurement, gpu=None, **has):
         return [
-            p for p in cycle if p.measurement == measurement
+            p
+            for p in cycle
+            if p.measurement == measurement
             and (gpu is None or p.tags.get("gpu") == str(gpu))
             and all(k in p.fields for k in has)
         ]
@@ -127,8 +129,11 @@ def test_xid_on_a_live_gpu_is_counted(simulated_fleet, sim_clock, recording_accu
         collector.collect(recording_accumulator)
     finally:
         collector.close()
-    xids = [(p.tags["gpu"], p.fields["xid"], p.fields["xid_description"])
-            for p in recording_accumulator.by_measurement("gpu_health") if "xid" in p.fields]
+    xids = [
+        (p.tags["gpu"], p.fields["xid"], p.fields["xid_description"])
+        for p in recording_accumulator.by_measurement("gpu_health")
+        if "xid" in p.fields
+    ]
     assert xids == [("0", 48, "Double-bit ECC error"), ("0", 94, "Contained ECC error")]
     assert health_fields(recording_accumulator, 0)[-1]["xid_events_total"] == 2
     assert health_fields(recording_accumulator, 1)[-1]["xid_events_total"] == 0

@@ -62,7 +62,9 @@ def test_an_ok_fleet_passes_and_a_degraded_gpu_alone_does_not_fail_the_node():
 
 @pytest.mark.slow
 def test_fail_on_degraded_fails_on_a_degraded_gpu(tmp_path):
-    cfg = write_config(tmp_path / "c.toml", f'[agent]\nstate_dir = "{tmp_path}"\n[collectors.health]\nfail_on = "degraded"\n')
+    cfg = write_config(
+        tmp_path / "c.toml", f'[agent]\nstate_dir = "{tmp_path}"\n[collectors.health]\nfail_on = "degraded"\n'
+    )
     done = health("--simulate", "h100-sxm:2@xid=1:13:1s", "--config", str(cfg))
     assert done.returncode == 1 and done.stdout.startswith("GPU 1 degraded: "), done.stdout + done.stderr
 
@@ -75,7 +77,9 @@ def test_a_lost_gpu_fails_the_node():
 
 @pytest.mark.slow
 def test_seven_gpus_where_eight_are_expected_fail_the_node(tmp_path):
-    cfg = write_config(tmp_path / "c.toml", f'[agent]\nstate_dir = "{tmp_path}"\n[collectors.health]\nexpected_gpus = 8\n')
+    cfg = write_config(
+        tmp_path / "c.toml", f'[agent]\nstate_dir = "{tmp_path}"\n[collectors.health]\nexpected_gpus = 8\n'
+    )
     done = health("--simulate", "h100-sxm:7", "--config", str(cfg), "--json")
     doc = json.loads(done.stdout)
     assert done.returncode == 1 and doc["gpus_missing"] == 1, done.stdout + done.stderr
@@ -85,12 +89,17 @@ def test_seven_gpus_where_eight_are_expected_fail_the_node(tmp_path):
 
 @pytest.mark.slow
 def test_as_many_as_at_first_start_is_remembered_across_starts(tmp_path):
-    cfg = write_config(tmp_path / "c.toml", f'[agent]\nstate_dir = "{tmp_path}"\n[collectors.health]\nexpected_gpus = "at_first_start"\n')
+    cfg = write_config(
+        tmp_path / "c.toml",
+        f'[agent]\nstate_dir = "{tmp_path}"\n[collectors.health]\nexpected_gpus = "at_first_start"\n',
+    )
     first = health("--simulate", "h100-sxm:8", "--config", str(cfg))
     assert first.returncode == 0, first.stdout + first.stderr
     assert json.loads((tmp_path / "expected_gpus.json").read_text())["gpus"] == 8
     after_reboot = health("--simulate", "h100-sxm:7", "--config", str(cfg))
-    assert after_reboot.returncode == 1 and after_reboot.stdout.startswith("GPU 7 lost: 1 of 8 expected"), after_reboot.stdout
+    assert after_reboot.returncode == 1 and after_reboot.stdout.startswith("GPU 7 lost: 1 of 8 expected"), (
+        after_reboot.stdout
+    )
 
 
 @pytest.mark.slow
@@ -169,9 +178,14 @@ def test_health_reads_the_running_agents_state_file(tmp_path, running_agent):
 
 
 def test_a_state_file_whose_writer_is_gone_or_stale_is_not_trusted(tmp_path):
-    doc = {"pid": 2**22 + 12345, "written": time.time(), "interval": 10.0, "hostname": "n1",
-           "gpus": {"0": {"tags": {}, "gpu_health": {"verdict": "ok", "verdict_reason": "No fault evidence."}}},
-           "node": {}}
+    doc = {
+        "pid": 2**22 + 12345,
+        "written": time.time(),
+        "interval": 10.0,
+        "hostname": "n1",
+        "gpus": {"0": {"tags": {}, "gpu_health": {"verdict": "ok", "verdict_reason": "No fault evidence."}}},
+        "node": {},
+    }
     (tmp_path / STATE_FILE).write_text(json.dumps(doc))
     state, why = read_fresh(tmp_path)
     assert state is None and "not running" in why
@@ -204,7 +218,9 @@ def test_node_problem_detector_runs_the_shipped_rule_within_its_contract(tmp_pat
     timeout = float(rule["timeout"].rstrip("s"))
     results = {}
     for name, spec in (("ok", "h100-sxm:2"), ("problem", "h100-sxm:4@xid=1:48:1s"), ("unknown", "nosuchcard:1")):
-        cfg = write_config(tmp_path / f"{name}.toml", f'[agent]\nstate_dir = "{tmp_path / name}"\nsimulate = "{spec}"\n')
+        cfg = write_config(
+            tmp_path / f"{name}.toml", f'[agent]\nstate_dir = "{tmp_path / name}"\nsimulate = "{spec}"\n'
+        )
         done = subprocess.run(
             [sys.executable, "-m", "gpuagent", *rule["args"]], capture_output=True, text=True,
             timeout=timeout, env=env_without_config(GPUAGENT_CONFIG=str(cfg)),

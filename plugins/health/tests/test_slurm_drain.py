@@ -29,8 +29,13 @@ def run_agent(cluster, tmp_path: Path, spec: str, until, timeout: float = 40.0) 
     )
     env = {**cluster.env, "PYTHONUNBUFFERED": "1"}
     env.pop("GPUAGENT_CONFIG", None)
-    proc = subprocess.Popen([sys.executable, "-m", "gpuagent", "run", "--config", str(cfg)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuagent", "run", "--config", str(cfg)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     points: list = []
     try:
         deadline = time.monotonic() + timeout
@@ -59,8 +64,10 @@ def node(slurm_cluster):
 
 
 def test_node_state_reads_one_line_of_scontrol_show_node():
-    line = ("NodeName=n1 Arch=x86_64 CoresPerSocket=1 State=IDLE+DRAIN ThreadsPerCore=1 "
-            "Partitions=gpuq Reason=gpuagent: GPU 3 lost: XID 79 at 12:00:00 UTC. [root@2026-12-01T12:00:01]")
+    line = (
+        "NodeName=n1 Arch=x86_64 CoresPerSocket=1 State=IDLE+DRAIN ThreadsPerCore=1 "
+        "Partitions=gpuq Reason=gpuagent: GPU 3 lost: XID 79 at 12:00:00 UTC. [root@2026-12-01T12:00:01]"
+    )
     assert node_state(line) == ("IDLE+DRAIN", "gpuagent: GPU 3 lost: XID 79 at 12:00:00 UTC.")
     assert node_state("NodeName=n1 State=IDLE ThreadsPerCore=1") == ("IDLE", "")
 
@@ -77,7 +84,7 @@ def test_xid_79_drains_the_node_once_across_two_episodes(node, tmp_path):
     acts = actions(points)
     assert max(a["drains_total"] for a in acts) == 1, err[-2000:]
     assert acts[-1]["left_alone_total"] == 1 and acts[-1]["failures_total"] == 0
-    assert any(a["in_episode"] is False for a in acts[acts.index(next(a for a in acts if a["drains_total"])):])
+    assert any(a["in_episode"] is False for a in acts[acts.index(next(a for a in acts if a["drains_total"])) :])
     assert "already drained by this agent earlier" in acts[-1]["last_action"]
     reasons = node.sinfo_reasons()
     assert f"{node.host}|drained|gpuagent: GPU 3 lost: XID 79 (GPU has fallen off the bus) at " in reasons, reasons
@@ -86,8 +93,12 @@ def test_xid_79_drains_the_node_once_across_two_episodes(node, tmp_path):
 
 def test_a_node_drained_by_an_admin_is_left_as_it_was(node, tmp_path):
     node.drain("memory test, ticket 4711")
-    points, err = run_agent(node, tmp_path, "h100-sxm:4@xid=1:48:1s",
-                            lambda pts: any(m == "gpu_action" and f.get("left_alone_total") for m, _t, f, _ in pts))
+    points, err = run_agent(
+        node,
+        tmp_path,
+        "h100-sxm:4@xid=1:48:1s",
+        lambda pts: any(m == "gpu_action" and f.get("left_alone_total") for m, _t, f, _ in pts),
+    )
     acts = actions(points)
     assert acts[-1]["drains_total"] == 0 and acts[-1]["left_alone_total"] == 1
     assert "already drained by someone else" in acts[-1]["last_action"]
@@ -111,8 +122,13 @@ def test_the_health_check_drains_the_node_itself_as_slurms_health_check_program(
     cfg.write_text(f'[agent]\nstate_dir = "{tmp_path}"\n[collectors.health]\nslurm_node = "{node.host}"\n')
 
     def check(spec):
-        return subprocess.run([sys.executable, "-m", "gpuagent", "health", "--slurm-drain", "--config", str(cfg),
-                               "--simulate", spec], capture_output=True, text=True, env=env, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "gpuagent", "health", "--slurm-drain", "--config", str(cfg), "--simulate", spec],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
 
     ok = check("h100-sxm:2")
     assert ok.returncode == 0 and node.sinfo_reasons().strip() == "", ok.stdout + ok.stderr

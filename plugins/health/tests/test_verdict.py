@@ -33,9 +33,7 @@ class Run:
         except GpuLostError:
             pass
         return {
-            int(p.tags["gpu"]): dict(p.fields)
-            for p in self.acc.by_measurement("gpu_health")
-            if "verdict" in p.fields
+            int(p.tags["gpu"]): dict(p.fields) for p in self.acc.by_measurement("gpu_health") if "verdict" in p.fields
         }
 
     def close(self):
@@ -330,8 +328,11 @@ def test_a_gpu_back_after_a_reset_is_read_by_every_collector_without_a_restart(s
             sim_clock.set(t)
             points = scheduler.run_once()
             seen[t] = (
-                next(p.fields["verdict"] for p in points if p.measurement == "gpu_health"
-                     and p.tags["gpu"] == "1" and "verdict" in p.fields),
+                next(
+                    p.fields["verdict"]
+                    for p in points
+                    if p.measurement == "gpu_health" and p.tags["gpu"] == "1" and "verdict" in p.fields
+                ),
                 any(p.measurement == "gpu_power" and p.tags["gpu"] == "1" for p in points),
             )
     finally:

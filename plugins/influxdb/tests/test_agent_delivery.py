@@ -30,10 +30,10 @@ def agent_config(tmp_path: Path, sink_table: str, interval: str = "500ms", hostn
         f"""[agent]
 interval = "{interval}"
 hostname = "{hostname}"
-state_dir = "{tmp_path / 'state'}"
+state_dir = "{tmp_path / "state"}"
 
 [sinks.file]
-path = "{tmp_path / 'record.lp'}"
+path = "{tmp_path / "record.lp"}"
 
 {sink_table}
 """
@@ -44,9 +44,15 @@ path = "{tmp_path / 'record.lp'}"
 
 def v1_table(server, database: str | None = None, **extra) -> str:
     options = {
-        "api": "v1", "url": server.url, "database": database or server.database,
-        "flush_interval": "200ms", "flush_jitter": 0, "retry_initial_backoff": "100ms",
-        "retry_max_backoff": "500ms", "timeout": "2s", **extra,
+        "api": "v1",
+        "url": server.url,
+        "database": database or server.database,
+        "flush_interval": "200ms",
+        "flush_jitter": 0,
+        "retry_initial_backoff": "100ms",
+        "retry_max_backoff": "500ms",
+        "timeout": "2s",
+        **extra,
     }
     return "[sinks.influxdb]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in options.items())
 
@@ -56,15 +62,17 @@ def _toml(value) -> str:
 
 
 def gpuagent(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuagent", *args], capture_output=True, text=True,
-                          timeout=120, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuagent", *args], capture_output=True, text=True, timeout=120, **kwargs
+    )
 
 
 def start_agent(config: Path, log: Path) -> subprocess.Popen:
     with open(log, "ab") as fh:
         return subprocess.Popen(
             [sys.executable, "-m", "gpuagent", "run", "--config", str(config), "--simulate", SPEC],
-            stdout=fh, stderr=subprocess.STDOUT,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
         )
 
 
@@ -149,8 +157,10 @@ def test_run_once_v1_every_line_reaches_influxdb_1x(tmp_path, influxdb_v1):
 
 def test_run_once_v2_every_line_reaches_victoria_metrics(tmp_path, victoria_metrics):
     host = f"sim-v2-{os.getpid()}"
-    table = (f'[sinks.influxdb]\nurl = "{victoria_metrics.url}"\norg = "fleet"\nbucket = "gpus"\n'
-             f'token = "{TOKEN}"\nflush_interval = "200ms"\n')
+    table = (
+        f'[sinks.influxdb]\nurl = "{victoria_metrics.url}"\norg = "fleet"\nbucket = "gpus"\n'
+        f'token = "{TOKEN}"\nflush_interval = "200ms"\n'
+    )
     config = agent_config(tmp_path, table, hostname=host)
     result = gpuagent("run", "--config", str(config), "--simulate", SPEC, "--once")
     assert result.returncode == 0, result.stderr
@@ -159,16 +169,25 @@ def test_run_once_v2_every_line_reaches_victoria_metrics(tmp_path, victoria_metr
     # The same lines through VictoriaMetrics' own /write (label db="truth") are the reference.
     import urllib.request
 
-    urllib.request.urlopen(urllib.request.Request(
-        f"{victoria_metrics.url}/write?db=truth", data=("\n".join(lines) + "\n").encode(), method="POST"
-    ), timeout=10)
+    urllib.request.urlopen(
+        urllib.request.Request(
+            f"{victoria_metrics.url}/write?db=truth", data=("\n".join(lines) + "\n").encode(), method="POST"
+        ),
+        timeout=10,
+    )
     expected = victoria_metrics.export(f'{{host="{host}",db="truth"}}', min_samples=1)
     n = sum(len(s["timestamps"]) for s in expected)
-    want = {(tuple(sorted((k, v) for k, v in s["metric"].items() if k != "db")), t, v)
-            for s in expected for t, v in zip(s["timestamps"], s["values"], strict=True)}
+    want = {
+        (tuple(sorted((k, v) for k, v in s["metric"].items() if k != "db")), t, v)
+        for s in expected
+        for t, v in zip(s["timestamps"], s["values"], strict=True)
+    }
     got_series = victoria_metrics.export(f'{{host="{host}",db=""}}', min_samples=n)
-    got = {(tuple(sorted(s["metric"].items())), t, v)
-           for s in got_series for t, v in zip(s["timestamps"], s["values"], strict=True)}
+    got = {
+        (tuple(sorted(s["metric"].items())), t, v)
+        for s in got_series
+        for t, v in zip(s["timestamps"], s["values"], strict=True)
+    }
     assert n > 8 * 20
     assert want - got == set()
 
@@ -202,9 +221,7 @@ def test_outage_every_line_of_the_file_reaches_influxdb(tmp_path, influxdb_v1_fa
     assert "spooling" in text and "accepting writes again" in text
 
 
-def test_kill_9_during_an_outage_then_restart_delivers_all_but_the_interval_in_flight(
-    tmp_path, influxdb_v1_factory
-):
+def test_kill_9_during_an_outage_then_restart_delivers_all_but_the_interval_in_flight(tmp_path, influxdb_v1_factory):
     server = influxdb_v1_factory()
     interval_ns = 500_000_000
     config = agent_config(tmp_path, v1_table(server))
@@ -235,15 +252,17 @@ def test_kill_9_during_an_outage_then_restart_delivers_all_but_the_interval_in_f
         stop_agent(agent, log)
     assert_lost_at_most_the_interval_in_flight(server, before_kill, interval_ns)
     # And what the second run collected arrived too.
-    assert missing_from_influx(server, file_lines(record)[len(before_kill):]) == []
+    assert missing_from_influx(server, file_lines(record)[len(before_kill) :]) == []
 
 
 # -- secrets --------------------------------------------------------------------------------
 
 
 def test_token_is_in_no_log_line_error_or_config_show(tmp_path):
-    table = (f'[sinks.influxdb]\nurl = "http://127.0.0.1:9"\nbucket = "b"\ntoken = "{TOKEN}"\n'
-             'flush_interval = "100ms"\nretry_initial_backoff = "100ms"\n')
+    table = (
+        f'[sinks.influxdb]\nurl = "http://127.0.0.1:9"\nbucket = "b"\ntoken = "{TOKEN}"\n'
+        'flush_interval = "100ms"\nretry_initial_backoff = "100ms"\n'
+    )
     config = agent_config(tmp_path, table)
     shown = gpuagent("config", "show", str(config))
     assert shown.returncode == 0, shown.stderr
@@ -257,8 +276,11 @@ def test_token_is_in_no_log_line_error_or_config_show(tmp_path):
     bad = gpuagent("config", "check", str(config))
     assert bad.returncode != 0 and "token" in bad.stderr and TOKEN not in bad.stdout + bad.stderr
     # ${VAR} from the environment is masked the same way.
-    config.write_text(config.read_text().replace(f'token = "{TOKEN}"', 'token = "${GPUAGENT_TEST_TOKEN}"')
-                      .replace('token_file = "/nonexistent"\n', ""))
+    config.write_text(
+        config.read_text()
+        .replace(f'token = "{TOKEN}"', 'token = "${GPUAGENT_TEST_TOKEN}"')
+        .replace('token_file = "/nonexistent"\n', "")
+    )
     env = {**os.environ, "GPUAGENT_TEST_TOKEN": TOKEN}
     shown = gpuagent("config", "show", str(config), env=env)
     assert shown.returncode == 0, shown.stderr
@@ -342,7 +364,7 @@ def test_kill_9_with_the_server_up_loses_at_most_the_interval_in_flight(tmp_path
 def test_a_numeric_password_is_never_echoed_at_start_or_on_reload(tmp_path, influxdb_v1):
     secret = "31415926535"
     config = agent_config(tmp_path, v1_table(influxdb_v1))
-    bad = config.read_text().replace('database = ', f'username = "u"\npassword = {secret}\ndatabase = ')
+    bad = config.read_text().replace("database = ", f'username = "u"\npassword = {secret}\ndatabase = ')
     log = tmp_path / "agent.log"
     agent = start_agent(config, log)
     try:
@@ -359,8 +381,10 @@ def test_a_numeric_password_is_never_echoed_at_start_or_on_reload(tmp_path, infl
 
 
 def test_credentials_inside_the_url_are_in_no_log_line(tmp_path):
-    table = ('[sinks.influxdb]\nurl = "http://admin:URL-S3CRET@127.0.0.1:9"\napi = "v1"\ndatabase = "d"\n'
-             'flush_interval = "100ms"\nretry_initial_backoff = "100ms"\n')
+    table = (
+        '[sinks.influxdb]\nurl = "http://admin:URL-S3CRET@127.0.0.1:9"\napi = "v1"\ndatabase = "d"\n'
+        'flush_interval = "100ms"\nretry_initial_backoff = "100ms"\n'
+    )
     config = agent_config(tmp_path, table)
     run = gpuagent("run", "--config", str(config), "--simulate", "h100-sxm:1", "--once", "--log-level", "debug")
     assert run.returncode == 0, run.stderr

@@ -41,7 +41,11 @@ def _sibling(name: str):
 
 _helpers = _sibling("test_influxdb_sink")
 assert_all_in_v1, fleet_points, make_sink, wait_for = (
-    _helpers.assert_all_in_v1, _helpers.fleet_points, _helpers.make_sink, _helpers.wait_for)
+    _helpers.assert_all_in_v1,
+    _helpers.fleet_points,
+    _helpers.make_sink,
+    _helpers.wait_for,
+)
 
 pytestmark = pytest.mark.servers
 
@@ -78,8 +82,14 @@ class BadServer:
                         if not chunk:
                             return
                         head += chunk
-                    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                                   if line.lower().startswith(b"content-length")), 0)
+                    length = next(
+                        (
+                            int(line.split(b":")[1])
+                            for line in head.split(b"\r\n")
+                            if line.lower().startswith(b"content-length")
+                        ),
+                        0,
+                    )
                     body = head.split(b"\r\n\r\n", 1)[1]
                     while len(body) < length:
                         body += conn.recv(65536)
@@ -116,8 +126,15 @@ def drip(conn, server):
 def test_a_dripping_server_is_cut_off_at_timeout_and_counted_as_a_failure(tmp_path, api):
     target = {"database": "d"} if api == "v1" else {"bucket": "b", "token": "t"}
     with bad_server(drip) as server:
-        sink = make_sink(tmp_path, api=api, url=server.url, timeout="1s",
-                         retry_initial_backoff="5s", retry_max_backoff="5s", **target)
+        sink = make_sink(
+            tmp_path,
+            api=api,
+            url=server.url,
+            timeout="1s",
+            retry_initial_backoff="5s",
+            retry_max_backoff="5s",
+            **target,
+        )
         try:
             sink.write(fleet_points(intervals=1, gpus=1))
             wait_for(lambda: sink.stats()["write_errors_total"] >= 1, timeout=6, what="the deadline")
@@ -148,8 +165,10 @@ def test_stop_takes_at_most_the_shutdown_budget_whatever_the_server_does(tmp_pat
 
 def answer_503(retry_after: str):
     def behaviour(conn, server):
-        conn.sendall(f"HTTP/1.1 503 Service Unavailable\r\nRetry-After: {retry_after}\r\n"
-                     "Content-Length: 0\r\n\r\n".encode())
+        conn.sendall(
+            f"HTTP/1.1 503 Service Unavailable\r\nRetry-After: {retry_after}\r\nContent-Length: 0\r\n\r\n".encode()
+        )
+
     return behaviour
 
 
@@ -158,8 +177,9 @@ def answer_503(retry_after: str):
 def test_retry_after_never_shortens_the_backoff(tmp_path, retry_after):
     value = email.utils.formatdate(time.time() - 3600, usegmt=True) if retry_after == "past-date" else "0"
     with bad_server(answer_503(value)) as server:
-        sink = make_sink(tmp_path, api="v1", url=server.url, database="d",
-                         retry_initial_backoff="500ms", retry_max_backoff="1s")
+        sink = make_sink(
+            tmp_path, api="v1", url=server.url, database="d", retry_initial_backoff="500ms", retry_max_backoff="1s"
+        )
         try:
             sink.write(fleet_points(intervals=1, gpus=1))
             time.sleep(3)
@@ -172,8 +192,9 @@ def test_retry_after_never_shortens_the_backoff(tmp_path, retry_after):
 @pytest.mark.slow
 def test_retry_after_lengthens_the_wait(tmp_path):
     with bad_server(answer_503("3")) as server:
-        sink = make_sink(tmp_path, api="v1", url=server.url, database="d",
-                         retry_initial_backoff="100ms", retry_max_backoff="200ms")
+        sink = make_sink(
+            tmp_path, api="v1", url=server.url, database="d", retry_initial_backoff="100ms", retry_max_backoff="200ms"
+        )
         try:
             sink.write(fleet_points(intervals=1, gpus=1))
             time.sleep(2)
@@ -223,15 +244,22 @@ def mounted(path: Path, *args: str):
 
 
 def test_a_full_disk_keeps_points_in_memory_and_delivers_them_when_the_server_is_back(
-        tmp_path, influxdb_v1_factory, caplog):
+    tmp_path, influxdb_v1_factory, caplog
+):
     server = influxdb_v1_factory()
     server.stop()
     start = (time.time_ns() // 10**9 - 3000) * 10**9
     batches = [fleet_points(intervals=1, start_ns=start + i * 10**9) for i in range(120)]
     with mounted(tmp_path / "state", "-t", "tmpfs", "-o", "size=256k", "tmpfs"):
         with caplog.at_level(logging.WARNING, logger="gpuagent"):
-            sink = make_sink(tmp_path, api="v1", url=server.url, database=server.database,
-                             retry_initial_backoff="200ms", retry_max_backoff="200ms")
+            sink = make_sink(
+                tmp_path,
+                api="v1",
+                url=server.url,
+                database=server.database,
+                retry_initial_backoff="200ms",
+                retry_max_backoff="200ms",
+            )
             try:
                 for batch in batches:
                     sink.write(batch)
@@ -241,8 +269,11 @@ def test_a_full_disk_keeps_points_in_memory_and_delivers_them_when_the_server_is
                 assert stats["spool_bytes"] < 256 * 1024
                 assert stats["spool_points"] + stats["buffered_points"] == sum(len(b) for b in batches)
                 server.start()
-                wait_for(lambda: sink.stats()["buffered_points"] == 0 and sink.stats()["spool_points"] == 0,
-                         timeout=30, what="delivery after the outage")
+                wait_for(
+                    lambda: sink.stats()["buffered_points"] == 0 and sink.stats()["spool_points"] == 0,
+                    timeout=30,
+                    what="delivery after the outage",
+                )
                 stats = sink.stats()
             finally:
                 sink.close()
@@ -270,16 +301,26 @@ def test_a_read_only_spool_is_replayed_once_and_drops_at_stop_are_counted(tmp_pa
         server.start()
         new = [fleet_points(intervals=1, start_ns=start + (10 + i) * 10**9) for i in range(3)]
         config = InfluxDBSink.Config.model_validate(
-            {"api": "v1", "url": server.url, "database": server.database, "flush_interval": "100ms",
-             "flush_jitter": 0, "retry_initial_backoff": "100ms", "retry_max_backoff": "300ms"})
+            {
+                "api": "v1",
+                "url": server.url,
+                "database": server.database,
+                "flush_interval": "100ms",
+                "flush_jitter": 0,
+                "retry_initial_backoff": "100ms",
+                "retry_max_backoff": "300ms",
+            }
+        )
         with caplog.at_level(logging.WARNING, logger="gpuagent"):
             sink = InfluxDBSink(config, AgentContext(hostname="node-1", state_dir=ro))
             sink.start()
             try:
                 for batch in new:
                     sink.write(batch)
-                wait_for(lambda: sink.stats()["spool_points"] == 0 and sink.stats()["buffered_points"] == 0,
-                         what="replay and new points")
+                wait_for(
+                    lambda: sink.stats()["spool_points"] == 0 and sink.stats()["buffered_points"] == 0,
+                    what="replay and new points",
+                )
                 time.sleep(1)
                 written = sink.stats()["points_written_total"]
                 assert written == 6 * 24, written  # replayed once, not in a loop
@@ -298,30 +339,38 @@ def test_a_read_only_spool_is_replayed_once_and_drops_at_stop_are_counted(tmp_pa
 
 # -- issue 28: a gateway answering 400, endless and huge answers, what the log says ----------------
 
-NGINX_400 = (b"<html>\r\n<head><title>400 The plain HTTP request was sent to HTTPS port</title></head>\r\n"
-             b"<body>\r\n<center><h1>400 Bad Request</h1></center>\r\n"
-             b"<center>The plain HTTP request was sent to HTTPS port</center>\r\n<hr><center>nginx</center>\r\n"
-             b"</body>\r\n</html>\r\n")
+NGINX_400 = (
+    b"<html>\r\n<head><title>400 The plain HTTP request was sent to HTTPS port</title></head>\r\n"
+    b"<body>\r\n<center><h1>400 Bad Request</h1></center>\r\n"
+    b"<center>The plain HTTP request was sent to HTTPS port</center>\r\n<hr><center>nginx</center>\r\n"
+    b"</body>\r\n</html>\r\n"
+)
 # A 400 in InfluxDB's words, the same for every request: a policy, not a line (InfluxDB quotes the line).
 SAME_400 = b'{"error":"unable to parse the request: refused by the write policy"}'
 
 
 def answer(status: str, body: bytes, extra: str = "", content_type: str = "text/html"):
     def behaviour(conn, server):
-        conn.sendall(f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n{extra}"
-                     f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        conn.sendall(
+            f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n{extra}Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+
     return behaviour
 
 
 @pytest.mark.parametrize("body", [NGINX_400, SAME_400], ids=["nginx-https-port", "same-words-for-every-half"])
 def test_a_gateway_answering_400_to_everything_loses_nothing_and_the_fixed_url_gets_it_all(
-        tmp_path, influxdb_v1, caplog, body):
+    tmp_path, influxdb_v1, caplog, body
+):
     db = f"gw400_{len(body)}"
     influxdb_v1.create_database(db)
     start = (time.time_ns() // 10**9 - 900) * 10**9
     batches = [fleet_points(intervals=1, start_ns=start + i * 10**9) for i in range(4)]
-    with bad_server(answer("400 Bad Request", body, content_type="application/json")) as server, \
-            caplog.at_level(logging.WARNING, logger="gpuagent"):
+    with (
+        bad_server(answer("400 Bad Request", body, content_type="application/json")) as server,
+        caplog.at_level(logging.WARNING, logger="gpuagent"),
+    ):
         sink = make_sink(tmp_path, api="v1", url=server.url, database=db, batch_size=50)
         try:
             for batch in batches:
@@ -387,8 +436,15 @@ def endless_chunks(conn, server):
 def test_a_chunked_answer_that_never_ends_leaks_no_thread_nor_socket(tmp_path, api):
     target = {"database": "d"} if api == "v1" else {"bucket": "b", "token": "t"}
     with bad_server(endless_chunks) as server:
-        sink = make_sink(tmp_path, api=api, url=server.url, timeout="500ms",
-                         retry_initial_backoff="100ms", retry_max_backoff="100ms", **target)
+        sink = make_sink(
+            tmp_path,
+            api=api,
+            url=server.url,
+            timeout="500ms",
+            retry_initial_backoff="100ms",
+            retry_max_backoff="100ms",
+            **target,
+        )
         try:
             threads, sockets = threading.active_count(), _sockets()
             sink.write(fleet_points(intervals=1, gpus=1))
@@ -405,8 +461,9 @@ def test_a_chunked_answer_that_never_ends_leaks_no_thread_nor_socket(tmp_path, a
 
 def huge_500(conn, server):
     """A 500 that announces 1 GiB of body and sends it, 64 KiB at a time, while it is read."""
-    conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\n"
-                 b"Content-Length: 1073741824\r\n\r\n")
+    conn.sendall(
+        b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\nContent-Length: 1073741824\r\n\r\n"
+    )
     chunk = b"x" * 65536
     for _ in range(2**30 // len(chunk)):
         if server._stop.is_set():
@@ -420,8 +477,15 @@ def huge_500(conn, server):
 def test_a_500_with_a_1_gib_body_is_read_a_few_kib_only(tmp_path, api):
     target = {"database": "d"} if api == "v1" else {"bucket": "b", "token": "t"}
     with bad_server(huge_500) as server:
-        sink = make_sink(tmp_path, api=api, url=server.url, timeout="2s",
-                         retry_initial_backoff="5s", retry_max_backoff="5s", **target)
+        sink = make_sink(
+            tmp_path,
+            api=api,
+            url=server.url,
+            timeout="2s",
+            retry_initial_backoff="5s",
+            retry_max_backoff="5s",
+            **target,
+        )
         try:
             sink.write(fleet_points(intervals=1, gpus=1))
             wait_for(lambda: sink.stats()["write_errors_total"] >= 1, what="the 500")
@@ -436,8 +500,10 @@ def test_a_500_with_a_1_gib_body_is_read_a_few_kib_only(tmp_path, api):
 
 def test_a_redirect_is_logged_with_its_location(tmp_path, caplog):
     where = "https://influx.example.net:8086/write?db=d"
-    with bad_server(answer("307 Temporary Redirect", b"", extra=f"Location: {where}\r\n")) as server, \
-            caplog.at_level(logging.WARNING, logger="gpuagent"):
+    with (
+        bad_server(answer("307 Temporary Redirect", b"", extra=f"Location: {where}\r\n")) as server,
+        caplog.at_level(logging.WARNING, logger="gpuagent"),
+    ):
         sink = make_sink(tmp_path, api="v1", url=server.url, database="d")
         try:
             sink.write(fleet_points(intervals=1, gpus=1))
@@ -480,8 +546,7 @@ def test_the_first_retry_that_replays_a_whole_outage_counts_as_replayed(tmp_path
 
 
 @pytest.mark.slow
-def test_gpuagent_run_behind_a_400_gateway_then_sighup_with_the_fixed_url_loses_no_line(
-        tmp_path, influxdb_v1_factory):
+def test_gpuagent_run_behind_a_400_gateway_then_sighup_with_the_fixed_url_loses_no_line(tmp_path, influxdb_v1_factory):
     run = _sibling("test_agent_delivery")
     server = influxdb_v1_factory()
     log, record = tmp_path / "agent.log", tmp_path / "record.lp"

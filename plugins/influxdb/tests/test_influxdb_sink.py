@@ -33,12 +33,19 @@ def fleet_points(intervals: int = 3, gpus: int = 8, start_ns: int | None = None,
                 "pci_bus_id": f"00000000:{0x18 + g:02X}:00.0",
                 "arch": "Hopper",
             }
-            acc.add_fields("gpu_power", {"power_w": 300.25 + g + i / 8, "energy_j": 1e6 + i * 700.5 + g,
-                                         "power_limit_w": 700}, tags=tags)
-            acc.add_fields("gpu_clocks", {"sm_clock_mhz": 1980 - g, "mem_clock_mhz": 2619,
-                                          "throttled": (i + g) % 2 == 0, "pstate": f"P{g % 3}"}, tags=tags)
-            acc.add_fields("gpu_memory", {"fb_used_bytes": 2**30 * (g + 1) + i, "dram_bw_util_pct": 12.5 * (g % 8)},
-                           tags=tags)
+            acc.add_fields(
+                "gpu_power",
+                {"power_w": 300.25 + g + i / 8, "energy_j": 1e6 + i * 700.5 + g, "power_limit_w": 700},
+                tags=tags,
+            )
+            acc.add_fields(
+                "gpu_clocks",
+                {"sm_clock_mhz": 1980 - g, "mem_clock_mhz": 2619, "throttled": (i + g) % 2 == 0, "pstate": f"P{g % 3}"},
+                tags=tags,
+            )
+            acc.add_fields(
+                "gpu_memory", {"fb_used_bytes": 2**30 * (g + 1) + i, "dram_bw_util_pct": 12.5 * (g % 8)}, tags=tags
+            )
         points.extend(acc.points)
     return points
 
@@ -76,9 +83,7 @@ INFLUX_TYPES = {bool: "boolean", int: "integer", float: "float", str: "string"}
 def assert_all_in_v1(server, points, db: str | None = None):
     """Every point stored: same tags, same values, and each field with its own type."""
     by_measurement: dict[str, dict] = {}
-    types = {
-        (s["name"], key): kind for s in server.query("SHOW FIELD KEYS", db) for key, kind in s["values"]
-    }
+    types = {(s["name"], key): kind for s in server.query("SHOW FIELD KEYS", db) for key, kind in s["values"]}
     for p in points:
         if p.measurement not in by_measurement:
             by_measurement[p.measurement] = stored_v1(server, p.measurement, db)
@@ -108,11 +113,7 @@ def test_v1_every_point_of_an_8_gpu_run_is_stored_with_its_type(tmp_path, influx
     assert stats["points_written_total"] == len(points) == 3 * 8 * 3
     assert stats["spool_points"] == 0 and stats["write_errors_total"] == 0
     assert_all_in_v1(influxdb_v1, points, "v1_roundtrip")
-    types = {
-        (s["name"], k): t
-        for s in influxdb_v1.query("SHOW FIELD KEYS", "v1_roundtrip")
-        for k, t in s["values"]
-    }
+    types = {(s["name"], k): t for s in influxdb_v1.query("SHOW FIELD KEYS", "v1_roundtrip") for k, t in s["values"]}
     assert types[("gpu_clocks", "sm_clock_mhz")] == "integer"
     assert types[("gpu_clocks", "throttled")] == "boolean"
     assert types[("gpu_clocks", "pstate")] == "string"
@@ -194,8 +195,9 @@ def test_outage_spools_and_replays_everything_in_order(tmp_path, influxdb_v1_fac
 def test_auth_errors_are_loud_and_keep_the_data_spooled(tmp_path, influxdb_v1_factory, caplog):
     server = influxdb_v1_factory(auth=True)
     points = fleet_points(intervals=1)
-    sink = make_sink(tmp_path, api="v1", url=server.url, database=server.database,
-                     username="admin", password="wrong-password")
+    sink = make_sink(
+        tmp_path, api="v1", url=server.url, database=server.database, username="admin", password="wrong-password"
+    )
     try:
         with caplog.at_level(logging.DEBUG):
             sink.write(points)
@@ -207,8 +209,9 @@ def test_auth_errors_are_loud_and_keep_the_data_spooled(tmp_path, influxdb_v1_fa
     finally:
         sink.close()
     # Fixed credentials (a restart after the operator edits the config): the spool is delivered.
-    sink = make_sink(tmp_path, api="v1", url=server.url, database=server.database,
-                     username="admin", password="admin-pass")
+    sink = make_sink(
+        tmp_path, api="v1", url=server.url, database=server.database, username="admin", password="admin-pass"
+    )
     try:
         wait_for(lambda: sink.stats()["spool_points"] == 0, what="replay with good credentials")
         assert sink.stats()["replayed_total"] == len(points)
@@ -223,8 +226,7 @@ def test_auth_errors_are_loud_and_keep_the_data_spooled(tmp_path, influxdb_v1_fa
 def test_v2_every_point_of_an_8_gpu_run_reaches_victoria_metrics(tmp_path, victoria_metrics):
     host = f"v2-{os.getpid()}-{time.monotonic_ns()}"
     points = fleet_points(intervals=3, host=host)
-    sink = make_sink(tmp_path, url=victoria_metrics.url, org="fleet", bucket="gpus",
-                     token=TOKEN, batch_size=50)
+    sink = make_sink(tmp_path, url=victoria_metrics.url, org="fleet", bucket="gpus", token=TOKEN, batch_size=50)
     try:
         sink.write(points)
         sink.flush(10)
@@ -263,8 +265,7 @@ def test_v2_outage_against_victoria_metrics_replays_the_spool(tmp_path, victoria
         server.start()
         for batch in batches[3:]:
             sink.write(batch)
-        wait_for(lambda: sink.stats()["spool_points"] == 0 and sink.stats()["buffered_points"] == 0,
-                 what="replay")
+        wait_for(lambda: sink.stats()["spool_points"] == 0 and sink.stats()["buffered_points"] == 0, what="replay")
         sink.flush(5)
     finally:
         sink.close()
@@ -350,8 +351,15 @@ def test_config_errors_name_the_key(table, message):
 
 def test_config_accepts_units_and_masks_secrets():
     cfg = InfluxDBSink.Config.model_validate(
-        {"api": "v1", "database": "d", "username": "u", "password": "pw-123", "max_spool_bytes": "64MiB",
-         "flush_interval": "500ms", "flush_jitter": "0s"}
+        {
+            "api": "v1",
+            "database": "d",
+            "username": "u",
+            "password": "pw-123",
+            "max_spool_bytes": "64MiB",
+            "flush_interval": "500ms",
+            "flush_jitter": "0s",
+        }
     )
     assert cfg.max_spool_bytes == 64 * 2**20 and cfg.flush_interval == 0.5 and cfg.flush_jitter == 0
     assert "pw-123" not in str(cfg.model_dump(mode="json")) and "pw-123" not in repr(cfg)
@@ -367,14 +375,23 @@ def test_full_spool_drops_the_oldest_intervals_and_counts_them_exactly(tmp_path,
     intervals = [fleet_points(intervals=1, start_ns=start + i * 10**9) for i in range(10)]
     per_interval = len(intervals[0])  # 24 points: batch_size makes one spooled batch per interval
     one = len("\n".join(p.to_line() for p in intervals[0])) + 1
-    sink = make_sink(tmp_path, api="v1", url=server.url, database=server.database,
-                     batch_size=per_interval, max_spool_bytes=int(one * 4.5), retry_max_backoff="10s",
-                     retry_initial_backoff="10s")
+    sink = make_sink(
+        tmp_path,
+        api="v1",
+        url=server.url,
+        database=server.database,
+        batch_size=per_interval,
+        max_spool_bytes=int(one * 4.5),
+        retry_max_backoff="10s",
+        retry_initial_backoff="10s",
+    )
     try:
         for n, batch in enumerate(intervals, 1):
             sink.write(batch)
-            wait_for(lambda n=n: sink.stats()["spool_points"] + sink.stats()["dropped_total"] == n * per_interval,
-                     what=f"interval {n} spooled")
+            wait_for(
+                lambda n=n: sink.stats()["spool_points"] + sink.stats()["dropped_total"] == n * per_interval,
+                what=f"interval {n} spooled",
+            )
         stats = sink.stats()
         assert stats["spool_points"] == 4 * per_interval
         assert stats["dropped_total"] == 6 * per_interval
@@ -425,7 +442,8 @@ def test_kill_9_during_an_outage_loses_at_most_the_interval_in_flight(tmp_path, 
     base = (time.time_ns() // 10**9 - 1200) * 10**9
     proc = subprocess.Popen(
         [sys.executable, "-c", CRASH_WRITER, server.url, str(tmp_path / "state"), str(base)],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     written = []
     try:
@@ -467,8 +485,14 @@ def test_a_reloaded_sink_replays_what_the_old_instance_spooled_after_it_opened(t
         old.close()
         server.start()
         new.write(intervals[3])
-        wait_for(lambda: new.stats()["spool_points"] == 0 and new.stats()["buffered_points"] == 0
-                 and new.stats()["points_written_total"] >= 96, what="replay of both instances' batches")
+        wait_for(
+            lambda: (
+                new.stats()["spool_points"] == 0
+                and new.stats()["buffered_points"] == 0
+                and new.stats()["points_written_total"] >= 96
+            ),
+            what="replay of both instances' batches",
+        )
     finally:
         new.close()
     assert_all_in_v1(server, [p for b in intervals for p in b])
@@ -481,7 +505,8 @@ def test_an_unusable_state_dir_starts_anyway_delivers_from_memory_and_says_so_on
     points = fleet_points(intervals=2)
     with caplog.at_level(logging.WARNING):
         config = InfluxDBSink.Config.model_validate(
-            {"api": "v1", "url": influxdb_v1.url, "database": "no_spool", "flush_interval": "100ms", "flush_jitter": 0})
+            {"api": "v1", "url": influxdb_v1.url, "database": "no_spool", "flush_interval": "100ms", "flush_jitter": 0}
+        )
         sink = InfluxDBSink(config, AgentContext(hostname="h", state_dir=blocker))
         sink.start()  # no refusal to start
         try:
@@ -535,6 +560,8 @@ def test_an_empty_token_file_is_a_one_line_config_error(tmp_path, text):
 
 def test_read_token_gives_the_token_or_the_files_stripped_contents_or_none(tmp_path):
     (tmp_path / "token").write_text(f"{TOKEN}\n")
-    assert InfluxDBSink.Config.model_validate({"bucket": "b", "token_file": str(tmp_path / "token")}).read_token() == TOKEN
+    assert (
+        InfluxDBSink.Config.model_validate({"bucket": "b", "token_file": str(tmp_path / "token")}).read_token() == TOKEN
+    )
     assert InfluxDBSink.Config.model_validate({"bucket": "b", "token": TOKEN}).read_token() == TOKEN
     assert InfluxDBSink.Config.model_validate({"bucket": "b"}).read_token() is None

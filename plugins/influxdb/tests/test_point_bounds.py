@@ -22,10 +22,17 @@ pytestmark = pytest.mark.servers
 
 
 def make_sink(tmp_path, **options) -> InfluxDBSink:
-    options = {"flush_interval": "100ms", "flush_jitter": 0, "retry_initial_backoff": "100ms",
-               "retry_max_backoff": "300ms", "timeout": "5s", **options}
-    sink = InfluxDBSink(InfluxDBSink.Config.model_validate(options),
-                        AgentContext(hostname="node-1", state_dir=tmp_path / "state"))
+    options = {
+        "flush_interval": "100ms",
+        "flush_jitter": 0,
+        "retry_initial_backoff": "100ms",
+        "retry_max_backoff": "300ms",
+        "timeout": "5s",
+        **options,
+    }
+    sink = InfluxDBSink(
+        InfluxDBSink.Config.model_validate(options), AgentContext(hostname="node-1", state_dir=tmp_path / "state")
+    )
     sink.start()
     return sink
 
@@ -86,7 +93,7 @@ def test_a_line_over_256_kib_loses_its_longest_field_not_the_point(tmp_path, vic
     assert names == {"long_size", "short_seq"}
 
 
-WIDE_PLUGIN = '''
+WIDE_PLUGIN = """
 import gpuagent
 
 FIELDS = {f"f{i}": i for i in range(1_000_000)}  # built once: the agent's cost is what is measured
@@ -102,7 +109,7 @@ class Wide(gpuagent.Collector):
 @gpuagent.hookimpl
 def gpuagent_register_collectors(register):
     register(Wide)
-'''
+"""
 
 
 @pytest.mark.slow
@@ -124,9 +131,13 @@ def test_a_plugin_emitting_a_million_fields_a_cycle_does_not_wedge_a_real_agent(
     )
     log = tmp_path / "agent.log"
     with open(log, "wb") as fh:
-        agent = subprocess.Popen([sys.executable, "-m", "gpuagent", "run", "--config", str(config),
-                                  "--simulate", "l40s:1"], stdout=fh, stderr=subprocess.STDOUT)
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "gpuagent", "run", "--config", str(config), "--simulate", "l40s:1"],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
     try:
+
         def cycles() -> int:
             got = influxdb_v1.query("SELECT count(power_w) FROM gpu_power", db)
             return got[0]["values"][0][1] if got else 0

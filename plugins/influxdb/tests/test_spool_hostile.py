@@ -27,7 +27,9 @@ def dead_url() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}"  # closed again: nobody listens there
 
 
-def agent_config(tmp_path: Path, state: Path, url: str | None = None, extra: str = "", database: str = "gpuagent") -> Path:
+def agent_config(
+    tmp_path: Path, state: Path, url: str | None = None, extra: str = "", database: str = "gpuagent"
+) -> Path:
     path = tmp_path / "gpuagent.toml"
     path.write_text(
         f'[agent]\ninterval = "200ms"\nhostname = "spool-node"\nstate_dir = "{state}"\n'
@@ -41,8 +43,11 @@ def agent_config(tmp_path: Path, state: Path, url: str | None = None, extra: str
 
 def start_agent(config: Path, log: Path, spec: str = "h100-sxm:2") -> subprocess.Popen:
     with open(log, "ab") as fh:
-        return subprocess.Popen([sys.executable, "-m", "gpuagent", "run", "--config", str(config), "--simulate", spec],
-                                stdout=fh, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "gpuagent", "run", "--config", str(config), "--simulate", spec],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def stop_agent(proc: subprocess.Popen, log: Path) -> None:
@@ -105,8 +110,10 @@ def damaged_spool(path: Path, batches: int) -> None:
     """A spool as gpuagent.pipeline.spool writes it (same schema), then 20 KB of garbage in its middle."""
     path.parent.mkdir(parents=True)
     db = sqlite3.connect(path)
-    db.execute("CREATE TABLE batches (id INTEGER PRIMARY KEY AUTOINCREMENT, points INTEGER NOT NULL,"
-               " bytes INTEGER NOT NULL, data BLOB NOT NULL)")
+    db.execute(
+        "CREATE TABLE batches (id INTEGER PRIMARY KEY AUTOINCREMENT, points INTEGER NOT NULL,"
+        " bytes INTEGER NOT NULL, data BLOB NOT NULL)"
+    )
     rows = ((1, len(line), line) for line in (f"old,b={i} v={i}i {i + 1}\n".encode() for i in range(batches)))
     with db:
         db.executemany("INSERT INTO batches (points, bytes, data) VALUES (?, ?, ?)", rows)
@@ -130,8 +137,11 @@ def salvageable(path: Path, tmp_path: Path) -> set[str]:
 def spooled_lines(path: Path) -> list[str]:
     db = sqlite3.connect(path)
     try:
-        return [line for (data,) in db.execute("SELECT data FROM batches ORDER BY id")
-                for line in bytes(data).decode().splitlines()]
+        return [
+            line
+            for (data,) in db.execute("SELECT data FROM batches ORDER BY id")
+            for line in bytes(data).decode().splitlines()
+        ]
     finally:
         db.close()
 
@@ -167,8 +177,11 @@ def test_kill_9_in_the_middle_of_a_heal_resumes_it_and_loses_no_salvageable_batc
             agent.kill()
     agent = start_agent(config, log)
     try:
-        wait_for(lambda: list(spool.parent.glob("spool.damaged-*.sqlite")) and record_lines(tmp_path) > 50,
-                 timeout=120, what="the heal to be resumed and finished")
+        wait_for(
+            lambda: list(spool.parent.glob("spool.damaged-*.sqlite")) and record_lines(tmp_path) > 50,
+            timeout=120,
+            what="the heal to be resumed and finished",
+        )
     finally:
         stop_agent(agent, log)
     text = log.read_text()
@@ -246,4 +259,3 @@ def assert_kept_where_it_must_work(tmp_path: Path) -> None:
         spool.push(b"m v=1i 1\n", 1)
         spool.close()
         assert Spool(state / "spool" / "influxdb", max_bytes=10**6).points == 1
-

@@ -23,11 +23,7 @@ def test_lookup_by_nvml_pci_device_id_bare_id_and_name():
 
 def test_published_figures():
     l40s = specs.lookup(0x26B9)
-    assert (
-        l40s.l2_cache_bytes == 100663296
-        and l40s.bus_width_bits == 384
-        and l40s.peak_dram_gbps == 864
-    )
+    assert l40s.l2_cache_bytes == 100663296 and l40s.bus_width_bits == 384 and l40s.peak_dram_gbps == 864
     assert specs.lookup(0x20B2).l2_cache_bytes == 40 * MIB
     assert len({s.pci_device_id for s in specs.SPECS}) == len(specs.SPECS)
 
@@ -60,12 +56,7 @@ def test_bus_ids_from_nvml_and_cuda_compare_equal(text, expected):
 
 
 def test_no_libcuda_is_an_empty_map():
-    assert (
-        cuda_attrs.read_attribute(
-            cuda_attrs.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "libcuda-absent.so.1"
-        )
-        == {}
-    )
+    assert cuda_attrs.read_attribute(cuda_attrs.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "libcuda-absent.so.1") == {}
     assert cuda_attrs.l2_cache_bytes("00000000:01:00.0", "libcuda-absent.so.1") is None
 
 

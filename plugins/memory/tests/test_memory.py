@@ -35,9 +35,7 @@ def one_cycle(machine, acc, **config) -> dict:
 
 
 @pytest.mark.parametrize("profile", ["l40s", "h100-sxm", "rtx4090"])
-def test_framebuffer_bar1_and_utilisation(
-    profile, simulated_fleet, sim_clock, recording_accumulator
-):
+def test_framebuffer_bar1_and_utilisation(profile, simulated_fleet, sim_clock, recording_accumulator):
     machine = simulated_fleet(profile, scenario="training")
     sim_clock.advance(30)
     f = one_cycle(machine, recording_accumulator)
@@ -73,9 +71,7 @@ def test_h100_dram_bandwidth_from_gpm_on_the_first_run(simulated_fleet, recordin
     assert GPM_FIELDS <= set(f), GPM_FIELDS - set(f)
     assert all(0 <= f[name] <= 100 for name in GPM_FIELDS)
     assert f["dram_peak_gbps"] == pytest.approx(3352, rel=0.01)
-    assert f["dram_bw_gbps"] == pytest.approx(
-        f["dram_bw_util_pct"] / 100 * f["dram_peak_gbps"], rel=1e-6
-    )
+    assert f["dram_bw_gbps"] == pytest.approx(f["dram_bw_util_pct"] / 100 * f["dram_peak_gbps"], rel=1e-6)
     assert f["l2_cache_bytes"] == 50 * MIB
 
 
@@ -91,9 +87,7 @@ def test_gpm_keeps_reporting_across_cycles(simulated_fleet, sim_clock, recording
     memory.close()
 
 
-def test_gpm_samples_too_close_cost_only_that_cycles_gpm_fields(
-    simulated_fleet, sim_clock, recording_accumulator
-):
+def test_gpm_samples_too_close_cost_only_that_cycles_gpm_fields(simulated_fleet, sim_clock, recording_accumulator):
     # nvml.h: GPM samples must be more than 100 ms apart; closer, the driver refuses the metrics
     # (NOT_READY in the simulator). That cycle loses its GPM fields, never the point.
     machine = simulated_fleet("h100-sxm", scenario="training")
@@ -119,9 +113,7 @@ def test_gpm_samples_too_close_cost_only_that_cycles_gpm_fields(
 
 
 def test_h100_without_gpm_has_no_dram_bandwidth(simulated_fleet, recording_accumulator):
-    f = one_cycle(
-        simulated_fleet("h100-sxm", scenario="training"), recording_accumulator, gpm=False
-    )
+    f = one_cycle(simulated_fleet("h100-sxm", scenario="training"), recording_accumulator, gpm=False)
     assert not {"dram_bw_util_pct", "dram_bw_gbps", "dram_bw_source"} & set(f)
     assert 0 < f["memory_util_pct"] <= 100
     assert not GPM_FIELDS & set(f)
@@ -135,9 +127,7 @@ def test_rtx4090_has_no_gpm_field(simulated_fleet, recording_accumulator):
     assert f["dram_peak_gbps"] == pytest.approx(1008, rel=0.01)
 
 
-def test_bus_width_and_peak_from_the_table_when_nvml_lacks_them(
-    simulated_fleet, recording_accumulator
-):
+def test_bus_width_and_peak_from_the_table_when_nvml_lacks_them(simulated_fleet, recording_accumulator):
     machine = simulated_fleet("l40s")
     machine.force("nvmlDeviceGetMemoryBusWidth", "NOT_SUPPORTED")
     f = one_cycle(machine, recording_accumulator)
@@ -145,9 +135,7 @@ def test_bus_width_and_peak_from_the_table_when_nvml_lacks_them(
     assert f["dram_peak_gbps"] == 864.0 and f["dram_peak_source"] == "spec"
 
 
-def test_unknown_card_has_no_l2_and_no_spec_figures(
-    simulated_fleet, recording_accumulator, tmp_path
-):
+def test_unknown_card_has_no_l2_and_no_spec_figures(simulated_fleet, recording_accumulator, tmp_path):
     profile = load_profile("l40s")
     profile.update(name="mystery", product_name="NVIDIA Mystery GPU", pci_device_id="0x2FFF10DE")
     path = tmp_path / "mystery.json"
@@ -177,9 +165,7 @@ def test_memory_info_v1_on_old_drivers(simulated_fleet, recording_accumulator):
 
 # + encoder and decoder utilisation (the decoder from GPM on the H100): issue 32.
 @pytest.mark.parametrize("profile, bound", [("l40s", 5), ("h100-sxm", 6), ("rtx4090", 5)])
-def test_nvml_calls_per_cycle(
-    profile, bound, simulated_fleet, two_cycles
-):
+def test_nvml_calls_per_cycle(profile, bound, simulated_fleet, two_cycles):
     memory = collector(simulated_fleet(profile, scenario="training"))
     first, calls = two_cycles(memory, advance=10)
     # Steady state: memory info v2, BAR1, utilisation; GPM cards add one sample and one metrics call.
@@ -197,9 +183,7 @@ def test_nvml_calls_per_cycle(
 
 
 @pytest.mark.parametrize("capture", capture_names())
-def test_memory_on_captured_profiles(
-    capture, tmp_path, simulated_fleet, sim_clock, recording_accumulator
-):
+def test_memory_on_captured_profiles(capture, tmp_path, simulated_fleet, sim_clock, recording_accumulator):
     spec, profile = capture_profile(capture, tmp_path)
     machine = simulated_fleet(spec, scenario="training")
     sim_clock.advance(30)
@@ -226,8 +210,13 @@ def test_video_engines_and_the_new_gpm_metrics(profile, simulated_fleet, sim_clo
     memory.collect(recording_accumulator)
     f = recording_accumulator.by_measurement("gpu_memory")[-1].fields
     assert f["encoder_util_pct"] == 0  # no simulated workload encodes video
-    new_gpm = {"graphics_active_pct", "integer_active_pct", "hmma_tensor_active_pct",
-               "imma_tensor_active_pct", "dfma_tensor_active_pct"}
+    new_gpm = {
+        "graphics_active_pct",
+        "integer_active_pct",
+        "hmma_tensor_active_pct",
+        "imma_tensor_active_pct",
+        "dfma_tensor_active_pct",
+    }
     engines = {"nvdec_active_pct", "nvjpg_active_pct", "nvofa_active_pct"}
     if profile == "h100-sxm":
         assert "decoder_util_pct" not in f

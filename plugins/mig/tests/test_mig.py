@@ -165,7 +165,9 @@ def test_imported_capture_gives_the_instances_it_shows(
     make(machine).collect(recording_accumulator)
     [gpu] = gpu_points(recording_accumulator)
     assert gpu.fields["mig_mode_current"] is True and gpu.fields["mig_devices"] == 4
-    got = sorted((int(p.tags["gi_id"]), p.fields["fb_total_bytes"] // MIB) for p in instance_points(recording_accumulator))
+    got = sorted(
+        (int(p.tags["gi_id"]), p.fields["fb_total_bytes"] // MIB) for p in instance_points(recording_accumulator)
+    )
     assert got == sorted(expected)
     for p in instance_points(recording_accumulator):
         assert re.fullmatch(r"\d+g\.\d+gb", p.tags["mig_profile"])

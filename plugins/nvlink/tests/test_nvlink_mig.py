@@ -9,7 +9,9 @@ from gpuagent.plugins.nvlink import NvlinkCollector
 
 
 def make(machine):
-    return NvlinkCollector(NvlinkCollector.Config(gpm_warmup="10ms"), AgentContext(hostname="testhost", gpus=machine.gpus))
+    return NvlinkCollector(
+        NvlinkCollector.Config(gpm_warmup="10ms"), AgentContext(hostname="testhost", gpus=machine.gpus)
+    )
 
 
 @pytest.mark.parametrize("profile", ["h100-sxm-mig", "a100-sxm4-mig"])

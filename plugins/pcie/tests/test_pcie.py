@@ -63,15 +63,19 @@ def test_each_wrap_seen_adds_2_to_the_32():
     counters = WrappedCounters()
     raw = [COUNTER_WRAP - 10, 5, 100, 3, 3]
     totals = [counters.total("GPU-a", "tx_bytes_total", r) for r in raw]
-    assert totals == [COUNTER_WRAP - 10, COUNTER_WRAP + 5, COUNTER_WRAP + 100, 2 * COUNTER_WRAP + 3, 2 * COUNTER_WRAP + 3]
+    assert totals == [
+        COUNTER_WRAP - 10,
+        COUNTER_WRAP + 5,
+        COUNTER_WRAP + 100,
+        2 * COUNTER_WRAP + 3,
+        2 * COUNTER_WRAP + 3,
+    ]
     # Each GPU and field wraps on its own.
     assert counters.total("GPU-b", "tx_bytes_total", 7) == 7
     assert counters.total("GPU-a", "rx_bytes_total", 1) == 1
 
 
-def test_slower_default_interval_and_throughput_switch(
-    simulated_fleet, nvml_calls, recording_accumulator
-):
+def test_slower_default_interval_and_throughput_switch(simulated_fleet, nvml_calls, recording_accumulator):
     assert PcieCollector.default_interval == 30.0
     machine = simulated_fleet("l40s")
     pcie = collector(machine, throughput=False)
@@ -84,25 +88,18 @@ def test_slower_default_interval_and_throughput_switch(
 
 
 @pytest.mark.parametrize("profile, bound", [("l40s", 5), ("h100-sxm", 5), ("rtx4090", 5)])
-def test_nvml_calls_per_cycle(
-    profile, bound, simulated_fleet, two_cycles
-):
+def test_nvml_calls_per_cycle(profile, bound, simulated_fleet, two_cycles):
     pcie = collector(simulated_fleet(profile, scenario="training"))
     first, calls = two_cycles(pcie, advance=30)
     # Steady state: current gen and width, TX and RX throughput, one field-values call (counters).
     assert sum(calls.values()) <= bound, dict(calls)
     assert calls["nvmlDeviceGetPcieThroughput"] == 2
-    assert (
-        "nvmlDeviceGetMaxPcieLinkGeneration" not in calls
-        and "nvmlDeviceGetMaxPcieLinkWidth" not in calls
-    )
+    assert "nvmlDeviceGetMaxPcieLinkGeneration" not in calls and "nvmlDeviceGetMaxPcieLinkWidth" not in calls
     assert first <= bound + 3, first
 
 
 @pytest.mark.parametrize("capture", capture_names())
-def test_pcie_on_captured_profiles(
-    capture, captured_run, recording_accumulator
-):
+def test_pcie_on_captured_profiles(capture, captured_run, recording_accumulator):
     profile = captured_run(capture, collector)
     (point,) = recording_accumulator.by_measurement("gpu_pcie")
     assert point.tags["model"] == profile["product_name"]

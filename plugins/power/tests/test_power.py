@@ -29,9 +29,7 @@ def test_power_on_each_profile(profile, simulated_fleet, sim_clock, recording_ac
     limits = load_profile(profile)["power_w"]
     assert f["power_limit_w"] == f["enforced_power_limit_w"] == float(limits["limit"])
     assert f["default_power_limit_w"] == float(limits["default"])
-    assert f["min_power_limit_w"] == float(limits["min"]) and f["max_power_limit_w"] == float(
-        limits["max"]
-    )
+    assert f["min_power_limit_w"] == float(limits["min"]) and f["max_power_limit_w"] == float(limits["max"])
     assert 0 < f["power_w"] <= f["enforced_power_limit_w"]
     assert isinstance(f["energy_j"], float) and f["energy_j"] > 0
     assert 0 < f["temperature_c"] < f["temperature_slowdown_c"] < f["temperature_shutdown_c"]
@@ -40,9 +38,7 @@ def test_power_on_each_profile(profile, simulated_fleet, sim_clock, recording_ac
     assert ("fan_speed_pct" in f) is (profile == "rtx4090")
 
 
-def test_energy_never_decreases_and_matches_power(
-    simulated_fleet, sim_clock, recording_accumulator
-):
+def test_energy_never_decreases_and_matches_power(simulated_fleet, sim_clock, recording_accumulator):
     machine = simulated_fleet("l40s:1,h100-sxm:1,rtx4090:1", scenario="mixed")
     power = collector(machine)
     last: dict[str, tuple[float, float]] = {}
@@ -65,9 +61,7 @@ def test_energy_never_decreases_and_matches_power(
     assert len(last) == 3
 
 
-def test_energy_falls_back_to_its_own_call_without_field_values(
-    simulated_fleet, nvml_calls, recording_accumulator
-):
+def test_energy_falls_back_to_its_own_call_without_field_values(simulated_fleet, nvml_calls, recording_accumulator):
     machine = simulated_fleet("h100-sxm")
     machine.force("nvmlDeviceGetFieldValues", "NOT_SUPPORTED")
     power = collector(machine)
@@ -82,9 +76,7 @@ def test_energy_falls_back_to_its_own_call_without_field_values(
     assert calls["nvmlDeviceGetTotalEnergyConsumption"] == 2
 
 
-def test_temperature_through_the_older_call_on_older_drivers(
-    simulated_fleet, nvml_calls, recording_accumulator
-):
+def test_temperature_through_the_older_call_on_older_drivers(simulated_fleet, nvml_calls, recording_accumulator):
     machine = simulated_fleet("l40s")
     machine.force("nvmlDeviceGetTemperatureV", "FUNCTION_NOT_FOUND")
     power = collector(machine)
@@ -110,26 +102,19 @@ def test_zero_threshold_is_left_out(simulated_fleet, recording_accumulator, tmp_
 
 
 @pytest.mark.parametrize("profile, bound", [("l40s", 6), ("h100-sxm", 6), ("rtx4090", 6)])
-def test_nvml_calls_per_cycle(
-    profile, bound, simulated_fleet, two_cycles
-):
+def test_nvml_calls_per_cycle(profile, bound, simulated_fleet, two_cycles):
     power = collector(simulated_fleet(profile, scenario="training"))
     first, calls = two_cycles(power, advance=10)
     # Steady state: power, management limit, enforced limit, temperature, fan (only where the
     # card has one), one field-values call for energy and memory temperature.
     assert sum(calls.values()) <= bound, dict(calls)
     assert calls["nvmlDeviceGetFieldValues"] == 1
-    assert (
-        "nvmlDeviceGetPowerManagementDefaultLimit" not in calls
-        and "nvmlDeviceGetTemperatureThreshold" not in calls
-    )
+    assert "nvmlDeviceGetPowerManagementDefaultLimit" not in calls and "nvmlDeviceGetTemperatureThreshold" not in calls
     assert first <= bound + 7, first
 
 
 @pytest.mark.parametrize("capture", capture_names())
-def test_power_on_captured_profiles(
-    capture, captured_run, recording_accumulator
-):
+def test_power_on_captured_profiles(capture, captured_run, recording_accumulator):
     profile = captured_run(capture, collector)
     (point,) = recording_accumulator.by_measurement("gpu_power")
     assert point.tags["model"] == profile["product_name"]

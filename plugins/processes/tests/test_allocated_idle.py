@@ -30,8 +30,13 @@ def test_a_slurm_job_holding_an_idle_gpu_is_flagged_after_idle_after(slurm_clust
         )
         env = {**slurm_cluster.env, "PYTHONUNBUFFERED": "1"}
         env.pop("GPUAGENT_CONFIG", None)
-        proc = subprocess.Popen([sys.executable, "-m", "gpuagent", "run", "--config", str(cfg)], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuagent", "run", "--config", str(cfg)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             deadline = time.monotonic() + 40
             flagged = False

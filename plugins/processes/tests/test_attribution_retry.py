@@ -30,7 +30,9 @@ def _failing_scontrol(tmp_path):
     """A real executable that records each run and fails as scontrol does without slurmctld."""
     runs = tmp_path / "runs"
     script = tmp_path / "scontrol"
-    script.write_text(f"#!/bin/sh\necho run >> {runs}\necho 'slurm_load_jobs error: Unable to contact slurm controller' >&2\nexit 1\n")
+    script.write_text(
+        f"#!/bin/sh\necho run >> {runs}\necho 'slurm_load_jobs error: Unable to contact slurm controller' >&2\nexit 1\n"
+    )
     script.chmod(0o755)
     return str(script), runs
 

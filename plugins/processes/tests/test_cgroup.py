@@ -59,11 +59,7 @@ def test_pod_pause_cgroup_and_crio_conmon_are_not_unknown():
 
 
 def test_hybrid_host_reads_every_hierarchy():
-    text = (
-        f"12:memory:/kubepods/burstable/pod{UID}/{CID}\n"
-        "1:name=systemd:/system.slice/containerd.service\n"
-        "0::/\n"
-    )
+    text = f"12:memory:/kubepods/burstable/pod{UID}/{CID}\n1:name=systemd:/system.slice/containerd.service\n0::/\n"
     info = cgroup.attribute(text)
     assert info.tags == {
         "k8s_pod_uid": UID,

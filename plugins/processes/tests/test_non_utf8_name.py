@@ -57,7 +57,8 @@ def test_a_process_name_that_is_not_utf8_keeps_every_point(tmp_path, oddly_named
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuagent", "run", "--config", str(config), "--simulate", f"l40s:2@proc=0:{pid}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     status, text = None, ""
     try:
@@ -79,8 +80,11 @@ def test_a_process_name_that_is_not_utf8_keeps_every_point(tmp_path, oddly_named
     assert 'name="train\\\\xffjob"' in text  # the label value \xff, its backslash escaped as the format asks
     lines = [line for line in record.read_text(encoding="utf-8").splitlines() if line.startswith("gpu_process,")]
     ours = [line for line in lines if f",pid={pid}," in line]
-    cycles = sum(1 for line in record.read_text(encoding="utf-8").splitlines()
-                 if line.startswith("gpu_power,") and ",gpu=0," in line)
+    cycles = sum(
+        1
+        for line in record.read_text(encoding="utf-8").splitlines()
+        if line.startswith("gpu_power,") and ",gpu=0," in line
+    )
     assert cycles >= 2 and len(ours) == cycles  # one point per cycle for this process: none lost
     assert all('name="train\\\\xffjob"' in line for line in ours)
     stored = influxdb_v1.query(f"SELECT \"name\" FROM gpu_process WHERE pid = '{pid}'", database)

@@ -48,9 +48,7 @@ def test_one_point_per_process_per_gpu(profile, simulated_fleet, sim_clock, reco
     assert used == machine.devices[0].state().mem_used_bytes
 
 
-def test_vanished_process_is_still_written_with_its_reason(
-    simulated_fleet, sim_clock, recording_accumulator
-):
+def test_vanished_process_is_still_written_with_its_reason(simulated_fleet, sim_clock, recording_accumulator):
     machine = simulated_fleet("l40s", scenario="inference")
     gone = dead_pid()
     machine.process_pids = [gone, os.getpid()]
@@ -84,9 +82,7 @@ def test_mig_processes_carry_their_instance(simulated_fleet, sim_clock, recordin
 
 
 @pytest.mark.parametrize("graphics, bound", [(True, 6), (False, 5)])
-def test_nvml_calls_per_cycle(
-    graphics, bound, simulated_fleet, nvml_calls, sim_clock, recording_accumulator
-):
+def test_nvml_calls_per_cycle(graphics, bound, simulated_fleet, nvml_calls, sim_clock, recording_accumulator):
     machine = simulated_fleet("l40s", scenario="training")
     processes = collector(machine, graphics=graphics)
     calls = nvml_calls()
@@ -99,9 +95,7 @@ def test_nvml_calls_per_cycle(
 
 
 @pytest.mark.parametrize("capture", capture_names())
-def test_processes_on_captured_profiles(
-    capture, captured_run, recording_accumulator
-):
+def test_processes_on_captured_profiles(capture, captured_run, recording_accumulator):
     profile = captured_run(capture, collector)
     points = recording_accumulator.by_measurement("gpu_process")
     assert points, "a training GPU has processes"

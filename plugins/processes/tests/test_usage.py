@@ -13,9 +13,7 @@ from gpuagent.testing import make_collector
 collector = functools.partial(make_collector, cls=ProcessesCollector)
 
 
-def test_utilisation_per_process_adds_up_to_the_gpu(
-    simulated_fleet, sim_clock, recording_accumulator
-):
+def test_utilisation_per_process_adds_up_to_the_gpu(simulated_fleet, sim_clock, recording_accumulator):
     machine = simulated_fleet("l40s", scenario="inference")  # two processes, 60 % / 40 % memory
     sim_clock.advance(30)
     collector(machine).collect(recording_accumulator)
@@ -30,9 +28,7 @@ def test_utilisation_per_process_adds_up_to_the_gpu(
         assert 0 <= p.fields["mem_util_pct"] <= 100
 
 
-def test_no_new_sample_is_not_a_refusal(
-    simulated_fleet, sim_clock, nvml_calls, recording_accumulator
-):
+def test_no_new_sample_is_not_a_refusal(simulated_fleet, sim_clock, nvml_calls, recording_accumulator):
     """NOT_FOUND (nothing newer than the last sample) leaves the fields out this cycle only."""
     machine = simulated_fleet("l40s", scenario="training")
     processes = collector(machine)
@@ -45,9 +41,7 @@ def test_no_new_sample_is_not_a_refusal(
     assert has == [True, False, True]
 
 
-def test_older_driver_falls_back_to_process_utilization(
-    simulated_fleet, sim_clock, recording_accumulator
-):
+def test_older_driver_falls_back_to_process_utilization(simulated_fleet, sim_clock, recording_accumulator):
     machine = simulated_fleet(
         "l40s@force=nvmlDeviceGetProcessesUtilizationInfo:FUNCTION_NOT_FOUND", scenario="training"
     )
@@ -58,9 +52,7 @@ def test_older_driver_falls_back_to_process_utilization(
     assert machine.calls["nvmlDeviceGetProcessUtilization"] == 2  # size query + fill
 
 
-def test_accounting_stats_only_while_accounting_is_on(
-    simulated_fleet, sim_clock, recording_accumulator
-):
+def test_accounting_stats_only_while_accounting_is_on(simulated_fleet, sim_clock, recording_accumulator):
     machine = simulated_fleet("l40s", scenario="training")
     processes = collector(machine)
     sim_clock.advance(100)
@@ -75,9 +67,7 @@ def test_accounting_stats_only_while_accounting_is_on(
     assert 80 <= on.fields["acct_gpu_util_pct"] <= 100
 
 
-def test_unprivileged_mig_gpu_lists_processes_per_mig_device(
-    simulated_fleet, sim_clock, recording_accumulator
-):
+def test_unprivileged_mig_gpu_lists_processes_per_mig_device(simulated_fleet, sim_clock, recording_accumulator):
     """The parent's list refused (NO_PERMISSION, as for an unprivileged agent): each MIG
     device handle gives its own instance's processes."""
     pid = os.getpid()
@@ -115,9 +105,7 @@ def test_bad_proc_modifier_is_one_line(spec, message):
     assert "\n" not in str(info.value)
 
 
-def test_proc_modifier_shows_real_processes_with_their_memory(
-    simulated_fleet, sim_clock, recording_accumulator
-):
+def test_proc_modifier_shows_real_processes_with_their_memory(simulated_fleet, sim_clock, recording_accumulator):
     pid, parent = os.getpid(), os.getppid()
     machine = simulated_fleet(f"l40s:2@proc=1:{pid}:1000@proc=1:{parent}", scenario="idle")
     sim_clock.advance(10)

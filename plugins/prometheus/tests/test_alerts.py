@@ -24,20 +24,24 @@ def _promtool():
 
 
 def test_promtool_check_rules_passes_with_at_least_5_rules():
-    done = subprocess.run([_promtool(), "check", "rules", "alerts.yml"], cwd=RULES, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [_promtool(), "check", "rules", "alerts.yml"], cwd=RULES, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     found = int(re.search(r"SUCCESS: (\d+) rules found", done.stdout).group(1))
     assert found >= 5
 
 
 def test_promtool_unit_tests_of_the_rules_pass():
-    done = subprocess.run([_promtool(), "test", "rules", "alerts_test.yml"], cwd=RULES, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [_promtool(), "test", "rules", "alerts_test.yml"], cwd=RULES, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
     # Every alert has at least one firing expectation in the unit tests.
     alerts = set(re.findall(r"- alert: (\w+)", (RULES / "alerts.yml").read_text()))
-    tested = set(re.findall(r"alertname: (\w+)\n\s+exp_alerts:\n\s+- exp_labels", (RULES / "alerts_test.yml").read_text()))
+    tested = set(
+        re.findall(r"alertname: (\w+)\n\s+exp_alerts:\n\s+- exp_labels", (RULES / "alerts_test.yml").read_text())
+    )
     assert alerts == tested, alerts ^ tested
 
 

@@ -65,10 +65,14 @@ def start_agent(tmp_path: Path, sinks: str) -> subprocess.Popen:
     cfg = tmp_path / "agent.toml"
     cfg.write_text(
         f'[agent]\ninterval = "1s"\nstate_dir = "{tmp_path}"\nhostname = "n7"\nsimulate = "h100-sxm:7"\n'
-        f'[collectors.health]\nexpected_gpus = 8\n{sinks}'
+        f"[collectors.health]\nexpected_gpus = 8\n{sinks}"
     )
-    return subprocess.Popen([sys.executable, "-m", "gpuagent", "run", "--config", str(cfg)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuagent", "run", "--config", str(cfg)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def stop(proc: subprocess.Popen) -> str:
@@ -108,7 +112,12 @@ def test_gpu_missing_fires_on_vmalert_scraping_and_reaches_alertmanager(tmp_path
 
 def test_gpu_missing_fires_on_data_written_through_the_influxdb_write_path(tmp_path, alerting):
     vm, vmalert, am = alerting(f"-relabelConfig={RELABEL}")
-    agent = start_agent(tmp_path, '[sinks.influxdb]\nurl = "{url}"\napi = "v1"\ndatabase = "gpuagent"\nflush_interval = "1s"\n'.replace("{url}", vm.url))
+    agent = start_agent(
+        tmp_path,
+        '[sinks.influxdb]\nurl = "{url}"\napi = "v1"\ndatabase = "gpuagent"\nflush_interval = "1s"\n'.replace(
+            "{url}", vm.url
+        ),
+    )
     try:
         alert = wait_for_alert(am, "GpuMissing")
     finally:
@@ -133,7 +142,9 @@ def test_the_rules_docs_say_run_on_the_influxdb_write_path_use_names_that_path_m
         if doc.type == "string":
             continue
         name = f"{measurement}_{field}"
-        if metric_for("gpuagent", measurement, field).name == (name if name.startswith("gpuagent_") else f"gpuagent_{name}"):
+        if metric_for("gpuagent", measurement, field).name == (
+            name if name.startswith("gpuagent_") else f"gpuagent_{name}"
+        ):
             same.add(metric_for("gpuagent", measurement, field).name)
     works = set()
     for block in re.split(r"- alert: ", RULES.read_text())[1:]:
@@ -142,5 +153,5 @@ def test_the_rules_docs_say_run_on_the_influxdb_write_path_use_names_that_path_m
         if names and names <= same:
             works.add(block.split()[0])
     text = (REPO / "docs" / "alerting.md").read_text()
-    said = set(re.findall(r"`(\w+)`", text[text.index("run unchanged:"): text.index("Not these")]))
+    said = set(re.findall(r"`(\w+)`", text[text.index("run unchanged:") : text.index("Not these")]))
     assert said == works, said ^ works

@@ -32,8 +32,11 @@ def agent(tmp_path_factory):
         # Collectors with their own default interval run on the agent's 10 min here too.
         '[collectors.pcie]\ninterval = "10m"\n[collectors.nvlink]\ninterval = "10m"\n'
     )
-    proc = subprocess.Popen([sys.executable, "-m", "gpuagent", "run", "--config", str(config), "--simulate", SPEC],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuagent", "run", "--config", str(config), "--simulate", SPEC],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}/metrics"
     text = ""
     deadline = time.monotonic() + 60
@@ -91,8 +94,10 @@ def test_a_real_prometheus_scrapes_it_and_promql_reads_the_agents_values(agent, 
     while time.monotonic() < deadline:
         result = server.query('{__name__=~"gpuagent_gpu_.+", job="gpuagent"}')
         got = {
-            (r["metric"]["__name__"], tuple(sorted((k, v) for k, v in r["metric"].items()
-                                                  if k not in ("__name__", "job", "instance")))): float(r["value"][1])
+            (
+                r["metric"]["__name__"],
+                tuple(sorted((k, v) for k, v in r["metric"].items() if k not in ("__name__", "job", "instance"))),
+            ): float(r["value"][1])
             for r in result
         }
         if len(got) >= len([k for k in expected if k[0].startswith("gpuagent_gpu_")]):
@@ -103,6 +108,9 @@ def test_a_real_prometheus_scrapes_it_and_promql_reads_the_agents_values(agent, 
     assert got == gpu_expected
     # One PromQL read against the agent's own number, by name.
     power = server.query('sum(gpuagent_gpu_power_power_watts{model="NVIDIA L40S"})')
-    want = sum(v for (name, labels), v in expected.items()
-               if name == "gpuagent_gpu_power_power_watts" and ("model", "NVIDIA L40S") in labels)
+    want = sum(
+        v
+        for (name, labels), v in expected.items()
+        if name == "gpuagent_gpu_power_power_watts" and ("model", "NVIDIA L40S") in labels
+    )
     assert float(power[0]["value"][1]) == pytest.approx(want, rel=1e-12)

@@ -12,17 +12,40 @@ from gpuagent.plugins.prometheus.readme_fields import documented, parse
 
 # README unit column -> the base-unit suffix the Prometheus name must end in.
 UNIT_NAMES = {
-    "MHz": "_hertz", "W": "_watts", "J": "_joules", "°C": "_celsius", "%": "_ratio", "bytes": "_bytes",
-    "bits": "_bytes", "ns": "_seconds", "ms": "_seconds", "s": "_seconds", "GB/s": "_bytes_per_second",
-    "B/s": "_bytes_per_second", "bytes/s": "_bytes_per_second",
+    "MHz": "_hertz",
+    "W": "_watts",
+    "J": "_joules",
+    "°C": "_celsius",
+    "%": "_ratio",
+    "bytes": "_bytes",
+    "bits": "_bytes",
+    "ns": "_seconds",
+    "ms": "_seconds",
+    "s": "_seconds",
+    "GB/s": "_bytes_per_second",
+    "B/s": "_bytes_per_second",
+    "bytes/s": "_bytes_per_second",
 }
 
 
 def test_the_readmes_document_the_fields_of_every_built_in_measurement():
     docs = documented()
     measurements = {m for m, _ in docs}
-    assert {"gpu_power", "gpu_clocks", "gpu_memory", "gpu_pcie", "gpu_p2p", "gpu_nvlink", "gpu_mig",
-            "gpu_vgpu", "gpu_health", "gpu_process", "gpu_work", "host", "gpuagent"} <= measurements
+    assert {
+        "gpu_power",
+        "gpu_clocks",
+        "gpu_memory",
+        "gpu_pcie",
+        "gpu_p2p",
+        "gpu_nvlink",
+        "gpu_mig",
+        "gpu_vgpu",
+        "gpu_health",
+        "gpu_process",
+        "gpu_work",
+        "host",
+        "gpuagent",
+    } <= measurements
     assert len(docs) > 150
     assert docs[("gpu_power", "energy_j")].counter and not docs[("gpu_power", "power_w")].counter
 
@@ -58,29 +81,35 @@ def test_the_fields_that_share_a_family_agree_in_unit_and_kind():
     docs = documented()
     for measurement, field in ONE_FAMILY:
         mine = metric_for("gpuagent", measurement, field)
-        [other] = [(m, f) for (m, f) in docs if (m, f) != (measurement, field)
-                   and metric_for("gpuagent", m, f).name == mine.name]
+        [other] = [
+            (m, f)
+            for (m, f) in docs
+            if (m, f) != (measurement, field) and metric_for("gpuagent", m, f).name == mine.name
+        ]
         theirs = metric_for("gpuagent", *other)
         assert (theirs.kind, theirs.scale) == (mine.kind, mine.scale)
         assert docs[other].unit == docs[(measurement, field)].unit
 
 
-@pytest.mark.parametrize("measurement, field, name, kind, scale", [
-    ("gpu_power", "energy_j", "gpuagent_gpu_power_energy_joules_total", "counter", 1.0),
-    ("gpu_power", "power_w", "gpuagent_gpu_power_power_watts", "gauge", 1.0),
-    ("gpu_clocks", "sm_clock_mhz", "gpuagent_gpu_clocks_sm_clock_hertz", "gauge", 1e6),
-    ("gpu_clocks", "sw_power_cap_time_ns", "gpuagent_gpu_clocks_sw_power_cap_time_seconds_total", "counter", 1e-9),
-    ("gpu_memory", "gpu_util_pct", "gpuagent_gpu_memory_gpu_util_ratio", "gauge", 0.01),
-    ("gpu_memory", "dram_bw_gbps", "gpuagent_gpu_memory_dram_bw_bytes_per_second", "gauge", 1e9),
-    ("gpu_memory", "bus_width_bits", "gpuagent_gpu_memory_bus_width_bytes", "gauge", 0.125),
-    ("gpu_pcie", "tx_bytes_per_s", "gpuagent_gpu_pcie_tx_bytes_per_second", "gauge", 1.0),
-    ("host", "cpu_count", "gpuagent_host_cpus", "gauge", 1.0),
-    ("gpuagent", "gather_time_ms", "gpuagent_gather_time_seconds", "gauge", 1e-3),
-    ("gpuagent", "errors_total", "gpuagent_errors_total", "counter", 1.0),
-    ("gpu_health", "verdict", "gpuagent_gpu_health_verdict_info", "info", 1.0),
-    ("gpu_work", "units_total", "gpuagent_gpu_work_units_total", "counter", 1.0),
-    ("gpu_work", "gpus", "gpuagent_gpu_work_gpus", "gauge", 1.0),
-])
+@pytest.mark.parametrize(
+    "measurement, field, name, kind, scale",
+    [
+        ("gpu_power", "energy_j", "gpuagent_gpu_power_energy_joules_total", "counter", 1.0),
+        ("gpu_power", "power_w", "gpuagent_gpu_power_power_watts", "gauge", 1.0),
+        ("gpu_clocks", "sm_clock_mhz", "gpuagent_gpu_clocks_sm_clock_hertz", "gauge", 1e6),
+        ("gpu_clocks", "sw_power_cap_time_ns", "gpuagent_gpu_clocks_sw_power_cap_time_seconds_total", "counter", 1e-9),
+        ("gpu_memory", "gpu_util_pct", "gpuagent_gpu_memory_gpu_util_ratio", "gauge", 0.01),
+        ("gpu_memory", "dram_bw_gbps", "gpuagent_gpu_memory_dram_bw_bytes_per_second", "gauge", 1e9),
+        ("gpu_memory", "bus_width_bits", "gpuagent_gpu_memory_bus_width_bytes", "gauge", 0.125),
+        ("gpu_pcie", "tx_bytes_per_s", "gpuagent_gpu_pcie_tx_bytes_per_second", "gauge", 1.0),
+        ("host", "cpu_count", "gpuagent_host_cpus", "gauge", 1.0),
+        ("gpuagent", "gather_time_ms", "gpuagent_gather_time_seconds", "gauge", 1e-3),
+        ("gpuagent", "errors_total", "gpuagent_errors_total", "counter", 1.0),
+        ("gpu_health", "verdict", "gpuagent_gpu_health_verdict_info", "info", 1.0),
+        ("gpu_work", "units_total", "gpuagent_gpu_work_units_total", "counter", 1.0),
+        ("gpu_work", "gpus", "gpuagent_gpu_work_gpus", "gauge", 1.0),
+    ],
+)
 def test_named_examples(measurement, field, name, kind, scale):
     spec = metric_for("gpuagent", measurement, field, field == "verdict")
     assert (spec.name, spec.kind, spec.scale) == (name, kind, scale)
@@ -88,7 +117,10 @@ def test_named_examples(measurement, field, name, kind, scale):
 
 def test_a_new_field_maps_by_rule_without_an_edit():
     """Fields other work adds (a DRAM rename, a verdict) get names from their suffix alone."""
-    assert metric_for("gpuagent", "gpu_memory", "dram_read_bytes_total").name == "gpuagent_gpu_memory_dram_read_bytes_total"
+    assert (
+        metric_for("gpuagent", "gpu_memory", "dram_read_bytes_total").name
+        == "gpuagent_gpu_memory_dram_read_bytes_total"
+    )
     assert metric_for("gpuagent", "gpu_job", "busy_s").name == "gpuagent_gpu_job_busy_seconds"
     spec = metric_for("gpuagent", "gpu_health", "verdict_reason", True)
     assert spec.name == "gpuagent_gpu_health_verdict_reason_info" and spec.label == "verdict_reason"
@@ -131,8 +163,9 @@ def test_the_table_in_docs_prometheus_md_is_the_rule():
         assert (shown, spec.kind, float(scale)) == (name, kind, spec.scale), (measurement, field)
 
 
-@pytest.mark.parametrize("text, name", [("a-b.c d", "a_b_c_d"), ("9lives", "_9lives"), ("gpu:0", "gpu_0"),
-                                        ("ok_name", "ok_name"), ("", "")])
+@pytest.mark.parametrize(
+    "text, name", [("a-b.c d", "a_b_c_d"), ("9lives", "_9lives"), ("gpu:0", "gpu_0"), ("ok_name", "ok_name"), ("", "")]
+)
 def test_sanitize_keeps_valid_characters_and_an_empty_name_stays_empty(text, name):
     # An empty name stays empty (no "_" made up): a metric is named from its non-empty parts,
     # and a label key that comes out empty is named by label_name.

@@ -43,8 +43,11 @@ def test_latest_values_gauges_counters_info_and_labels(tmp_path):
     try:
         for i, power in enumerate((100.0, 250.5)):
             acc = Accumulator({"host": "node-1"}, time_ns=i)
-            acc.add_fields("gpu_power", {"power_w": power, "energy_j_total": 10 * (i + 1), "throttled": i == 1,
-                                         "pstate": f"P{i}"}, tags=TAGS)
+            acc.add_fields(
+                "gpu_power",
+                {"power_w": power, "energy_j_total": 10 * (i + 1), "throttled": i == 1, "pstate": f"P{i}"},
+                tags=TAGS,
+            )
             acc.add_fields("gpu-odd.name", {"odd field": 1}, tags={"gpu": "1", "__x": "y"})
             sink.write(acc.points)
         got = samples(scrape(sink))
@@ -116,8 +119,11 @@ def test_agent_serves_an_8_gpu_machine_with_valid_names(tmp_path):
         f'[agent]\ninterval = "500ms"\nhostname = "prom-node"\nstate_dir = "{tmp_path}"\n'
         f'[sinks.prometheus]\nlisten = "127.0.0.1:{port}"\n'
     )
-    proc = subprocess.Popen([sys.executable, "-m", "gpuagent", "run", "--config", str(config),
-                             "--simulate", "h100-sxm:8"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuagent", "run", "--config", str(config), "--simulate", "h100-sxm:8"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 30
         text = ""
@@ -170,7 +176,9 @@ def test_a_label_or_string_that_is_not_utf8_keeps_metrics_answering(tmp_path):
     sink = make(tmp_path)
     try:
         acc = Accumulator({"host": "h"}, time_ns=1)
-        acc.add_fields("gpu_process", {"used_memory_bytes": 5, "name": "train\udcffjob"}, tags={"pid": "7", "job": "j\ud800"})
+        acc.add_fields(
+            "gpu_process", {"used_memory_bytes": 5, "name": "train\udcffjob"}, tags={"pid": "7", "job": "j\ud800"}
+        )
         sink.write(acc.points)
         got = samples(scrape(sink))
     finally:
@@ -205,7 +213,9 @@ def test_series_are_capped_per_metric_and_in_all_counted_and_warned_once(tmp_pat
     assert names.count("gpuagent_churn_value") == 300
     assert names.count("gpuagent_other_value") == 199  # what is left of max_series
     assert got[("gpuagent_gpu_power_power_watts", (("gpu", "0"), ("host", "h")))] == ("gauge", 102.0)
-    assert stats["series"] == 500 and stats["series_refused_total"] == 3 * 40_000 - 499  # all but gpu_power's and 499 first
+    assert (
+        stats["series"] == 500 and stats["series_refused_total"] == 3 * 40_000 - 499
+    )  # all but gpu_power's and 499 first
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 2, warned
     assert "gpuagent_churn_value has 300 series, max_series_per_metric" in warned[0]

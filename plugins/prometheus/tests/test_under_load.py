@@ -29,8 +29,11 @@ def make(tmp_path, **options) -> PrometheusSink:
 def points(n_gpus: int = 8, t: int = 1):
     acc = Accumulator({"host": "node"}, time_ns=t)
     for g in range(n_gpus):
-        acc.add_fields("gpu_power", {"power_w": 100.0 + g + t, "energy_j": 1e6 + t, "temperature_c": 50},
-                       tags={**TAGS, "gpu": str(g), "uuid": f"GPU-{g}"})
+        acc.add_fields(
+            "gpu_power",
+            {"power_w": 100.0 + g + t, "energy_j": 1e6 + t, "temperature_c": 50},
+            tags={**TAGS, "gpu": str(g), "uuid": f"GPU-{g}"},
+        )
     return acc.points
 
 

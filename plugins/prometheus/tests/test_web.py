@@ -38,8 +38,23 @@ def make_certs(root: Path) -> dict[str, Path]:
     run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=gpuagent test CA")
     run("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
     (root / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "server.crt", "-days", "2", "-extfile", "san.ext")
+    run(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    )
     return {"ca": root / "ca.crt", "cert": root / "server.crt", "key": root / "server.key"}
 
 
@@ -49,7 +64,7 @@ def write_config(root: Path, port: int, certs: dict[str, Path], gate: Path) -> P
     path.write_text(f"""
 [agent]
 interval = "1s"
-state_dir = "{root / 'state'}"
+state_dir = "{root / "state"}"
 
 [collectors.gated]
 gate = "{gate}"
@@ -59,8 +74,8 @@ interval = "60s"
 listen = "127.0.0.1:{port}"
 
 [sinks.prometheus.tls_server_config]
-cert_file = "{certs['cert']}"
-key_file = "{certs['key']}"
+cert_file = "{certs["cert"]}"
+key_file = "{certs["key"]}"
 
 [sinks.prometheus.basic_auth_users]
 {USER} = "{hashed}"
@@ -102,15 +117,35 @@ def agent(tmp_path):
     env.pop("NOTIFY_SOCKET", None)
     err = open(tmp_path / "stderr.log", "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuagent", "run", "--config", str(config), "--simulate", "h100-sxm:2",
-         "--plugins-dir", str(PLUGINS)],
-        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+        [
+            sys.executable,
+            "-m",
+            "gpuagent",
+            "run",
+            "--config",
+            str(config),
+            "--simulate",
+            "h100-sxm:2",
+            "--plugins-dir",
+            str(PLUGINS),
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=err,
     )
     base = f"https://127.0.0.1:{port}"
     try:
         wait_for(lambda: _answers(base, certs["ca"]), 30, f"the agent listening on {base}")
-        yield {"base": base, "ca": certs["ca"], "gate": gate, "proc": proc, "port": port, "root": tmp_path,
-               "stderr": tmp_path / "stderr.log"}
+        yield {
+            "base": base,
+            "ca": certs["ca"],
+            "gate": gate,
+            "proc": proc,
+            "port": port,
+            "root": tmp_path,
+            "stderr": tmp_path / "stderr.log",
+        }
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -130,7 +165,8 @@ def _answers(base: str, ca: Path) -> bool:
 
 
 def test_readyz_503_until_the_first_collection_then_prometheus_scrapes_over_tls_with_basic_auth(
-        agent, prometheus_factory):
+    agent, prometheus_factory
+):
     base, ca = agent["base"], agent["ca"]
     # The gated collector holds the first collection back: not ready, yet alive; no auth asked.
     assert get(f"{base}/readyz", ca) == (503, "first collection not yet accepted by every sink\n")
@@ -156,8 +192,11 @@ def test_readyz_503_until_the_first_collection_then_prometheus_scrapes_over_tls_
         + job.format(name="wrong_password", ca=ca, user=USER, password="wrong", target=target)
     )
     prom.start()
-    wait_for(lambda: prom.query('gpuagent_gpu_power_power_watts{job="gpuagent"}'), 30,
-             "Prometheus stores the agent's series scraped over TLS")
+    wait_for(
+        lambda: prom.query('gpuagent_gpu_power_power_watts{job="gpuagent"}'),
+        30,
+        "Prometheus stores the agent's series scraped over TLS",
+    )
     up = wait_for(lambda: len(r := prom.query("up")) == 2 and r, 30, "both jobs scraped")
     assert {r["metric"]["job"]: r["value"][1] for r in up} == {"gpuagent": "1", "wrong_password": "0"}
     status, data = servers._http("GET", f"{prom.url}/api/v1/targets")
@@ -189,8 +228,9 @@ def test_plain_http_to_the_tls_port_gets_no_metrics(agent):
 def test_a_password_in_basic_auth_users_is_refused_with_one_line(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text('[sinks.prometheus.basic_auth_users]\nprom = "plaintext"\n')
-    done = subprocess.run([sys.executable, "-m", "gpuagent", "config", "check", str(path)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuagent", "config", "check", str(path)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode != 0
     assert "basic_auth_users.prom: expected a bcrypt hash" in done.stderr
     assert "Traceback" not in done.stderr

@@ -44,12 +44,26 @@ class Counts:
 
             self.registry = CollectorRegistry()
             labels = ["model_name"]
-            self.prompt = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", labels, registry=self.registry)
-            self.generation = Counter("vllm:generation_tokens", "Number of generation tokens processed.", labels, registry=self.registry)
-            self.success = Counter("vllm:request_success", "Count of successfully processed requests.", labels + ["finished_reason"], registry=self.registry)
+            self.prompt = Counter(
+                "vllm:prompt_tokens", "Number of prefill tokens processed.", labels, registry=self.registry
+            )
+            self.generation = Counter(
+                "vllm:generation_tokens", "Number of generation tokens processed.", labels, registry=self.registry
+            )
+            self.success = Counter(
+                "vllm:request_success",
+                "Count of successfully processed requests.",
+                labels + ["finished_reason"],
+                registry=self.registry,
+            )
             from prometheus_client import Gauge
 
-            self.running = Gauge("vllm:num_requests_running", "Number of requests currently running on GPU.", labels, registry=self.registry)
+            self.running = Gauge(
+                "vllm:num_requests_running",
+                "Number of requests currently running on GPU.",
+                labels,
+                registry=self.registry,
+            )
             self.running.labels(MODEL["vllm"]).set(0)
             # vLLM's V1 logger makes each labelled child at start, so a fresh server shows zeros.
             for counter in (self.prompt, self.generation):
@@ -62,9 +76,18 @@ class Counts:
 
             self.registry = CollectorRegistry()
             labels = ["model_name", "engine_type"]
-            self.prompt = Counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.", labels, registry=self.registry)
-            self.generation = Counter("sglang:generation_tokens_total", "Number of generation tokens processed.", labels, registry=self.registry)
-            self.requests = Counter("sglang:num_requests_total", "Number of requests processed.", labels, registry=self.registry)
+            self.prompt = Counter(
+                "sglang:prompt_tokens_total", "Number of prefill tokens processed.", labels, registry=self.registry
+            )
+            self.generation = Counter(
+                "sglang:generation_tokens_total",
+                "Number of generation tokens processed.",
+                labels,
+                registry=self.registry,
+            )
+            self.requests = Counter(
+                "sglang:num_requests_total", "Number of requests processed.", labels, registry=self.registry
+            )
 
     def work(self, n: int) -> None:
         with self.lock:
@@ -165,7 +188,9 @@ def main() -> None:
                 info = {"model_id": MODEL["tgi"], "model_dtype": "torch.float16", "version": "2.4.1"}
                 self._send(200, json.dumps(info).encode(), "application/json")
             elif path == "/state":
-                self._send(200, json.dumps(dict(counts.values, restarts=state["restarts"])).encode(), "application/json")
+                self._send(
+                    200, json.dumps(dict(counts.values, restarts=state["restarts"])).encode(), "application/json"
+                )
             elif path == "/asked":
                 self._send(200, json.dumps({"asked": asked_other[0]}).encode(), "application/json")
             else:
@@ -205,8 +230,7 @@ def main() -> None:
                 break
             server.server_close()
         workers = [
-            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"]).pid
-            for _ in range(workers_n)
+            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"]).pid for _ in range(workers_n)
         ]
         state = {"pid": os.getpid(), "port": server.server_address[1], "workers": workers, "restarts": 0}
         if other is not None:

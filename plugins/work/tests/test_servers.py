@@ -93,7 +93,9 @@ def increase(values: list[float]) -> float:
 def test_servers_work_on_their_gpus_through_restart_and_stop(tmp_path, servers, call):
     vllm, v = servers("vllm", "--workers", "2", "--other-port")
     triton, t = servers("triton", "--workers", "1")
-    spec = f"l40s:2@proc=0:{t['workers'][0]}:4096,h100-sxm:2@proc=0:{v['workers'][0]}:30000@proc=1:{v['workers'][1]}:30000"
+    spec = (
+        f"l40s:2@proc=0:{t['workers'][0]}:4096,h100-sxm:2@proc=0:{v['workers'][0]}:30000@proc=1:{v['workers'][1]}:30000"
+    )
     call(v["port"], "/work?n=10", "POST")
     call(t["port"], "/work?n=5", "POST")
     agent = Agent(tmp_path, spec)
@@ -124,7 +126,12 @@ def test_servers_work_on_their_gpus_through_restart_and_stop(tmp_path, servers, 
         # More work, then a restart (same pid and port, counters from zero), then a little more.
         call(v["port"], "/work?n=20", "POST")
         before = call(v["port"], "/state")["tokens_out"]
-        agent.wait_for(lambda p: latest(p, gpu="2", unit="tokens_out").get(("2", "tokens_out"), ({}, {}))[1].get("units_total") == before, "the new count")
+        agent.wait_for(
+            lambda p: (
+                latest(p, gpu="2", unit="tokens_out").get(("2", "tokens_out"), ({}, {}))[1].get("units_total") == before
+            ),
+            "the new count",
+        )
         vllm.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 20
         while True:
@@ -138,8 +145,15 @@ def test_servers_work_on_their_gpus_through_restart_and_stop(tmp_path, servers, 
         call(v["port"], "/work?n=3", "POST")
         after = call(v["port"], "/state")["tokens_out"]
         assert after < before
-        agent.wait_for(lambda p: latest(p, gpu="3", unit="tokens_out").get(("3", "tokens_out"), ({}, {}))[1].get("units_total") == after, "the count after the restart")
-        series = [f["units_total"] for tg, f, _ in agent.work_points() if tg["gpu"] == "3" and tg["unit"] == "tokens_out"]
+        agent.wait_for(
+            lambda p: (
+                latest(p, gpu="3", unit="tokens_out").get(("3", "tokens_out"), ({}, {}))[1].get("units_total") == after
+            ),
+            "the count after the restart",
+        )
+        series = [
+            f["units_total"] for tg, f, _ in agent.work_points() if tg["gpu"] == "3" and tg["unit"] == "tokens_out"
+        ]
         # The raw counter shows the reset; read as a counter, the restart costs no negative work.
         assert min(b - a for a, b in zip(series, series[1:], strict=False)) < 0
         assert increase(series) == before - series[0] + after
@@ -154,8 +168,8 @@ def test_servers_work_on_their_gpus_through_restart_and_stop(tmp_path, servers, 
 
         def since_stop(points):
             at = [i for i, (tg, f, _) in enumerate(points) if tg["unit"] == "tokens_out" and f["units_total"] == last]
-            ticks = sorted({ts for _, _, ts in points[at[0]:]}) if at else []
-            return points[at[0]:] if len(ticks) >= 3 else None
+            ticks = sorted({ts for _, _, ts in points[at[0] :]}) if at else []
+            return points[at[0] :] if len(ticks) >= 3 else None
 
         tail = agent.wait_for(since_stop, "three cycles of vLLM's points after Triton stopped")
         assert {tags["gpu"] for tags, _, _ in tail} == {"2", "3"}

@@ -95,10 +95,20 @@ def test_each_servers_families_are_read_and_summed_over_their_other_labels():
         ("resnet50", "requests"): 10.0,
     }
     # A server that has served nothing yet shows its families on TYPE lines only.
-    assert families.detect("# HELP vllm:generation_tokens_total x\n# TYPE vllm:generation_tokens_total counter\n") == "vllm"
+    assert (
+        families.detect("# HELP vllm:generation_tokens_total x\n# TYPE vllm:generation_tokens_total counter\n")
+        == "vllm"
+    )
     assert families.detect("# TYPE http_requests_total counter\nhttp_requests_total 3\n") is None
     # Another family's samples, negative or non-finite values are not work.
-    assert families.read("vllm:generation_tokens_total{model_name=\"m\"} NaN\nvllm:prompt_tokens_total{model_name=\"m\"} -1\n", "vllm", "v") == {}
+    assert (
+        families.read(
+            'vllm:generation_tokens_total{model_name="m"} NaN\nvllm:prompt_tokens_total{model_name="m"} -1\n',
+            "vllm",
+            "v",
+        )
+        == {}
+    )
 
 
 UNITS = {
@@ -108,8 +118,10 @@ UNITS = {
     "tgi": ("tokens_out", "tokens_in", "requests"),
 }
 WORKLOAD = {
-    "vllm": "meta-llama/Llama-3.1-8B-Instruct", "sglang": "Qwen/Qwen2.5-7B-Instruct",
-    "triton": "resnet50", "tgi": "bigcode/starcoder2-3b",  # TGI's from its GET /info
+    "vllm": "meta-llama/Llama-3.1-8B-Instruct",
+    "sglang": "Qwen/Qwen2.5-7B-Instruct",
+    "triton": "resnet50",
+    "tgi": "bigcode/starcoder2-3b",  # TGI's from its GET /info
 }
 
 
