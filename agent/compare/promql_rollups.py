@@ -27,7 +27,7 @@ from typing import Any
 
 from gpuagent.compare.promql_report import GPU, MERGE, PromReport
 from gpuagent.compare.report import GPU_TAGS, GROUP_TAGS, Range, bucket_seconds, rfc3339
-from gpuagent.compare.rollup_report import plan, usable
+from gpuagent.compare.rollup_report import pieces_source, plan, usable
 from gpuagent.compare.rollup_rules import record
 from gpuagent.compare.rollups import LEVELS, ROLLUPS, Level
 from gpuagent.errors import AgentError
@@ -263,19 +263,10 @@ class PromRollupReport(PromReport):
         doc = super().build()
         if self.scheme == "prometheus":
             self.from_raw += ["health_gpu_hours", "vgpu.modes"]
-        used = [lv for lv, _, _ in self.pieces if lv is not None]
-        coarsest = max(used, key=lambda lv: lv.seconds) if used else None
         doc["source"].update(
-            {
-                "kind": "rollup" if coarsest else "raw",
-                "resolution": f"{coarsest.seconds}s" if coarsest else None,
-                "pieces": [
-                    {"from": rfc3339(a), "to": rfc3339(b), "level": lv.name if lv else "raw"}
-                    for lv, a, b in self.pieces
-                ],
-                "series_level": self.series_level.name if self.series_level else "raw",
-                "from_raw": self.from_raw,
-            }
+            pieces_source(self.pieces),
+            series_level=self.series_level.name if self.series_level else "raw",
+            from_raw=self.from_raw,
         )
         return doc
 

@@ -668,21 +668,19 @@ class RollupReport(Report):
 
     def build(self) -> dict[str, Any]:
         doc = super().build()
-        used = [lv for lv, _, _ in self.pieces if lv is not None]
-        coarsest = max(used, key=lambda lv: lv.seconds) if used else None
-        doc["source"].update(
-            {
-                "kind": "rollup" if coarsest else "raw",
-                "resolution": f"{coarsest.seconds}s" if coarsest else None,
-                "pieces": [
-                    {"from": rfc3339(a), "to": rfc3339(b), "level": lv.name if lv else "raw"}
-                    for lv, a, b in self.pieces
-                ],
-                "from_raw": self.from_raw,
-                "approximate": self.approximate,
-            }
-        )
+        doc["source"].update(pieces_source(self.pieces), from_raw=self.from_raw, approximate=self.approximate)
         return doc
+
+
+def pieces_source(pieces: list[Piece]) -> dict[str, Any]:
+    """What `source` says of a range read in pieces (InfluxQL and PromQL alike): kind, resolution, pieces."""
+    used = [lv for lv, _, _ in pieces if lv is not None]
+    coarsest = max(used, key=lambda lv: lv.seconds) if used else None
+    return {
+        "kind": "rollup" if coarsest else "raw",
+        "resolution": f"{coarsest.seconds}s" if coarsest else None,
+        "pieces": [{"from": rfc3339(a), "to": rfc3339(b), "level": lv.name if lv else "raw"} for lv, a, b in pieces],
+    }
 
 
 def rollup_report_or_none(client, rng: Range, by: str, where: str | None) -> RollupReport | None:

@@ -8,11 +8,11 @@ backfill`); every figure of `compare --format json` from rollups must equal the 
 from __future__ import annotations
 
 import json
-import math
 import time
 import uuid
 
 import pytest
+from compare_docs import assert_same as _same
 
 pytestmark = pytest.mark.servers
 
@@ -85,22 +85,6 @@ def _compare(cli, server, db, start_ns, end_ns, *extra):
     )
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
-
-
-def _same(a, b, path="doc"):
-    """Equal documents: numbers within relative 1e-9, everything else exactly."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        assert sorted(a) == sorted(b), f"{path}: keys {sorted(set(a) ^ set(b))}"
-        for k in a:
-            _same(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, list) and isinstance(b, list):
-        assert len(a) == len(b), f"{path}: {len(a)} items against {len(b)}"
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _same(x, y, f"{path}[{i}]")
-    elif isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
-        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9), f"{path}: {a} (rollups) against {b} (raw)"
-    else:
-        assert a == b, f"{path}: {a!r} (rollups) against {b!r} (raw)"
 
 
 def _figures_equal(cli, server, db, start_ns, stop_ns, by):
