@@ -18,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from compare_helpers import sim_fleet_args
 
 pytestmark = pytest.mark.servers
 
@@ -44,28 +45,9 @@ def fleet_db(influxdb_v1, cli):
     db = f"compare_{uuid.uuid4().hex[:8]}"
     influxdb_v1.create_database(db)
     end_s = int(time.time()) // STEP_S * STEP_S - 60
-    args = [
-        "sim",
-        "fleet",
-        "--url",
-        influxdb_v1.url,
-        "--database",
-        db,
-        "--hosts",
-        "4",
-        "--duration",
-        f"{DURATION_S}s",
-        "--step",
-        f"{STEP_S}s",
-        "--end",
-        str(end_s),
-        "--seed",
-        "3",
-        "--jobs",
-        "1",
-    ]
-    for spec in SPECS:
-        args += ["--spec", spec]
+    args = sim_fleet_args(
+        influxdb_v1.url, db, hosts=4, duration_s=DURATION_S, step_s=STEP_S, end_s=end_s, seed=3, specs=SPECS
+    )
     t0 = time.perf_counter()
     result = cli(*args)
     elapsed = time.perf_counter() - t0

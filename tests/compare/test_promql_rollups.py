@@ -15,7 +15,8 @@ import shutil
 import time
 
 import pytest
-from compare_docs import assert_same as _same
+from compare_helpers import assert_same as _same
+from compare_helpers import compare_json, sim_fleet_args
 
 pytestmark = [pytest.mark.servers, pytest.mark.slow]
 
@@ -42,28 +43,7 @@ def rolled_vm(tmp_path_factory, cli):
     vm = VictoriaMetricsServer(find_binary(VICTORIA_METRICS, "victoria-metrics"), tmp_path_factory.mktemp("vm"))
     vm.start()
     end_s = int(time.time()) // STEP_S * STEP_S - 60
-    args = [
-        "sim",
-        "fleet",
-        "--url",
-        vm.url,
-        "--database",
-        DB,
-        "--hosts",
-        "5",
-        "--duration",
-        f"{DURATION_S}s",
-        "--step",
-        f"{STEP_S}s",
-        "--end",
-        str(end_s),
-        "--seed",
-        "5",
-        "--jobs",
-        "1",
-    ]
-    for spec in SPECS:
-        args += ["--spec", spec]
+    args = sim_fleet_args(vm.url, DB, hosts=5, duration_s=DURATION_S, step_s=STEP_S, end_s=end_s, seed=5, specs=SPECS)
     result = cli(*args)
     assert result.exit_code == 0, result.output
     vm.export(f'{{__name__="gpu_power_power_w",db="{DB}"}}', min_samples=10 * (DURATION_S // STEP_S))
@@ -76,22 +56,7 @@ def rolled_vm(tmp_path_factory, cli):
 
 
 def _compare(cli, vm, start_ns, end_ns, *extra):
-    result = cli(
-        "compare",
-        "--promql-url",
-        vm.url,
-        "--where",
-        WHERE,
-        "--start",
-        f"{start_ns / 1e9:.3f}",
-        "--end",
-        f"{end_ns / 1e9:.3f}",
-        "--format",
-        "json",
-        *extra,
-    )
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    return compare_json(cli, ["--promql-url", vm.url, "--where", WHERE], start_ns, end_ns, *extra)
 
 
 def _figures_equal(cli, vm, start_ns, stop_ns, by):

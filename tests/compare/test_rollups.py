@@ -12,7 +12,8 @@ import time
 import uuid
 
 import pytest
-from compare_docs import assert_same as _same
+from compare_helpers import assert_same as _same
+from compare_helpers import compare_json, sim_fleet_args
 
 pytestmark = pytest.mark.servers
 
@@ -27,28 +28,9 @@ def rolled_db(influxdb_v1, cli):
     db = f"rollups_{uuid.uuid4().hex[:8]}"
     influxdb_v1.create_database(db)
     end_s = int(time.time()) // STEP_S * STEP_S - 60
-    args = [
-        "sim",
-        "fleet",
-        "--url",
-        influxdb_v1.url,
-        "--database",
-        db,
-        "--hosts",
-        "5",
-        "--duration",
-        f"{DURATION_S}s",
-        "--step",
-        f"{STEP_S}s",
-        "--end",
-        str(end_s),
-        "--seed",
-        "5",
-        "--jobs",
-        "1",
-    ]
-    for spec in SPECS:
-        args += ["--spec", spec]
+    args = sim_fleet_args(
+        influxdb_v1.url, db, hosts=5, duration_s=DURATION_S, step_s=STEP_S, end_s=end_s, seed=5, specs=SPECS
+    )
     result = cli(*args)
     assert result.exit_code == 0, result.output
     _write_verdicts(influxdb_v1, db, end_s * 10**9)
@@ -69,22 +51,7 @@ def _write_verdicts(server, db, end_ns):
 
 
 def _compare(cli, server, db, start_ns, end_ns, *extra):
-    result = cli(
-        "compare",
-        "--url",
-        server.url,
-        "--database",
-        db,
-        "--start",
-        f"{start_ns / 1e9:.3f}",
-        "--end",
-        f"{end_ns / 1e9:.3f}",
-        "--format",
-        "json",
-        *extra,
-    )
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    return compare_json(cli, ["--url", server.url, "--database", db], start_ns, end_ns, *extra)
 
 
 def _figures_equal(cli, server, db, start_ns, stop_ns, by):
