@@ -446,6 +446,10 @@ class PromReport:
             expr = f"({expr}) / {scale!r}"
         # The point at t + bucket - 1 ms covers [t, t + bucket): InfluxQL's bucket t.
         result = self.client.query_range(expr, first + bucket - 0.001, last + bucket - 0.001, bucket, "power over time")
+        return self._series_doc(result, groups, bucket, bucket - 0.001)
+
+    def _series_doc(self, result, groups, bucket: int, lag_s: float) -> dict[str, Any]:
+        """The power series from a range query whose point at t is the bucket starting at t - lag_s."""
         tags = GROUP_TAGS[self.by]
         lines: dict[str, list] = defaultdict(list)
         for s in result:
@@ -456,5 +460,5 @@ class PromReport:
                 value = float(v)
                 if math.isfinite(value):
                     # To the millisecond: t (seconds, 1.8e9) times 1e9 is past a float's precision.
-                    lines[groups[gkey]["label"]].append([int(round((float(t) + 0.001 - bucket) * 1000)) * 10**6, value])
+                    lines[groups[gkey]["label"]].append([int(round((float(t) - lag_s) * 1000)) * 10**6, value])
         return {"bucket_s": bucket, "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())}}

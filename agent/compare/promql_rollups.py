@@ -246,17 +246,7 @@ class PromRollupReport(PromReport):
             expr = f"({expr}) / {scale!r}"
         # The point at t + bucket sums the buckets stamped in (t, t + bucket]: the raw samples of [t, t + bucket).
         result = self.client.query_range(expr, first + bucket, last + bucket, bucket, "power over time")
-        tags = GROUP_TAGS[self.by]
-        lines: dict[str, list] = defaultdict(list)
-        for row in result:
-            gkey = tuple(row["metric"].get(t, "") for t in tags)
-            if gkey not in groups:
-                continue
-            for t, v in row["values"]:
-                value = float(v)
-                if math.isfinite(value):
-                    lines[groups[gkey]["label"]].append([int(round(float(t) - bucket)) * 10**9, value])
-        return {"bucket_s": bucket, "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())}}
+        return self._series_doc(result, groups, bucket, bucket)
 
     def build(self) -> dict[str, Any]:
         self.series_level = None
