@@ -80,12 +80,14 @@ def influxdb_v1(tmp_path_factory):
 
 @pytest.fixture
 def influxdb_v1_factory(tmp_path_factory):
-    """make(auth=False) -> a private influxd for this test (free to stop/start), stopped afterwards."""
+    """make(auth=False, max_row_limit=0) -> a private influxd for this test (free to stop/start), stopped afterwards."""
     binary = servers.find_binary(servers.INFLUXD, "influxdb")
     made = []
 
-    def make(auth: bool = False):
-        server = servers.InfluxdServer(binary, tmp_path_factory.mktemp("influxd"), auth=auth)
+    def make(auth: bool = False, max_row_limit: int = 0):
+        server = servers.InfluxdServer(
+            binary, tmp_path_factory.mktemp("influxd"), auth=auth, max_row_limit=max_row_limit
+        )
         made.append(server)
         server.start()
         return server

@@ -262,15 +262,15 @@ def run_rollups(quick: bool = False, sizes: tuple[int, ...] | None = None, jobs:
         influx.stop()
         shutil.rmtree(root, ignore_errors=True)
     largest = rows[-1]
-    figure = largest["influxql_rollups_whole_hour"]["wall_s"]
+    timed = ["influxql_rollups_whole_hour"] + (["influxql_rollups_day_whole_hours"] if day else [])
+    figure = max(largest[k]["wall_s"] for k in timed)
     return {
         "name": "compare_rollups",
         "figure": figure,
         "unit": "s",
-        "goal": f"<= {GOAL_S:g} s at 1,000 hosts x 8 GPUs x 1 h on InfluxDB 1.6 from rollups (the whole clock hour)",
-        "holds": figure <= GOAL_S
-        and largest["hosts"] >= 1000
-        and "error" not in largest["influxql_rollups_whole_hour"],
+        "goal": f"<= {GOAL_S:g} s at 1,000 hosts x 8 GPUs x 1 h on InfluxDB 1.6 from rollups (the whole clock hour)"
+        + (", and over a day of rollups (24 whole hours)" if day else ""),
+        "holds": figure <= GOAL_S and largest["hosts"] >= 1000 and not any("error" in largest[k] for k in timed),
         "detail": {"rows": rows},
     }
 

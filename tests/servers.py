@@ -201,9 +201,10 @@ class InfluxdServer(_Server):
     name = "influxd"
     database = "gpuagent"
 
-    def __init__(self, binary: str, root: Path, auth: bool = False):
+    def __init__(self, binary: str, root: Path, auth: bool = False, max_row_limit: int = 0):
         super().__init__(binary, root)
         self.auth = auth
+        self.max_row_limit = max_row_limit  # rows a non-chunked answer holds at most (0: all)
         self.rpc_port = free_port()
         self.admin = ("admin", "admin-pass") if auth else None
         self.config_file = self.root / "influxdb.conf"
@@ -236,6 +237,7 @@ bind-address = "127.0.0.1:{self.rpc_port}"
   bind-address = "127.0.0.1:{self.port}"
   auth-enabled = {"true" if auth else "false"}
   log-enabled = false
+  max-row-limit = {self.max_row_limit}
   max-body-size = 0
 [[udp]]
   enabled = false

@@ -159,7 +159,7 @@ def compare(
     promql_url = promql_url_from(config_path, promql_url, url)
     if by in ("workload", "model,workload"):  # per unit of work (gpuagent.compare.work)
         _compare_work(
-            config_path, promql_url, wait, rng, by, where, fmt, output, url, database, token, username, password
+            config_path, promql_url, wait, rng, by, where, fmt, output, url, database, token, username, password, raw
         )
         return
     if promql_url:  # the same report over the Prometheus query API (gpuagent.compare.promql_report)
@@ -217,7 +217,7 @@ def _timeout(text: str | None) -> float | None:
 
 
 def _compare_work(
-    config_path, promql_url, wait, rng, by, where, fmt, output, url, database, token, username, password
+    config_path, promql_url, wait, rng, by, where, fmt, output, url, database, token, username, password, raw=False
 ) -> None:
     """`--by workload` / `--by model,workload`: units, energy and cost per unit, what limits the work."""
     from gpuagent.compare.prices import prices_from
@@ -240,6 +240,13 @@ def _compare_work(
         conn = connection_from(config_path, url, database, token, username, password)
         client = InfluxQL(conn if wait is None else dataclasses.replace(conn, timeout=wait))
         source = InfluxWork(client, rng, where, gpu_where)
+        if not raw:  # limits and energies from rollups where they cover the range (gpuagent.compare.rollup_work)
+            from gpuagent.compare.rollup_report import rollup_report_or_none
+            from gpuagent.compare.rollup_work import RollupWork
+
+            report = rollup_report_or_none(client, rng, "gpu", where if gpu_where else None)
+            if report is not None:
+                source = RollupWork(report, rng, where, gpu_where)
     try:
         doc = build_work(source, rng, by, prices, where)
     finally:

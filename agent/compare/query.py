@@ -173,13 +173,37 @@ class InfluxQL:
 
     def query(self, q: str, post: bool = False) -> list[dict[str, Any]]:
         """Run one InfluxQL statement; the series of its result (`[]` when nothing matched).
-        ``post``: a statement that changes the server (CREATE ...), which 1.x takes by POST only."""
+        ``post``: a statement that changes the server (CREATE ...), which 1.x takes by POST only.
+        An answer a server's max-row-limit cut short (its series marked partial) is asked again in
+        chunks, which that limit does not cut (chunks cost the server more: not by default)."""
+        resp = self._request("POST" if post else "GET", "/query", self._params(q))
+        series = self._results(resp, resp.body)[0].get("series", [])
+        if post or not any(one.get("partial") for one in series):
+            return series
+        resp = self._request("GET", "/query", {**self._params(q), "chunked": "true", "chunk_size": "10000"})
+        series = []
+        for line in (resp.body or b"").splitlines():
+            if not line.strip():
+                continue
+            for one in self._results(resp, line)[0].get("series", []):
+                last = series[-1] if series else None
+                if last and (last.get("name"), last.get("tags")) == (one.get("name"), one.get("tags")):
+                    last["values"] = last.get("values", []) + one.get("values", [])  # a series split across chunks
+                else:
+                    series.append(one)
+        for one in series:
+            one.pop("partial", None)
+        return series
+
+    def _params(self, q: str) -> dict[str, str]:
         params = {"db": self.conn.database, "q": q, "epoch": "ns"}
         if self.conn.retention_policy:
             params["rp"] = self.conn.retention_policy
-        resp = self._request("POST" if post else "GET", "/query", params)
+        return params
+
+    def _results(self, resp, body: bytes) -> list[dict[str, Any]]:
         try:
-            doc = json.loads(resp.body or b"{}")
+            doc = json.loads(body or b"{}")
         except ValueError:
             doc = {}
         if resp.status in (401, 403):
@@ -191,19 +215,11 @@ class InfluxQL:
             raise AgentError(f"InfluxDB at {self.conn.url} refused a query: {error}")
         if resp.status >= 300:
             raise AgentError(f"InfluxDB at {self.conn.url} answered {resp.status} to /query")
-        results = doc.get("results") or [{}]
-        return results[0].get("series", [])
+        return doc.get("results") or [{}]
 
     def rows(self, q: str) -> list[dict[str, Any]]:
         """Every row of every series as a dict, its series' tags merged in."""
-        out = []
-        for series in self.query(q):
-            tags = series.get("tags") or {}
-            for values in series.get("values", []):
-                row = dict(zip(series["columns"], values, strict=True))
-                row.update(tags)
-                out.append(row)
-        return out
+        return _rows_of(self.query(q))
 
     def write(self, body: bytes) -> None:
         params = {"db": self.conn.database, "precision": "ns"}
@@ -223,6 +239,18 @@ class InfluxQL:
 
     def close(self) -> None:
         pass  # a connection per request: nothing is kept open
+
+
+def _rows_of(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for one in series:
+        tags = one.get("tags") or {}
+        columns = one["columns"]
+        for values in one.get("values", []):
+            row = dict(zip(columns, values, strict=True))
+            row.update(tags)
+            out.append(row)
+    return out
 
 
 def quote_ident(name: str) -> str:

@@ -34,7 +34,9 @@ from gpuagent.compare.report import (
     rfc3339,
 )
 from gpuagent.compare.rollups import (
+    BY_HOST,
     BY_NAME,
+    EVERY,
     HIST_MEASUREMENT,
     HIST_TOP_W,
     HIST_W,
@@ -49,22 +51,81 @@ from gpuagent.compare.rollups import (
 
 FROM_RAW = ("power_p95_w", "l2_probe", "work")
 
-# Raw pieces up to this long (the edges inside a minute) count their tallies from the points: one
-# query per measurement instead of one per throttle reason, verdict, P2P kind (InfluxDB 1.x costs
-# per query and series, the points of a minute are few).
+# Pieces with few points per series are read as points (no GROUP BY) and aggregated here: InfluxDB
+# 1.6 pays about 45 us per group and aggregate (8,000 GPUs x 20 fields: 5.7 s) but about 10 us per
+# point it returns (8,000 GPUs x one 1h bucket, every field: 0.3 s; bench/RESULTS.md). So raw pieces
+# up to EDGE_NS (the edges inside a minute) and rollup pieces of up to points_max_buckets buckets.
 EDGE_NS = 120 * 10**9
-_EQUALS = re.compile(r"""^"(\w+)" = (true|'([^']*)')$""")
 _TAIL = re.compile(r"time\((\d+)s\)")
 _NAMES = re.compile(r'"?([A-Za-z_]\w*)"?\s*(?:=~|!~|!=|<>|=|<|>)')  # the keys a --where compares
+_AGG = re.compile(r'^(SUM|COUNT|MAX|MIN|FIRST|LAST)\("(\w+)"\)$')
+_ONE = re.compile(r'^COUNT\("(\w+)"\) / COUNT\("\1"\)$')  # 1 where the bucket has a value
+_TERM = re.compile(r"""^"(\w+)" (=|>=|<) (true|false|'[^']*'|-?\d+(?:\.\d+)?)$""")
 
 
-def _tally(rollup_name: str) -> tuple[str, Any] | None:
-    """(field, value) of a rollup that counts the points where that field equals that value; else None."""
-    rollup = BY_NAME[rollup_name]
-    m = _EQUALS.match(rollup.where)
-    if not m or any(f.raw != f'COUNT("{m[1]}")' for f in rollup.fields):
+def raw_aggregate(field) -> tuple[str, str] | None:
+    """(operation, raw field) of a rollup field's aggregate of raw points, as computed here; None if
+    it is not one this module evaluates."""
+    if m := _AGG.match(field.raw):
+        return m[1], m[2]
+    if m := _ONE.match(field.raw):
+        return "ONE", m[1]
+    return None
+
+
+def raw_condition(where: str):
+    """A rollup's condition on raw points ('"f" = true AND ...') as a predicate over a point's row;
+    None if it is not one this module evaluates."""
+    terms = []
+    for part in where.split(" AND ") if where else ():
+        m = _TERM.match(part.strip())
+        if not m:
+            return None
+        text = m[3]
+        value = text == "true" if text in ("true", "false") else text[1:-1] if text[0] == "'" else float(text)
+        terms.append((m[1], m[2], value))
+
+    def keep(row: dict) -> bool:
+        for name, op, value in terms:
+            v = row.get(name)
+            if v is None or isinstance(v, str) != isinstance(value, str):
+                return False
+            if not (v == value if op == "=" else v >= value if op == ">=" else v < value):
+                return False
+        return True
+
+    return keep
+
+
+# Tags some measurements' rollups are grouped by besides the GPU's (_mig, _vgpu).
+POINT_TAGS = {"gpu_mig": ("mig_profile",), "gpu_vgpu": ("vgpu_type",)}
+
+
+def _reads(rollup, raw: bool) -> set[str]:
+    """The names a rollup reads from a point: of raw points, its aggregates' fields and its condition's;
+    of rollup points, its own fields."""
+    if not raw:
+        return {f.name for f in rollup.fields}
+    names = {agg[1] for f in rollup.fields if (agg := raw_aggregate(f))}
+    return names | {m[1] for part in rollup.where.split(" AND ") if (m := _TERM.match(part.strip()))}
+
+
+def _reduce(op: str, values: list):
+    if op == "COUNT":
+        return len(values)
+    if not values:
         return None
-    return m[1], True if m[2] == "true" else m[3]
+    if op == "SUM":
+        return math.fsum(values) if isinstance(values[0], float) else sum(values)
+    if op == "MAX":
+        return max(values)
+    if op == "MIN":
+        return min(values)
+    if op == "FIRST":
+        return values[0]
+    if op == "LAST":
+        return values[-1]
+    return 1  # ONE
 
 
 Piece = tuple  # (Level | None, start_ns, end_ns): None is raw points
@@ -116,6 +177,8 @@ class RollupReport(Report):
     # Up to this many power samples in the range, the 95th percentile is exact, from raw points
     # (InfluxDB 1.6 sorts about 100,000 a second here); above, from the histograms (bench/RESULTS.md).
     p95_raw_max_samples = 200_000
+    # Rollup pieces of up to this many buckets per series (or per group and bucket) are read as points.
+    points_max_buckets = 3
 
     def __init__(self, client, rng: Range, by: str = "model", where: str | None = None, reach=None):
         super().__init__(client, rng, by, where)
@@ -141,7 +204,7 @@ class RollupReport(Report):
         rollup = BY_NAME[rollup_name]
         if level is None:
             return f'"{rollup.source}"', rollup.where
-        return f'"{self.client.conn.database}"."{level.name}"."{rollup.name}"', ""
+        return f'"{self.client.conn.database}"."{level.name}"."{rollup.measurement}"', ""
 
     def _agg(
         self,
@@ -153,89 +216,135 @@ class RollupReport(Report):
     ) -> dict[tuple, dict[str, Any]]:
         """Per group key (and bucket time, with a GROUP BY time tail), each named field merged over the pieces.
 
-        Without a tail, each piece is asked once per rollup, every field per GPU, and the groups are
-        summed here: InfluxDB 1.x costs per series and query, so the figures of one measurement (the
-        inventory's and the groups') share one query per piece instead of one each."""
+        A piece of few points per series is read as points once, shared by every rollup of its
+        measurement and every section, and aggregated here; a longer one is asked per group, only
+        the fields named (InfluxDB 1.x pays per group and aggregate)."""
         rollup = BY_NAME[rollup_name]
         fields = [f for f in rollup.fields if f.name in names]
-        fine = (*GPU_TAGS, *(t for t in group if t not in GPU_TAGS))
-        selects = ("FIRST", "LAST")
-        shared = not tail and (fine == group or not any(f.combine in selects for f in fields))
         out: dict[tuple, dict[str, Any]] = {}
         for piece in pieces if pieces is not None else self.pieces:
-            rows = self._piece_rows(
-                rollup_name, piece, fine if shared else group, tail, any(f.combine in selects for f in fields)
-            )
+            if self._as_points(piece, rollup, tail):
+                rows = self._rows_from_points(rollup_name, piece, group, tail)
+            else:
+                rows = self._piece_rows(rollup_name, tuple(f.name for f in fields), piece, group, tail)
             for row in rows:
                 key = tuple(row.get(t, "") for t in group) + ((row["time"],) if tail else ())
                 got = out.setdefault(key, {})
                 for f in fields:
-                    # Rows of one piece (GPUs of a group) merge as rows of later pieces do; FIRST/LAST
-                    # only where each row is its own group (`shared` above).
                     got[f.name] = _merge(f.combine, got.get(f.name), row.get(f.name), later=True)
         return out
 
+    def _as_points(self, piece: Piece, rollup=None, tail: str = "") -> bool:
+        """Whether a piece is read as points: few per series, or per group and bucket (a tail)."""
+        level, a, b = piece
+        if level is None:
+            evaluable = rollup is None or (
+                raw_condition(rollup.where) is not None and all(raw_aggregate(f) for f in rollup.fields)
+            )
+            return b - a <= EDGE_NS and evaluable
+        span_ns = int(_TAIL.search(tail)[1]) * 10**9 if tail else b - a
+        return span_ns // level.ns <= self.points_max_buckets
+
+    def _once(self, key: tuple, ask):
+        """ask() the first time `key` is wanted, its answer after (the sections run in threads)."""
+        with self._memo_lock:
+            lock = self._memo_locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._memo:
+                self._memo[key] = ask()
+            return self._memo[key]
+
     def _piece_rows(
-        self, rollup_name: str, piece: Piece, tags: tuple[str, ...], tail: str, selectors: bool = False
+        self, rollup_name: str, names: tuple[str, ...], piece: Piece, tags: tuple[str, ...], tail: str
     ) -> list[dict]:
-        """Every field of one rollup over one piece, per `tags` (and bucket); asked once, shared by the
-        report's sections (they run in threads: one lock per query). FIRST/LAST fields only with
-        `selectors`: InfluxDB 1.x pays for them (the energy counter's are asked on their own)."""
-        key = (rollup_name, piece, tags, tail, selectors)
-        with self._memo_lock:
-            lock = self._memo_locks.setdefault(key, threading.Lock())
-        with lock:
-            if key not in self._memo and _tally(rollup_name) and piece[0] is None and piece[2] - piece[1] <= EDGE_NS:
-                self._memo[key] = self._tally_rows(rollup_name, piece, tags, tail)
-            if key not in self._memo:
-                level, a, b = piece
-                source, extra = self._from(level, rollup_name)
-                select = ", ".join(
-                    f'{f.raw if level is None else f.over_rollup()} AS "{f.name}"'
-                    for f in BY_NAME[rollup_name].fields
-                    if selectors or f.combine not in ("FIRST", "LAST")
-                )
-                by = ", ".join(f'"{t}"' for t in tags)
-                self._memo[key] = self.client.rows(
-                    f"SELECT {select} FROM {source} WHERE {self._piece_where(a, b, extra)} GROUP BY {by}{tail}"
-                )
-            return self._memo[key]
+        """The named fields of one rollup over one piece, per `tags` (and bucket), as InfluxDB aggregates them."""
 
-    def _tally_rows(self, rollup_name: str, piece: Piece, tags: tuple[str, ...], tail: str) -> list[dict]:
-        """A short raw piece (an edge) of a tally rollup (a count of points where one field equals a
-        value): counted here from the points of every tally of that measurement, asked once."""
-        rollup = BY_NAME[rollup_name]
-        field, value = _tally(rollup_name)
-        points = self._points(rollup.source, piece, tags)
-        bucket_ns = int(_TAIL.search(tail)[1]) * 10**9 if tail else None
-        counts: dict[tuple, list] = {}
-        for row in points:
-            if row.get(field) != value:
-                continue
-            t = row["time"] // bucket_ns * bucket_ns if bucket_ns else piece[1]
-            key = (*(row.get(tag, "") for tag in tags), t)
-            counts.setdefault(key, [dict(zip(tags, key[:-1], strict=True)), 0])[1] += 1
-        return [
-            {**row_tags, "time": key[-1], **dict.fromkeys((f.name for f in rollup.fields), n)}
-            for key, (row_tags, n) in counts.items()
-        ]
+        def ask():
+            level, a, b = piece
+            source, extra = self._from(level, rollup_name)
+            select = ", ".join(
+                f'{f.raw if level is None else f.over_rollup()} AS "{f.name}"'
+                for f in BY_NAME[rollup_name].fields
+                if f.name in names
+            )
+            by = ", ".join(f'"{t}"' for t in tags)
+            return self.client.rows(
+                f"SELECT {select} FROM {source} WHERE {self._piece_where(a, b, extra)} GROUP BY {by}{tail}"
+            )
 
-    def _points(self, source: str, piece: Piece, tags: tuple[str, ...]) -> list[dict]:
-        key = ("points", source, piece, tags)
-        with self._memo_lock:
-            lock = self._memo_locks.setdefault(key, threading.Lock())
-        with lock:
-            if key not in self._memo:
-                fields = sorted({_tally(r.name)[0] for r in BY_NAME.values() if r.source == source and _tally(r.name)})
-                select = ", ".join(f'"{f}"' for f in fields)
-                by = ", ".join(f'"{t}"' for t in tags)
-                self._memo[key] = self.client.rows(
-                    f'SELECT {select} FROM "{source}" WHERE {self._piece_where(piece[1], piece[2])} GROUP BY {by}'
-                )
-            return self._memo[key]
+        return self._once((rollup_name, names, piece, tags, tail), ask)
+
+    def _source_points(self, level: Level | None, rollup_name: str, piece: Piece) -> list[dict]:
+        """Every point (fields and tags) of a rollup's measurement at a level (None: its raw source)
+        over a piece, in time order; asked once per measurement and piece."""
+        source, _ = self._from(level, rollup_name)
+        _, a, b = piece
+        # Only what a rollup of the measurement reads, and the tags the report groups by: a point's
+        # other tags and fields cost as much to send and parse as these.
+        measurement = BY_NAME[rollup_name].source if level is None else BY_NAME[rollup_name].measurement
+        names = sorted(
+            {*GPU_TAGS, *POINT_TAGS.get(measurement, ())}
+            | {
+                n
+                for r in EVERY
+                for n in _reads(r, level is None)
+                if (r.source if level is None else r.measurement) == measurement
+            }
+        )
+
+        def ask():
+            select = ", ".join(f'"{n}"' for n in names)
+            rows = self.client.rows(f"SELECT {select} FROM {source} WHERE {self._piece_where(a, b)}")
+            rows.sort(key=lambda r: r["time"])
+            return rows
+
+        return self._once(("points", source, a, b), ask)
+
+    def _rows_from_points(self, rollup_name: str, piece: Piece, tags: tuple[str, ...], tail: str) -> list[dict]:
+        """What _piece_rows would answer for every field of the rollup, computed from the piece's points:
+        raw points by the rollup's condition and aggregates, rollup points by each field's combine."""
+
+        def compute():
+            rollup = BY_NAME[rollup_name]
+            level, a, _ = piece
+            if level is None:
+                keep = raw_condition(rollup.where)
+                ops = [(f.name, *raw_aggregate(f)) for f in rollup.fields]
+            else:
+                keep, ops = None, [(f.name, f.combine, f.name) for f in rollup.fields]
+            bucket_ns = int(_TAIL.search(tail)[1]) * 10**9 if tail else None
+            groups: dict[tuple, list[dict]] = {}
+            for row in self._source_points(level, rollup_name, piece):
+                if keep is None or keep(row):
+                    t = row["time"] // bucket_ns * bucket_ns if bucket_ns else a
+                    groups.setdefault((*(row.get(tag) or "" for tag in tags), t), []).append(row)
+            out = []
+            for key, rows in groups.items():
+                got = {**dict(zip(tags, key[:-1], strict=True)), "time": key[-1]}
+                seen = False
+                for name, op, field in ops:
+                    values = [r[field] for r in rows if r.get(field) is not None]
+                    got[name] = _reduce(op, values)
+                    seen = seen or bool(values)
+                if seen:  # as InfluxDB: no row where none of the fields has a value
+                    out.append(got)
+            return out
+
+        return self._once(("grouped", rollup_name, piece, tags, tail), compute)
 
     def _group_agg(self, rollup_name: str, names: tuple[str, ...]) -> dict[tuple, dict[str, Any]]:
+        """A group figure, from the rollup per host and model where the groups and --where allow it."""
+        by_host = f"{rollup_name}_by_host"
+        if by_host in BY_NAME and self._by_host_usable():
+            return self._agg(by_host, names, self.group_tags)
         return self._agg(rollup_name, names, self.group_tags)
+
+    def _by_host_usable(self) -> bool:
+        """Whether the groups and --where need only host and model, and the per-host rollups reach as
+        far as gpu_power's (rollups backfilled before they existed do not)."""
+        if not set(self.group_tags) <= set(BY_HOST) or not self._where_within(BY_HOST):
+            return False
+        return self._once(("by_host",), lambda: coverage(self.client, "gpu_power_by_host") == self.reach)
 
     # -- the figures from rollups -----------------------------------------------------------------
     def _inventory(self) -> dict[tuple, dict]:
@@ -252,6 +361,13 @@ class RollupReport(Report):
                 )
             ]
             energy = pool.submit(self._energy_per_gpu)
+            # Meanwhile the raw minutes most GPUs' first and last sample times come from (_edge_time):
+            # the first bucket's first minute, the last bucket's last.
+            (first, start_ns, _), (last, _, end_ns) = self.pieces[0], self.pieces[-1]
+            if first is not None and first.seconds > 60:
+                pool.submit(self._raw_edge_time, "first", first, start_ns, ())
+            if last is not None and last.seconds > 60:
+                pool.submit(self._raw_edge_time, "last", last, end_ns - last.ns, ())
             clocks, memory, power = (a.result() for a in asked)
             energy = energy.result()
         util = memory
@@ -268,8 +384,9 @@ class RollupReport(Report):
             gpus[key]["energy_j"] = joules
         return dict(gpus)
 
-    def _energy_per_gpu(self) -> dict[tuple, tuple[float, int, int]]:
-        """Per GPU: (energy_j increase, first sample time, last sample time) over the pieces."""
+    def _energy_per_gpu(self, times: bool = True) -> dict[tuple, tuple[float, int, int]]:
+        """Per GPU: (energy_j increase, first sample time, last sample time) over the pieces; without
+        `times`, the times are the pieces' (not looked for in the finer levels)."""
         per_gpu: dict[tuple, list] = defaultdict(list)
         for index, piece in enumerate(self.pieces):
             for key, part in self._energy_piece(piece).items():
@@ -279,14 +396,18 @@ class RollupReport(Report):
             parts.sort()
             energy = sum(p[3] for p in parts)
             energy += sum(max(0.0, b[1] - a[2]) for a, b in zip(parts, parts[1:], strict=False))
-            first_t = self._edge_time("first", parts[0][0], parts[0][4], key)
-            last_t = self._edge_time("last", parts[-1][0], parts[-1][5], key)
+            first_t, last_t = parts[0][4], parts[-1][5]
+            if times:
+                first_t = self._edge_time("first", parts[0][0], first_t, key)
+                last_t = self._edge_time("last", parts[-1][0], last_t, key)
             out[key] = (float(energy), first_t, last_t)
         return out
 
     def _energy_piece(self, piece: Piece) -> dict[tuple, tuple]:
         """Per GPU in the piece: (first value, last value, increase inside, first time, last time)."""
         level, a, b = piece
+        if self._as_points(piece, BY_NAME["gpu_power"]):
+            return self._energy_from_points(piece)
         tags = ", ".join(GPU_TAGS)
         where = self._piece_where(a, b)
         source, _ = self._from(level, "gpu_power")
@@ -320,10 +441,36 @@ class RollupReport(Report):
             out[key] = (f["first"], last[key]["last"], increase, f["time"], last[key]["time"])
         return out
 
+    def _energy_from_points(self, piece: Piece) -> dict[tuple, tuple]:
+        """_energy_piece's answer from the piece's points: FIRST, LAST and the non-negative steps of the counter."""
+        level = piece[0]
+        first_field, last_field = ("energy_j", "energy_j") if level is None else ("energy_first", "energy_last")
+        per_gpu: dict[tuple, list[dict]] = defaultdict(list)
+        for row in self._source_points(level, "gpu_power", piece):
+            per_gpu[tuple(row.get(t) or "" for t in GPU_TAGS)].append(row)
+        out = {}
+        for key, rows in per_gpu.items():
+            firsts = [r for r in rows if r.get(first_field) is not None]
+            lasts = [r[last_field] for r in rows if r.get(last_field) is not None]
+            if not firsts or not lasts:
+                continue
+            last_t = next(r["time"] for r in reversed(rows) if r.get(last_field) is not None)
+            increase = math.fsum(max(0.0, b - a) for a, b in zip(lasts, lasts[1:], strict=False))
+            if level is not None:  # the first bucket's own increase (its first to its last value)
+                increase += max(0.0, lasts[0] - firsts[0][first_field])
+            out[key] = (firsts[0][first_field], lasts[-1], increase, firsts[0]["time"], last_t)
+        return out
+
     def _edge_time(self, which: str, index: int, t: int, key: tuple) -> int:
         """The time of a GPU's first or last energy_j sample, looked for within the bucket at `t` in
         the finer levels down to raw points (one query per bucket, shared by the GPUs in it)."""
         level = self.pieces[index][0]
+        if level is not None and level.seconds > 60:
+            # Nearly every GPU samples in a bucket's first (last) minute: raw points there first, which
+            # answer at once what the finer level and then its minute's raw points would.
+            found = self._raw_edge_time(which, level, t, key)
+            if found is not None:
+                return found
         while level is not None:
             finer = next((lv for lv in reversed(LEVELS) if lv.seconds < level.seconds), None)
             found = self._edge_times(which, level, finer, t, key)
@@ -332,6 +479,20 @@ class RollupReport(Report):
             t, level = found, finer
         return t
 
+    def _raw_edge_time(self, which: str, level: Level, t: int, key: tuple) -> int | None:
+        """A GPU's first (last) energy_j sample in the first (last) minute of the bucket at `t`, if any."""
+        minute = 60 * 10**9
+        a, b = (t, t + minute) if which == "first" else (t + level.ns - minute, t + level.ns)
+        fn = "FIRST" if which == "first" else "LAST"
+
+        def ask():
+            rows = self.client.rows(
+                f'SELECT {fn}("energy_j") FROM "gpu_power" WHERE {self._piece_where(a, b)} GROUP BY {", ".join(GPU_TAGS)}'
+            )
+            return {_gpu_key(r): r["time"] for r in rows}
+
+        return self._once(("raw edge", which, a, b), ask).get(key)
+
     def _edge_times(self, which: str, level: Level, finer: Level | None, t: int, key: tuple) -> int | None:
         """Where in the bucket at `t` a GPU's first (last) sample lies, one level finer: asked first in
         the bucket's first (last) finer bucket, where nearly every GPU has one, then in all of it."""
@@ -339,9 +500,10 @@ class RollupReport(Report):
         step = finer.ns if finer else 60 * 10**9
         near = (t, t + step) if which == "first" else (t + level.ns - step, t + level.ns)
         for a, b in (near, (t, t + level.ns)):
+            field = "energy_j" if finer is None else "energy_count"
+            # One field per GPU: FIRST/LAST costs less than the minute's points (every field, 6 per GPU).
             if (which, level.name, a, b) not in memo:
                 source, _ = self._from(finer, "gpu_power")
-                field = "energy_j" if finer is None else "energy_count"
                 fn = "FIRST" if which == "first" else "LAST"
                 rows = self.client.rows(
                     f'SELECT {fn}("{field}") FROM {source} '
@@ -387,12 +549,10 @@ class RollupReport(Report):
         by = ", ".join(f'"{t}"' for t in self.group_tags)
         for level, a, b in self.pieces:
             if level is None:
-                for row in self.client.rows(
-                    f'SELECT "power_w" FROM "gpu_power" WHERE {self._piece_where(a, b)} GROUP BY {by}'
-                ):
+                for row in self._source_points(None, "gpu_power", (None, a, b)):
                     v = row.get("power_w")
                     if v is not None:
-                        key = tuple(row.get(t, "") for t in self.group_tags)
+                        key = tuple(row.get(t) or "" for t in self.group_tags)
                         counts[key][hist_field(int(v // HIST_W * HIST_W) if v < HIST_TOP_W else None)] += 1
                 continue
             select = ", ".join(f'SUM("{n}") AS "{n}"' for n in names)
@@ -490,7 +650,10 @@ class RollupReport(Report):
         bucket = bucket_for(span)
         levels = tuple(lv for lv in LEVELS if bucket % lv.seconds == 0 or lv.seconds % bucket == 0)
         pieces = plan(self.range.start_ns, self.range.end_ns, self.reach, levels)
-        fine = [p for p in pieces if p[0] is None or p[0].seconds <= bucket]
+        step = bucket * 10**9
+        # Rollup pieces of more than one whole bucket are counted per GPU over the piece (_whole_hours),
+        # not per GPU and bucket: one row per GPU instead of one per GPU and minute.
+        fine = [p for p in pieces if p[0] is None or p[1] % step or p[2] % step or p[2] - p[1] <= step]
         for g in groups.values():
             g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
         whole: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -524,6 +687,17 @@ class RollupReport(Report):
             if gkey in groups:
                 for word, h in hours.items():
                     groups[gkey]["health_gpu_hours"][word] += h
+
+    def _work(self, groups) -> None:
+        """The work figures: limits and the energy of each span from rollups where they cover them
+        (gpuagent.compare.rollup_work), the work counters from raw points."""
+        from gpuagent.compare.rollup_work import RollupWork
+        from gpuagent.compare.work import work_section
+
+        source = RollupWork(self, self.range, self.where, gpu_where=True)
+        work_section(source, self.range, self.by, self.prices, self.where, groups)
+        if source.from_rollups:  # what is still raw: the counters behind units
+            self.from_raw[self.from_raw.index("work")] = "work_units"
 
     def _health_raw(self, groups) -> None:
         health_hours(self, groups)  # another word among the verdicts: counted from raw points

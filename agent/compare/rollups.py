@@ -20,6 +20,7 @@ from gpuagent.compare.query import InfluxQL
 
 # Throttle reasons, as gpu_clocks writes them (the booleans the report counts).
 from gpuagent.compare.report import REASONS, rfc3339
+from gpuagent.compare.work import CELL_REASONS
 from gpuagent.errors import AgentError
 
 
@@ -200,7 +201,81 @@ GPU_ONLY = ("host", "uuid", "model", "gpu")
 P2P_BY_GPU = tuple(
     Rollup(f"{r.name}_gpu", r.source, r.where, r.fields, tags=GPU_ONLY) for r in ROLLUPS if r.source == "gpu_p2p"
 )
-EVERY = ROLLUPS + HISTOGRAM + (HEALTH_MINUTES, POWER_BY_HOST, *P2P_BY_GPU)  # what init, backfill and status set up
+# The group figures of --by model|host (clocks, throttle shares, memory, DRAM, power) per host and
+# model: a series per host instead of one per GPU (InfluxDB 1.x pays per series and value read).
+BY_HOST = ("host", "model")
+GROUPS_BY_HOST = tuple(
+    Rollup(f"{r.name}_by_host", r.source, r.where, r.fields, tags=BY_HOST)
+    for r in ROLLUPS
+    if r.name in ("gpu_clocks", "gpu_memory", "gpu_memory_gpm") or r.name.startswith("gpu_clocks_")
+) + (
+    Rollup(
+        "gpu_power_by_host",
+        "gpu_power",
+        "",
+        (
+            *_sum_count("power", "power_w"),
+            Field("power_max", 'MAX("power_w")', "MAX"),
+            Field("power_min", 'MIN("power_w")', "MIN"),
+        ),
+        tags=BY_HOST,
+    ),
+)
+# What the limits of the work figures read per GPU and bucket (gpuagent.compare.work, InfluxWork.cells):
+# sums and counts for its means, max for its maxima, the clock samples under each power or thermal
+# reason. Per GPU (GPU_ONLY), in few measurements: points of one series and time merge their fields.
+CELLS = (
+    Rollup(
+        "gpu_cells_memory",
+        "gpu_memory",
+        "",
+        (
+            *_sum_count("util", "gpu_util_pct"),
+            *_sum_count("mem_busy", "memory_util_pct"),
+            *_sum_count("dram_bw", "dram_bw_util_pct"),
+        ),
+        tags=GPU_ONLY,
+    ),
+    Rollup(
+        "gpu_cells_power",
+        "gpu_power",
+        "",
+        (*_sum_count("power", "power_w"), Field("limit_max", 'MAX("enforced_power_limit_w")', "MAX")),
+        tags=GPU_ONLY,
+    ),
+    Rollup(
+        "gpu_cells_clocks",
+        "gpu_clocks",
+        "",
+        (*_sum_count("sm", "sm_clock_mhz"), Field("max_sm_max", 'MAX("max_sm_clock_mhz")', "MAX")),
+        tags=GPU_ONLY,
+    ),
+    *(
+        Rollup(
+            f"gpu_cells_clocks_{r}",
+            "gpu_clocks",
+            f'"{r}" = true',
+            (Field(f"{r}_n", 'COUNT("sm_clock_mhz")', "SUM"),),
+            into="gpu_cells_clocks",
+            tags=GPU_ONLY,
+        )
+        for r in CELL_REASONS
+    ),
+    Rollup(
+        "gpu_cells_pcie",
+        "gpu_pcie",
+        "",
+        (
+            *_sum_count("tx", "tx_bytes_per_s"),
+            *_sum_count("rx", "rx_bytes_per_s"),
+            Field("link_gen_max", 'MAX("link_gen")', "MAX"),
+            Field("link_width_max", 'MAX("link_width")', "MAX"),
+        ),
+        tags=GPU_ONLY,
+    ),
+)
+# What init, backfill and status set up.
+EVERY = ROLLUPS + HISTOGRAM + (HEALTH_MINUTES, POWER_BY_HOST, *P2P_BY_GPU, *GROUPS_BY_HOST, *CELLS)
 BY_NAME = {r.name: r for r in EVERY}
 
 
@@ -270,12 +345,19 @@ def _continuous_queries(client: InfluxQL) -> dict[str, str]:
 
 
 def backfill(
-    client: InfluxQL, start_ns: int, end_ns: int, chunk_s: int = 3600, echo=None, levels: tuple[Level, ...] = LEVELS
+    client: InfluxQL,
+    start_ns: int,
+    end_ns: int,
+    chunk_s: int = 3600,
+    echo=None,
+    levels: tuple[Level, ...] = LEVELS,
+    rollups: tuple[Rollup, ...] = EVERY,
 ) -> int:
     """The continuous queries' SELECT ... INTO over [start, end), from the start of start's hour to the
     last whole bucket of each level, level by level
     (the 1h level reads what the 1m level wrote), in chunks of `chunk_s`; points written. `levels`:
-    only those (the 1h level alone: hours from 1-minute rollups written some other way)."""
+    only those (the 1h level alone: hours from 1-minute rollups written some other way); `rollups`:
+    only those (ones added since the history was rolled up)."""
     _require(client)
     db, written = client.conn.database, 0
     # Every level from the coarsest level's bucket edge: its first bucket then reads whole finer buckets.
@@ -287,7 +369,7 @@ def backfill(
         while a < b:
             c = min(a + step, b)
             clause = f"time >= '{rfc3339(a)}' AND time < '{rfc3339(c)}'"
-            for rollup in EVERY:
+            for rollup in rollups:
                 for row in client.rows(statement(db, level, rollup, clause)):
                     written += int(row.get("written") or 0)
             a = c
@@ -305,9 +387,11 @@ def _require(client: InfluxQL) -> None:
         )
 
 
-def coverage(client: InfluxQL, measurement: str = "gpu_power") -> dict[str, tuple[int, int] | None]:
-    """Per level, [first bucket, last bucket + resolution) of a rollup (its power_count: gpu_power's,
-    gpu_power_host's); None when empty or absent."""
+def coverage(
+    client: InfluxQL, measurement: str = "gpu_power", field: str = "power_count"
+) -> dict[str, tuple[int, int] | None]:
+    """Per level, [first bucket, last bucket + resolution) of a rollup (by one of its fields: gpu_power's
+    power_count by default); None when empty or absent."""
     db = client.conn.database
     policies = {r["name"] for r in client.rows("SHOW RETENTION POLICIES")}
     out: dict[str, tuple[int, int] | None] = {}
@@ -316,8 +400,8 @@ def coverage(client: InfluxQL, measurement: str = "gpu_power") -> dict[str, tupl
             out[level.name] = None
             continue
         m = f'"{db}"."{level.name}"."{measurement}"'
-        first = client.rows(f'SELECT FIRST("power_count") FROM {m}')
-        last = client.rows(f'SELECT LAST("power_count") FROM {m}')
+        first = client.rows(f'SELECT FIRST("{field}") FROM {m}')
+        last = client.rows(f'SELECT LAST("{field}") FROM {m}')
         out[level.name] = (first[0]["time"], last[0]["time"] + level.ns) if first and last else None
     return out
 

@@ -34,6 +34,8 @@ from gpuagent.compare.report import NoData, Range, bucket_seconds, report_docume
 from gpuagent.errors import AgentError
 
 GPU = ("host", "uuid")
+# The clock-event reasons the limits weigh (power: the first two; thermal: the others).
+CELL_REASONS = ("sw_power_cap", "hw_power_brake_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown")
 SERIES_TAGS = ("host", "uuid", "model", "gpu", "workload", "unit", "work_id", "slurm_job_id", "mig_uuid")
 WORK_GROUPS = {
     "model": ("model",),
@@ -412,6 +414,10 @@ class InfluxWork:
         return " AND ".join(parts)
 
     def cells(self, bucket: int) -> tuple[dict, dict]:
+        return self._cells_from(self._cell_rows(bucket))
+
+    def _cell_rows(self, bucket: int) -> dict[str, list[dict]]:
+        """Per part of the cells (mem, power, clocks, pcie, model, each CELL_REASONS), its rows per GPU and bucket."""
         w = self._whole_buckets(bucket, work=False)
         tail = f'GROUP BY "host", "uuid", time({bucket}s) fill(none)'
         q = {
@@ -425,11 +431,14 @@ class InfluxWork:
             f'MAX("link_width") AS link_width FROM "gpu_pcie" WHERE {w} {tail}',
             "model": f'SELECT LAST("power_w") FROM "gpu_power" WHERE {w} GROUP BY "host", "uuid", "model"',
         }
-        for reason in ("sw_power_cap", "hw_power_brake_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown"):
+        for reason in CELL_REASONS:
             q[reason] = f'SELECT COUNT("sm_clock_mhz") AS n FROM "gpu_clocks" WHERE {w} AND "{reason}" = true {tail}'
         names = list(q)
         with ThreadPoolExecutor(WORKERS) as pool:
-            answers = dict(zip(names, pool.map(self.client.rows, (q[n] for n in names)), strict=True))
+            return dict(zip(names, pool.map(self.client.rows, (q[n] for n in names)), strict=True))
+
+    @staticmethod
+    def _cells_from(answers: dict[str, list[dict]]) -> tuple[dict, dict]:
         model_of = {(r["host"], r["uuid"]): r.get("model", "") for r in answers["model"]}
         cells: dict[tuple, lim.Cell] = {}
 
@@ -457,7 +466,7 @@ class InfluxWork:
             if tx is not None and rx is not None and gen and width:
                 cell(r).pcie_ratio = (tx + rx) / (2 * lim.pcie_lane_gbps(gen) * 1e9 * width)
         reason_pct = {}
-        for reason in ("sw_power_cap", "hw_power_brake_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown"):
+        for reason in CELL_REASONS:
             for r in answers[reason]:
                 k = ((r["host"], r["uuid"]), r["time"])
                 if samples.get(k):

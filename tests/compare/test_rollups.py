@@ -197,12 +197,14 @@ def test_status_from_the_config_and_on_a_database_without_rollups(influxdb_v1, c
     assert result.exit_code == 0 and "no points" in result.stdout
 
 
-def test_each_measurement_is_asked_once_per_piece(rolled_db, influxdb_v1):
-    """InfluxDB 1.x costs per series and query: the inventory's and the groups' figures of one
-    measurement share one query per piece (gpu_memory was asked twice, gpu_clocks three times)."""
+def test_short_pieces_are_read_as_points_once_and_long_ones_per_group(rolled_db, influxdb_v1):
+    """InfluxDB 1.x pays per group and aggregate: a piece with few points per series (a raw edge, up to
+    POINTS_MAX_BUCKETS rollup buckets) is read as points once per measurement, shared by every
+    section; a longer one is asked per group for only the fields a section uses."""
     from gpuagent.compare.query import InfluxQL, connection_from
     from gpuagent.compare.report import Range
-    from gpuagent.compare.rollup_report import RollupReport
+    from gpuagent.compare.rollup_report import RollupReport, rfc3339
+    from gpuagent.compare.rollups import BY_NAME
 
     db, end_ns = rolled_db
     asked = []
@@ -212,21 +214,53 @@ def test_each_measurement_is_asked_once_per_piece(rolled_db, influxdb_v1):
             asked.append(q)
             return super().rows(q)
 
-    start_ns, stop_ns = end_ns - 2 * 3600 * 10**9 + 437 * 10**9, end_ns - 83 * 10**9
-    doc = RollupReport(Counting(connection_from(None, influxdb_v1.url, db)), Range(start_ns, stop_ns), "model").build()
+    start_ns, stop_ns = end_ns - DURATION_S * 10**9 + 437 * 10**9, end_ns - 83 * 10**9
+    report = RollupReport(Counting(connection_from(None, influxdb_v1.url, db)), Range(start_ns, stop_ns), "model")
+    report.points_max_buckets = 1  # whatever the clock: some rollup pieces longer than that
+    doc = report.build()
     assert doc["source"]["kind"] == "rollup"
-    pieces = len(doc["source"]["pieces"])
-    assert pieces >= 3
-    for field in ('"util_count"', '"sm_clock_count"', '"power_count"'):
-        plain = [q for q in asked if q.startswith("SELECT SUM(") and field in q and "time(" not in q]  # not the series
-        assert len(plain) == pieces, plain
-    # The raw edges count the throttle reasons from one points query, not one COUNT per reason.
-    raw_pieces = sum(p["level"] == "raw" for p in doc["source"]["pieces"])
-    clocks = [q for q in asked if ' FROM "gpu_clocks" ' in q]
-    assert len(clocks) == 2 * raw_pieces, clocks
+    short = [p for p in report.pieces if report._as_points(p)]
+    long = [p for p in report.pieces if not report._as_points(p)]
+    assert any(p[0] is None for p in short) and long
+
+    def as_points(q: str) -> bool:  # the fields and tags of every point, not an aggregate
+        return q.startswith('SELECT "') and "GROUP BY" not in q
+
+    points = [q for q in asked if as_points(q)]
+    assert points and len(points) == len(set(points))
+    for level, a, b in report.pieces:
+        span = f"time >= '{rfc3339(a)}' AND time < '{rfc3339(b)}'"
+        for m in ("gpu_power", "gpu_clocks", "gpu_memory"):
+            source = f'"{m}"' if level is None else f'"{level.name}"."{m}"'
+            on_it = [q for q in asked if f"{source} WHERE {span}" in q and "time(" not in q]
+            if report._as_points((level, a, b), BY_NAME[m]):
+                assert len(on_it) == 1 and as_points(on_it[0]), on_it
+            else:  # per GPU, the inventory's few fields; the groups' from the rollups per host
+                assert on_it and not any(as_points(q) for q in on_it), on_it
+                by = [q.split("GROUP BY")[-1] for q in on_it]
+                assert all("uuid" in b for b in by) and not any("_n" in q or "fb_used_max" in q for q in on_it), on_it
+            if m == "gpu_power" and level is not None and report._as_points((level, a, b), BY_NAME[m]):
+                # Its points serve the energy counter too: no FIRST/LAST/subquery over the piece.
+                assert not any(f"{source} WHERE {span}" in q and "GROUP BY" in q for q in asked)
+    # The group figures by model from the rollups per host and model.
+    for m in ("gpu_clocks", "gpu_memory", "gpu_power"):
+        assert any(f'."{m}_by_host" WHERE' in q for q in asked), m
     # The power series by model from the per-host rollup (a series per host, not per GPU).
     series = [q for q in asked if "time(" in q and "power_sum" in q]
     assert series and all('"gpu_power_host"' in q for q in series if "gpuagent_1m" in q)
+
+
+@pytest.mark.parametrize("points_max_buckets", [0, 10**6])
+def test_every_figure_equal_whether_pieces_are_read_as_points_or_per_group(rolled_db, influxdb_v1, points_max_buckets):
+    """Every rollup piece per group (0), or every one as points (10**6): the same figures as raw."""
+    db, end_ns = rolled_db
+    start_ns, stop_ns = end_ns - DURATION_S * 10**9 + 437 * 10**9, end_ns - 83 * 10**9
+    for by in ("model", "gpu"):
+        rolled, raw = _reports(influxdb_v1, db, start_ns, stop_ns, by, points_max_buckets=points_max_buckets)
+        assert rolled["source"]["kind"] == "rollup"
+        for doc in (rolled, raw):
+            doc.pop("source")
+        _same(rolled, raw)
 
 
 def test_rollups_take_a_timeout_as_compare_does(influxdb_v1, cli, fresh_db):
