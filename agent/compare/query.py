@@ -188,7 +188,7 @@ class InfluxQL:
             for one in self._results(resp, line)[0].get("series", []):
                 last = series[-1] if series else None
                 if last and (last.get("name"), last.get("tags")) == (one.get("name"), one.get("tags")):
-                    last["values"] = last.get("values", []) + one.get("values", [])  # a series split across chunks
+                    last.setdefault("values", []).extend(one.get("values", []))  # a series split across chunks
                 else:
                     series.append(one)
         for one in series:
@@ -219,7 +219,14 @@ class InfluxQL:
 
     def rows(self, q: str) -> list[dict[str, Any]]:
         """Every row of every series as a dict, its series' tags merged in."""
-        return _rows_of(self.query(q))
+        out = []
+        for series in self.query(q):
+            tags = series.get("tags") or {}
+            for values in series.get("values", []):
+                row = dict(zip(series["columns"], values, strict=True))
+                row.update(tags)
+                out.append(row)
+        return out
 
     def write(self, body: bytes) -> None:
         params = {"db": self.conn.database, "precision": "ns"}
@@ -239,18 +246,6 @@ class InfluxQL:
 
     def close(self) -> None:
         pass  # a connection per request: nothing is kept open
-
-
-def _rows_of(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for one in series:
-        tags = one.get("tags") or {}
-        columns = one["columns"]
-        for values in one.get("values", []):
-            row = dict(zip(columns, values, strict=True))
-            row.update(tags)
-            out.append(row)
-    return out
 
 
 def quote_ident(name: str) -> str:

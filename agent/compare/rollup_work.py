@@ -35,7 +35,7 @@ class RollupWork(InfluxWork):
             return None
         b = bucket * 10**9
         lo, hi = self.range.start_ns // b * b, -(-self.range.end_ns // b) * b
-        reach = coverage(self.client, "gpu_cells_power", "power_count")
+        reach = coverage(self.client, "gpu_cells_power", "power_count")  # the cells' rollups fill together
         for level in reversed(LEVELS):
             span = reach.get(level.name)
             if bucket % level.seconds == 0 and span and span[0] <= lo and hi <= span[1]:
