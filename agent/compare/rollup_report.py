@@ -483,37 +483,34 @@ class RollupReport(Report):
         """A GPU's first (last) energy_j sample in the first (last) minute of the bucket at `t`, if any."""
         minute = 60 * 10**9
         a, b = (t, t + minute) if which == "first" else (t + level.ns - minute, t + level.ns)
-        fn = "FIRST" if which == "first" else "LAST"
-
-        def ask():
-            rows = self.client.rows(
-                f'SELECT {fn}("energy_j") FROM "gpu_power" WHERE {self._piece_where(a, b)} GROUP BY {", ".join(GPU_TAGS)}'
-            )
-            return {_gpu_key(r): r["time"] for r in rows}
-
-        return self._once(("raw edge", which, a, b), ask).get(key)
+        return self._sample_times(which, None, a, b).get(key)
 
     def _edge_times(self, which: str, level: Level, finer: Level | None, t: int, key: tuple) -> int | None:
         """Where in the bucket at `t` a GPU's first (last) sample lies, one level finer: asked first in
         the bucket's first (last) finer bucket, where nearly every GPU has one, then in all of it."""
-        memo = self.__dict__.setdefault("_edge_memo", {})
         step = finer.ns if finer else 60 * 10**9
         near = (t, t + step) if which == "first" else (t + level.ns - step, t + level.ns)
         for a, b in (near, (t, t + level.ns)):
-            field = "energy_j" if finer is None else "energy_count"
-            # One field per GPU: FIRST/LAST costs less than the minute's points (every field, 6 per GPU).
-            if (which, level.name, a, b) not in memo:
-                source, _ = self._from(finer, "gpu_power")
-                fn = "FIRST" if which == "first" else "LAST"
-                rows = self.client.rows(
-                    f'SELECT {fn}("{field}") FROM {source} '
-                    f"WHERE {self._piece_where(a, b)} GROUP BY {', '.join(GPU_TAGS)}"
-                )
-                memo[(which, level.name, a, b)] = {_gpu_key(r): r["time"] for r in rows}
-            found = memo[(which, level.name, a, b)].get(key)
+            found = self._sample_times(which, finer, a, b).get(key)
             if found is not None:
                 return found
         return None
+
+    def _sample_times(self, which: str, level: Level | None, a: int, b: int) -> dict[tuple, int]:
+        """Per GPU, the time of its first (last) energy sample in [a, b) at a level (None: raw points);
+        asked once per window, shared by the GPUs in it. One field per GPU: FIRST/LAST costs less than
+        the window's points (every field, 6 a minute per GPU)."""
+        field = "energy_j" if level is None else "energy_count"
+        fn = "FIRST" if which == "first" else "LAST"
+
+        def ask():
+            source, _ = self._from(level, "gpu_power")
+            rows = self.client.rows(
+                f'SELECT {fn}("{field}") FROM {source} WHERE {self._piece_where(a, b)} GROUP BY {", ".join(GPU_TAGS)}'
+            )
+            return {_gpu_key(r): r["time"] for r in rows}
+
+        return self._once(("sample times", which, level, a, b), ask)
 
     def _power(self, groups) -> None:
         rows = self._group_agg("gpu_power", ("power_sum", "power_count", "power_max", "power_min"))
