@@ -9,6 +9,7 @@ import time
 import uuid
 
 import pytest
+from compare_helpers import sim_fleet_args
 
 pytestmark = pytest.mark.servers
 
@@ -22,30 +23,11 @@ def driver_db(influxdb_v1, cli):
     db = f"drivers_{uuid.uuid4().hex[:8]}"
     influxdb_v1.create_database(db)
     end_s = int(time.time()) // STEP_S * STEP_S - 60
-    result = cli(
-        "sim",
-        "fleet",
-        "--url",
-        influxdb_v1.url,
-        "--database",
-        db,
-        "--hosts",
-        "2",
-        "--duration",
-        f"{DURATION_S}s",
-        "--step",
-        f"{STEP_S}s",
-        "--end",
-        str(end_s),
-        "--seed",
-        "5",
-        "--jobs",
-        "1",
-        "--spec",
-        "h100-sxm:2",
-        "--spec",
-        "a100-sxm4:2",
+    specs = ("h100-sxm:2", "a100-sxm4:2")
+    args = sim_fleet_args(
+        influxdb_v1.url, db, hosts=2, duration_s=DURATION_S, step_s=STEP_S, end_s=end_s, seed=5, specs=specs
     )
+    result = cli(*args)
     assert result.exit_code == 0, result.output
     yield db, end_s * 10**9
     influxdb_v1.drop_database(db)

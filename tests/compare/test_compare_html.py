@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from compare_helpers import sim_fleet_args
 
 from gpuagent.compare.html_report import TOP_N, Bar, axis_top, bar_chart
 
@@ -126,9 +127,8 @@ def big_fleet(influxdb_v1, cli):
     db = f"html_{uuid.uuid4().hex[:8]}"
     influxdb_v1.create_database(db)
     end_s = int(time.time()) // 60 * 60 - 120
-    result = cli("sim", "fleet", "--url", influxdb_v1.url, "--database", db, "--hosts", "13",
-                 "--spec", "h100-sxm:8", "--duration", "5m", "--step", "30s", "--end", str(end_s),
-                 "--seed", "3", "--jobs", "1")  # fmt: skip
+    result = cli(*sim_fleet_args(influxdb_v1.url, db, hosts=13, duration_s=300, step_s=30, end_s=end_s, seed=3,
+                                 specs=("h100-sxm:8",)))  # fmt: skip
     assert result.exit_code == 0, result.output
     yield db, (end_s - 300) * 10**9, end_s * 10**9 + 1
     influxdb_v1.drop_database(db)

@@ -10,6 +10,7 @@ import uuid
 from collections import defaultdict
 
 import pytest
+from compare_helpers import sim_fleet_args
 
 pytestmark = pytest.mark.servers
 
@@ -22,12 +23,11 @@ def jobs_db(influxdb_v1, cli):
     db = f"jobs_{uuid.uuid4().hex[:8]}"
     influxdb_v1.create_database(db)
     end_s = int(time.time()) // STEP_S * STEP_S - 60
-    result = cli(
-        "sim", "fleet", "--url", influxdb_v1.url, "--database", db, "--hosts", "2",
-        "--spec", "l40s:4", "--spec", "h100-sxm:2", "--duration", f"{DURATION_S}s",
-        "--step", f"{STEP_S}s", "--end", str(end_s), "--seed", "5", "--jobs", "1",
-        "--collectors", "power", "--with-jobs",
+    args = sim_fleet_args(
+        influxdb_v1.url, db, hosts=2, duration_s=DURATION_S, step_s=STEP_S, end_s=end_s, seed=5,
+        specs=("l40s:4", "h100-sxm:2"),
     )  # fmt: skip
+    result = cli(*args, "--collectors", "power", "--with-jobs")
     assert result.exit_code == 0, result.output
     yield db, (end_s - DURATION_S - STEP_S) * 10**9, (end_s + STEP_S) * 10**9
     influxdb_v1.drop_database(db)

@@ -16,6 +16,7 @@ import time
 import uuid
 
 import pytest
+from compare_helpers import sim_fleet_args
 
 pytestmark = pytest.mark.servers
 
@@ -28,28 +29,7 @@ APPROX = 0.05
 
 
 def _backfill(cli, url, db, end_s):
-    args = [
-        "sim",
-        "fleet",
-        "--url",
-        url,
-        "--database",
-        db,
-        "--hosts",
-        "4",
-        "--duration",
-        f"{DURATION_S}s",
-        "--step",
-        f"{STEP_S}s",
-        "--end",
-        str(end_s),
-        "--seed",
-        "3",
-        "--jobs",
-        "1",
-    ]
-    for spec in SPECS:
-        args += ["--spec", spec]
+    args = sim_fleet_args(url, db, hosts=4, duration_s=DURATION_S, step_s=STEP_S, end_s=end_s, seed=3, specs=SPECS)
     result = cli(*args)
     assert result.exit_code == 0, result.output
 

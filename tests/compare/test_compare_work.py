@@ -21,6 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from compare_helpers import sim_fleet_args
 
 from tests.compare.test_compare import CHROMIUM
 
@@ -34,33 +35,8 @@ REL = 1e-9
 
 
 def _backfill(cli, url, db, end_s):
-    args = [
-        "sim",
-        "fleet",
-        "--url",
-        url,
-        "--database",
-        db,
-        "--hosts",
-        "4",
-        "--duration",
-        f"{DURATION_S}s",
-        "--step",
-        f"{STEP_S}s",
-        "--end",
-        str(end_s),
-        "--seed",
-        "5",
-        "--jobs",
-        "1",
-        "--scenario",
-        "inference",
-        "--collectors",
-        "power,clocks,memory,pcie",
-    ]
-    for spec in SPECS:
-        args += ["--spec", spec]
-    result = cli(*args)
+    args = sim_fleet_args(url, db, hosts=4, duration_s=DURATION_S, step_s=STEP_S, end_s=end_s, seed=5, specs=SPECS)
+    result = cli(*args, "--scenario", "inference", "--collectors", "power,clocks,memory,pcie")
     assert result.exit_code == 0, result.output
 
 

@@ -11,6 +11,7 @@ import time
 import uuid
 
 import pytest
+from compare_helpers import sim_fleet_args
 
 from tests.compare.test_compare_work import PRICES, _check, _compare, _raw, recompute
 
@@ -26,34 +27,17 @@ def mig_fleet(influxdb_v1, victoria_metrics, cli, tmp_path_factory):
     influxdb_v1.create_database(db)
     end_s = int(time.time()) // STEP_S * STEP_S - 60
     for url in (influxdb_v1.url, victoria_metrics.url):
-        result = cli(
-            "sim",
-            "fleet",
-            "--url",
+        args = sim_fleet_args(
             url,
-            "--database",
             db,
-            "--hosts",
-            "2",
-            "--duration",
-            f"{DURATION_S}s",
-            "--step",
-            f"{STEP_S}s",
-            "--end",
-            str(end_s),
-            "--seed",
-            "7",
-            "--jobs",
-            "1",
-            "--scenario",
-            "inference",
-            "--collectors",
-            "power,clocks,memory,pcie",
-            "--spec",
-            "h100-sxm-mig:2",
-            "--spec",
-            "l40s:2",
+            hosts=2,
+            duration_s=DURATION_S,
+            step_s=STEP_S,
+            end_s=end_s,
+            seed=7,
+            specs=("h100-sxm-mig:2", "l40s:2"),
         )
+        result = cli(*args, "--scenario", "inference", "--collectors", "power,clocks,memory,pcie")
         assert result.exit_code == 0, result.output
     victoria_metrics.export(
         f'{{__name__="gpu_work_gpu_share",db="{db}"}}', min_samples=8 * (DURATION_S // STEP_S) - 100

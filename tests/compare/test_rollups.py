@@ -54,6 +54,20 @@ def _compare(cli, server, db, start_ns, end_ns, *extra):
     return compare_json(cli, ["--url", server.url, "--database", db], start_ns, end_ns, *extra)
 
 
+def _counting(server, db):
+    """An InfluxQL client on `db` that keeps every statement it asks; (client, statements)."""
+    from gpuagent.compare.query import InfluxQL, connection_from
+
+    asked = []
+
+    class Counting(InfluxQL):
+        def rows(self, q):
+            asked.append(q)
+            return super().rows(q)
+
+    return Counting(connection_from(None, server.url, db)), asked
+
+
 def _figures_equal(cli, server, db, start_ns, stop_ns, by):
     rolled = _compare(cli, server, db, start_ns, stop_ns, "--by", by)
     raw = _compare(cli, server, db, start_ns, stop_ns, "--by", by, "--raw")
@@ -201,21 +215,14 @@ def test_short_pieces_are_read_as_points_once_and_long_ones_per_group(rolled_db,
     """InfluxDB 1.x pays per group and aggregate: a piece with few points per series (a raw edge, up to
     POINTS_MAX_BUCKETS rollup buckets) is read as points once per measurement, shared by every
     section; a longer one is asked per group for only the fields a section uses."""
-    from gpuagent.compare.query import InfluxQL, connection_from
     from gpuagent.compare.report import Range
     from gpuagent.compare.rollup_report import RollupReport, rfc3339
     from gpuagent.compare.rollups import BY_NAME
 
     db, end_ns = rolled_db
-    asked = []
-
-    class Counting(InfluxQL):
-        def rows(self, q):
-            asked.append(q)
-            return super().rows(q)
-
     start_ns, stop_ns = end_ns - DURATION_S * 10**9 + 437 * 10**9, end_ns - 83 * 10**9
-    report = RollupReport(Counting(connection_from(None, influxdb_v1.url, db)), Range(start_ns, stop_ns), "model")
+    client, asked = _counting(influxdb_v1, db)
+    report = RollupReport(client, Range(start_ns, stop_ns), "model")
     report.points_max_buckets = 1  # whatever the clock: some rollup pieces longer than that
     doc = report.build()
     assert doc["source"]["kind"] == "rollup"
@@ -359,20 +366,12 @@ def test_p95_from_raw_points_where_a_histogram_bin_is_missing(rolled_db, influxd
 def test_health_hours_of_one_verdict_come_whole_from_the_1h_level(rolled_db, influxdb_v1):
     """A GPU's hour of one verdict in every minute counts whole from the 1h level; only the GPU with
     two verdicts (_write_verdicts) has its minutes read from the 1m level, asked by its uuid."""
-    from gpuagent.compare.query import InfluxQL, connection_from
     from gpuagent.compare.report import Range, Report
     from gpuagent.compare.rollup_report import RollupReport
 
     db, end_ns = rolled_db
-    asked = []
-
-    class Counting(InfluxQL):
-        def rows(self, q):
-            asked.append(q)
-            return super().rows(q)
-
     start_ns, stop_ns = end_ns - DURATION_S * 10**9 + 437 * 10**9, end_ns - 83 * 10**9
-    client = Counting(connection_from(None, influxdb_v1.url, db))
+    client, asked = _counting(influxdb_v1, db)
     rolled = RollupReport(client, Range(start_ns, stop_ns), "gpu").build()
     raw = Report(client, Range(start_ns, stop_ns), "gpu").build()
     assert "health_gpu_hours" not in rolled["source"]["from_raw"]

@@ -7,6 +7,7 @@ import time
 import uuid
 
 import pytest
+from compare_helpers import sim_fleet_args
 
 from gpuagent.top.app import Top
 from gpuagent.top.view import View
@@ -19,28 +20,7 @@ STEP_S = 10
 
 
 def backfill(cli, url, db, end_s):
-    args = [
-        "sim",
-        "fleet",
-        "--url",
-        url,
-        "--database",
-        db,
-        "--hosts",
-        str(HOSTS),
-        "--duration",
-        "2m",
-        "--step",
-        f"{STEP_S}s",
-        "--end",
-        str(end_s),
-        "--seed",
-        "5",
-        "--jobs",
-        "1",
-    ]
-    for spec in SPECS:
-        args += ["--spec", spec]
+    args = sim_fleet_args(url, db, hosts=HOSTS, duration_s=120, step_s=STEP_S, end_s=end_s, seed=5, specs=SPECS)
     result = cli(*args)
     assert result.exit_code == 0, result.output
 
