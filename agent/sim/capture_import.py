@@ -219,14 +219,99 @@ def _text_processes(node: Any) -> list[dict[str, Any]]:
     return [p for p in out if p["pid"] is not None]
 
 
+# Clock-event reason bits (nvml.h nvmlClocksEventReason*) by the words ``-q`` prints them with.
+REASON_BITS_TEXT = {
+    "Idle": 0x1,
+    "Applications Clocks Setting": 0x2,
+    "SW Power Cap": 0x4,
+    "HW Slowdown": 0x8,
+    "Sync Boost": 0x10,
+    "SW Thermal Slowdown": 0x20,
+    "HW Thermal Slowdown": 0x40,
+    "HW Power Brake Slowdown": 0x80,
+    "Display Clock Setting": 0x100,
+}
+# ... and by the XML tags' stems (clocks_event_reason_<stem>, clocks_throttle_reason_<stem>).
+REASON_BITS_XML = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clocks_setting": 0x100,
+}
+# The five reason-time counters (nvml.h NVML_FI_DEV_CLOCKS_EVENT_REASON_*, ns; nvidia-smi prints us).
+COUNTER_NAMES_TEXT = {
+    "SW Power Capping": "sw_power_cap",
+    "Sync Boost": "sync_boost",
+    "SW Thermal Slowdown": "sw_thermal_slowdown",
+    "HW Thermal Slowdown": "hw_thermal_slowdown",
+    "HW Power Braking": "hw_power_brake",
+}
+COUNTER_NAMES_XML = {
+    "sw_power_cap": "sw_power_cap",
+    "sync_boost": "sync_boost",
+    "sw_therm_slowdown": "sw_thermal_slowdown",
+    "hw_therm_slowdown": "hw_thermal_slowdown",
+    "hw_power_brake": "hw_power_brake",
+}
+UTIL_KEYS = ("gpu", "memory", "encoder", "decoder", "jpeg", "ofa")
+
+
+def reasons_mask(states: dict[str, Any], bits: dict[str, int]) -> int | None:
+    """The active-reasons mask from each reason's "Active" / "Not Active"; None when no reason is stated."""
+    mask, stated = 0, False
+    for label, bit in bits.items():
+        value = str(states.get(label) or "").strip().lower()
+        if value in ("active", "not active"):
+            stated = True
+            mask |= bit if value == "active" else 0
+    return mask if stated else None
+
+
+def _said_na(value: Any) -> bool:
+    """The capture printed the line and said N/A (not: the line is absent)."""
+    return isinstance(value, str) and _na(value)
+
+
 def _text_readings(gpu: dict[str, Any]) -> dict[str, Any]:
     """What one ``-q`` run showed changing with load: power, temperatures, clocks, P-state, fan,
-    utilisation, memory in use and the processes."""
+    utilisation, memory in use, BAR1 in use, PCIe throughput, clock-event reasons, the MIG
+    devices' memory in use and the processes."""
     power = _g(gpu, "GPU Power Readings") or _g(gpu, "Power Readings") or {}
     temp = _g(gpu, "Temperature") or {}
     clocks = _g(gpu, "Clocks") or {}
     util = _g(gpu, "Utilization") or {}
+    reasons = _g(gpu, "Clocks Event Reasons") or _g(gpu, "Clocks Throttle Reasons")
+    migs = _as_list(_g(gpu, "MIG Device") if "MIG Device" in gpu else None)
+    procs_node = gpu.get("Processes")
     return {
+        "bar1_used_mib": _num(_g(gpu, "BAR1 Memory Usage", "Used")),
+        "pcie_tx_kbps": _num(_g(gpu, "PCI", "Tx Throughput")),
+        "pcie_rx_kbps": _num(_g(gpu, "PCI", "Rx Throughput")),
+        "reasons": reasons_mask(reasons, REASON_BITS_TEXT) if isinstance(reasons, dict) else None,
+        "util_na": [
+            k
+            for k, label in zip(UTIL_KEYS, ("GPU", "Memory", "Encoder", "Decoder", "JPEG", "OFA"), strict=True)
+            if _said_na(util.get(label))
+        ],
+        "mig_used_mib": [
+            _num(_g(m, "Shared FB Memory Usage", "Used") or _g(m, "FB Memory Usage", "Used"))
+            for m in migs
+            if isinstance(m, dict)
+        ],
+        "mig_bar1_used_mib": [
+            _num(_g(m, "Shared BAR1 Memory", "Used") or _g(m, "BAR1 Memory Usage", "Used"))
+            for m in migs
+            if isinstance(m, dict)
+        ],
+        # "None": no processes; a block with "Process ID" lines: read; anything else: not read.
+        "processes_read": procs_node is None
+        or (isinstance(procs_node, str) and procs_node.strip().lower() == "none")
+        or (isinstance(procs_node, dict) and ("Process ID" in procs_node or not procs_node)),
         "power_average_w": _num(power.get("Average Power Draw")),
         "power_instant_w": _num(power.get("Instantaneous Power Draw") or power.get("Power Draw")),
         "temp_c": _num(temp.get("GPU Current Temp")),
@@ -269,6 +354,23 @@ def nvlink_status(text: str) -> str | None:
     return "links" if re.search(r"Link \d+:", body) else None
 
 
+# A MIG device's engines ("Device Attributes / Shared"), as nvmlDeviceGetAttributes_v2 counts them.
+MIG_ENGINES_TEXT = {
+    "ce_count": "Copy Engine count",
+    "encoder_count": "Encoder count",
+    "decoder_count": "Decoder count",
+    "ofa_count": "OFA count",
+    "jpeg_count": "JPG count",
+}
+MIG_ENGINES_XML = {
+    "ce_count": "copy_engine_count",
+    "encoder_count": "encoder_count",
+    "decoder_count": "decoder_count",
+    "ofa_count": "ofa_count",
+    "jpeg_count": "jpg_count",
+}
+
+
 def facts_from_text(text: str) -> dict[str, Any]:
     sections = q_sections(text) or [text]
     found = _text_gpu(sections[0])
@@ -291,6 +393,7 @@ def facts_from_text(text: str) -> dict[str, Any]:
                 "sm_count": _num(_g(m, "Device Attributes", "Shared", "Multiprocessor count")),
                 "memory_mib": _num(_g(m, "Shared FB Memory Usage", "Total") or _g(m, "FB Memory Usage", "Total")),
                 "bar1_mib": _num(_g(m, "Shared BAR1 Memory", "Total") or _g(m, "BAR1 Memory Usage", "Total")),
+                **{key: _num(_g(m, "Device Attributes", "Shared", label)) for key, label in MIG_ENGINES_TEXT.items()},
             }
         )
     retired = _g(gpu, "Retired Pages")
@@ -309,6 +412,13 @@ def facts_from_text(text: str) -> dict[str, Any]:
             "reasons_supported": row.get("clocks_event_reasons.supported")
             or row.get("clocks_throttle_reasons.supported"),
             "reason_counters": list(counters.values()) if isinstance(counters, dict) else None,
+            "reason_counters_us": {
+                COUNTER_NAMES_TEXT[k]: _num(v) for k, v in counters.items() if k in COUNTER_NAMES_TEXT
+            }
+            if isinstance(counters, dict)
+            else None,
+            "board_id": gpu.get("Board ID"),
+            "temp_target": temp.get("GPU Target Temperature") or temp.get("GPU Target Temperature Specification"),
             "product_name": gpu.get("Product Name"),
             "brand": gpu.get("Product Brand"),
             "architecture": gpu.get("Product Architecture"),
@@ -386,6 +496,8 @@ def facts_from_text(text: str) -> dict[str, Any]:
 _LIST_FACTS = frozenset({"nvml_symbols", "reason_counters", "mig_devices", "mig_list_names"})
 # Facts that are dicts of their own (a run's readings, the T.Limit lines, the InfoROM versions).
 _DICT_FACTS = frozenset({"idle", "load", "tlimit", "inforom"})
+# A run's readings that are lists by nature.
+_LIST_READINGS = frozenset({"processes", "util_na", "mig_used_mib", "mig_bar1_used_mib"})
 
 
 def _first_of_repeated(facts: dict[str, Any]) -> dict[str, Any]:
@@ -395,7 +507,7 @@ def _first_of_repeated(facts: dict[str, Any]) -> dict[str, Any]:
         if key in _DICT_FACTS:
             if isinstance(value, dict):
                 for k, v in value.items():
-                    if isinstance(v, list) and k not in ("processes",):
+                    if isinstance(v, list) and k not in _LIST_READINGS:
                         value[k] = next((x for x in v if isinstance(x, str)), None)
             continue
         if key not in _LIST_FACTS and isinstance(value, list):
@@ -436,6 +548,7 @@ def facts_from_xml(text: str) -> dict[str, Any]:
                 "sm_count": _num(t("device_attributes/shared/multiprocessor_count", m)),
                 "memory_mib": _num(t("fb_memory_usage/total", m)),
                 "bar1_mib": _num(t("bar1_memory_usage/total", m)),
+                **{key: _num(t(f"device_attributes/shared/{tag}", m)) for key, tag in MIG_ENGINES_XML.items()},
             }
         )
     dev_id = t("pci/pci_device_id")
@@ -512,6 +625,14 @@ def facts_from_xml(text: str) -> dict[str, Any]:
             el.text.strip() for el in gpu.findall("clocks_event_reasons_counters/*") if el.text and el.text.strip()
         ]
         or None,
+        "reason_counters_us": {
+            COUNTER_NAMES_XML[el.tag.removeprefix("clocks_event_reasons_counters_")]: _num(el.text)
+            for el in gpu.findall("clocks_event_reasons_counters/*")
+            if el.tag.removeprefix("clocks_event_reasons_counters_") in COUNTER_NAMES_XML
+        }
+        or None,
+        "board_id": t("board_id"),
+        "temp_target": t("temperature/gpu_target_temperature"),
     }
 
 
@@ -528,7 +649,23 @@ def _xml_readings(gpu: ET.Element, t: Any, pw: Any) -> dict[str, Any]:
                 "gi_id": _num(t("gpu_instance_id", p)),
             }
         )
+    reasons = gpu.find("clocks_event_reasons")
+    prefix = "clocks_event_reason_"
+    if reasons is None:
+        reasons, prefix = gpu.find("clocks_throttle_reasons"), "clocks_throttle_reason_"
+    states = {el.tag.removeprefix(prefix): el.text for el in reasons} if reasons is not None else {}
+    migs = gpu.findall("mig_devices/mig_device")
+    procs = gpu.find("processes")
     return {
+        "bar1_used_mib": _num(t("bar1_memory_usage/used")),
+        "pcie_tx_kbps": _num(t("pci/tx_util")),
+        "pcie_rx_kbps": _num(t("pci/rx_util")),
+        "reasons": reasons_mask(states, REASON_BITS_XML),
+        "util_na": [k for k in UTIL_KEYS if _said_na(t(f"utilization/{k}_util"))],
+        "mig_used_mib": [_num(t("fb_memory_usage/used", m)) for m in migs],
+        "mig_bar1_used_mib": [_num(t("bar1_memory_usage/used", m)) for m in migs],
+        # <processes/> with <process_info> children or none: read; other children: not read.
+        "processes_read": procs is None or all(child.tag == "process_info" for child in procs),
         "power_average_w": _num(pw("average_power_draw")),
         "power_instant_w": _num(pw("instant_power_draw") or pw("power_draw")),
         "temp_c": _num(t("temperature/gpu_temp")),
@@ -685,7 +822,14 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     idle_clocks = {k: v for k, v in (idle.get("clocks") or {}).items() if v is not None}
     if len(idle_clocks) < 4:
         lacks("idle clocks")
-        idle_clocks = {**(copy.deepcopy((ref or {}).get("clocks_mhz", {}).get("idle")) or {}), **idle_clocks}
+        ref_idle = copy.deepcopy((ref or {}).get("clocks_mhz", {}).get("idle")) or {}
+        for key in ("graphics", "sm", "memory", "video"):
+            if key not in idle_clocks:
+                # Said, not silently filled: the built-in profile's idle clock, else the profile
+                # model's share of max (gpuagent.sim.profile.validate: 10 %, video 40 %).
+                model = f"built-in profile {ref['name']!r}" if key in ref_idle and ref else "a share of max"
+                lacks(f"idle {key} clock (answered from {model})")
+        idle_clocks = {**ref_idle, **idle_clocks}
     known = KNOWN_CARDS.get(device_id)
     bus_width = (ref or {}).get("memory", {}).get("bus_width_bits") or (known[0] if known else None)
     mem_total = _num(f.get("memory_total"))
@@ -786,6 +930,18 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         captured["load"] = _captured_run(loaded, averaged)
     else:
         lacks("loaded run")
+    # What nvidia-smi says N/A for (MIG on: every utilisation) is NOT_SUPPORTED, as the card answers.
+    for key in idle.get("util_na") or []:
+        unsupported.append(UTIL_CALLS[key])
+    for key, fact in (
+        ("bar1_used_mib", "BAR1 in use"),
+        ("pcie_tx_kbps", "PCIe throughput"),
+        ("reasons", "clock-event reasons"),
+    ):
+        if idle.get(key) is None:
+            lacks(fact)
+    if not idle.get("processes_read", True):
+        lacks("processes (a layout the importer does not read)")
     uuid = f.get("uuid")
     if _na(uuid) or not re.match(r"^GPU-[0-9a-fA-F-]{36}$", str(uuid)) or set(str(uuid)[4:]) <= {"0", "-"}:
         uuid = None  # masked with zeros (nvidia_gpu_exporter captures): derived from the seed
@@ -798,8 +954,13 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     if cuda is not None:
         major, _, minor = str(f.get("cuda_version")).split("[")[0].strip().partition(".")
         cuda_int = int(major) * 1000 + int((minor or "0")[:2] or 0) * 10
+    board_id = _num_hex(f.get("board_id"))
+    if board_id is None:
+        lacks("board id")
+    counters_us = {k: v for k, v in (f.get("reason_counters_us") or {}).items() if v is not None}
     profile = {
         "schema": 1,
+        "board_id": board_id,
         "name": name,
         "source": f"imported from {source}",
         "default_scenario": "idle",
@@ -860,6 +1021,9 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     if counters is not None:
         # "Clocks Event Reasons Counters" with values (e.g. "0 us") means the time fields answer.
         profile["clocks_event_reason_counters"] = any(not _na(v) for v in counters)
+    if counters_us:
+        # The counters count from the driver's load: the simulated ones start where the capture's stood.
+        profile["clocks_event_reason_counters_start_us"] = counters_us
     if f.get("nvml_symbols"):
         profile["nvml_symbols"] = f["nvml_symbols"]
     return validate(profile, source)
@@ -877,9 +1041,26 @@ def _draw(run: dict[str, Any], averaged: bool) -> float | None:
     return value if value is not None else run.get(second)
 
 
+# nvidia-smi's utilisation lines and the NVML call behind each.
+UTIL_CALLS = {
+    "gpu": "nvmlDeviceGetUtilizationRates",
+    "memory": "nvmlDeviceGetUtilizationRates",
+    "encoder": "nvmlDeviceGetEncoderUtilization",
+    "decoder": "nvmlDeviceGetDecoderUtilization",
+    "jpeg": "nvmlDeviceGetJpgUtilization",
+    "ofa": "nvmlDeviceGetOfaUtilization",
+}
+
+
 def _captured_run(run: dict[str, Any], averaged: bool) -> dict[str, Any]:
     """One captured run as the simulator replays it (None where the capture says N/A)."""
     return {
+        "bar1_used_mib": run.get("bar1_used_mib"),
+        "pcie_tx_kbps": run.get("pcie_tx_kbps"),
+        "pcie_rx_kbps": run.get("pcie_rx_kbps"),
+        "reasons": run.get("reasons"),
+        "mig_used_mib": run.get("mig_used_mib") or [],
+        "mig_bar1_used_mib": run.get("mig_bar1_used_mib") or [],
         "power_w": _draw(run, averaged),
         "temp_c": run.get("temp_c"),
         "memory_temp_c": run.get("memory_temp_c"),
@@ -916,6 +1097,7 @@ def temperatures(f: dict[str, Any], ref: dict | None, lacks: Any) -> dict[str, A
             f"built-in profile {ref['name']!r}" if ref_max is not None and ref else "idle (no loaded run)"
         )
     for key, src in (
+        ("target", "temp_target"),
         ("slowdown", "temp_slowdown"),
         ("shutdown", "temp_shutdown"),
         ("gpu_max", "temp_gpu_max"),
@@ -976,6 +1158,8 @@ def _mig_instance(d: dict, table: list[dict], listed: str | None = None) -> dict
         "sm_count": d.get("sm_count") or p.get("sm_count", 0),
         "memory_mib": d.get("memory_mib") or p.get("memory_mib", 0),
         "bar1_mib": d.get("bar1_mib") or 0,
+        # The engines the capture counts (Device Attributes / Shared), where it states them.
+        **{key: d[key] for key in MIG_ENGINES_TEXT if d.get(key) is not None},
     }
     if ci_slices:
         out["ci_slices"] = ci_slices

@@ -143,6 +143,12 @@ HOST_VGPU_CALLS = (
     "nvmlVgpuTypeGetMaxInstances",
 )
 GPM_CALLS = ("nvmlGpmSampleGet", "nvmlGpmMigSampleGet")
+MIG_ON_UTILIZATION_CALLS = (
+    "nvmlDeviceGetEncoderUtilization",
+    "nvmlDeviceGetDecoderUtilization",
+    "nvmlDeviceGetJpgUtilization",
+    "nvmlDeviceGetOfaUtilization",
+)
 
 
 # C symbol names in slot order; each fake-library entry point takes a slot when defined.
@@ -166,6 +172,18 @@ def _counter(counts: list[int]) -> Counter[str]:
 def _uuid(seed: int, *parts: Any, prefix: str = "GPU") -> str:
     h = hashlib.sha1(repr((seed,) + parts).encode()).hexdigest()
     return f"{prefix}-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def _serial(profile: dict, local: int, index: int) -> str | None:
+    """A GPU's serial: a capture's as stated (masked "0000000000000" too: a machine of masked
+    cards shows the same mask on each) on its SPEC item's first GPU; the others, and a built-in
+    profile's GPUs, count up from it with its width kept (leading zeros stay)."""
+    serial = profile.get("serial")
+    if not serial or not str(serial).isdigit() or set(str(serial)) == {"0"}:
+        return serial
+    text = str(serial)
+    step = local if profile.get("captured") else index
+    return f"{int(text) + step:0{len(text)}d}"
 
 
 class _Handle:
@@ -226,6 +244,7 @@ class SimMigDevice:
     def __init__(self, gpu: SimDevice, n: int, spec: dict, gi: SimGpuInstance, ci: SimComputeInstance):
         self.gpu = gpu
         self.n = n
+        self.spec = spec
         self.gi = gi
         self.ci = ci
         self.gi_id = gi.id
@@ -263,8 +282,7 @@ class SimDevice:
         # (COUNT > 1) derive distinct ones, as every GPU of a built-in profile does.
         captured_uuid = p.get("uuid") if self.local == 0 else None
         self.uuid = (captured_uuid or _uuid(machine.seed, index, p["product_name"])).encode()
-        serial = p.get("serial")
-        self.serial = str(int(serial) + index) if serial and str(serial).isdigit() else serial
+        self.serial = _serial(p, self.local, index)
         self.board_part_number = p.get("board_part_number")
         self.vbios = p.get("vbios_version")
         self.pci_device_id = int(str(p["pci_device_id"]), 16)
@@ -385,6 +403,9 @@ class SimDevice:
             ns(MIG_CALLS)
         elif self.mig_enabled:
             ns(("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetRemappedRows"))
+            # With MIG on, nvidia-smi says N/A for every engine's utilisation (the H100 MIG
+            # capture, the A100 XML one): the codec calls are NOT_SUPPORTED too.
+            ns(MIG_ON_UTILIZATION_CALLS)
             # "Nvlink queries are not supported for Devices in MIG mode" (H100 MIG capture).
             ns(NVLINK_CALLS)
         if not self.host_vgpu:

@@ -84,13 +84,19 @@ class ClockCalls(NvmlCalls):
     def nvmlDeviceGetPowerState(self, dev, out=None):
         return self._put(out, dev.state().pstate)
 
+    @staticmethod
+    def _reasons(dev) -> int:
+        # An imported capture's idle run: the reasons it shows Active (all Not Active: 0), as stated.
+        stated = (dev.model.captured_idle or {}).get("reasons")
+        return dev.state().reasons if stated is None else int(stated)
+
     @device_call
     def nvmlDeviceGetCurrentClocksEventReasons(self, dev, out=None):
-        return self._put(out, dev.state().reasons)
+        return self._put(out, self._reasons(dev))
 
     @device_call
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, dev, out=None):
-        return self._put(out, dev.state().reasons)
+        return self._put(out, self._reasons(dev))
 
     @device_call
     def nvmlDeviceGetSupportedClocksEventReasons(self, dev, out=None):

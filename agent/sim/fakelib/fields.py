@@ -282,11 +282,25 @@ def _pcie_rollovers(calls, dev, st, scope):
     return UI, 0  # the replay counter never wraps in a simulated run
 
 
+# Field id -> its name in a profile's clocks_event_reason_counters_start_us (the capture's counters).
+REASON_COUNTER_NAMES = {
+    pynvml.nvmlClocksEventReasonSwPowerCap: "sw_power_cap",
+    pynvml.nvmlClocksEventReasonSyncBoost: "sync_boost",
+    pynvml.nvmlClocksEventReasonSwThermalSlowdown: "sw_thermal_slowdown",
+    pynvml.nvmlClocksEventReasonHwThermalSlowdown: "hw_thermal_slowdown",
+    pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown: "hw_power_brake",
+}
+
+
 def _reason_time(bit):
+    name = REASON_COUNTER_NAMES[bit]
+
     def answer(calls, dev, st, scope):
         if not dev.reason_counters:
             return None, E_NS
-        return ULL, st.reason_s[bit] * 1e9
+        # Counted since the driver loaded: from where the capture's counter stood (us -> ns).
+        start_us = (dev.profile.get("clocks_event_reason_counters_start_us") or {}).get(name) or 0
+        return ULL, int(start_us) * 1000 + st.reason_s[bit] * 1e9
 
     return answer
 

@@ -139,6 +139,11 @@ class IdentityCalls(NvmlCalls):
 
     @device_call
     def nvmlDeviceGetBoardId(self, dev, out=None):
+        # An imported capture's "Board ID" on the first GPU of its SPEC item; the others (and
+        # built-in profiles) derive one a board apart, as their UUIDs are derived.
+        stated = dev.profile.get("board_id")
+        if stated is not None:
+            return self._put(out, int(stated) + dev.local * 0x100)
         return self._put(out, 0x100 + dev.index * 0x100)
 
     @device_call

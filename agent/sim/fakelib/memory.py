@@ -23,11 +23,25 @@ from gpuagent.sim.fakelib.args import (
 from gpuagent.sim.fakelib.calls import device_call
 
 
+def captured_idle(dev) -> dict | None:
+    """The imported capture's idle run while its GPU replays it (idle scenario), else None."""
+    return (dev.gpu if dev.is_mig else dev).model.captured_idle
+
+
+def captured_mig(dev, key: str) -> int | None:
+    """A MIG device's own reading in the replayed idle run (MiB lists by MIG device index)."""
+    run = captured_idle(dev)
+    values = (run or {}).get(key) or []
+    return values[dev.n] if dev.n < len(values) else None
+
+
 class MemoryCalls(NvmlCalls):
     def _memory(self, dev):
         if dev.is_mig:
-            st = dev.gpu.state()
             total = dev.memory_bytes
+            stated = captured_mig(dev, "mig_used_mib")
+            if stated is not None:  # "Shared FB Memory Usage / Used" of this MIG device
+                return total, 0, stated << 20
             used = int(total * dev.gpu.model.mem_frac * 0.9 * (1 if dev.gpu.model.scenario != "idle" else 0)) + (
                 26 << 20
             )
@@ -67,6 +81,12 @@ class MemoryCalls(NvmlCalls):
             return E_INVALID
         total = dev.bar1_bytes
         used = (2 << 20) if (dev.gpu if dev.is_mig else dev).model.scenario != "idle" else 0
+        # The capture's "BAR1 Memory Usage / Used" (a MIG device's "Shared BAR1 Memory / Used").
+        stated = (
+            captured_mig(dev, "mig_bar1_used_mib") if dev.is_mig else (captured_idle(dev) or {}).get("bar1_used_mib")
+        )
+        if stated is not None:
+            used = int(stated) << 20
         _SET(o, "bar1Total", total)
         _SET(o, "bar1Used", used)
         _SET(o, "bar1Free", total - used)
@@ -88,7 +108,13 @@ class MemoryCalls(NvmlCalls):
         o.gpuInstanceSliceCount = dev.slices
         o.computeInstanceSliceCount = dev.ci_slices
         o.memorySizeMB = dev.memory_bytes >> 20
-        o.sharedCopyEngineCount = dev.slices
-        o.sharedDecoderCount = max(1, dev.slices - 1)
-        o.sharedJpegCount = max(1, dev.slices - 1)
+        # A capture's "Device Attributes / Shared" counts where it states them, else the model's.
+        spec = dev.spec
+        o.sharedCopyEngineCount = int(spec.get("ce_count", dev.slices))
+        o.sharedDecoderCount = int(spec.get("decoder_count", max(1, dev.slices - 1)))
+        o.sharedJpegCount = int(spec.get("jpeg_count", max(1, dev.slices - 1)))
+        if "encoder_count" in spec:
+            o.sharedEncoderCount = int(spec["encoder_count"])
+        if "ofa_count" in spec:
+            o.sharedOfaCount = int(spec["ofa_count"])
         return OK

@@ -89,6 +89,8 @@ class PowerThermalCalls(NvmlCalls):
             pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: temps.get("slowdown"),
             pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX: temps.get("gpu_max", temps.get("slowdown")),
             pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX: temps.get("memory_max"),
+            # nvidia-smi's "GPU Target Temperature" (nvml.h: the acoustic threshold currently set).
+            pynvml.NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_CURR: temps.get("target"),
         }.get(_int(threshold))
         if value is None:
             return E_NS
