@@ -59,6 +59,7 @@ MEASUREMENTS = (
     "gpu_mig",
     "gpu_vgpu",
     "gpu_nvlink",
+    "gpu_process",
 )
 
 

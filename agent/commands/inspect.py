@@ -327,6 +327,8 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
         parts.append(Text("  " + vgpu_text(vgpu)))
     if gpu.get("gpu_nvlink"):
         parts.append(Text("  " + nvlink_text(gpu["gpu_nvlink"])))
+    for process in points(gpu.get("gpu_process")):
+        parts.append(Text("  " + process_text(process)))
     for measurement, reading in (gpu.get("more") or {}).items():
         parts.extend(Text("  " + line) for line in more_lines(measurement, reading))
     probe = gpu.get("l2_probe")
@@ -483,6 +485,17 @@ def mig_instance_text(instance: dict[str, Any]) -> str:
         f"MIG {instance['mig_index']}: {na(instance['mig_profile'])}  GI {na(instance['gi_id'])} CI {na(instance['ci_id'])}  "
         f"{na(instance.get('sm_count'))} SMs  {memory}  {na(instance['mig_uuid'])}"
     )
+
+
+def process_text(process: dict[str, Any]) -> str:
+    """One process as nvidia-smi lists it: pid, type, name, GPU memory (MiB), its MIG instance."""
+    used = process.get("used_memory_bytes")
+    memory = NA if used is None else f"{used // MIB} MiB"
+    where = f"  GI {process['gi_id']} CI {na(process.get('ci_id'))}" if process.get("gi_id") is not None else ""
+    name = process.get("name") or NA
+    if len(name) > 48:  # a long path: its end says which program (the line fits 100 columns)
+        name = "..." + name[-45:]
+    return f"Process {process['pid']}  {process['type']}  {name}  {memory}{where}"
 
 
 def vgpu_text(vgpu: dict[str, Any]) -> str:

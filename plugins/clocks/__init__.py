@@ -94,8 +94,9 @@ def read_gpu(gpu: gpuagent.Gpu) -> dict[str, int | float | bool | None]:
     """One GPU's gpu_clocks fields (what the collector emits and `inspect` shows)."""
     fields: dict[str, int | float | bool | None] = {}
     for clock_type, stem in CLOCKS:
-        # 0 MHz is NVML's "not available" (e.g. on a MIG-enabled GPU), not a reading.
-        fields[f"{stem}_clock_mhz"] = valid(gpu.query(pynvml.nvmlDeviceGetClockInfo, clock_type), zero=False)
+        # 0 MHz is a reading: a card at P8 may park its graphics and SM clocks at 0 (NVML says
+        # "not available" with an error code, which gpu.query turns into None).
+        fields[f"{stem}_clock_mhz"] = valid(gpu.query(pynvml.nvmlDeviceGetClockInfo, clock_type))
     for clock_type, stem in CLOCKS:
         fields[f"max_{stem}_clock_mhz"] = max_clock_mhz(gpu, clock_type)
     for clock_type, stem in APPLICATIONS_CLOCKS:

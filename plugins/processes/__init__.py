@@ -173,6 +173,9 @@ class ProcessesCollector(gpuagent.Collector):
         self._pods: dict[str, list[kubelet_api.PodDevice]] = {}
         self._seen: set[int] = set()
         self._listed: list[GpuProcess] = []
+        # pid -> NVML's name for a process /proc does not show (another PID namespace, a
+        # simulated one), asked once while the pid stays listed.
+        self._nvml_names: dict[int, str | None] = {}
         # (GPU index, job key) -> when it was last seen active (or first seen), on self.clock
         self._active_at: dict[tuple[int, Any], float] = {}
         self._held: set[tuple[int, Any]] = set()
@@ -200,10 +203,45 @@ class ProcessesCollector(gpuagent.Collector):
         finally:
             self.context.shared.publish(SHARED_NAME, tuple(self._listed))
         self.host.keep_only(self._seen)
+        for pid in self._nvml_names.keys() - self._seen:
+            del self._nvml_names[pid]
         for gone in self._active_at.keys() - self._held:  # a job that let go of its GPU starts afresh
             del self._active_at[gone]
         if self.reasons:
             acc.add_fields("gpu_attribution", {f"{r}_total": n for r, n in sorted(self.reasons.items())})
+
+    # -- names and the one-off read (inspect) ---------------------------------------------------
+    def process_name(self, pid: int, info: dict[str, str] | None) -> str | None:
+        """/proc's name of a process, else NVML's (nvmlSystemGetProcessName, what nvidia-smi
+        prints) for a pid /proc does not show; None when neither knows it."""
+        name = (info or {}).get("name")
+        if name:
+            return name
+        if pid not in self._nvml_names:
+            try:
+                raw = pynvml.nvmlSystemGetProcessName(pid)
+                self._nvml_names[pid] = (raw.decode(errors="replace") if isinstance(raw, bytes) else raw) or None
+            except pynvml.NVMLError:
+                self._nvml_names[pid] = None
+        return self._nvml_names[pid]
+
+    def read_gpu(self, gpu: gpuagent.Gpu) -> dict:
+        """The GPU's processes for `inspect`, as nvidia-smi lists them: pid, type, name, memory
+        (and the MIG instance), without owners or samples."""
+        points = []
+        for (pid, gi, ci), entry in sorted(self._lists(gpu).items(), key=lambda kv: (kv[0][1] or 0, kv[0][0])):
+            info = self.host.names(pid)
+            points.append(
+                {
+                    "pid": pid,
+                    "gi_id": gi,
+                    "ci_id": ci,
+                    "type": "+".join(entry["kinds"]),
+                    "name": self.process_name(pid, info),
+                    "used_memory_bytes": entry["used"],
+                }
+            )
+        return {"gpu_process": {"points": points}}
 
     # -- the process lists ----------------------------------------------------------------------
     def _lists(self, gpu: gpuagent.Gpu) -> dict[tuple[int, int | None, int | None], dict]:
@@ -313,7 +351,7 @@ class ProcessesCollector(gpuagent.Collector):
                 tags.update(proc_holder.tags())
             fields: dict[str, Any] = {
                 "used_memory_bytes": entry["used"],
-                "name": (info or {}).get("name"),
+                "name": self.process_name(pid, info),
                 "user": (info or {}).get("user"),
                 "type": "+".join(entry["kinds"]),
                 "attribution_missing": ",".join(owner.reasons) or None,

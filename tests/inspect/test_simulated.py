@@ -126,6 +126,9 @@ def pinned(doc: dict) -> dict:
         gpu["gpu_power"]["power_w"] = 123.4
         gpu["gpu_power"]["temperature_c"] = 55
         gpu["gpu_pcie"]["link_gen"] = gpu["gpu_pcie"]["max_link_gen"]
+        # The simulated processes are this test's own (pid, name and memory vary by run).
+        for n, process in enumerate(gpu["gpu_process"]["points"]):
+            process.update(pid=4200 + n, name="python3", used_memory_bytes=8 << 30)
     return doc
 
 
