@@ -1168,6 +1168,11 @@ def _mig_instance(d: dict, table: list[dict], listed: str | None = None) -> dict
 
 def import_capture(path: str | Path) -> dict[str, Any]:
     """Read a capture file (text or XML, detected by content) into a validated profile."""
+    return import_capture_facts(path)[0]
+
+
+def import_capture_facts(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(validated profile, the facts parsed from the capture) of a capture file."""
     path = Path(path)
     try:
         text = path.read_text(errors="replace")
@@ -1182,4 +1187,4 @@ def import_capture(path: str | Path) -> dict[str, Any]:
         )
     except AgentError as exc:
         raise AgentError(f"capture {path.name}: {exc}") from None
-    return profile_from_facts(facts, path.name)
+    return profile_from_facts(copy.deepcopy(facts), path.name), facts

@@ -70,11 +70,25 @@ def list_profiles(as_json: bool) -> None:
 @sim_group.command("import")
 @click.argument("capture", type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", required=True, metavar="FILE", help="Profile JSON to write ('-' for stdout).")
-def import_cmd(capture: str, output: str) -> None:
-    """Build a profile from an `nvidia-smi -q` (text) or `nvidia-smi -q -x` (XML) capture."""
-    from gpuagent.sim.capture_import import import_capture
+@click.option(
+    "--json", "as_json", is_flag=True, help="The report of what was read (and not) as JSON on stdout, not as text."
+)
+def import_cmd(capture: str, output: str, as_json: bool) -> None:
+    """Build a profile from an `nvidia-smi -q` (text) or `nvidia-smi -q -x` (XML) capture, and
+    say per fact class what the capture states and what it does not (stderr; --json: stdout)."""
+    from gpuagent.sim.capture_import import import_capture_facts
+    from gpuagent.sim.import_report import lines, report
 
-    _write(import_capture(capture), output)
+    if as_json and output == "-":
+        raise click.UsageError("--json prints the report on stdout: write the profile to a file (-o FILE)")
+    profile, facts = import_capture_facts(capture)
+    _write(profile, output)
+    rows = report(facts, profile)
+    if as_json:
+        click.echo(json.dumps({"classes": rows, "not_in_capture": profile["not_in_capture"]}, indent=2))
+    else:
+        for line in lines(rows, profile["not_in_capture"]):
+            click.echo(line, err=True)
 
 
 @sim_group.command("record")

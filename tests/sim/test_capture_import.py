@@ -254,13 +254,22 @@ GPU 00000000:01:00.0
     cap = tmp_path / "bare.txt"
     cap.write_text(text)
     profile = import_capture(cap)
+    # Each idle clock the capture lacks is named with what answers it (not silently 10 % of max).
     assert profile["not_in_capture"] == [
         "power limit",
         "idle power draw",
         "max clocks",
         "idle clocks",
+        "idle graphics clock (answered from a share of max)",
+        "idle sm clock (answered from a share of max)",
+        "idle memory clock (answered from a share of max)",
+        "idle video clock (answered from a share of max)",
         "GPU temperature",
         "loaded run",
+        "BAR1 in use",
+        "PCIe throughput",
+        "clock-event reasons",
+        "board id",
     ]
     out = tmp_path / "p.json"
     out.write_text(json.dumps(profile))
