@@ -101,6 +101,7 @@ def gather(
     # GPUs NVML lists but that could not be opened: shown with the reason (not with --gpu).
     unavailable = list(getattr(session, "unavailable", None) or ()) if selected is None else []
     gpus = sorted(gpus + [unavailable_facts(g) for g in unavailable], key=lambda g: g["index"])
+    _note_not_in_capture(session, gpus)
     return {
         "schema": SCHEMA_VERSION,
         "host": {
@@ -114,6 +115,19 @@ def gather(
         "p2p": pairs,
         "plugins": plugin_facts(plugins),
     }
+
+
+def _note_not_in_capture(session: Any, gpus: list[dict[str, Any]]) -> None:
+    """A simulated GPU from an imported capture: what the capture did not state (its profile's
+    not_in_capture), so a null or modelled fact says why."""
+    machine = getattr(session, "machine", None) if session.simulated else None
+    devices = getattr(machine, "devices", None) or []
+    for gpu in gpus:
+        if gpu.get("available") is False or not 0 <= gpu["index"] < len(devices):
+            continue
+        lacking = devices[gpu["index"]].profile.get("not_in_capture")
+        if lacking:
+            gpu["not_in_capture"] = list(lacking)
 
 
 def driver_facts(session: Any) -> dict[str, Any]:
@@ -209,7 +223,8 @@ def gpu_facts(
     try:
         facts = identity(gpu)
         pci = gpu.static("pci_info", pynvml.nvmlDeviceGetPciInfo_v3)
-        facts["pci_device_id"] = f"0x{int(pci.pciDeviceId):08X}" if pci is not None else None
+        # 0: no PCI function has vendor 0 (a simulated card whose capture redacted it): unknown.
+        facts["pci_device_id"] = f"0x{int(pci.pciDeviceId):08X}" if pci is not None and pci.pciDeviceId else None
         readings = read_all(gpu, collectors)
         for key in MEASUREMENTS:
             # null where its plugin is not loaded: the document keeps its keys, without the plugin's facts.

@@ -331,6 +331,9 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
         parts.append(Text("  " + process_text(process)))
     for measurement, reading in (gpu.get("more") or {}).items():
         parts.extend(Text("  " + line) for line in more_lines(measurement, reading))
+    if gpu.get("not_in_capture"):
+        text = "Not in the capture (simulated from the profile's model, or n/a): " + "; ".join(gpu["not_in_capture"])
+        parts.append(Text("  " + text, style="dim"))
     probe = gpu.get("l2_probe")
     if probe:
         parts.append(Text("  " + l2_probe_text(probe)))

@@ -763,8 +763,10 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     try:
         pci_full = int(str(f["pci_device_id"]), 16)
     except (KeyError, TypeError, ValueError):
+        # Redacted or absent: no plausible number. The simulated card answers pciDeviceId 0 (no
+        # PCI function has vendor 0), which inspect shows as unknown (null).
         lacks("PCI device id")
-        pci_full = 0x10DE  # NVIDIA's vendor id, device unknown
+        pci_full = 0
     device_id = pci_full >> 16
     ref = _builtin_for(device_id) if device_id else None
     arch = ARCH_ALIASES.get(
@@ -832,6 +834,11 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         idle_clocks = {**ref_idle, **idle_clocks}
     known = KNOWN_CARDS.get(device_id)
     bus_width = (ref or {}).get("memory", {}).get("bus_width_bits") or (known[0] if known else None)
+    card = "the PCI device id is not stated" if not device_id else f"no table entry for device 0x{device_id:04X}"
+    if bus_width is None:
+        lacks(f"memory bus width (not shown by nvidia-smi; {card})")
+    if not ((ref or {}).get("l2_cache_bytes") or known):
+        lacks(f"L2 cache size (not shown by nvidia-smi; {card})")
     mem_total = _num(f.get("memory_total"))
     if mem_total is None:
         lacks("framebuffer size")
