@@ -177,3 +177,228 @@ def test_processes_and_identity_are_the_captures(inspected, simulated_fleet, tmp
         assert pynvml.nvmlDeviceGetRowRemapperHistogram(h).max == hist
         # "Correctable Error 0, Uncorrectable Error 0, Pending No, Remapping Failure Occurred No"
         assert tuple(pynvml.nvmlDeviceGetRemappedRows(h)) == (0, 0, 0, 0)
+
+
+# -- round 3 (issue 44): every stated fact of each class, in inspect and in the stream --------
+
+_SEEN: dict[str, tuple] = {}
+
+
+@pytest.fixture
+def seen(request, gpuagent_cli, tmp_path_factory, monkeypatch):
+    """(capture name, its parsed facts, profile, profile path, `sim import --json` report,
+    `inspect --json` document, stream: measurement -> [(tags, fields)] of `run --once --test`),
+    once per capture for the module."""
+    from click.testing import CliRunner
+    from lineprotocol_parser import parse_line
+
+    name = request.param
+    if name is None:
+        pytest.skip(f"no nvidia-smi captures at {CAPTURES} (they live in ../shared/captures)")
+    if name not in _SEEN:
+        monkeypatch.delenv("GPUAGENT_CONFIG", raising=False)
+        monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+        runner = CliRunner()
+        path = tmp_path_factory.mktemp("profile") / "imported.json"
+        imported = runner.invoke(gpuagent_cli, ["sim", "import", str(CAPTURES / name), "-o", str(path), "--json"])
+        assert imported.exit_code == 0, imported.output
+        doc = runner.invoke(gpuagent_cli, ["inspect", "--json", "--simulate", str(path)])
+        assert doc.exit_code == 0, doc.output
+        ran = runner.invoke(gpuagent_cli, ["run", "--once", "--test", "--simulate", str(path)])
+        assert ran.exit_code == 0, ran.output
+        stream: dict[str, list] = {}
+        for line in ran.stdout.splitlines():
+            if line and not line.startswith("#"):
+                measurement, tags, fields, _ = parse_line(line)
+                stream.setdefault(measurement, []).append((tags, fields))
+        report = json.loads(imported.stdout)
+        _SEEN[name] = (name, _facts(name), json.loads(path.read_text()), str(path), report, json.loads(doc.stdout), stream)
+    return _SEEN[name]
+
+
+def _gpu_point(stream: dict, measurement: str) -> dict:
+    """The fields of GPU 0's own point of a measurement (the one with the fewest tags)."""
+    points = [p for p in stream.get(measurement, []) if p[0].get("gpu") == "0"]
+    assert points, f"no {measurement} point in the stream"
+    return min(points, key=lambda p: len(p[0]))[1]
+
+
+ALL = capture_names()
+
+
+@pytest.mark.parametrize("seen", ALL, indirect=True)
+def test_bar1_in_use_is_the_captures(seen):
+    name, f, profile, _, _, doc, stream = seen
+    stated = f["idle"]["bar1_used_mib"]
+    assert stated is not None, f"{name}: every shared capture states BAR1 in use"
+    assert doc["gpus"][0]["gpu_memory"]["bar1_used_bytes"] == stated * MIB
+    assert _gpu_point(stream, "gpu_memory")["bar1_used_bytes"] == stated * MIB
+
+
+UTIL_FIELDS = {
+    "gpu": "gpu_util_pct",
+    "memory": "memory_util_pct",
+    "encoder": "encoder_util_pct",
+    "decoder": "decoder_util_pct",
+}
+
+
+@pytest.mark.parametrize("seen", ALL, indirect=True)
+def test_utilisation_the_capture_says_na_is_absent_and_the_rest_is_as_stated(seen):
+    name, f, profile, path, _, doc, stream = seen
+    idle = f["idle"]
+    shown = doc["gpus"][0]["gpu_memory"]
+    streamed = _gpu_point(stream, "gpu_memory")
+    for key, field in UTIL_FIELDS.items():
+        if key in idle["util_na"]:
+            assert shown.get(field) is None and field not in streamed, f"{name}: {key} is N/A in the capture"
+        elif idle["util"][key] is not None and not (key == "decoder" and profile.get("gpm")):
+            assert shown.get(field) == idle["util"][key] == streamed.get(field), f"{name}: {key}"
+    # jpeg and OFA reach no collector: NVML answers them as the capture says.
+    from gpuagent import sim
+
+    machine = sim.install(path, scenario="idle")
+    try:
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        for key, call in (("jpeg", pynvml.nvmlDeviceGetJpgUtilization), ("ofa", pynvml.nvmlDeviceGetOfaUtilization)):
+            if key in idle["util_na"]:
+                with pytest.raises(pynvml.NVMLError_NotSupported):
+                    call(h)
+            elif idle["util"][key] is not None:
+                assert call(h)[0] == idle["util"][key]
+        pynvml.nvmlShutdown()
+    finally:
+        sim.uninstall()
+    assert machine
+
+
+REASON_FIELDS = {
+    "sw_power_cap": "sw_power_cap_time_ns",
+    "sync_boost": "sync_boost_time_ns",
+    "sw_thermal_slowdown": "sw_thermal_slowdown_time_ns",
+    "hw_thermal_slowdown": "hw_thermal_slowdown_time_ns",
+    "hw_power_brake": "hw_power_brake_slowdown_time_ns",
+}
+
+
+@pytest.mark.parametrize("seen", ALL, indirect=True)
+def test_clock_event_reasons_and_their_counters_are_the_captures(seen):
+    name, f, _, _, _, doc, stream = seen
+    clocks, streamed = doc["gpus"][0]["gpu_clocks"], _gpu_point(stream, "gpu_clocks")
+    mask = f["idle"]["reasons"]
+    assert mask is not None, f"{name}: every shared capture states each reason"
+    # The supported mask may hide a bit the capture shows Active; none of the captures does.
+    assert clocks["clock_event_reasons"] == mask == streamed["clock_event_reasons"]
+    assert clocks["idle"] is bool(mask & 0x1)
+    for key, us in (f.get("reason_counters_us") or {}).items():
+        if us is not None:  # the idle run never caps: the counters stand where the capture's did
+            assert clocks[REASON_FIELDS[key]] == us * 1000 == streamed[REASON_FIELDS[key]], f"{name}: {key}"
+
+
+@pytest.mark.parametrize("seen", ALL, indirect=True)
+def test_pcie_throughput_is_the_captures(seen):
+    name, f, *_, stream = seen
+    pcie = _gpu_point(stream, "gpu_pcie")
+    for key, field in (("pcie_tx_kbps", "tx_bytes_per_s"), ("pcie_rx_kbps", "rx_bytes_per_s")):
+        stated = f["idle"][key]
+        assert stated is not None, f"{name}: every shared capture states {key}"
+        assert pcie[field] == stated * 1024, f"{name}: {key}"
+
+
+@pytest.mark.parametrize("seen", ALL, indirect=True)
+def test_serial_and_board_id_are_the_captures_on_every_gpu(seen, simulated_fleet):
+    """A stated serial as stated (a masked one on each GPU alike, as a box of masked cards shows;
+    digits keep their leading zeros), N/A answers NOT_SUPPORTED; the board id as stated."""
+    name, f, profile, path, _, _, stream = seen
+    serial = f["serial"]
+    streamed = _gpu_point(stream, "gpu_info")
+    simulated_fleet(f"{path}:2", scenario="idle")
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in (0, 1)]
+    if serial is None or _stated(serial) is None and serial.strip() in ("N/A", ""):
+        for h in handles:
+            with pytest.raises(pynvml.NVMLError_NotSupported):
+                pynvml.nvmlDeviceGetSerial(h)
+        assert "serial" not in streamed
+    else:
+        assert pynvml.nvmlDeviceGetSerial(handles[0]) == serial == streamed["serial"]
+        second = pynvml.nvmlDeviceGetSerial(handles[1])
+        if set(serial) == {"0"}:
+            assert second == serial  # masked: the same mask
+        elif serial.isdigit():
+            assert second == f"{int(serial) + 1:0{len(serial)}d}" and len(second) == len(serial)
+    assert pynvml.nvmlDeviceGetBoardId(handles[0]) == int(f["board_id"], 16)
+
+
+@pytest.mark.parametrize("seen", ALL, indirect=True)
+def test_pci_device_id_and_target_temperature_are_the_captures(seen, simulated_fleet):
+    name, f, profile, path, _, doc, _ = seen
+    assert doc["gpus"][0]["pci_device_id"] == str(f["pci_device_id"]).upper().replace("0X", "0x")
+    simulated_fleet(path, scenario="idle")
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    target = _stated(f.get("temp_target"))
+    if target is None:  # "GPU Target Temperature : N/A" (or no such line)
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceGetTemperatureThreshold(h, pynvml.NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_CURR)
+    else:
+        assert pynvml.nvmlDeviceGetTemperatureThreshold(h, pynvml.NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_CURR) == target
+
+
+@pytest.mark.parametrize("seen", ALL, indirect=True)
+def test_mig_devices_memory_in_use_and_engines_are_the_captures(seen, simulated_fleet):
+    name, f, profile, path, _, doc, stream = seen
+    devices = f["mig_devices"]
+    if not devices:
+        assert doc["gpus"][0]["gpu_mig"] is None or not doc["gpus"][0]["gpu_mig"]["points"]
+        return
+    used = f["idle"]["mig_used_mib"]
+    shown = sorted(doc["gpus"][0]["gpu_mig"]["points"], key=lambda p: p["mig_index"])
+    assert [p["fb_used_bytes"] for p in shown] == [u * MIB for u in used]
+    streamed = {int(t["mig_index"]) if "mig_index" in t else fl.get("mig_index"): fl for t, fl in stream["gpu_mig"]}
+    assert [streamed[n]["fb_used_bytes"] for n in range(len(used))] == [u * MIB for u in used]
+    simulated_fleet(path, scenario="idle")
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    for n, d in enumerate(devices):
+        attrs = pynvml.nvmlDeviceGetAttributes_v2(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, n))
+        got = {
+            "ce_count": attrs.sharedCopyEngineCount,
+            "encoder_count": attrs.sharedEncoderCount,
+            "decoder_count": attrs.sharedDecoderCount,
+            "ofa_count": attrs.sharedOfaCount,
+            "jpeg_count": attrs.sharedJpegCount,
+        }
+        assert got == {k: d[k] for k in got}, f"{name}: MIG device {n}"
+
+
+@pytest.mark.parametrize("seen", ALL, indirect=True)
+def test_processes_reach_inspect_and_the_stream_with_their_names(seen):
+    """pid, type, name and memory as the capture lists them; the name is NVML's (the captured
+    one) unless the pid is a live process of this host (then /proc's, as on a real machine)."""
+    import psutil
+
+    name, f, _, _, _, doc, stream = seen
+    stated = f["idle"]["processes"]
+    shown = {p["pid"]: p for p in doc["gpus"][0]["gpu_process"]["points"]}
+    streamed = {int(t["pid"]): fl for t, fl in stream.get("gpu_process", []) if t.get("gpu") == "0"}
+    assert set(shown) == set(streamed) == {p["pid"] for p in stated}, name
+    for p in stated:
+        want = psutil.Process(p["pid"]).name() if psutil.pid_exists(p["pid"]) else p["name"]
+        assert shown[p["pid"]]["name"] == want == streamed[p["pid"]].get("name"), f"{name}: pid {p['pid']}"
+        assert shown[p["pid"]]["type"] == p["type"] == streamed[p["pid"]]["type"]
+        mem = None if p["used_mib"] is None else p["used_mib"] * MIB
+        assert shown[p["pid"]]["used_memory_bytes"] == mem == streamed[p["pid"]].get("used_memory_bytes")
+
+
+@pytest.mark.parametrize("seen", ALL, indirect=True)
+def test_sim_import_reports_every_class_and_what_it_could_not_read(seen):
+    name, f, profile, _, report, _, _ = seen
+    rows = {r["class"]: r for r in report["classes"]}
+    want = {"identity", "memory", "power", "clocks", "clock-event reasons", "temperatures", "utilisation", "PCIe"}
+    assert want | {"processes"} <= set(rows)
+    assert ("MIG" in rows) == bool(f["mig_devices"])
+    assert report["not_in_capture"] == profile["not_in_capture"]
+    # What the capture says N/A is reported as such, never as read.
+    assert set(rows["utilisation"]["n/a"]) == set(f["idle"]["util_na"])
+    assert "BAR1 in use" in rows["memory"]["read"] and "active reasons" in rows["clock-event reasons"]["read"]
+    if _stated(f.get("temp_target")) is None:
+        assert "target" not in rows["temperatures"]["read"]
