@@ -195,6 +195,15 @@ def _as_list(value: Any) -> list:
     return value if isinstance(value, list) else ([] if value is None else [value])
 
 
+def _processes_readable(node: Any) -> bool:
+    if node is None or (isinstance(node, str) and node.strip().lower() == "none"):
+        return True
+    if not isinstance(node, dict):
+        return False
+    pids = len(_as_list(node.get("Process ID")))
+    return pids > 0 and pids >= max(len(_as_list(node.get(k))) for k in ("Type", "Name", "Used GPU Memory"))
+
+
 def _text_processes(node: Any) -> list[dict[str, Any]]:
     """`Processes` of ``-q``: its KV lines repeat per process (Process ID, Type, Name, Used GPU
     Memory, with GPU/Compute instance ID under MIG); "None" when there are none."""
@@ -308,10 +317,9 @@ def _text_readings(gpu: dict[str, Any]) -> dict[str, Any]:
             for m in migs
             if isinstance(m, dict)
         ],
-        # "None": no processes; a block with "Process ID" lines: read; anything else: not read.
-        "processes_read": procs_node is None
-        or (isinstance(procs_node, str) and procs_node.strip().lower() == "none")
-        or (isinstance(procs_node, dict) and ("Process ID" in procs_node or not procs_node)),
+        # "None": no processes; a block with a "Process ID" line per process: read; anything
+        # else (another layout, names without pids): not read.
+        "processes_read": _processes_readable(procs_node),
         "power_average_w": _num(power.get("Average Power Draw")),
         "power_instant_w": _num(power.get("Instantaneous Power Draw") or power.get("Power Draw")),
         "temp_c": _num(temp.get("GPU Current Temp")),

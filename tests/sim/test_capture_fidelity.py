@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pynvml
 import pytest
@@ -212,7 +213,15 @@ def seen(request, gpuagent_cli, tmp_path_factory, monkeypatch):
                 measurement, tags, fields, _ = parse_line(line)
                 stream.setdefault(measurement, []).append((tags, fields))
         report = json.loads(imported.stdout)
-        _SEEN[name] = (name, _facts(name), json.loads(path.read_text()), str(path), report, json.loads(doc.stdout), stream)
+        _SEEN[name] = (
+            name,
+            _facts(name),
+            json.loads(path.read_text()),
+            str(path),
+            report,
+            json.loads(doc.stdout),
+            stream,
+        )
     return _SEEN[name]
 
 
@@ -402,3 +411,98 @@ def test_sim_import_reports_every_class_and_what_it_could_not_read(seen):
     assert "BAR1 in use" in rows["memory"]["read"] and "active reasons" in rows["clock-event reasons"]["read"]
     if _stated(f.get("temp_target")) is None:
         assert "target" not in rows["temperatures"]["read"]
+
+
+# -- edited captures: what no shared capture shows -----------------------------------------------
+
+RTX2080 = "linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05.txt"
+
+
+def _edited(tmp_path, name: str, edit) -> str:
+    """An edited copy of a shared capture, imported; the profile's path."""
+    source = CAPTURES / name
+    if not source.exists():
+        pytest.skip(f"capture {name} not available")
+    capture = tmp_path / name
+    capture.write_text(edit(source.read_text(errors="replace")))
+    from gpuagent.sim.capture_import import import_capture
+
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(import_capture(capture)))
+    return str(path)
+
+
+def test_a_captured_zero_mhz_clock_is_reported_as_zero(tmp_path, invoke):
+    from lineprotocol_parser import parse_line
+
+    def park(text: str) -> str:  # the idle run (P8) with graphics and SM parked at 0 MHz
+        head, sep, rest = text.partition(
+            "    Clocks\n        Graphics                                       : 300 MHz\n"
+        )
+        assert sep, "the 2080 SUPER capture's idle Clocks block moved"
+        rest = rest.replace(
+            "        SM                                             : 300 MHz", "        SM  : 0 MHz", 1
+        )
+        return head + "    Clocks\n        Graphics                                       : 0 MHz\n" + rest
+
+    path = _edited(tmp_path, RTX2080, park)
+    doc = json.loads(invoke("inspect", "--json", "--simulate", path).stdout)
+    clocks = doc["gpus"][0]["gpu_clocks"]
+    assert (clocks["graphics_clock_mhz"], clocks["sm_clock_mhz"], clocks["memory_clock_mhz"]) == (0, 0, 405)
+    ran = invoke("run", "--once", "--test", "--simulate", path)
+    point = next(parse_line(line)[2] for line in ran.stdout.splitlines() if line.startswith("gpu_clocks,"))
+    assert point["graphics_clock_mhz"] == 0 and point["sm_clock_mhz"] == 0
+
+
+def test_processes_in_another_layout_are_reported_unread_not_none(tmp_path, invoke):
+    def relayout(text: str) -> str:  # a layout the importer does not read (no "Process ID" lines)
+        return text.replace(
+            "        Process ID                        : 1696", "        PID                               : 1696"
+        )
+
+    source = CAPTURES / RTX2080
+    if not source.exists():
+        pytest.skip(f"capture {RTX2080} not available")
+    capture = tmp_path / "relayout.txt"
+    capture.write_text(relayout(source.read_text(errors="replace")))
+    result = invoke("sim", "import", str(capture), "-o", str(tmp_path / "p.json"), "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    rows = {r["class"]: r for r in report["classes"]}
+    assert rows["processes"]["read"] == [] and rows["processes"]["not stated"]
+    assert any(n.startswith("processes") for n in report["not_in_capture"])
+    # The text report says so too, in a few lines.
+    text = invoke("sim", "import", str(capture), "-o", str(tmp_path / "p.json")).stderr
+    assert "processes (a layout the importer does not read)" in text
+    assert len(text.splitlines()) <= 16
+
+
+def test_a_redacted_pci_device_id_is_no_plausible_number(tmp_path, invoke):
+    def redact(text: str) -> str:
+        return text.replace(": 0x1E8110DE", ": [REDACTED]")
+
+    path = _edited(tmp_path, RTX2080, redact)
+    profile = json.loads(Path(path).read_text())
+    lacking = profile["not_in_capture"]
+    assert "PCI device id" in lacking
+    assert any(n.startswith("memory bus width") and "not stated" in n for n in lacking)
+    doc = json.loads(invoke("inspect", "--json", "--simulate", path).stdout)
+    gpu = doc["gpus"][0]
+    assert gpu["pci_device_id"] is None  # not 0x000010DE
+    assert gpu["not_in_capture"] == lacking
+    text = invoke("inspect", "--simulate", path).stdout
+    assert "Not in the capture" in text and "PCI device id" in text
+
+
+def test_inspect_text_lists_the_processes_with_their_names(invoke, tmp_path):
+    name = "linux-x86_64__nvidia-geforce-rtx-4080-super__595.71.05.txt"
+    if not (CAPTURES / name).exists():
+        pytest.skip(f"capture {name} not available")
+    path = tmp_path / "p.json"
+    assert invoke("sim", "import", str(CAPTURES / name), "-o", str(path)).exit_code == 0
+    text = invoke("inspect", "--simulate", str(path)).stdout
+    import psutil
+
+    for p in _facts(name)["idle"]["processes"]:
+        shown = psutil.Process(p["pid"]).name() if psutil.pid_exists(p["pid"]) else p["name"]
+        assert f"Process {p['pid']}  {p['type']}  {shown}  {p['used_mib']} MiB" in text

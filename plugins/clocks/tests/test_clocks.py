@@ -153,3 +153,17 @@ def test_clocks_on_captured_profiles(capture, captured_run, recording_accumulato
     assert point.fields["max_sm_clock_mhz"] == profile["clocks_mhz"]["max"]["sm"]
     assert point.fields["max_memory_clock_mhz"] == profile["clocks_mhz"]["max"]["memory"]
     assert "clock_event_reasons" in point.fields
+
+
+def test_a_zero_mhz_clock_is_a_reading(simulated_fleet, sim_clock, recording_accumulator, tmp_path):
+    """A card at P8 may park graphics and SM at 0 MHz: the collector reports 0, not "no reading"."""
+    profile = load_profile("rtx4090")
+    profile["clocks_mhz"]["idle"].update(graphics=0, sm=0)
+    path = tmp_path / "parked.json"
+    path.write_text(json.dumps(profile))
+    machine = simulated_fleet(str(path), scenario="idle")
+    sim_clock.advance(30)
+    collector(machine).collect(recording_accumulator)
+    (point,) = recording_accumulator.by_measurement("gpu_clocks")
+    assert point.fields["graphics_clock_mhz"] == 0 and point.fields["sm_clock_mhz"] == 0
+    assert point.fields["memory_clock_mhz"] > 0

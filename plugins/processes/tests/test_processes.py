@@ -127,3 +127,26 @@ def test_process_names_are_remembered_per_process_and_forgotten_when_gone():
         child.wait()
     assert names(child.pid) is None  # ended: skipped, and forgotten
     assert child.pid not in names._known
+
+
+def test_a_pid_proc_does_not_show_is_named_by_nvml(simulated_fleet, sim_clock, recording_accumulator):
+    """Another PID namespace's process (or a simulated one): NVML's nvmlSystemGetProcessName
+    names it, once while it stays listed; /proc's name wins where the process is visible."""
+    machine = simulated_fleet("l40s", scenario="inference")
+    hidden = dead_pid()
+    machine.process_pids = [hidden, os.getpid()]
+    machine.process_names[hidden] = b"/opt/jobs/train"
+    sim_clock.advance(30)
+    c = collector(machine)
+    c.collect(recording_accumulator)
+    points = {p.tags["pid"]: p for p in recording_accumulator.by_measurement("gpu_process")}
+    assert points[str(hidden)].fields["name"] == "/opt/jobs/train"
+    assert points[str(os.getpid())].fields["name"] == psutil.Process().name()
+    before = machine.calls["nvmlSystemGetProcessName"]
+    sim_clock.advance(30)
+    c.collect(recording_accumulator)
+    assert machine.calls["nvmlSystemGetProcessName"] == before  # remembered, not asked each cycle
+    # inspect's one-off read lists the same processes with the same names
+    listed = {p["pid"]: p for p in c.read_gpu(machine.gpus[0])["gpu_process"]["points"]}
+    assert listed[hidden]["name"] == "/opt/jobs/train" and listed[hidden]["type"] == "C"
+    assert listed[hidden]["used_memory_bytes"] > 0
