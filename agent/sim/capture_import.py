@@ -444,6 +444,7 @@ def facts_from_text(text: str) -> dict[str, Any]:
             "pcie_current_gen": _g(gpu, "PCI", "GPU Link Info", "PCIe Generation", "Current"),
             "pcie_max_width": _g(gpu, "PCI", "GPU Link Info", "Link Width", "Max"),
             "pcie_current_width": _g(gpu, "PCI", "GPU Link Info", "Link Width", "Current"),
+            "pcie_replays": _g(gpu, "PCI", "Replays Since Reset"),
             "fan": gpu.get("Fan Speed"),
             "memory_total": _g(gpu, "FB Memory Usage", "Total"),
             "memory_reserved": _g(gpu, "FB Memory Usage", "Reserved"),
@@ -580,6 +581,7 @@ def facts_from_xml(text: str) -> dict[str, Any]:
         "pcie_current_gen": t("pci/pci_gpu_link_info/pcie_gen/current_link_gen"),
         "pcie_max_width": t("pci/pci_gpu_link_info/link_widths/max_link_width"),
         "pcie_current_width": t("pci/pci_gpu_link_info/link_widths/current_link_width"),
+        "pcie_replays": t("pci/replay_counter"),
         "fan": t("fan_speed"),
         "memory_total": t("fb_memory_usage/total"),
         "memory_reserved": t("fb_memory_usage/reserved"),
@@ -1036,6 +1038,9 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     if counters is not None:
         # "Clocks Event Reasons Counters" with values (e.g. "0 us") means the time fields answer.
         profile["clocks_event_reason_counters"] = any(not _na(v) for v in counters)
+    replays = _num(f.get("pcie_replays"))
+    if replays:
+        profile["pcie_replays_start"] = replays
     if counters_us:
         # The counters count from the driver's load: the simulated ones start where the capture's stood.
         profile["clocks_event_reason_counters_start_us"] = counters_us

@@ -111,6 +111,7 @@ def report(facts: dict[str, Any], profile: dict[str, Any]) -> list[dict[str, Any
                 ("width", _state(facts.get("pcie_current_width"))),
                 ("Tx throughput", _run_state(idle, "pcie_tx_kbps")),
                 ("Rx throughput", _run_state(idle, "pcie_rx_kbps")),
+                ("replays", _state(facts.get("pcie_replays"))),
             ],
         ),
         (

@@ -358,7 +358,8 @@ class SimDevice:
         self.unprivileged = False  # set by the @unprivileged SPEC modifier
         self.lost_until: float | None = None  # set by a reset (gpuagent.sim.health_faults.reset_gpu)
         self.ecc_counts = {"corrected": 0, "uncorrected": 0}
-        self.pcie_replays = 0
+        # "Replays Since Reset" of an imported capture: the counter starts where it stood.
+        self.pcie_replays = int(p.get("pcie_replays_start") or 0)
         self._state_t: float | None = None
         self._state: LoadState | None = None
         self._lock = threading.Lock()

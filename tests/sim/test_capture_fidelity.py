@@ -209,6 +209,7 @@ def seen(request, gpuagent_cli, tmp_path_factory, monkeypatch):
         assert imported.exit_code == 0, imported.output
         doc = runner.invoke(gpuagent_cli, ["inspect", "--json", "--simulate", str(path)])
         assert doc.exit_code == 0, doc.output
+        alive |= {pid for pid in pids if psutil.pid_exists(pid)}
         ran = runner.invoke(gpuagent_cli, ["run", "--once", "--test", "--simulate", str(path)])
         assert ran.exit_code == 0, ran.output
         stream: dict[str, list] = {}
@@ -321,6 +322,9 @@ def test_pcie_throughput_is_the_captures(seen):
         stated = f["idle"][key]
         assert stated is not None, f"{name}: every shared capture states {key}"
         assert pcie[field] == stated * 1024, f"{name}: {key}"
+    replays = _stated(f["pcie_replays"])
+    assert replays is not None, f"{name}: every shared capture states the replay counter"
+    assert pcie["replays_total"] == replays
 
 
 @pytest.mark.parametrize("seen", ALL, indirect=True)
