@@ -77,7 +77,7 @@ P2P_LEGEND = (
     "--plugins-dir", type=click.Path(file_okay=False, exists=True), help="Also load every .py plugin file in DIR."
 )
 def inspect(simulate, seed, as_json, line_protocol, gpu_args, config_path, plugins_dir):
-    """Show this machine's GPUs: identity, memory, L2, clocks, power, throttling, MIG/vGPU, PCIe, P2P."""
+    """Show this machine's GPUs: identity, memory, L2, clocks, power, throttling, MIG/vGPU, PCIe, processes, P2P."""
     from gpuagent.service.logsetup import setup_logging
 
     if as_json and line_protocol:
