@@ -1,7 +1,8 @@
 """Clocks: current, maximum, application, default and boost clocks per clock domain, the
 supported clock tables, performance state, and the clock-event (throttle) reasons.
 
-Current clocks, P-state and the active reasons follow the load model; maximum, idle and
+Current clocks, P-state and the active reasons follow the load model (an imported capture's
+idle run: the reasons it shows Active); maximum, idle and
 application clocks come from the profile. The current "ClocksEvent" names and the older
 "ClocksThrottle" names answer the same, so callers of either get the same reasons.
 """

@@ -1,7 +1,8 @@
 """Memory: framebuffer (v1 and versioned v2), BAR1, bus width, and device attributes.
 
 Used memory follows the load model; a MIG device reports its own slice of the framebuffer, its
-use following the parent GPU's load. v1 counts the driver's reserved memory as used, as the
+use following the parent GPU's load. An imported capture's idle run answers as stated: BAR1 in
+use, and each MIG device's memory and BAR1 in use and its engine counts. v1 counts the driver's reserved memory as used, as the
 real v1 call does, while v2 reports it apart; a v2 struct with the wrong version answers
 ARGUMENT_VERSION_MISMATCH.
 """

@@ -3,7 +3,8 @@ counter.
 
 The current generation follows the load model (a profile can give a lower idle generation, as
 real links train down when idle) and throughput follows the load; widths and maxima come from
-the profile. The replay counter only moves when a fault adds replays.
+the profile; an imported capture's idle run answers its stated Tx / Rx throughput. The replay
+counter starts at a capture's "Replays Since Reset" and only moves when a fault adds replays.
 """
 
 from __future__ import annotations

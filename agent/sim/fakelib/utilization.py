@@ -2,7 +2,8 @@
 
 GPU and memory utilisation follow the load model's state at the time of the call. The encoder,
 decoder, JPEG and OFA engines are always idle (no simulated workload uses them) and report a
-fixed 167 ms sampling period.
+fixed 167 ms sampling period. Where a capture says N/A (every engine with MIG on) the call is in
+the profile's ``unsupported`` list and answers NOT_SUPPORTED before reaching this code.
 """
 
 from __future__ import annotations
