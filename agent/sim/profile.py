@@ -21,7 +21,7 @@ NOT_SUPPORTED, as the real card does when nvidia-smi shows "N/A".
                             applications?: {graphics, memory} or null}
     power_w                {limit, default, min, max, idle}
     pcie                   {max_gen, current_gen, idle_gen?, max_width, current_width}
-    temperature_c          {idle, max, slowdown?, shutdown?}
+    temperature_c          {idle, max, slowdown?, shutdown?, target? (the acoustic threshold)}
     fan_pct?               {idle, max} or null (fan-less datacenter cards: NOT_SUPPORTED)
     ecc?                   {enabled: bool} or null (no ECC: GeForce)
     remapped_rows          bool   (row remapping; Ampere+ datacenter cards)
@@ -43,6 +43,12 @@ NOT_SUPPORTED, as the real card does when nvidia-smi shows "N/A".
     clocks_event_reasons_supported   int mask
     clocks_event_reason_counters?    bool: per-reason time field values (default: Turing and
                                      newer, GeForce too, as the captures show; else NOT_SUPPORTED)
+    clocks_event_reason_counters_start_us?  {sw_power_cap, sync_boost, sw_thermal_slowdown,
+                                     hw_thermal_slowdown, hw_power_brake}: a capture's counters
+    board_id?, pcie_replays_start?   a capture's "Board ID" and "Replays Since Reset"
+    captured?              {idle, load?}: an imported capture's runs, replayed by the idle
+                           scenario as stated (power, clocks, reasons, memory, BAR1, PCIe
+                           throughput, utilisation, MIG devices' memory, processes)
     unsupported            [C symbol, ...]: answered NOT_SUPPORTED on this card
     nvml_symbols?          [C symbol, ...]: what the driver's libnvidia-ml exports (a capture's
                            `nvml-symbols` section); any other symbol answers FUNCTION_NOT_FOUND
