@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from compare_helpers import sim_fleet_args
 
+from gpuagent.compare.limits import CLASSES
 from tests.compare.test_compare import CHROMIUM
 
 pytestmark = pytest.mark.servers
@@ -187,7 +188,7 @@ def _check(doc, expected):
             assert _close(w["wh_per_unit"], e["joules"] / 3600 / e["units"]), (model, workload)
             assert _close(w["cost_per_million_units"], 1e6 * e["cost"] / e["units"]), (model, workload)
         assert _close(sum(g["limits"].values()), 100.0, 1e-9), g["limits"]
-        assert set(g["limits"]) == {"compute", "memory", "power", "thermal", "interconnect", "starved", "idle"}
+        assert set(g["limits"]) == set(CLASSES)
         assert set(g["limits_proxy"]) == set(g["limits"])
     assert seen == set(expected)
 
