@@ -101,15 +101,20 @@ def synthetic(influxdb_v1, victoria_metrics):
     with urllib.request.urlopen(urllib.request.Request(f"{victoria_metrics.url}/write?db={db}", data=body)) as r:
         assert r.status == 204
     victoria_metrics.export(f'{{__name__="gpu_work_units_total",db="{db}"}}', min_samples=len(GPUS) * STEPS)
-    # Inside the work's first and last samples: every bucket of the range holds work.
-    yield db, (end_s - (STEPS - 2) * STEP_S) * 10**9, (end_s - STEP_S) * 10**9
+    yield db, end_s
     influxdb_v1.drop_database(db)
 
 
 @pytest.mark.parametrize("engine", ["influxql", "promql"])
 @pytest.mark.parametrize("by", ["gpu", "model,workload"])
-def test_each_gpu_is_classed_by_what_its_fields_say(synthetic, influxdb_v1, victoria_metrics, cli, engine, by):
-    db, start_ns, stop_ns = synthetic
+# Inside the work's first and last samples; or ending 4.5 s after the last one, which is on a bucket's
+# start (that bucket holds work: it must not read idle).
+@pytest.mark.parametrize("past_end_s", [-STEP_S, 4.5])
+def test_each_gpu_is_classed_by_what_its_fields_say(
+    synthetic, influxdb_v1, victoria_metrics, cli, engine, by, past_end_s
+):
+    db, end_s = synthetic
+    start_ns, stop_ns = (end_s - (STEPS - 2) * STEP_S) * 10**9, int((end_s + past_end_s) * 10**9)
     conn = (
         ["--url", influxdb_v1.url, "--database", db]
         if engine == "influxql"
