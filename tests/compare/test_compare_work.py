@@ -241,7 +241,9 @@ def test_cross_model_view(work_fleet, influxdb_v1, cli):
     cross = {(c["workload"], c["unit"]): c for c in doc["cross_model"]}
     assert len(cross) == 3
     for (workload, unit), c in cross.items():
-        assert len(c["models"]) == 4
+        # every model that ran it (the 70B holds on two L40S, H100 or A100, not on two RTX 4090s)
+        assert {m["model"] for m in c["models"]} == {m for m, w, u in expected if (w, u) == (workload, unit)}
+        assert len(c["models"]) >= 3
         for figure in ("units_per_s_per_gpu", "units_per_s_per_kw", "units_per_dollar"):
             best = max(m[figure] for m in c["models"])
             assert any(_close(m[f"{figure}_best_pct"], 100.0) for m in c["models"])
@@ -264,7 +266,7 @@ def test_by_workload_adds_the_models_up(work_fleet, influxdb_v1, cli):
     for g in doc["groups"]:
         for unit, w in g["work"].items():
             parts = [e for (m, wl, u), e in expected.items() if wl == g["key"]["workload"] and u == unit]
-            assert len(parts) == 4
+            assert len(parts) == len(g["models"]) >= 3
             assert _close(w["units"], sum(p["units"] for p in parts))
             assert _close(w["cost_per_million_units"], 1e6 * sum(p["cost"] for p in parts) / w["units"])
 
@@ -553,3 +555,25 @@ def test_by_job_gains_the_jobs_work(work_fleet, influxdb_v1, cli):
     assert _close(w["units"], e["units"]) and _close(w["wh_per_unit"], e["joules"] / 3600 / e["units"])
     assert _close(w["cost_per_million_units"], 1e6 * e["cost"] / e["units"])
     assert _close(sum(g["limits"].values()), 100.0)
+
+
+@pytest.mark.parametrize("engine", ["influxql", "promql"])
+def test_the_simulated_decode_reads_memory_and_the_prefill_does_not(
+    work_fleet, influxdb_v1, victoria_metrics, cli, engine
+):
+    """The simulator's written model (docs/simulator.md): a decode step moves DRAM 80 % of the GPU's busy
+    time, the encoder's prefill step keeps the tensor cores 60 % busy and the DRAM under 16 %. Read by
+    the rules (GPM on the H100, memory busy time elsewhere), decode is `memory` on every model, the
+    prefill never is."""
+    doc = (
+        _influx_doc(cli, influxdb_v1, work_fleet)
+        if engine == "influxql"
+        else _prom_doc(cli, victoria_metrics, work_fleet)
+    )
+    for g in doc["groups"]:
+        limits, label = g["limits"], g["label"]
+        print(engine, label, {k: round(v, 1) for k, v in limits.items() if v})
+        if g["key"]["workload"].startswith("llama"):
+            assert max(limits, key=limits.get) == "memory" and limits["memory"] > 50, (label, limits)
+        else:  # (a bucket where NVML's busy sample runs ahead of GPM's interval may read unclassified)
+            assert limits["memory"] == 0 and limits["compute"] > 5 * limits["unclassified"], (label, limits)
