@@ -577,3 +577,79 @@ def test_the_simulated_decode_reads_memory_and_the_prefill_does_not(
             assert max(limits, key=limits.get) == "memory" and limits["memory"] > 50, (label, limits)
         else:  # (a bucket where NVML's busy sample runs ahead of GPM's interval may read unclassified)
             assert limits["memory"] == 0 and limits["compute"] > 5 * limits["unclassified"], (label, limits)
+
+
+def _mean(rows, field):
+    vals = [r[field] for r in rows if r.get(field) is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def recompute_limits(influxdb_v1, db, start_ns, stop_ns, bucket_s):
+    """Per (model, workload), the class shares from the raw points: per GPU and whole bucket the means
+    of its samples (docs/compare.md, 'What limits the work'), each bucket weighted by the work's hours
+    in it, classed by the rules of gpuagent.compare.limits."""
+    from gpuagent.compare import limits as lim
+
+    b = bucket_s * 10**9
+    lo, hi = start_ns // b * b, -(-stop_ns // b) * b
+    fields = {
+        "gpu_memory": ["gpu_util_pct", "memory_util_pct", "dram_bw_util_pct", "sm_active_pct", "tensor_active_pct",
+                       "sm_occupancy_pct"],
+        "gpu_power": ["power_w", "enforced_power_limit_w"],
+        "gpu_clocks": ["sm_clock_mhz", "max_sm_clock_mhz", "sw_power_cap", "hw_power_brake_slowdown",
+                       "sw_thermal_slowdown", "hw_thermal_slowdown"],
+        "gpu_pcie": ["tx_bytes_per_s", "rx_bytes_per_s", "link_gen", "link_width"],
+    }  # fmt: skip
+    rows = defaultdict(lambda: defaultdict(list))  # (gpu, bucket) -> measurement -> rows
+    for measurement, names in fields.items():
+        for tags, points in _raw(influxdb_v1, db, measurement, names, lo, hi).items():
+            t = dict(tags)
+            for r in points:
+                rows[((t["host"], t["uuid"]), r["time"] // b * b)][measurement].append(r)
+    cells = {}
+    for k, m in rows.items():
+        mem, power, clocks, pcie = (m[x] for x in fields)
+        c = lim.Cell(allocated=True)
+        c.util, c.mem_busy, c.dram_bw = (_mean(mem, f) for f in fields["gpu_memory"][:3])
+        c.sm_active, c.tensor_active, c.occupancy = (_mean(mem, f) for f in fields["gpu_memory"][3:])
+        if power:
+            c.power_ratio = _mean(power, "power_w") / max(r["enforced_power_limit_w"] for r in power)
+        if clocks:
+            c.clock_ratio = _mean(clocks, "sm_clock_mhz") / max(r["max_sm_clock_mhz"] for r in clocks)
+            n = len([r for r in clocks if r["sm_clock_mhz"] is not None])
+            pct = {f: 100.0 * sum(bool(r[f]) for r in clocks) / n for f in fields["gpu_clocks"][2:]}
+            c.power_reason_pct = max(pct["sw_power_cap"], pct["hw_power_brake_slowdown"])
+            c.thermal_reason_pct = max(pct["sw_thermal_slowdown"], pct["hw_thermal_slowdown"])
+        if pcie:
+            gen, width = max(r["link_gen"] for r in pcie), max(r["link_width"] for r in pcie)
+            tx, rx = _mean(pcie, "tx_bytes_per_s"), _mean(pcie, "rx_bytes_per_s")
+            c.pcie_ratio = (tx + rx) / (2 * lim.pcie_lane_gbps(gen) * 1e9 * width)
+        cells[k] = c
+    work = _raw(influxdb_v1, db, "gpu_work", ["units_total"], start_ns, stop_ns)
+    weights = defaultdict(dict)  # (model, workload) -> (gpu, bucket) -> hours
+    for tags, points in work.items():
+        t = dict(tags)
+        t0, t1 = min(r["time"] for r in points), max(r["time"] for r in points)
+        w = weights[(t["model"], t["workload"])]
+        for at in range(t0 // b * b, t1, b):
+            hours = (min(t1, at + b) - max(t0, at)) / 3.6e12
+            if hours > 0:
+                w[((t["host"], t["uuid"]), at)] = max(hours, w.get(((t["host"], t["uuid"]), at), 0.0))
+    return {key: lim.shares([(cells[k], h) for k, h in w.items() if k in cells]) for key, w in weights.items()}
+
+
+@pytest.mark.parametrize("engine", ["influxql", "promql"])
+def test_limits_equal_the_raw_points(work_fleet, influxdb_v1, victoria_metrics, cli, engine):
+    db, end_s, _ = work_fleet
+    doc = (
+        _influx_doc(cli, influxdb_v1, work_fleet)
+        if engine == "influxql"
+        else _prom_doc(cli, victoria_metrics, work_fleet)
+    )
+    expected = recompute_limits(influxdb_v1, db, *_range(end_s), doc["source"]["limits_bucket_s"])
+    assert {(g["key"]["model"], g["key"]["workload"]) for g in doc["groups"]} == set(expected)
+    for g in doc["groups"]:
+        pct, proxy = expected[(g["key"]["model"], g["key"]["workload"])]
+        for cls in CLASSES:
+            assert math.isclose(g["limits"][cls], pct[cls], rel_tol=REL, abs_tol=1e-9), (g["label"], cls)
+        assert g["limits_proxy"] == proxy, g["label"]
