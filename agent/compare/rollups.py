@@ -233,10 +233,21 @@ CELLS = (
             *_sum_count("util", "gpu_util_pct"),
             *_sum_count("mem_busy", "memory_util_pct"),
             *_sum_count("dram_bw", "dram_bw_util_pct"),
+        ),
+        tags=GPU_ONLY,
+    ),
+    # GPM activity (issue 43), a rollup of its own into the same measurement: `rollups init` on a
+    # database set up before it adds its continuous query, the existing ones stay as they are.
+    Rollup(
+        "gpu_cells_gpm",
+        "gpu_memory",
+        "",
+        (
             *_sum_count("sm_active", "sm_active_pct"),
             *_sum_count("tensor_active", "tensor_active_pct"),
             *_sum_count("occupancy", "sm_occupancy_pct"),
         ),
+        into="gpu_cells_memory",
         tags=GPU_ONLY,
     ),
     Rollup(
