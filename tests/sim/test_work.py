@@ -28,6 +28,7 @@ PROFILE_OF = {
     "NVIDIA A100-SXM4-80GB": "a100-sxm4",
     "NVIDIA GeForce RTX 4090": "rtx4090",
 }
+PROFILE_OF_NAME = {v: k for k, v in PROFILE_OF.items()}
 STEPS = 60
 
 
@@ -172,3 +173,22 @@ def test_docs_list_every_workload():
             (Path(__file__).resolve().parents[2] / "agent" / "sim" / "profiles" / f"{name}.json").read_text()
         )["throughput"]
         assert f"| `{name}` | {tp['tensor_tflops']['fp16']} / " in text and f"| {tp['l2_gbps']} |" in text
+
+
+@pytest.mark.parametrize(
+    "spec", ["l40s:1,h100-sxm:1,a100-sxm4:1,rtx4090:1", "l40s:2,h100-sxm:2,a100-sxm4:2,rtx4090:2", "l40s:3,rtx4090:5"]
+)
+def test_any_three_hosts_of_a_spec_run_each_workload_on_each_model_that_holds_it(spec):
+    counts = {PROFILE_OF_NAME[name]: int(n) for name, n in (part.split(":") for part in spec.split(","))}
+    for first in range(3):
+        plans = plan_hosts(first + 3, [spec], 0, 2 * 10**10, 10, 2, "inference", ("power",))[first:]
+        seen = defaultdict(set)
+        for plan in plans:
+            for body in simulate_host(plan, None, keep=True):
+                for line in body.splitlines():
+                    if line.startswith("gpu_work,"):
+                        p = Point(line)
+                        seen[p.tags["workload"]].add(p.tags["model"])
+        for w in WORKLOADS["inference"]:
+            fits = {m for m, n in counts.items() if (gpus_needed(load_profile(PROFILE_OF[m]), w) or 99) <= n}
+            assert seen[w.name] == fits, (spec, first, w.name)
