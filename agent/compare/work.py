@@ -13,8 +13,8 @@ per-series rows to `build_work`, which does the arithmetic once:
 - cost = GPU-hours × the model's price per GPU-hour + energy × PUE × the price of a kWh
   (`[compare.prices]`, gpuagent.compare.prices), per series, so a group of several models is
   priced model by model;
-- what limits it: each GPU's range in buckets, each bucket one class by gpuagent.compare.limits
-  from the means of its samples; a work group weights a bucket by its work's time in it (so its
+- what limits it: each GPU's range in buckets, each bucket classed by gpuagent.compare.limits
+  from the means of its samples (with work allocated: its busy share in one class, the rest starved); a work group weights a bucket by its work's time in it (so its
   class shares are shares of the work's GPU-hours), a GPU group by the bucket's time in the range,
   `idle` where no work's span touched the bucket.
 """
