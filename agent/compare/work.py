@@ -14,9 +14,10 @@ per-series rows to `build_work`, which does the arithmetic once:
   (`[compare.prices]`, gpuagent.compare.prices), per series, so a group of several models is
   priced model by model;
 - what limits it: each GPU's range in buckets, each bucket classed by gpuagent.compare.limits
-  from the means of its samples (with work allocated: its busy share in one class, the rest starved); a work group weights a bucket by its work's time in it (so its
-  class shares are shares of the work's GPU-hours), a GPU group by the bucket's time in the range,
-  `idle` where no work's span touched the bucket.
+  from the means of its samples (with work allocated: its busy share in one class, the rest
+  starved); a work group weights a bucket by its work's time in it (so its class shares are
+  shares of the work's GPU-hours), a GPU group by the bucket's time in the range, `idle` where
+  no work's span or sample touched the bucket.
 """
 
 from __future__ import annotations
