@@ -122,6 +122,16 @@ def work_buckets(t0_ns: int, t1_ns: int, bucket_s: int) -> range:
     return range(t0_ns // b * b, t1_ns // b * b + 1, b)
 
 
+def edge_windows(rng: Range, bucket_s: int) -> list[tuple[int, int, int]]:
+    """(bucket start, from, to) of the parts of the range's first and last buckets outside the range: the
+    cells read whole buckets, so a work sample there says the bucket held work (a range starting or
+    ending between two samples would else read its edge bucket idle)."""
+    b = bucket_s * 1_000_000_000
+    first, last = rng.start_ns // b * b, (rng.end_ns - 1) // b * b
+    out = [(first, first, rng.start_ns)] if first < rng.start_ns else []
+    return out + ([(last, rng.end_ns, last + b)] if rng.end_ns < last + b else [])
+
+
 def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -> dict[str, Any]:
     """The work document (groups keyed by `by`, each with work, limits, limits_proxy; cross_model)."""
     series = source.series()
@@ -204,6 +214,7 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
             g["_hosts"].add(gpu[0])
             g["_gpus"].add(gpu)
         allocated = {(tuple(s.tags[t] for t in GPU), t) for s in series for t in work_buckets(s.t0_ns, s.t1_ns, bucket)}
+        allocated |= source.edge_work(bucket)  # the range's edge buckets: their samples outside the range too
         for gpu, t in cells:
             key = tuple({"host": gpu[0], "uuid": gpu[1], "model": model_of.get(gpu, "")}[x] for x in gtags)
             if key in groups:  # every bucket counts its time in the range; allocated: some work ran in it
@@ -419,6 +430,15 @@ class InfluxWork:
             parts.append(f"({self.where})")
         return " AND ".join(parts)
 
+    def edge_work(self, bucket: int) -> set[tuple]:
+        """(GPU, bucket start) of the range's edge buckets with a gpu_work sample outside the range."""
+        out = set()
+        for at, lo, hi in edge_windows(self.range, bucket):
+            w = f"time >= {lo} AND time < {hi}" + (f" AND ({self.where})" if self.where else "")
+            for r in self.client.rows(f'SELECT COUNT("units_total") FROM "gpu_work" WHERE {w} GROUP BY "host", "uuid"'):
+                out.add(((r.get("host") or "", r.get("uuid") or ""), at))
+        return out
+
     def cells(self, bucket: int) -> tuple[dict, dict]:
         return self._cells_from(self._cell_rows(bucket))
 
@@ -630,6 +650,18 @@ class PromWork:
                 if value is not None:
                     t_ns = int(round((float(t) + 0.001 - bucket) * 1e9))
                     out[(m.get("gpuagent_field", ""), (m.get("host", ""), m.get("uuid", "")), t_ns)] = value
+        return out
+
+    def edge_work(self, bucket: int) -> set[tuple]:
+        """As InfluxWork's: [w] at `hi` - 1 ms covers [lo, hi) at the millisecond resolution of both engines."""
+        out = set()
+        sel = self._sel("gpu_work", "units_total")
+        for at, lo, hi in edge_windows(self.range, bucket):
+            if hi - lo < 1_000_000:
+                continue  # under a millisecond: no sample of either engine's resolution
+            expr = f"group by (host, uuid) (count_over_time({sel}[{(hi - lo) // 1_000_000}ms]))"
+            for r in self.client.query(expr, (hi - 1_000_000) / 1e9, "work: samples in the range's edge buckets"):
+                out.add(((r["metric"].get("host", ""), r["metric"].get("uuid", "")), at))
         return out
 
     def cells(self, bucket: int) -> tuple[dict, dict]:

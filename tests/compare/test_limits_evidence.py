@@ -107,14 +107,15 @@ def synthetic(influxdb_v1, victoria_metrics):
 
 @pytest.mark.parametrize("engine", ["influxql", "promql"])
 @pytest.mark.parametrize("by", ["gpu", "model,workload"])
-# Inside the work's first and last samples; or ending 4.5 s after the last one, which is on a bucket's
-# start (that bucket holds work: it must not read idle).
-@pytest.mark.parametrize("past_end_s", [-STEP_S, 4.5])
+# On samples inside the work's first and last; ending 4.5 s after the last one, which is on a bucket's
+# start; starting 4.5 s after a sample, between two. The edge buckets hold work: none may read idle.
+@pytest.mark.parametrize(("start_s", "end_s"), [(2 * STEP_S, -STEP_S), (2 * STEP_S, 4.5), (2 * STEP_S + 4.5, -STEP_S)])
 def test_each_gpu_is_classed_by_what_its_fields_say(
-    synthetic, influxdb_v1, victoria_metrics, cli, engine, by, past_end_s
+    synthetic, influxdb_v1, victoria_metrics, cli, engine, by, start_s, end_s
 ):
-    db, end_s = synthetic
-    start_ns, stop_ns = (end_s - (STEPS - 2) * STEP_S) * 10**9, int((end_s + past_end_s) * 10**9)
+    db, last_s = synthetic
+    first_s = last_s - (STEPS - 1) * STEP_S
+    start_ns, stop_ns = int((first_s + start_s) * 10**9), int((last_s + end_s) * 10**9)
     conn = (
         ["--url", influxdb_v1.url, "--database", db]
         if engine == "influxql"
