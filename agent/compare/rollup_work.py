@@ -55,15 +55,17 @@ class RollupWork(InfluxWork):
             return f'"{db}"."{level.name}"."{name}"'
 
         sums = {
-            "gpu_cells_memory": ("util", "mem_busy", "dram_bw"),
+            "gpu_cells_memory": ("util", "mem_busy", "dram_bw", "sm_active", "tensor_active", "occupancy"),
             "gpu_cells_power": ("power",),
             "gpu_cells_clocks": ("sm",),
             "gpu_cells_pcie": ("tx", "rx"),
+            "gpu_cells_nvlink": ("tx", "rx"),
         }
         maxima = {
             "gpu_cells_power": ("limit_max",),
             "gpu_cells_clocks": ("max_sm_max",),
             "gpu_cells_pcie": ("link_gen_max", "link_width_max"),
+            "gpu_cells_nvlink": ("links_max", "version_max"),
         }
         q = {}
         for name in sums:
@@ -92,8 +94,8 @@ class RollupWork(InfluxWork):
         clocks = present(got["gpu_cells_clocks"], "sm_count", "max_sm_max")
         out = {
             "mem": [
-                {**at(r), "util": mean(r, "util"), "mem_busy": mean(r, "mem_busy"), "dram_bw": mean(r, "dram_bw")}
-                for r in present(got["gpu_cells_memory"], "util_count", "mem_busy_count", "dram_bw_count")
+                {**at(r), **{p: mean(r, p) for p in sums["gpu_cells_memory"]}}
+                for r in present(got["gpu_cells_memory"], *(f"{p}_count" for p in sums["gpu_cells_memory"]))
             ],
             "power": [
                 {**at(r), "power_w": mean(r, "power"), "power_limit_w": r.get("limit_max")}
@@ -112,6 +114,16 @@ class RollupWork(InfluxWork):
                     "link_width": r.get("link_width_max"),
                 }
                 for r in present(got["gpu_cells_pcie"], "tx_count", "rx_count", "link_gen_max", "link_width_max")
+            ],
+            "nvlink": [
+                {
+                    **at(r),
+                    "tx": mean(r, "tx"),
+                    "rx": mean(r, "rx"),
+                    "links": r.get("links_max"),
+                    "version": r.get("version_max"),
+                }
+                for r in present(got["gpu_cells_nvlink"], "tx_count", "rx_count", "links_max", "version_max")
             ],
             "model": got["model"],
         }

@@ -236,6 +236,20 @@ CELLS = (
         ),
         tags=GPU_ONLY,
     ),
+    # GPM activity (issue 43), a rollup of its own into the same measurement: `rollups init` on a
+    # database set up before it adds its continuous query, the existing ones stay as they are.
+    Rollup(
+        "gpu_cells_gpm",
+        "gpu_memory",
+        "",
+        (
+            *_sum_count("sm_active", "sm_active_pct"),
+            *_sum_count("tensor_active", "tensor_active_pct"),
+            *_sum_count("occupancy", "sm_occupancy_pct"),
+        ),
+        into="gpu_cells_memory",
+        tags=GPU_ONLY,
+    ),
     Rollup(
         "gpu_cells_power",
         "gpu_power",
@@ -270,6 +284,18 @@ CELLS = (
             *_sum_count("rx", "rx_bytes_per_s"),
             Field("link_gen_max", 'MAX("link_gen")', "MAX"),
             Field("link_width_max", 'MAX("link_width")', "MAX"),
+        ),
+        tags=GPU_ONLY,
+    ),
+    Rollup(
+        "gpu_cells_nvlink",
+        "gpu_nvlink",
+        "",
+        (
+            *_sum_count("tx", "total_tx_bytes_per_sec"),
+            *_sum_count("rx", "total_rx_bytes_per_sec"),
+            Field("links_max", 'MAX("links_active")', "MAX"),
+            Field("version_max", 'MAX("version")', "MAX"),
         ),
         tags=GPU_ONLY,
     ),

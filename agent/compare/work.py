@@ -13,10 +13,11 @@ per-series rows to `build_work`, which does the arithmetic once:
 - cost = GPU-hours × the model's price per GPU-hour + energy × PUE × the price of a kWh
   (`[compare.prices]`, gpuagent.compare.prices), per series, so a group of several models is
   priced model by model;
-- what limits it: each GPU's range in buckets, each bucket one class by gpuagent.compare.limits
-  from the means of its samples; a work group weights a bucket by its work's time in it (so its
-  class shares are shares of the work's GPU-hours), a GPU group by the bucket's time in the range,
-  `idle` where no work's span touched the bucket.
+- what limits it: each GPU's range in buckets, each bucket classed by gpuagent.compare.limits
+  from the means of its samples (with work allocated: its busy share in one class, the rest
+  starved); a work group weights a bucket by its work's time in it (so its class shares are
+  shares of the work's GPU-hours), a GPU group by the bucket's time in the range, `idle` where
+  no work's span or sample touched the bucket.
 """
 
 from __future__ import annotations
@@ -114,6 +115,23 @@ def span_buckets(t0_ns: int, t1_ns: int, bucket_s: int):
             yield t, hours
 
 
+def work_buckets(t0_ns: int, t1_ns: int, bucket_s: int) -> range:
+    """The buckets where work was allocated: those its span crosses and those holding one of its samples
+    (the last sample on a bucket's start too: without it a range ending a few seconds later read idle)."""
+    b = bucket_s * 1_000_000_000
+    return range(t0_ns // b * b, t1_ns // b * b + 1, b)
+
+
+def edge_windows(rng: Range, bucket_s: int) -> list[tuple[int, int, int]]:
+    """(bucket start, from, to) of the parts of the range's first and last buckets outside the range: the
+    cells read whole buckets, so a work sample there says the bucket held work (a range starting or
+    ending between two samples would else read its edge bucket idle)."""
+    b = bucket_s * 1_000_000_000
+    first, last = rng.start_ns // b * b, (rng.end_ns - 1) // b * b
+    out = [(first, first, rng.start_ns)] if first < rng.start_ns else []
+    return out + ([(last, rng.end_ns, last + b)] if rng.end_ns < last + b else [])
+
+
 def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -> dict[str, Any]:
     """The work document (groups keyed by `by`, each with work, limits, limits_proxy; cross_model)."""
     series = source.series()
@@ -195,9 +213,8 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
             g["_models"].add(tags["model"])
             g["_hosts"].add(gpu[0])
             g["_gpus"].add(gpu)
-        allocated = {
-            (tuple(s.tags[t] for t in GPU), t) for s in series for t, _ in span_buckets(s.t0_ns, s.t1_ns, bucket)
-        }
+        allocated = {(tuple(s.tags[t] for t in GPU), t) for s in series for t in work_buckets(s.t0_ns, s.t1_ns, bucket)}
+        allocated |= source.edge_work(bucket)  # the range's edge buckets: their samples outside the range too
         for gpu, t in cells:
             key = tuple({"host": gpu[0], "uuid": gpu[1], "model": model_of.get(gpu, "")}[x] for x in gtags)
             if key in groups:  # every bucket counts its time in the range; allocated: some work ran in it
@@ -413,22 +430,36 @@ class InfluxWork:
             parts.append(f"({self.where})")
         return " AND ".join(parts)
 
+    def edge_work(self, bucket: int) -> set[tuple]:
+        """(GPU, bucket start) of the range's edge buckets with a gpu_work sample outside the range."""
+        out = set()
+        for at, lo, hi in edge_windows(self.range, bucket):
+            w = f"time >= {lo} AND time < {hi}" + (f" AND ({self.where})" if self.where else "")
+            for r in self.client.rows(f'SELECT COUNT("units_total") FROM "gpu_work" WHERE {w} GROUP BY "host", "uuid"'):
+                out.add(((r.get("host") or "", r.get("uuid") or ""), at))
+        return out
+
     def cells(self, bucket: int) -> tuple[dict, dict]:
         return self._cells_from(self._cell_rows(bucket))
 
     def _cell_rows(self, bucket: int) -> dict[str, list[dict]]:
-        """Per part of the cells (mem, power, clocks, pcie, model, each CELL_REASONS), its rows per GPU and bucket."""
+        """Per part of the cells (mem, power, clocks, pcie, nvlink, model, each CELL_REASONS), its rows per GPU
+        and bucket."""
         w = self._whole_buckets(bucket, work=False)
         tail = f'GROUP BY "host", "uuid", time({bucket}s) fill(none)'
         q = {
             "mem": f'SELECT MEAN("gpu_util_pct") AS util, MEAN("memory_util_pct") AS mem_busy, '
-            f'MEAN("dram_bw_util_pct") AS dram_bw FROM "gpu_memory" WHERE {w} {tail}',
+            f'MEAN("dram_bw_util_pct") AS dram_bw, MEAN("sm_active_pct") AS sm_active, '
+            f'MEAN("tensor_active_pct") AS tensor_active, MEAN("sm_occupancy_pct") AS occupancy '
+            f'FROM "gpu_memory" WHERE {w} {tail}',
             "power": f'SELECT MEAN("power_w") AS power_w, MAX("enforced_power_limit_w") AS power_limit_w '
             f'FROM "gpu_power" WHERE {w} {tail}',
             "clocks": f'SELECT MEAN("sm_clock_mhz") AS sm_clock, MAX("max_sm_clock_mhz") AS max_sm_clock, '
             f'COUNT("sm_clock_mhz") AS n FROM "gpu_clocks" WHERE {w} {tail}',
             "pcie": f'SELECT MEAN("tx_bytes_per_s") AS tx, MEAN("rx_bytes_per_s") AS rx, MAX("link_gen") AS link_gen, '
             f'MAX("link_width") AS link_width FROM "gpu_pcie" WHERE {w} {tail}',
+            "nvlink": f'SELECT MEAN("total_tx_bytes_per_sec") AS tx, MEAN("total_rx_bytes_per_sec") AS rx, '
+            f'MAX("links_active") AS links, MAX("version") AS version FROM "gpu_nvlink" WHERE {w} {tail}',
             "model": f'SELECT LAST("power_w") FROM "gpu_power" WHERE {w} GROUP BY "host", "uuid", "model"',
         }
         for reason in CELL_REASONS:
@@ -447,11 +478,8 @@ class InfluxWork:
 
         for r in answers["mem"]:
             c = cell(r)
-            c.util, c.mem_busy, c.dram_bw = (
-                _finite(r.get("util")),
-                _finite(r.get("mem_busy")),
-                _finite(r.get("dram_bw")),
-            )
+            for name in ("util", "mem_busy", "dram_bw", "sm_active", "tensor_active", "occupancy"):
+                setattr(c, name, _finite(r.get(name)))
         for r in answers["power"]:
             power, limit = _finite(r.get("power_w")), _finite(r.get("power_limit_w"))
             cell(r).power_ratio = power / limit if power is not None and limit else None
@@ -465,6 +493,12 @@ class InfluxWork:
             gen, width = _finite(r.get("link_gen")), _finite(r.get("link_width"))
             if tx is not None and rx is not None and gen and width:
                 cell(r).pcie_ratio = (tx + rx) / (2 * lim.pcie_lane_gbps(gen) * 1e9 * width)
+        for r in answers.get("nvlink", ()):  # the per-GPU summary's totals, the per-link points' version
+            tx, rx = _finite(r.get("tx")), _finite(r.get("rx"))
+            links, version = _finite(r.get("links")), _finite(r.get("version"))
+            per_link = lim.nvlink_link_gbps(version) if version else None
+            if tx is not None and rx is not None and links and per_link:
+                cell(r).nvlink_ratio = (tx + rx) / (2 * per_link * 1e9 * links)
         reason_pct = {}
         for reason in CELL_REASONS:
             for r in answers[reason]:
@@ -618,8 +652,20 @@ class PromWork:
                     out[(m.get("gpuagent_field", ""), (m.get("host", ""), m.get("uuid", "")), t_ns)] = value
         return out
 
+    def edge_work(self, bucket: int) -> set[tuple]:
+        """As InfluxWork's: [w] at `hi` - 1 ms covers [lo, hi) at the millisecond resolution of both engines."""
+        out = set()
+        sel = self._sel("gpu_work", "units_total")
+        for at, lo, hi in edge_windows(self.range, bucket):
+            if hi - lo < 1_000_000:
+                continue  # under a millisecond: no sample of either engine's resolution
+            expr = f"group by (host, uuid) (count_over_time({sel}[{(hi - lo) // 1_000_000}ms]))"
+            for r in self.client.query(expr, (hi - 1_000_000) / 1e9, "work: samples in the range's edge buckets"):
+                out.add(((r["metric"].get("host", ""), r["metric"].get("uuid", "")), at))
+        return out
+
     def cells(self, bucket: int) -> tuple[dict, dict]:
-        """The rules' figures per GPU and bucket, ratios computed by the server: eight numbers per
+        """The rules' figures per GPU and bucket, ratios computed by the server: twelve numbers per
         GPU and bucket cross the wire, in four range queries asked at once."""
         r = f"[{bucket}s]"
 
@@ -646,11 +692,21 @@ class PromWork:
             f"({avg('gpu_pcie', 'tx_bytes_per_s')} + {avg('gpu_pcie', 'rx_bytes_per_s')}) / "
             f"(2 * 1e9 * {lane} * {avg('gpu_pcie', 'link_width', 'max_over_time')})"
         )
+        version = avg("gpu_nvlink", "version", "max_over_time")
+        # GB/s per link and direction by NVML's version enum (limits.NVLINK_GBPS; none known: 0, an infinite ratio, dropped)
+        per_link = " + ".join(f"{gbps!r} * ({version} == bool {v})" for v, gbps in sorted(lim.NVLINK_GBPS.items()))
+        nvlink = (
+            f"({avg('gpu_nvlink', 'total_tx_bytes_per_sec')} + {avg('gpu_nvlink', 'total_rx_bytes_per_sec')}) / "
+            f"(2 * 1e9 * ({per_link}) * {avg('gpu_nvlink', 'links_active', 'max_over_time')})"
+        )
         parts = [
             [
                 tag("util", avg("gpu_memory", "gpu_util_pct")),
                 tag("mem_busy", avg("gpu_memory", "memory_util_pct")),
                 tag("dram_bw", avg("gpu_memory", "dram_bw_util_pct")),
+                tag("sm_active", avg("gpu_memory", "sm_active_pct")),
+                tag("tensor_active", avg("gpu_memory", "tensor_active_pct")),
+                tag("occupancy", avg("gpu_memory", "sm_occupancy_pct")),
             ],
             [
                 tag(
@@ -666,7 +722,7 @@ class PromWork:
                 tag("power_reason", either("gpu_clocks", "sw_power_cap", "hw_power_brake_slowdown")),
                 tag("thermal_reason", either("gpu_clocks", "sw_thermal_slowdown", "hw_thermal_slowdown")),
             ],
-            [tag("pcie_ratio", pcie)],
+            [tag("pcie_ratio", pcie), tag("nvlink_ratio", nvlink)],
         ]
         with ThreadPoolExecutor(WORKERS) as pool:
             answers = list(pool.map(lambda p: self._range(" or ".join(p), bucket, "work: what limits it"), parts))
@@ -682,11 +738,15 @@ class PromWork:
                 util=v.get("util"),
                 mem_busy=v.get("mem_busy"),
                 dram_bw=v.get("dram_bw"),
+                sm_active=v.get("sm_active"),
+                tensor_active=v.get("tensor_active"),
+                occupancy=v.get("occupancy"),
                 power_ratio=v.get("power_ratio"),
                 clock_ratio=v.get("clock_ratio"),
                 power_reason_pct=100 * v.get("power_reason", 0.0) if reasons else None,
                 thermal_reason_pct=100 * v.get("thermal_reason", 0.0) if reasons else None,
                 pcie_ratio=v.get("pcie_ratio"),
+                nvlink_ratio=v.get("nvlink_ratio"),
             )
         return cells, model_of
 

@@ -185,6 +185,7 @@ class LoadModel:
         self.index = int(index)
         self.scenario = device_scenario(check_scenario(scenario), self.seed, self.index)
         self.mix = WORK_MIX[self.scenario]
+        self.phase: str | None = None  # the work it serves (run()), else the scenario's shape
         load = profile.get("load") or {}
         power = profile["power_w"]
         self.limit_w = float(power["limit"])
@@ -250,6 +251,30 @@ class LoadModel:
         self._a: Knot | None = None
         self._b: Knot | None = None
 
+    def run(self, phase: str, dram_share: float, tensor_share: float, memory_frac: float) -> None:
+        """The GPU serves work (gpuagent.sim.work): its readings follow the engine step's shares of
+        the busy time. `decode` keeps the GPU busy (a token per sequence per step, requests always
+        queued), `prefill` is busy as requests come; DRAM busy time and GPM DRAM bandwidth are the
+        step's DRAM share, GPM tensor activity its math's share, the SMs active 90 % of the busy time
+        and their occupancy a quarter plus a fifth of the tensor share; a compute-bound step (tensor
+        share >= the DRAM's) draws up to 95 % of the power limit, a memory-bound one the profile's
+        inference demand."""
+        self.phase = phase
+        fp16 = self.mix["hmma"] / max(self.mix["tensor"], 1e-9)  # the template's FP16 share of the tensor work
+        self.mix = {
+            **WORK_MIX["inference"],
+            "dram": dram_share,
+            "tensor": tensor_share,
+            "hmma": tensor_share * fp16,
+            "imma": 0.0,
+            "sm": 0.9,
+            "occupancy": 0.25 + 0.2 * tensor_share,
+        }
+        if tensor_share >= dram_share and not self.captured_load:
+            self.peak_demand_w = 0.95 * self.limit_w
+        self.mem_frac = float(memory_frac)
+        self._a = self._b = None  # the knots follow the new shape from t = 0
+
     # -- demand at knots --------------------------------------------------
     def _util_at(self, k: int) -> tuple[float, float]:
         t = k * STEP_S
@@ -263,6 +288,9 @@ class LoadModel:
         if self.scenario == "training":
             in_pause = ((t + self.phase_s) % self.period_s) < 15
             util = 8 + 20 * r if in_pause else 96 + 4 * r
+        elif self.phase == "decode":  # a decode server's steps run back to back while requests wait
+            wave = math.sin(2 * math.pi * (t + self.phase_s) / 600.0)
+            util = 88 + 8 * wave + 6 * (r - 0.5)
         else:  # inference: a daily-ish wave of requests plus bursts
             wave = math.sin(2 * math.pi * (t + self.phase_s) / 600.0)
             util = 45 + 28 * wave + 25 * (r - 0.5)

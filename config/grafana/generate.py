@@ -283,17 +283,25 @@ def units_in_range() -> Target:
 
 
 def limits_p() -> list[Target]:
-    """PromQL: per model, the share of its GPUs in each class of docs/compare.md's rule table, at each
-    step (means over $__rate_interval; the rules' first match wins). 0, not absent, for an empty class."""
+    """PromQL: per model, the share of its GPUs in each class of docs/compare.md's rule table at each
+    step (means over $__rate_interval; thresholds from gpuagent.compare.limits, the rules' first match
+    wins): a GPU with work counts its busy share (mean utilisation) in the class of the first busy rule
+    that holds and the rest as starved. 0, not absent, for an empty class."""
+    from gpuagent.compare import limits as lim
+
     ri = "[$__rate_interval]"
 
     def avg(metric: str) -> str:
         return f"max by (host, uuid) (avg_over_time({metric}{psel()}{ri}))"
 
+    def of_busy(metric: str) -> str:  # an activity as a share of the busy time
+        return f"({avg(metric)} / {util})"
+
     allg = f"group by (host, uuid, model) (gpuagent_gpu_power_power_watts{psel()})"
     work = f"group by (host, uuid) (gpuagent_gpu_work_gpus{psel()})"
+    alloc = f"({allg} and on (host, uuid) {work})"
     util = avg("gpuagent_gpu_memory_gpu_util_ratio")
-    busy = avg("gpuagent_gpu_memory_memory_util_ratio")
+    busy = f"(clamp_max({util}, 1) or on (host, uuid) group by (host, uuid) {alloc})"  # no utilisation: no split
     dram = avg("gpuagent_gpu_memory_dram_bw_util_ratio")
     clock = f"({avg('gpuagent_gpu_clocks_sm_clock_hertz')} / {avg('gpuagent_gpu_clocks_max_sm_clock_hertz')})"
     power = f"({avg('gpuagent_gpu_power_power_watts')} / {avg('gpuagent_gpu_power_enforced_power_limit_watts')})"
@@ -302,26 +310,54 @@ def limits_p() -> list[Target]:
     pcie = (
         f"(({avg('gpuagent_gpu_pcie_tx_bytes_per_second')} + {avg('gpuagent_gpu_pcie_rx_bytes_per_second')}) / {link})"
     )
-    conds = {
-        "starved": f"({util} < 0.10)",
-        "thermal": f"(({avg('gpuagent_gpu_clocks_sw_thermal_slowdown')} >= 0.5) or ({avg('gpuagent_gpu_clocks_hw_thermal_slowdown')} >= 0.5))",
-        "power": f"(({avg('gpuagent_gpu_clocks_sw_power_cap')} >= 0.5) or ({avg('gpuagent_gpu_clocks_hw_power_brake_slowdown')} >= 0.5) or ({power} >= 0.97))",
-        "interconnect": f"({pcie} >= 0.70)",
-        "memory": f"(({dram} >= 0.60) or ((({busy} >= 0.60) or (({busy} >= {util}) and on (host, uuid) ({clock} < 0.90))) "
-        f"unless on (host, uuid) {dram}))",
-    }
-    order = list(conds)
+    version = avg("gpuagent_gpu_nvlink_version")
+    per_link = " + ".join(f"{g!r} * ({version} == bool {v})" for v, g in sorted(lim.NVLINK_GBPS.items()))
+    nvlink = (
+        f"(({avg('gpuagent_gpu_nvlink_total_tx_bytes_per_second')} + {avg('gpuagent_gpu_nvlink_total_rx_bytes_per_second')})"
+        f" / (2e9 * ({per_link}) * {avg('gpuagent_gpu_nvlink_links_active')}))"
+    )
+    sm, tensor = of_busy("gpuagent_gpu_memory_sm_active_ratio"), of_busy("gpuagent_gpu_memory_tensor_active_ratio")
+    occupancy, dram_busy = of_busy("gpuagent_gpu_memory_sm_occupancy_ratio"), f"({dram} / {util})"
+    low = f"({util} < {lim.STARVED_UTIL_PCT / 100!r})"
+    reason = lim.REASON_SHARE_PCT / 100
+    peak = lim.LINK_NEAR_PEAK_PCT / 100
+    # (class, condition on the busy share), in the rule table's order
+    rules = [
+        ("thermal", f"(({avg('gpuagent_gpu_clocks_sw_thermal_slowdown')} >= {reason!r}) or "
+                    f"({avg('gpuagent_gpu_clocks_hw_thermal_slowdown')} >= {reason!r}))"),
+        ("power", f"(({avg('gpuagent_gpu_clocks_sw_power_cap')} >= {reason!r}) or "
+                  f"({avg('gpuagent_gpu_clocks_hw_power_brake_slowdown')} >= {reason!r}) or "
+                  f"({power} >= {lim.POWER_AT_CAP_PCT / 100!r}))"),
+        ("interconnect", f"({nvlink} >= {peak!r})"),
+        ("interconnect", f"({pcie} >= {peak!r})"),
+        ("memory", f"({dram_busy} >= {lim.DRAM_BW_PCT / 100!r})"),
+        ("compute", f"(({tensor} >= {lim.TENSOR_PCT / 100!r}) or (({sm} >= {lim.SM_ACTIVE_PCT / 100!r}) and on (host, uuid) "
+                    f"({occupancy} >= {lim.OCCUPANCY_PCT / 100!r}))) and on (host, uuid) {dram}"),
+        ("starved", f"(({sm} < {lim.LAUNCH_BOUND_PCT / 100!r}) and on (host, uuid) ({dram_busy} < {lim.LAUNCH_BOUND_PCT / 100!r}))"),
+        ("memory", f"((({avg('gpuagent_gpu_memory_memory_util_ratio')} / {util}) >= {lim.MEM_BUSY_PCT / 100!r}) unless on (host, uuid) {dram})"),
+        ("compute", f"((({clock} >= {lim.CLOCK_AT_MAX_PCT / 100!r}) and on (host, uuid) (({power} / {util}) >= {lim.BUSY_POWER_PCT / 100!r})) "
+                    f"unless on (host, uuid) {dram})"),
+    ]  # fmt: skip
+    working = f"({alloc} unless on (host, uuid) {low})"
+
+    def share(members: str, value: str = busy) -> str:  # each member GPU's part, with its model label
+        return f"({members} * on (host, uuid) group_left () {value})"
+
+    def total(parts: list[str]) -> str:
+        return " + ".join(f"(sum by (model) ({p}) or count by (model) ({allg}) * 0)" for p in parts)
+
+    parts: dict[str, list[str]] = {c: [] for c in lim.CLASSES}
+    parts["idle"].append(f"({allg} unless on (host, uuid) {work})")
+    parts["starved"] += [f"({alloc} and on (host, uuid) {low})", share(working, f"(1 - {busy})")]
+    for i, (cls, cond) in enumerate(rules):
+        earlier = [c for _, c in rules[:i]]
+        members = f"({working} and on (host, uuid) ({cond})"
+        members += f" unless on (host, uuid) ({' or '.join(earlier)}))" if earlier else ")"
+        parts[cls].append(share(members))
+    parts["unclassified"].append(share(f"({working} unless on (host, uuid) ({' or '.join(c for _, c in rules)}))"))
     out = []
-    for cls in ("idle", *order, "compute"):
-        if cls == "idle":
-            members = f"({allg} unless on (host, uuid) {work})"
-        else:
-            earlier = [conds[c] for c in order[: order.index(cls)]] if cls in conds else [conds[c] for c in order]
-            members = f"({allg} and on (host, uuid) {work}" + (
-                f" and on (host, uuid) {conds[cls]}" if cls in conds else ""
-            )
-            members += f" unless on (host, uuid) ({' or '.join(earlier)}))" if earlier else ")"
-        expr = f"100 * (count by (model) {members} or count by (model) ({allg}) * 0) / count by (model) ({allg})"
+    for cls in lim.CLASSES:
+        expr = f"100 * ({total(parts[cls])}) / count by (model) ({allg})"
         out.append(Target(None, f'label_replace({expr}, "class", "{cls}", "", "")', {"promql": "{{model}} " + cls}))
     return out
 
@@ -380,9 +416,11 @@ WORK_ITEMS = [
         unit="percent",
         width=24,
         langs=("promql",),
-        description="Each GPU at each step in one class, by the rule table of docs/compare.md (first match wins): "
-        "idle (no gpu_work), starved, thermal, power, interconnect (PCIe, a proxy), memory (GPM DRAM "
-        "bandwidth; without GPM memory busy time and the SM clock, proxies), compute. PromQL only.",
+        description="Each GPU at each step by the rule table of docs/compare.md (first match wins): idle (no "
+        "gpu_work); with work, its idle share starved and its busy share in thermal, power, interconnect (NVLink; "
+        "PCIe, a proxy), memory (GPM DRAM bandwidth; without GPM memory busy time, a proxy), compute (GPM tensor "
+        "and SM activity; without GPM SM clock and power, proxies), starved (GPM: few SMs and little DRAM busy) "
+        "or unclassified, never compute by elimination. PromQL only.",
     ),
 ]
 

@@ -3,7 +3,7 @@ cells from the CELLS rollups and each work span's energy from the report's piece
 points give, in the GPU report (`--by model|gpu`) and the work report (`--by model,workload`).
 
 A simulated fleet (2 hosts: 4 H100 SXM, 4 L40S) runs the inference scenario (three workloads, one
-over two GPUs, some starting late, some restarting) for 100 min at 10 s with the PCIe collector, is
+over two GPUs, some starting late, some restarting) for 100 min at 10 s with the PCIe and NVLink collectors, is
 rolled up, and compared over a range that starts and ends inside minutes.
 """
 
@@ -30,7 +30,7 @@ def rolled_work(influxdb_v1, cli):
         influxdb_v1.url, db, hosts=2, duration_s=DURATION_S, step_s=STEP_S, end_s=end_s, seed=7,
         specs=("h100-sxm:4", "l40s:4"),
     )  # fmt: skip
-    result = cli(*args, "--scenario", "inference", "--collectors", "power,clocks,memory,pcie")
+    result = cli(*args, "--scenario", "inference", "--collectors", "power,clocks,memory,pcie,nvlink")
     assert result.exit_code == 0, result.output
     for command in (("init",), ("backfill", "--since", f"{DURATION_S + 3600}s")):
         result = cli("rollups", *command, "--url", influxdb_v1.url, "--database", db)

@@ -121,7 +121,7 @@ def test_work_panels_compute_what_the_counters_say(grafana_prometheus):
     energy = panel_result(prometheus, since, "fleet", "Energy per 1,000 units by model and workload")
     assert {r["metric"]["workload"] for r in energy} == {"llama-3.1-8b", "llama-3.1-70b"}
     shares = defaultdict(lambda: defaultdict(float))
-    for ref in "ABCDEFG":
+    for ref in "ABCDEFGH":
         for r in panel_result(prometheus, since, "fleet", "What limits the work, by model (% of GPUs)", ref):
             for t, v in r["values"]:
                 shares[(r["metric"]["model"], t)][r["metric"]["class"]] += float(v)
