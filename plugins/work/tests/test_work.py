@@ -449,3 +449,47 @@ def test_a_scrape_of_a_dripping_endpoint_ends_at_request_timeout(dripping_server
     answer = scrape.get(dripping_server.url + "/metrics", timeout=1.0)
     assert (answer.status, answer.error) == (None, "no complete answer within 1s")
     assert dripping_server.wait_cut() and dripping_server.finished == 0
+
+
+def test_one_engine_restarting_is_corrected_per_child_and_a_whole_restart_shows(servers, call):
+    """A data-parallel vLLM (two engines, vLLM V1's `engine` label) whose engine 1 restarts: the sum
+    over the children never drops and its increase is what the engines served; the raw sum would
+    have dropped (read as a whole restart, the remaining sum counted again)."""
+    from gpuagent.plugins.work import scrape
+
+    _, v = servers("vllm", "--engines", "2")
+    url = f"http://127.0.0.1:{v['port']}/metrics"
+    counters = families.ChildCounters()
+    key = ("meta-llama/Llama-3.1-8B-Instruct", "tokens_out")
+
+    def read(now):
+        children = families.read_children(scrape.get(url, 2.0).body, "vllm", "vllm")
+        assert {c[1] for c in children[key]} == {
+            (("engine", "0"), ("model_name", key[0])),
+            (("engine", "1"), ("model_name", key[0])),
+        }
+        return sum(children[key].values()), counters.total("w", children, now)[key]
+
+    call(v["port"], "/work?n=10", "POST")
+    raw0, total0 = read(0.0)
+    assert raw0 == total0 == call(v["port"], "/state")["tokens_out"]
+    call(v["port"], "/work?n=20", "POST")
+    raw1, total1 = read(1.0)
+    call(v["port"], "/restart_engine?engine=1", "POST")
+    call(v["port"], "/work?n=6", "POST")
+    raw2, total2 = read(2.0)
+    assert raw2 < raw1  # the raw sum drops: engine 1 starts again from zero
+    assert total0 <= total1 <= total2
+    assert total2 - total0 == call(v["port"], "/state")["tokens_out"] - raw0  # what the engines served since
+
+    # Every child that had counted drops at once: the server restarted, the raw sum is written.
+    before = {key: {("a", ()): 50.0, ("b", ()): 30.0}}
+    after = {key: {("a", ()): 2.0, ("b", ()): 1.0}}
+    whole = families.ChildCounters()
+    assert whole.total("w", before, 0.0)[key] == 80.0
+    assert whole.total("w", after, 1.0)[key] == 3.0
+    # A child that vanishes while the other grows keeps what it counted; one back from zero adds on.
+    partial = families.ChildCounters()
+    partial.total("w", before, 0.0)
+    assert partial.total("w", {key: {("a", ()): 60.0}}, 1.0)[key] == 90.0
+    assert partial.total("w", {key: {("a", ()): 61.0, ("b", ()): 4.0}}, 2.0)[key] == 95.0
