@@ -31,6 +31,7 @@ from typing import Any
 from gpuagent.compare import limits as lim
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.report import NoData, Range, bucket_seconds, report_document, rfc3339
+from gpuagent.compare.sharing import shared_segments
 from gpuagent.errors import AgentError
 
 GPU = ("host", "uuid")
@@ -79,11 +80,18 @@ class WorkSeries:
     increase: float  # of units_total, resets counted as restarts
     gpus: float
     share: float = 1.0  # gpu_share: a MIG slice's share of its GPU's time and energy
+    # Its charge (gpuagent.compare.sharing): (start, end, fraction of the GPU) segments of its span,
+    # fraction < 1 where other work ran on the GPU at the same time; None: the whole span, alone.
+    charge: list | None = None
+
+    @property
+    def segments(self) -> list:
+        return self.charge if self.charge is not None else [(self.t0_ns, self.t1_ns, 1.0)]
 
     @property
     def gpu_seconds(self) -> float:
-        """The GPU time charged: the span × the slice's share."""
-        return self.seconds * self.share
+        """The GPU time charged: the span, shared with the work beside it, × the slice's share."""
+        return sum((b - a) / 1e9 * f for a, b, f in self.segments) * self.share
 
     @property
     def units(self) -> float:
@@ -123,11 +131,14 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
             f"no gpu_work points between {rfc3339(rng.start_ns)} and {rfc3339(rng.end_ns)} in {source.label} "
             "(the work collector writes them; `sim fleet --scenario inference` simulates some)"
         )
+    share_gpus(series)  # before --by job keeps the jobs' work: the GPU is shared with all of it
     if by == "job":
         series = [s for s in series if s.tags.get("slurm_job_id")]
-    gpus_of: dict[tuple, set] = defaultdict(set)  # the work's time span -> the GPUs working over it
+    metered = source.metered()  # the GPUs with an energy counter: the others' energy is null, not 0
+    gpus_of: dict[tuple, set] = defaultdict(set)  # a window of the work's charge -> the GPUs over it
     for s in series:
-        gpus_of[(s.t0_ns, s.t1_ns)].add(tuple(s.tags[t] for t in GPU))
+        for a, b, _f in s.segments:
+            gpus_of[(a, b)].add(tuple(s.tags[t] for t in GPU))
     windows = sorted(gpus_of)
     gpus_seen = {tuple(s.tags[t] for t in GPU) for s in series}
     bucket = choose_bucket(rng, max(len(gpus_seen), source.gpu_count_hint()))
@@ -159,32 +170,19 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
         g["_models"].add(s.tags["model"])
         g["_hosts"].add(s.tags["host"])
         g["_gpus"].add(gpu)
-        joules = energies[(s.t0_ns, s.t1_ns)].get(gpu, 0.0) * s.share
-        u = per_unit[key].setdefault(
-            s.tags["unit"],
-            {
-                "units": 0.0,
-                "seconds": 0.0,
-                "joules": 0.0,
-                "cost": 0.0,
-                "priced": True,
-                "per_gpu": defaultdict(lambda: [0.0, 0.0]),
-            },
-        )
-        u["units"] += s.units
-        u["seconds"] += s.gpu_seconds
-        u["joules"] += joules
-        cost = prices.cost(s.tags["model"], s.gpu_seconds / 3600, joules / 3.6e6)
-        if cost is None:
-            u["priced"] = False
-        else:
-            u["cost"] += cost
+        joules = series_joules(s, energies, metered)
+        u = per_unit[key].setdefault(s.tags["unit"], _acc())
+        _add(u, s, joules, prices)
         u["per_gpu"][gpu][0] += s.units
         u["per_gpu"][gpu][1] += s.gpu_seconds
         if by not in GPU_GROUPINGS:  # the buckets the work ran in, weighted by its time in each
-            for t, hours in span_buckets(s.t0_ns, s.t1_ns, bucket):  # (a MIG slice by its share)
-                k = (gpu, t, s.tags.get("mig_uuid", ""))
-                g["_slices"][k] = max(hours * s.share, g["_slices"].get(k, 0.0))
+            here: dict[int, float] = defaultdict(float)  # (a MIG slice by its share, shared work by its part)
+            for a, b, f in s.segments:
+                for t, hours in span_buckets(a, b, bucket):
+                    here[t] += hours * f * s.share
+            for t, hours in here.items():  # a piece's units (its several series) count its time once
+                k = (gpu, t, s.tags.get("mig_uuid", ""), s.tags.get("work_id", ""), s.tags.get("workload", ""))
+                g["_slices"][k] = max(hours, g["_slices"].get(k, 0.0))
     if by in GPU_GROUPINGS:  # every GPU with readings, its idle time included
         for gpu, _t in cells:
             tags = {"host": gpu[0], "uuid": gpu[1], "model": model_of.get(gpu, "")}
@@ -203,7 +201,7 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
             if key in groups:  # every bucket counts its time in the range; allocated: some work ran in it
                 groups[key]["_cells"][(gpu, t)] = ((gpu, t) in allocated, overlap_hours(rng, t, bucket))
     for key, g in groups.items():
-        for (gpu, t, _slice), hours in g.pop("_slices").items():  # the slices of a GPU add up
+        for (gpu, t, *_), hours in g.pop("_slices").items():  # the slices and the pieces sharing a GPU add up
             g["_cells"][(gpu, t)] = g["_cells"].get((gpu, t), 0.0) + hours
         weighted = []
         for (gpu, t), mark in g.pop("_cells").items():
@@ -224,48 +222,87 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
     source_doc = {**source.describe(), "limits_bucket_s": bucket}
     doc = report_document(rng, by, where, source_doc, WORK_DEFINITIONS, groups)
     doc["prices"] = prices.as_dict() if prices.any else None
-    doc["cross_model"] = cross_model(series, energies, prices)
+    doc["unpriced"] = unpriced_models(series, prices) if prices.any else None
+    doc["cross_model"] = cross_model(series, energies, prices, metered)
     return doc
 
 
+def share_gpus(series: list[WorkSeries]) -> None:
+    """Each series' charge: its GPU's (MIG slice's) time shared evenly among the pieces of work on it
+    at the same time (gpuagent.compare.sharing); gpu_work carries no per-process SM share."""
+    slots: dict[tuple, list[WorkSeries]] = defaultdict(list)
+    for s in series:
+        slots[(*(s.tags[t] for t in GPU), s.tags.get("mig_uuid", ""))].append(s)
+    for members in slots.values():
+        items = [((s.tags.get("work_id", ""), s.tags.get("workload", "")), s.t0_ns, s.t1_ns, None) for s in members]
+        for s, segs in zip(members, shared_segments(items), strict=True):
+            s.charge = segs
+
+
+def series_joules(s: WorkSeries, energies: dict, metered: set) -> float | None:
+    """The GPU's energy over the series' charge, × its fraction and MIG share; None: no energy counter."""
+    gpu = tuple(s.tags[t] for t in GPU)
+    if gpu not in metered:
+        return None
+    return sum(energies[(a, b)].get(gpu, 0.0) * f for a, b, f in s.segments) * s.share
+
+
+def series_cost(prices: Prices, model: str, gpu_hours: float, joules: float | None) -> float | None:
+    """$ of a series; None where its model has no GPU-hour price (never priced at energy only), or
+    where the kWh is priced and its GPU has no energy counter."""
+    if prices.gpu_hour_price(model) is None or (joules is None and prices.kwh is not None):
+        return None
+    return prices.cost(model, gpu_hours, (joules or 0.0) / 3.6e6)
+
+
+def _acc() -> dict:
+    return {"units": 0.0, "seconds": 0.0, "joules": 0.0, "metered": True, "cost": 0.0, "priced": True,
+            "per_gpu": defaultdict(lambda: [0.0, 0.0])}  # fmt: skip
+
+
+def _add(u: dict, s: WorkSeries, joules: float | None, prices: Prices) -> None:
+    u["units"] += s.units
+    u["seconds"] += s.gpu_seconds
+    if joules is None:
+        u["metered"] = False
+    else:
+        u["joules"] += joules
+    cost = series_cost(prices, s.tags["model"], s.gpu_seconds / 3600, joules)
+    if cost is None:
+        u["priced"] = False
+    else:
+        u["cost"] += cost
+
+
+def unpriced_models(series: list[WorkSeries], prices: Prices) -> list[str]:
+    """The work's models without a GPU-hour price: their costs are null (and units per dollar)."""
+    return sorted({s.tags["model"] for s in series if prices.gpu_hour_price(s.tags["model"]) is None})
+
+
 def _unit_figures(u: dict, prices: Prices) -> dict[str, Any]:
-    units, hours, wh = u["units"], u["seconds"] / 3600, u["joules"] / 3600
+    units, hours = u["units"], u["seconds"] / 3600
+    wh = u["joules"] / 3600 if u["metered"] else None
     rates = [a / (b / 3600) for a, b in u["per_gpu"].values() if b > 0]
+    priced = u["priced"] and prices.any
     return {
         "units": units,
         "gpu_hours": hours,
         "energy_wh": wh,
         "units_per_gpu_hour": units / hours if hours > 0 else None,
-        "wh_per_unit": wh / units if units > 0 else None,
-        "cost": u["cost"] if u["priced"] and prices.any else None,
-        "cost_per_million_units": 1e6 * u["cost"] / units if u["priced"] and prices.any and units > 0 else None,
+        "wh_per_unit": wh / units if wh is not None and units > 0 else None,
+        "cost": u["cost"] if priced else None,
+        "cost_per_million_units": 1e6 * u["cost"] / units if priced and units > 0 else None,
         "spread": {"gpus": len(rates), "min": min(rates), "max": max(rates)} if rates else None,
     }
 
 
-def cross_model(series: list[WorkSeries], energies: dict, prices: Prices) -> list[dict[str, Any]]:
+def cross_model(series: list[WorkSeries], energies: dict, prices: Prices, metered: set) -> list[dict[str, Any]]:
     """Per (workload, unit) on two or more models: each model's throughput per GPU, per kW and per $."""
     acc: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for s in series:
         gpu = tuple(s.tags[t] for t in GPU)
-        joules = energies[(s.t0_ns, s.t1_ns)].get(gpu, 0.0) * s.share
-        m = acc[(s.tags["workload"], s.tags["unit"])].setdefault(
-            s.tags["model"],
-            {
-                "units": 0.0,
-                "seconds": 0.0,
-                "joules": 0.0,
-                "cost": 0.0,
-                "priced": True,
-                "per_gpu": defaultdict(lambda: [0.0, 0.0]),
-            },
-        )
-        m["units"] += s.units
-        m["seconds"] += s.gpu_seconds
-        m["joules"] += joules
-        cost = prices.cost(s.tags["model"], s.gpu_seconds / 3600, joules / 3.6e6)
-        m["priced"] = m["priced"] and cost is not None
-        m["cost"] += cost or 0.0
+        m = acc[(s.tags["workload"], s.tags["unit"])].setdefault(s.tags["model"], _acc())
+        _add(m, s, series_joules(s, energies, metered), prices)
         m["per_gpu"][gpu][0] += s.units
         m["per_gpu"][gpu][1] += s.gpu_seconds
     out = []
@@ -283,7 +320,7 @@ def cross_model(series: list[WorkSeries], energies: dict, prices: Prices) -> lis
                     "units": m["units"],
                     "units_per_s_per_gpu": m["units"] / m["seconds"] if m["seconds"] > 0 else None,
                     # units/s per kW of draw = units / kJ: the same figure, per joule scaled
-                    "units_per_s_per_kw": 1000 * m["units"] / m["joules"] if m["joules"] > 0 else None,
+                    "units_per_s_per_kw": 1000 * m["units"] / m["joules"] if m["metered"] and m["joules"] > 0 else None,
                     "units_per_dollar": m["units"] / m["cost"]
                     if m["priced"] and prices.any and m["cost"] > 0
                     else None,
@@ -321,12 +358,17 @@ class InfluxWork:
         self.gpu_where = gpu_where  # --where applies to the GPU readings too (a GPU grouping)
         self.label = client.conn.label
         self._gpu_count = 0
+        self._metered: set[tuple] = set()
 
     def describe(self) -> dict:
         return {"url": self.client.conn.url, "database": self.client.conn.database}
 
     def gpu_count_hint(self) -> int:
         return self._gpu_count
+
+    def metered(self) -> set[tuple]:
+        """The GPUs (host, uuid) with an energy_j sample in the range (known once series() ran)."""
+        return self._metered
 
     def series_exist(self) -> bool:
         return bool(self.client.rows(f'SELECT FIRST("units_total") FROM "gpu_work" WHERE {self._w()}'))
@@ -350,10 +392,12 @@ class InfluxWork:
             f"SELECT SUM(d) FROM ({diffs}) WHERE {self.range.clause()} GROUP BY {by}",
             f"SELECT d FROM ({steps}) WHERE {self.range.clause()} AND d < 0 GROUP BY {by}",
             f'SELECT LAST("power_w") FROM "gpu_power" WHERE {self._w(work=False)} GROUP BY "host", "uuid"',
+            f'SELECT LAST("energy_j") FROM "gpu_power" WHERE {self._w(work=False)} GROUP BY "host", "uuid"',
         )
         with ThreadPoolExecutor(WORKERS) as pool:
-            first, last, gpus, shares, sums, drops, count = pool.map(self.client.rows, queries)
+            first, last, gpus, shares, sums, drops, count, metered = pool.map(self.client.rows, queries)
         self._gpu_count = len(count)
+        self._metered = {(r.get("host") or "", r.get("uuid") or "") for r in metered}
         key = lambda r: tuple(r.get(t) or "" for t in SERIES_TAGS)  # noqa: E731
         last_t = {key(r): r["time"] for r in last}
         n_gpus = {key(r): r["last"] for r in gpus}
@@ -495,12 +539,17 @@ class PromWork:
         self.label = client.conn.label
         self._gpu_count = 0
         self._model_of: dict[tuple, str] = {}
+        self._metered: set[tuple] = set()
 
     def describe(self) -> dict:
         return {"url": self.client.conn.url, "database": f"PromQL ({self.client.engine}, {self.names.scheme} names)"}
 
     def gpu_count_hint(self) -> int:
         return self._gpu_count
+
+    def metered(self) -> set[tuple]:
+        """The GPUs (host, uuid) with an energy_j sample in the range (known once series() ran)."""
+        return self._metered
 
     def _sel(self, measurement: str, field: str, work: bool = True) -> str:
         n = self.names
@@ -561,8 +610,14 @@ class PromWork:
                 n.at,
                 "work: the GPUs and their models",
             ),
+            (
+                f"group by (host, uuid) (count_over_time({self._sel('gpu_power', 'energy_j', False)}[{n.window}]))",
+                n.at,
+                "work: the GPUs with an energy counter",
+            ),
         ]
-        inc_rows, first, last, gpus, shares, models = self.client.many(calls)
+        inc_rows, first, last, gpus, shares, models, metered = self.client.many(calls)
+        self._metered = {(r["metric"].get("host", ""), r["metric"].get("uuid", "")) for r in metered}
         self._model_of = {
             (r["metric"].get("host", ""), r["metric"].get("uuid", "")): r["metric"].get("model", "") for r in models
         }
