@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuagent.compare import limits as lim
+from gpuagent.compare.placement import placement
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.report import NoData, Range, bucket_seconds, report_document, rfc3339
 from gpuagent.compare.sharing import shared_segments
@@ -66,6 +67,11 @@ WORK_DEFINITIONS = {
     "work.spread": "units_per_gpu_hour of each GPU of the group: min, max and the number of GPUs",
     "limits": "share of the group's GPU-hours in each class, bucket by bucket per GPU (docs/compare.md, "
     "'What limits the work'); limits_proxy: the class was reached through a proxy field in some bucket",
+    "unpriced": "the work's models without a GPU-hour price in [compare.prices] (no default): their cost, "
+    "cost_per_million_units and units_per_dollar are null, never priced at energy only",
+    "placement": "per workload and unit seen on two or more priced models: the cheapest model per unit at the "
+    "measured rates; saving = sum of the models' cost of their units - all the units × the cheapest's cost per unit "
+    "(saving_pct: over the first), with each model's units and GPU-hours and caveats",
     "cross_model": "per workload and unit seen on two or more models, per model: units/s per GPU (units / "
     "GPU-seconds), units/s per kW drawn (units / kJ, the same thing) and units per $ (units / cost), each with "
     "its _best_pct (the figure / the best model's × 100), the GPU-hours behind it and its spread across GPUs",
@@ -224,6 +230,8 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
     doc["prices"] = prices.as_dict() if prices.any else None
     doc["unpriced"] = unpriced_models(series, prices) if prices.any else None
     doc["cross_model"] = cross_model(series, energies, prices, metered)
+    if by in ("workload", "model,workload"):
+        doc["placement"] = placement(doc)
     return doc
 
 
