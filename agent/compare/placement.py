@@ -46,8 +46,11 @@ def placement(doc: dict[str, Any]) -> list[dict[str, Any]]:
         if limits:
             top = max(sorted(limits), key=lambda k: limits[k] or 0.0)
             caveats.append(f"{cheapest['model']} is limited by {top} ({limits[top]:.0f} % of its GPU-hours)")
-        if unpriced:
-            caveats.append(f"unpriced models left out: {', '.join(unpriced)}")
+        priceless = set(doc.get("unpriced") or ())
+        if [m for m in unpriced if m in priceless]:
+            caveats.append(f"unpriced models left out: {', '.join(m for m in unpriced if m in priceless)}")
+        if [m for m in unpriced if m not in priceless]:  # priced per hour, but no energy counter to price
+            caveats.append(f"left out, cost unknown: {', '.join(m for m in unpriced if m not in priceless)}")
         out.append(
             {
                 "workload": c["workload"],

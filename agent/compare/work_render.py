@@ -182,7 +182,7 @@ def render_table(doc: dict) -> str:
             t3.add_row(*r)
         console.print(t3)
     for line in _notes(doc):
-        console.print(line, soft_wrap=True)
+        console.print(line, soft_wrap=True, markup=False)
     return buf.getvalue()
 
 
