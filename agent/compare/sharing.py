@@ -18,17 +18,17 @@ Segment = tuple[int, int, float]  # (start ns, end ns, the fraction of the GPU c
 
 def shared_segments(items: Sequence[tuple[Hashable, int, int, float | None]]) -> list[list[Segment]]:
     """Per item (piece, t0_ns, t1_ns, weight) on one GPU, its charge: segments of [t0, t1] and the
-    fraction of the GPU over each. Items of the same piece (one server's units) are the same work:
-    they do not share with each other; a piece's span is the union of its items'."""
-    spans: dict[Hashable, list] = {}
+    fraction of the GPU over each. Items of the same piece (one server's units, the runs of a work
+    series between its absences) are the same work: they do not share with each other; a piece is
+    present where one of its items is."""
+    held: dict[Hashable, list] = {}  # piece -> [weight, [(t0, t1), ...]]
     for piece, t0, t1, weight in items:
-        span = spans.setdefault(piece, [t0, t1, weight])
-        span[0], span[1] = min(span[0], t0), max(span[1], t1)
-        if span[2] is None:
-            span[2] = weight
-    if len(spans) == 1:
+        h = held.setdefault(piece, [weight, []])
+        h[0] = weight if h[0] is None else h[0]
+        h[1].append((t0, t1))
+    if len(held) == 1:
         return [[(t0, t1, 1.0)] for _, t0, t1, _ in items]
-    cuts = sorted({t for lo, hi, _ in spans.values() for t in (lo, hi)})
+    cuts = sorted({t for _, spans in held.values() for span in spans for t in span})
     out = []
     for piece, t0, t1, _ in items:
         segs: list[Segment] = []
@@ -36,11 +36,10 @@ def shared_segments(items: Sequence[tuple[Hashable, int, int, float | None]]) ->
             a, b = max(lo, t0), min(hi, t1)
             if b <= a:
                 continue
-            here = [s for s in spans.values() if s[0] <= a and b <= s[1]]
-            weights = [s[2] for s in here]
-            total = sum(w for w in weights if w is not None)
-            if all(w is not None and w >= 0 for w in weights) and total > 0:
-                f = spans[piece][2] / total
+            here = [w for w, spans in held.values() if any(x <= a and b <= y for x, y in spans)]
+            total = sum(w for w in here if w is not None)
+            if all(w is not None and w >= 0 for w in here) and total > 0:
+                f = held[piece][0] / total
             else:
                 f = 1.0 / len(here)
             if segs and segs[-1][1] == a and segs[-1][2] == f:  # one window where the share holds

@@ -52,6 +52,7 @@ _PLAIN_UUID = re.compile(r"[A-Za-z0-9-]+")
 MAX_UUID_FILTER = 2_000  # characters of uuid=~"a|b|..." in one energy query (asked 4 times in it)
 CELLS_TARGET = 50_000  # GPU × bucket cells of the limits at most (each bucket at least a step)
 WORKERS = 4
+ABSENT_INTERVALS = 3  # a series absent this many of its mean sampling intervals (or more) was not working
 
 WORK_DEFINITIONS = {
     "work.units": "per work series (a piece of work on one GPU), the increase of units_total from its first "
@@ -89,10 +90,17 @@ class WorkSeries:
     # Its charge (gpuagent.compare.sharing): (start, end, fraction of the GPU) segments of its span,
     # fraction < 1 where other work ran on the GPU at the same time; None: the whole span, alone.
     charge: list | None = None
+    samples: int = 0  # its points in the range
+    # Its span less its absences (cut_absences): [(start, end), ...]; None: the whole span.
+    runs: list | None = None
+
+    @property
+    def spans(self) -> list:
+        return self.runs if self.runs is not None else [(self.t0_ns, self.t1_ns)]
 
     @property
     def segments(self) -> list:
-        return self.charge if self.charge is not None else [(self.t0_ns, self.t1_ns, 1.0)]
+        return self.charge if self.charge is not None else [(a, b, 1.0) for a, b in self.spans]
 
     @property
     def gpu_seconds(self) -> float:
@@ -137,6 +145,9 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
             f"no gpu_work points between {rfc3339(rng.start_ns)} and {rfc3339(rng.end_ns)} in {source.label} "
             "(the work collector writes them; `sim fleet --scenario inference` simulates some)"
         )
+    gpus_seen = {tuple(s.tags[t] for t in GPU) for s in series if by != "job" or s.tags.get("slurm_job_id")}
+    bucket = choose_bucket(rng, max(len(gpus_seen), source.gpu_count_hint()))
+    cut_absences(series, source.presence(bucket, series), bucket)
     share_gpus(series)  # before --by job keeps the jobs' work: the GPU is shared with all of it
     if by == "job":
         series = [s for s in series if s.tags.get("slurm_job_id")]
@@ -146,8 +157,6 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
         for a, b, _f in s.segments:
             gpus_of[(a, b)].add(tuple(s.tags[t] for t in GPU))
     windows = sorted(gpus_of)
-    gpus_seen = {tuple(s.tags[t] for t in GPU) for s in series}
-    bucket = choose_bucket(rng, max(len(gpus_seen), source.gpu_count_hint()))
     with ThreadPoolExecutor(WORKERS) as pool:  # the energy of each span and the limits' cells at once
         cells_done = pool.submit(source.cells, bucket)
         energies = dict(zip(windows, pool.map(lambda w: source.energy(*w, gpus_of[w]), windows), strict=True))
@@ -200,7 +209,10 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
             g["_hosts"].add(gpu[0])
             g["_gpus"].add(gpu)
         allocated = {
-            (tuple(s.tags[t] for t in GPU), t) for s in series for t, _ in span_buckets(s.t0_ns, s.t1_ns, bucket)
+            (tuple(s.tags[t] for t in GPU), t)
+            for s in series
+            for a, b, _ in s.segments
+            for t, _ in span_buckets(a, b, bucket)
         }
         for gpu, t in cells:
             key = tuple({"host": gpu[0], "uuid": gpu[1], "model": model_of.get(gpu, "")}[x] for x in gtags)
@@ -242,9 +254,42 @@ def share_gpus(series: list[WorkSeries]) -> None:
     for s in series:
         slots[(*(s.tags[t] for t in GPU), s.tags.get("mig_uuid", ""))].append(s)
     for members in slots.values():
-        items = [((s.tags.get("work_id", ""), s.tags.get("workload", "")), s.t0_ns, s.t1_ns, None) for s in members]
-        for s, segs in zip(members, shared_segments(items), strict=True):
-            s.charge = segs
+        items, owner = [], []
+        for s in members:
+            for a, b in s.spans:
+                items.append(((s.tags.get("work_id", ""), s.tags.get("workload", "")), a, b, None))
+                owner.append(s)
+        charges: dict[int, list] = defaultdict(list)
+        for s, segs in zip(owner, shared_segments(items), strict=True):
+            charges[id(s)].extend(segs)
+        for s in members:
+            s.charge = charges[id(s)]
+
+
+def cut_absences(series: list[WorkSeries], presence: dict[tuple, set], bucket_s: int) -> None:
+    """A series' absences out of its time: a run of the limits' buckets inside its span where it has no
+    sample, at least ABSENT_INTERVALS × its mean sampling interval long (a server that stopped
+    answering), is neither its GPU-hours nor its energy nor its limits (those buckets are `idle`)."""
+    b = bucket_s * 1_000_000_000
+    for s in series:
+        seen = presence.get(tuple(s.tags.get(t, "") for t in SERIES_TAGS))
+        if not seen or s.samples < 3:
+            continue
+        least = ABSENT_INTERVALS * (s.t1_ns - s.t0_ns) / (s.samples - 1)
+        runs, start, t = [], s.t0_ns, s.t0_ns // b * b + b
+        while t < s.t1_ns // b * b:
+            if t in seen:
+                t += b
+                continue
+            end = t
+            while end < s.t1_ns // b * b and end not in seen:
+                end += b
+            if end - t >= least:
+                runs.append((start, t))
+                start = end
+            t = end
+        if runs:
+            s.runs = [*runs, (start, s.t1_ns)]
 
 
 def series_joules(s: WorkSeries, energies: dict, metered: set) -> float | None:
@@ -401,9 +446,10 @@ class InfluxWork:
             f"SELECT d FROM ({steps}) WHERE {self.range.clause()} AND d < 0 GROUP BY {by}",
             f'SELECT LAST("power_w") FROM "gpu_power" WHERE {self._w(work=False)} GROUP BY "host", "uuid"',
             f'SELECT LAST("energy_j") FROM "gpu_power" WHERE {self._w(work=False)} GROUP BY "host", "uuid"',
+            f'SELECT COUNT("units_total") {base}',
         )
         with ThreadPoolExecutor(WORKERS) as pool:
-            first, last, gpus, shares, sums, drops, count, metered = pool.map(self.client.rows, queries)
+            first, last, gpus, shares, sums, drops, count, metered, samples = pool.map(self.client.rows, queries)
         self._gpu_count = len(count)
         self._metered = {(r.get("host") or "", r.get("uuid") or "") for r in metered}
         key = lambda r: tuple(r.get(t) or "" for t in SERIES_TAGS)  # noqa: E731
@@ -412,6 +458,7 @@ class InfluxWork:
         share = {key(r): r["last"] for r in shares}
         total = {key(r): r["sum"] or 0.0 for r in sums}
         restarts = self._restart_values(drops)
+        n = {key(r): r["count"] or 0 for r in samples}
         out = []
         for r in first:
             k = key(r)
@@ -423,8 +470,21 @@ class InfluxWork:
                     total.get(k, 0.0) + restarts.get(k, 0.0),
                     float(n_gpus.get(k) or 1),
                     _share(share.get(k)),
+                    samples=int(n.get(k, 0)),
                 )
             )
+        return out
+
+    def presence(self, bucket: int, series: list[WorkSeries]) -> dict[tuple, set]:
+        """Per work series (SERIES_TAGS), the starts of the buckets (epoch-aligned) holding a sample of it."""
+        if not series:
+            return {}
+        by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
+        q = f'SELECT COUNT("units_total") FROM "gpu_work" WHERE {self._w()} GROUP BY {by}, time({bucket}s) fill(none)'
+        out: dict[tuple, set] = defaultdict(set)
+        for r in self.client.rows(q):
+            if r.get("count"):
+                out[tuple(r.get(t) or "" for t in SERIES_TAGS)].add(r["time"])
         return out
 
     def _restart_values(self, drops: list[dict]) -> dict[tuple, float]:
@@ -623,8 +683,9 @@ class PromWork:
                 n.at,
                 "work: the GPUs with an energy counter",
             ),
+            (f"max by ({by}) (count_over_time({r}))", n.at, "work: the samples of each work series"),
         ]
-        inc_rows, first, last, gpus, shares, models, metered = self.client.many(calls)
+        inc_rows, first, last, gpus, shares, models, metered, samples = self.client.many(calls)
         self._metered = {(r["metric"].get("host", ""), r["metric"].get("uuid", "")) for r in metered}
         self._model_of = {
             (r["metric"].get("host", ""), r["metric"].get("uuid", "")): r["metric"].get("model", "") for r in models
@@ -632,7 +693,9 @@ class PromWork:
         self._gpu_count = len(self._model_of)
         key = lambda row: tuple(row["metric"].get(t, "") for t in SERIES_TAGS)  # noqa: E731
         val = lambda row: _finite(row["value"][1])  # noqa: E731
-        incs, lasts, ngpus, share = ({key(x): val(x) for x in rows} for rows in (inc_rows, last, gpus, shares))
+        incs, lasts, ngpus, share, count = (
+            {key(x): val(x) for x in rows} for rows in (inc_rows, last, gpus, shares, samples)
+        )
         out = []
         for x in first:
             k = key(x)
@@ -648,8 +711,29 @@ class PromWork:
                     incs.get(k) or 0.0,
                     ngpus.get(k) or 1.0,
                     _share(share.get(k)),
+                    samples=int(count.get(k) or 0),
                 )
             )
+        return out
+
+    def presence(self, bucket: int, series: list[WorkSeries]) -> dict[tuple, set]:
+        """Per work series (SERIES_TAGS), the starts of the buckets (epoch-aligned) holding a sample of it,
+        as InfluxWork's: each bucket [t, t + bucket) read at its end - 1 ms (see _range)."""
+        if not series:
+            return {}
+        by = ", ".join(SERIES_TAGS)
+        expr = f"max by ({by}) (count_over_time({self._sel('gpu_work', 'units_total')}[{bucket}s]))"
+        first = self.range.start_ns / 1e9 // bucket * bucket
+        last = (self.range.end_ns / 1e9 - 0.001) // bucket * bucket
+        rows = self.client.query_range(expr, first + bucket - 0.001, last + bucket - 0.001, bucket, "work: presence")
+        out: dict[tuple, set] = defaultdict(set)
+        lo, hi = self.range.start_ns, self.range.end_ns
+        for row in rows:
+            k = tuple(row["metric"].get(t, "") for t in SERIES_TAGS)
+            for t, v in row["values"]:
+                t_ns = int(round((float(t) + 0.001 - bucket) * 1e9))
+                if (_finite(v) or 0) > 0 and lo <= t_ns + bucket * 1_000_000_000 and t_ns < hi:
+                    out[k].add(t_ns)
         return out
 
     def energy(self, t0_ns: int, t1_ns: int, gpus=None) -> dict[tuple, float]:

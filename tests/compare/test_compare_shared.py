@@ -23,8 +23,10 @@ GPUS = {  # uuid -> (model, W drawn: energy_j grows by W × 10 each step; None: 
     "GPU-a100": (A100, 200.0),
     "GPU-l40s": (L40S, None),
     "GPU-odd": (ODD, 250.0),
+    "GPU-gone": (A100, 100.0),  # its server stops answering for two thirds of the range
 }
 PRICES = {"gpu_hour": {H100: 2.5, A100: 1.5, L40S: 1.0}, "kwh": 0.14, "pue": 1.0}
+GONE = (10, 51)  # the batch server's last sample before its absence, its first after
 A, B = 20, 40  # the second piece of work (and job, and pod) on the H100 holds samples A..B
 
 
@@ -39,7 +41,11 @@ def _lines() -> list[str]:
             out.append(f"gpu_power,{tags} power_w={watts or 150.0}{energy} {t}")
             out.append(f"gpu_memory,{tags} gpu_util_pct=90,memory_util_pct=20 {t}")
             work = f"gpu_work,{tags},workload=chat,unit=tokens_out,source=vllm,work_id=w{i}"
-            out.append(f"{work} units_total={1000.0 * k},gpus=1 {t}")
+            if gpu_uuid == "GPU-gone":
+                if not GONE[0] < k < GONE[1]:
+                    out.append(f"{work.replace('=chat', '=batch')} units_total={1000.0 * k},gpus=1 {t}")
+            else:
+                out.append(f"{work} units_total={1000.0 * k},gpus=1 {t}")
             if gpu_uuid == "GPU-h100" and A <= k <= B:
                 out.append(
                     f"gpu_work,{tags},workload=code,unit=tokens_out,source=vllm,work_id=x{i} "
@@ -175,3 +181,22 @@ def test_time_sliced_jobs_and_pods_share_their_gpu(cli, influxdb_v1, shared_db):
     assert pods["ns/two"]["gpu_hours"] == pytest.approx(OVERLAP_S / 2 / 3600, rel=1e-9)
     assert pods["ns/one"]["gpu_hours"] + pods["ns/two"]["gpu_hours"] == pytest.approx(SPAN_S / 3600, rel=1e-9)
     assert pods["ns/one"]["energy_wh"] + pods["ns/two"]["energy_wh"] == pytest.approx(200 * SPAN_S / 3600, rel=1e-9)
+
+
+def test_a_server_gone_for_two_thirds_of_the_range_is_not_charged_the_gap(
+    cli, influxdb_v1, victoria_metrics, shared_db
+):
+    for doc in _both(cli, influxdb_v1, victoria_metrics, shared_db, "--by", "model,workload"):
+        # Its time: from its first sample to the end of the last bucket (of the limits') it answered
+        # in, and from the bucket it answered in again to its last sample.
+        b = doc["source"]["limits_bucket_s"]
+        t0 = T0 // 10**9  # buckets are aligned to the epoch
+        seconds = ((t0 + GONE[0] * 10) // b + 1) * b - t0 + (t0 + (N - 1) * 10) - (t0 + GONE[1] * 10) // b * b
+        w = _groups(doc)[(A100, "batch")]["work"]["tokens_out"]
+        assert w["gpu_hours"] == pytest.approx(seconds / 3600, rel=1e-9)
+        assert w["energy_wh"] == pytest.approx(100 * seconds / 3600, rel=1e-9)
+        assert w["units"] == 1000.0 * (N - 1)  # the counter's increase: a gap is no reset
+    for doc in _both(cli, influxdb_v1, victoria_metrics, shared_db, "--by", "gpu"):
+        gone = next(g for g in doc["groups"] if g["key"]["uuid"] == "GPU-gone")
+        # The gap's buckets are idle, all but its edge ones (buckets of at most 60 s over 10 min).
+        assert gone["limits"]["idle"] >= 100 * ((GONE[1] - GONE[0]) * 10 - 2 * 60) / ((END - START) / 1e9)
