@@ -7,16 +7,19 @@ per-series rows to `build_work`, which does the arithmetic once:
 - a *work series* is one piece of work (`work_id`, `workload`, `unit`) on one GPU; its units are
   the increase of `units_total` from its first to its last sample in the range (a decrease is a
   restart: the increase over that interval is the new value, as Prometheus `increase()`), divided
-  by `gpus`; its GPU-hours are that span; its energy is the GPU's `energy_j` increase over exactly
-  that span (the non-negative steps between samples inside it); work on a MIG slice (`mig_uuid`)
-  is charged the slice's share of both, its `gpu_share` (3/7 for a 3g slice; absent: 1);
+  by `gpus`; its GPU-hours are that span less its absences (cut_absences), shared with the other
+  work on its GPU at the same time (share_gpus, gpuagent.compare.sharing); its energy is the GPU's
+  `energy_j` increase over exactly that time (the non-negative steps between samples inside it),
+  null where the GPU has none; work on a MIG slice (`mig_uuid`) is charged the slice's share of
+  both, its `gpu_share` (3/7 for a 3g slice; absent: 1);
 - cost = GPU-hours × the model's price per GPU-hour + energy × PUE × the price of a kWh
   (`[compare.prices]`, gpuagent.compare.prices), per series, so a group of several models is
-  priced model by model;
+  priced model by model; a model without a GPU-hour price is unpriced (null), never energy only;
+- placement (gpuagent.compare.placement): from the document's own cross_model figures;
 - what limits it: each GPU's range in buckets, each bucket one class by gpuagent.compare.limits
   from the means of its samples; a work group weights a bucket by its work's time in it (so its
   class shares are shares of the work's GPU-hours), a GPU group by the bucket's time in the range,
-  `idle` where no work's span touched the bucket.
+  `idle` where no work's time touched the bucket.
 """
 
 from __future__ import annotations
@@ -57,14 +60,18 @@ ABSENT_INTERVALS = 3  # a series absent this many of its mean sampling intervals
 WORK_DEFINITIONS = {
     "work.units": "per work series (a piece of work on one GPU), the increase of units_total from its first "
     "to its last sample in the range (a decrease is a restart: that interval adds the new value), / gpus; summed",
-    "work.gpu_hours": "per work series, its last - first sample time × its gpu_share (a MIG slice's share of the GPU; "
-    "absent: 1), summed (a piece of work on N GPUs counts N)",
+    "work.gpu_hours": "per work series, its last - first sample time less its absences (runs of the limits' buckets "
+    "without a sample, 3 or more of its mean sampling intervals long) × its gpu_share (a MIG slice's share of the GPU; "
+    "absent: 1), shared evenly with the other work on its GPU at the same time; summed (a piece of work on N GPUs "
+    "counts N)",
     "work.units_per_gpu_hour": "units / gpu_hours",
     "work.wh_per_unit": "energy / units, the energy per work series being the GPU's energy_j increase "
-    "(non-negative steps) between the series' first and last sample × its gpu_share: exactly its GPUs (or MIG "
-    "slices' shares of them) over exactly its time",
+    "(non-negative steps) between the series' first and last sample (less its absences) × its gpu_share and its "
+    "part of a shared GPU: exactly its GPUs (or MIG slices' shares of them) over exactly its time; null where a "
+    "GPU has no energy_j",
     "work.cost_per_million_units": "1e6 × cost / units; cost per work series = gpu_hours × [compare.prices] "
-    "gpu_hour of its model (else default) + energy kWh × pue × kwh; null without prices",
+    "gpu_hour of its model (else default) + energy kWh × pue × kwh; null without prices, for a model without a "
+    "GPU-hour price (unpriced) and where kwh is priced but a GPU has no energy_j",
     "work.spread": "units_per_gpu_hour of each GPU of the group: min, max and the number of GPUs",
     "limits": "share of the group's GPU-hours in each class, bucket by bucket per GPU (docs/compare.md, "
     "'What limits the work'); limits_proxy: the class was reached through a proxy field in some bucket",
