@@ -62,7 +62,8 @@ WORK_DEFINITIONS = {
     "to its last sample in the range (a decrease is a restart: that interval adds the new value), / gpus; summed",
     "work.gpu_hours": "per work series, its last - first sample time less its absences (runs of the limits' buckets "
     "without a sample, 3 or more of its mean sampling intervals long) × its gpu_share (a MIG slice's share of the GPU; "
-    "absent: 1), shared evenly with the other work on its GPU at the same time; summed (a piece of work on N GPUs "
+    "absent: 1), shared with the other work on its GPU at the same time (by the pieces' mean sm_util_pct where "
+    "each has one, evenly otherwise); summed (a piece of work on N GPUs "
     "counts N)",
     "work.units_per_gpu_hour": "units / gpu_hours",
     "work.wh_per_unit": "energy / units, the energy per work series being the GPU's energy_j increase "
@@ -98,6 +99,7 @@ class WorkSeries:
     # fraction < 1 where other work ran on the GPU at the same time; None: the whole span, alone.
     charge: list | None = None
     samples: int = 0  # its points in the range
+    sm: float | None = None  # mean sm_util_pct of its processes on the GPU (None: NVML gave none)
     # Its span less its absences (cut_absences): [(start, end), ...]; None: the whole span.
     runs: list | None = None
 
@@ -255,8 +257,8 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
 
 
 def share_gpus(series: list[WorkSeries]) -> None:
-    """Each series' charge: its GPU's (MIG slice's) time shared evenly among the pieces of work on it
-    at the same time (gpuagent.compare.sharing); gpu_work carries no per-process SM share."""
+    """Each series' charge: its GPU's (MIG slice's) time shared among the pieces of work on it at the
+    same time (gpuagent.compare.sharing), by their mean sm_util_pct where each has one, else evenly."""
     slots: dict[tuple, list[WorkSeries]] = defaultdict(list)
     for s in series:
         slots[(*(s.tags[t] for t in GPU), s.tags.get("mig_uuid", ""))].append(s)
@@ -264,7 +266,7 @@ def share_gpus(series: list[WorkSeries]) -> None:
         items, owner = [], []
         for s in members:
             for a, b in s.spans:
-                items.append(((s.tags.get("work_id", ""), s.tags.get("workload", "")), a, b, None))
+                items.append(((s.tags.get("work_id", ""), s.tags.get("workload", "")), a, b, s.sm))
                 owner.append(s)
         charges: dict[int, list] = defaultdict(list)
         for s, segs in zip(owner, shared_segments(items), strict=True):
@@ -454,9 +456,10 @@ class InfluxWork:
             f'SELECT LAST("power_w") FROM "gpu_power" WHERE {self._w(work=False)} GROUP BY "host", "uuid"',
             f'SELECT LAST("energy_j") FROM "gpu_power" WHERE {self._w(work=False)} GROUP BY "host", "uuid"',
             f'SELECT COUNT("units_total") {base}',
+            f'SELECT MEAN("sm_util_pct") {base}',
         )
         with ThreadPoolExecutor(WORKERS) as pool:
-            first, last, gpus, shares, sums, drops, count, metered, samples = pool.map(self.client.rows, queries)
+            first, last, gpus, shares, sums, drops, count, metered, samples, sm = pool.map(self.client.rows, queries)
         self._gpu_count = len(count)
         self._metered = {(r.get("host") or "", r.get("uuid") or "") for r in metered}
         key = lambda r: tuple(r.get(t) or "" for t in SERIES_TAGS)  # noqa: E731
@@ -466,6 +469,7 @@ class InfluxWork:
         total = {key(r): r["sum"] or 0.0 for r in sums}
         restarts = self._restart_values(drops)
         n = {key(r): r["count"] or 0 for r in samples}
+        sm_mean = {key(r): _finite(r.get("mean")) for r in sm}
         out = []
         for r in first:
             k = key(r)
@@ -478,6 +482,7 @@ class InfluxWork:
                     float(n_gpus.get(k) or 1),
                     _share(share.get(k)),
                     samples=int(n.get(k, 0)),
+                    sm=sm_mean.get(k),
                 )
             )
         return out
@@ -691,8 +696,17 @@ class PromWork:
                 "work: the GPUs with an energy counter",
             ),
             (f"max by ({by}) (count_over_time({r}))", n.at, "work: the samples of each work series"),
+            (
+                self._scaled(
+                    "gpu_work",
+                    "sm_util_pct",
+                    f"max by ({by}) (avg_over_time({self._sel('gpu_work', 'sm_util_pct')}[{n.window}]))",
+                ),
+                n.at,
+                "work: the SM share of each work series",
+            ),
         ]
-        inc_rows, first, last, gpus, shares, models, metered, samples = self.client.many(calls)
+        inc_rows, first, last, gpus, shares, models, metered, samples, sm = self.client.many(calls)
         self._metered = {(r["metric"].get("host", ""), r["metric"].get("uuid", "")) for r in metered}
         self._model_of = {
             (r["metric"].get("host", ""), r["metric"].get("uuid", "")): r["metric"].get("model", "") for r in models
@@ -700,8 +714,8 @@ class PromWork:
         self._gpu_count = len(self._model_of)
         key = lambda row: tuple(row["metric"].get(t, "") for t in SERIES_TAGS)  # noqa: E731
         val = lambda row: _finite(row["value"][1])  # noqa: E731
-        incs, lasts, ngpus, share, count = (
-            {key(x): val(x) for x in rows} for rows in (inc_rows, last, gpus, shares, samples)
+        incs, lasts, ngpus, share, count, sm_mean = (
+            {key(x): val(x) for x in rows} for rows in (inc_rows, last, gpus, shares, samples, sm)
         )
         out = []
         for x in first:
@@ -719,6 +733,7 @@ class PromWork:
                     ngpus.get(k) or 1.0,
                     _share(share.get(k)),
                     samples=int(count.get(k) or 0),
+                    sm=sm_mean.get(k),
                 )
             )
         return out

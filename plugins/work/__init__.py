@@ -76,9 +76,13 @@ class Work:
     source: str
     placements: dict[tuple, GpuProcess | gpuagent.Gpu] = field(default_factory=dict)
     owner: dict[str, str] = field(default_factory=dict)
+    sm: dict[tuple, float] = field(default_factory=dict)  # placement -> its processes' SM share, summed
 
     def add(self, proc: GpuProcess) -> None:
-        self.placements.setdefault((proc.gpu.uuid, proc.gi_id, proc.ci_id), proc)
+        key = (proc.gpu.uuid, proc.gi_id, proc.ci_id)
+        self.placements.setdefault(key, proc)
+        if proc.sm_util_pct is not None:
+            self.sm[key] = min(100.0, self.sm.get(key, 0.0) + proc.sm_util_pct)
         for tag in JOB_TAGS:
             if tag in proc.owner:
                 self.owner.setdefault(tag, proc.owner[tag])
@@ -204,6 +208,8 @@ class WorkCollector(gpuagent.Collector):
             gpu = where if isinstance(where, gpuagent.Gpu) else where.gpu
             tags: dict[str, Any] = dict(gpu.tags)
             fields: dict[str, Any] = {"gpus": gpus}
+            if (uuid, gi, ci) in work.sm:  # the GPU shared with other work is shared by this (compare)
+                fields["sm_util_pct"] = float(work.sm[(uuid, gi, ci)])
             if gi is not None:
                 device = mig.get((uuid, gi), {})
                 tags.update(device.get("tags", {"gi_id": str(gi)}))

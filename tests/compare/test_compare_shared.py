@@ -44,12 +44,14 @@ def _lines() -> list[str]:
             if gpu_uuid == "GPU-gone":
                 if not GONE[0] < k < GONE[1]:
                     out.append(f"{work.replace('=chat', '=batch')} units_total={1000.0 * k},gpus=1 {t}")
-            else:
-                out.append(f"{work} units_total={1000.0 * k},gpus=1 {t}")
-            if gpu_uuid == "GPU-h100" and A <= k <= B:
+            else:  # on the H100 with its processes' SM share (NVML's samples), elsewhere without
+                sm = ",sm_util_pct=60" if gpu_uuid == "GPU-h100" else ""
+                out.append(f"{work} units_total={1000.0 * k},gpus=1{sm} {t}")
+            if gpu_uuid in ("GPU-h100", "GPU-odd") and A <= k <= B:  # a second server beside the first
+                sm = ",sm_util_pct=20" if gpu_uuid == "GPU-h100" else ""
                 out.append(
                     f"gpu_work,{tags},workload=code,unit=tokens_out,source=vllm,work_id=x{i} "
-                    f"units_total={400.0 * (k - A)},gpus=1 {t}"
+                    f"units_total={400.0 * (k - A)},gpus=1{sm} {t}"
                 )
             if gpu_uuid in ("GPU-h100", "GPU-a100") and watts:
                 e = watts * 10 * k + 1000.0
@@ -104,11 +106,18 @@ def test_shared_gpu_unmetered_gpu_and_unpriced_model_on_both_engines(cli, influx
     for doc in _both(cli, influxdb_v1, victoria_metrics, shared_db, "--by", "model,workload"):
         g = _groups(doc)
         chat, code = g[(H100, "chat")]["work"]["tokens_out"], g[(H100, "code")]["work"]["tokens_out"]
-        # The H100's time and energy over the overlap, half each: together exactly the GPU's own.
-        assert chat["gpu_hours"] == pytest.approx((SPAN_S - OVERLAP_S / 2) / 3600, rel=1e-9)
-        assert code["gpu_hours"] == pytest.approx(OVERLAP_S / 2 / 3600, rel=1e-9)
-        assert chat["energy_wh"] == pytest.approx(300 * (SPAN_S - OVERLAP_S / 2) / 3600, rel=1e-9)
-        assert code["energy_wh"] == pytest.approx(300 * OVERLAP_S / 2 / 3600, rel=1e-9)
+        # The H100's time and energy over the overlap by the servers' SM share, 60 : 20: together
+        # exactly the GPU's own.
+        assert chat["gpu_hours"] == pytest.approx((SPAN_S - OVERLAP_S / 4) / 3600, rel=1e-9)
+        assert code["gpu_hours"] == pytest.approx(OVERLAP_S / 4 / 3600, rel=1e-9)
+        assert chat["energy_wh"] == pytest.approx(300 * (SPAN_S - OVERLAP_S / 4) / 3600, rel=1e-9)
+        assert code["energy_wh"] == pytest.approx(300 * OVERLAP_S / 4 / 3600, rel=1e-9)
+        # Without SM samples (the other GPU's two servers): evenly.
+        odd_code = g[(ODD, "code")]["work"]["tokens_out"]
+        assert odd_code["gpu_hours"] == pytest.approx(OVERLAP_S / 2 / 3600, rel=1e-9)
+        assert g[(ODD, "chat")]["work"]["tokens_out"]["gpu_hours"] == pytest.approx(
+            (SPAN_S - OVERLAP_S / 2) / 3600, rel=1e-9
+        )
         assert chat["cost"] == pytest.approx(2.5 * chat["gpu_hours"] + 0.14 * chat["energy_wh"] / 1000, rel=1e-9)
         # No energy_j on the L40S: its energy is null, not 0, and so is its cost (the kWh is priced).
         l40s = g[(L40S, "chat")]["work"]["tokens_out"]
@@ -143,10 +152,11 @@ def test_shared_gpu_unmetered_gpu_and_unpriced_model_on_both_engines(cli, influx
 
 def test_two_pieces_of_work_on_one_gpu_sum_to_at_most_the_gpu(cli, influxdb_v1, victoria_metrics, shared_db):
     for doc in _both(cli, influxdb_v1, victoria_metrics, shared_db, "--by", "gpu"):
-        h100 = next(g for g in doc["groups"] if g["key"]["uuid"] == "GPU-h100")
-        w = h100["work"]["tokens_out"]
-        assert w["gpu_hours"] == pytest.approx(h100["gpu_hours"], rel=1e-9)  # shared, not twice
-        assert w["energy_wh"] == pytest.approx(h100["energy_kwh"] * 1000, rel=1e-9)
+        for uuid_ in ("GPU-h100", "GPU-odd"):  # by SM share, and evenly
+            gpu = next(g for g in doc["groups"] if g["key"]["uuid"] == uuid_)
+            w = gpu["work"]["tokens_out"]
+            assert w["gpu_hours"] == pytest.approx(gpu["gpu_hours"], rel=1e-9)  # shared, not twice
+            assert w["energy_wh"] == pytest.approx(gpu["energy_kwh"] * 1000, rel=1e-9)
 
 
 def test_the_table_and_html_name_the_unpriced_and_the_placement(cli, influxdb_v1, shared_db):

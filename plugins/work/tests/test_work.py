@@ -34,6 +34,11 @@ def parts(machine, tmp_path, *extra, **work):
     return [procs, *others, WorkCollector(WorkCollector.Config(**work), context)]
 
 
+def counted(fields: dict) -> dict:
+    """A work point's fields but its SM share (the simulated processes' own, tested once above)."""
+    return {k: v for k, v in fields.items() if k != "sm_util_pct"}
+
+
 def cycle(collectors, acc):
     for c in collectors:
         c.collect(acc)
@@ -137,9 +142,12 @@ def test_each_server_is_found_from_its_gpu_process_and_counted(
     points = cycle(parts(machine, tmp_path), recording_accumulator)
     got = {p.tags["unit"]: p for p in points}
     assert set(got) == set(UNITS[kind])
+    # The worker's SM share as the processes collector sampled it: compare shares a GPU by it.
+    (proc,) = [p for p in recording_accumulator.points if p.measurement == "gpu_process"]
+    assert proc.tags["pid"] == str(server["workers"][0]) and proc.fields["sm_util_pct"] is not None
     for unit, p in got.items():
         assert p.tags["source"] == kind and p.tags["workload"] == WORKLOAD[kind]
-        assert p.fields == {"units_total": float(want[unit]), "gpus": 1}
+        assert p.fields == {"units_total": float(want[unit]), "gpus": 1, "sm_util_pct": proc.fields["sm_util_pct"]}
 
 
 LAUNCHER_TGI = """
@@ -193,7 +201,7 @@ def test_a_tgi_router_beside_its_shards_is_found_and_a_server_with_gpus_of_its_o
     shard = by_gpu[("0", "tokens_out")]
     assert shard.tags["source"] == "tgi" and shard.tags["workload"] == "bigcode/starcoder2-3b"
     assert shard.tags["work_id"] == f"{launched['router']}:{tgi['port']}"
-    assert shard.fields == {"units_total": 40.0, "gpus": 1}
+    assert counted(shard.fields) == {"units_total": 40.0, "gpus": 1}
     assert {p.tags["source"] for p in points if p.tags["gpu"] == "1"} == {"vllm"}
 
 
@@ -283,7 +291,7 @@ def test_a_configured_endpoint_is_read_on_the_gpus_it_names(
     points = cycle(collectors, recording_accumulator)
     got = {(p.tags["gpu"], p.tags["unit"]): p for p in points}
     assert set(got) == {("1", "requests"), ("1", "inferences"), ("1", "executions")}
-    assert got[("1", "inferences")].fields == {"units_total": 48.0, "gpus": 1}
+    assert counted(got[("1", "inferences")].fields) == {"units_total": 48.0, "gpus": 1}
     assert got[("1", "inferences")].tags["work_id"] == url
     assert got[("1", "inferences")].tags["source"] == "triton"
 
@@ -328,7 +336,7 @@ def test_a_job_file_outside_slurm_counts_on_the_gpus_of_its_process_tree(
     p = mine[-1]
     assert p.tags["gpu"] == "1" and p.tags["workload"] == "render" and p.tags["unit"] == "images"
     assert p.tags["work_id"] == f"pid:{launcher.pid}" and "slurm_job_id" not in p.tags
-    assert p.fields == {"units_total": 640.0, "gpus": 1}
+    assert counted(p.fields) == {"units_total": 640.0, "gpus": 1}
     warned = [r.getMessage() for r in caplog.records if "bad.work" in r.getMessage()]
     assert warned == [f"work: {jobs / 'bad.work'}: total='lots' is not a number; skipped"]
 
