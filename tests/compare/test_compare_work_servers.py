@@ -132,6 +132,13 @@ def counted(tmp_path_factory, influxdb_v1, victoria_metrics):
     influxdb_v1.drop_database(db)
 
 
+def test_a_work_sample_and_its_gpus_energy_sample_of_one_tick_share_one_time(counted, influxdb_v1):
+    db = counted[0]
+    work = {r["time"] for r in influxdb_v1.points('SELECT "units_total" FROM "gpu_work"', db=db)}
+    energy = {r["time"] for r in influxdb_v1.points('SELECT "energy_j" FROM "gpu_power"', db=db)}
+    assert len(work) >= 5 and work <= energy  # so a work span's energy window holds both its edges
+
+
 def _docs(cli, influxdb_v1, victoria_metrics, counted, *extra):
     db, start_ns, end_ns, _ = counted
     influx = compare_json(cli, ["--url", influxdb_v1.url, "--database", db], start_ns, end_ns, *extra)
