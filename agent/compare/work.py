@@ -223,6 +223,8 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
             for a, b, _ in s.segments
             for t, _ in span_buckets(a, b, bucket)
         }
+        b_ns = bucket * 1_000_000_000  # a bucket holding a work sample is allocated (its last one included)
+        allocated |= {(tuple(s.tags[t] for t in GPU), x // b_ns * b_ns) for s in series for x in (s.t0_ns, s.t1_ns)}
         for gpu, t in cells:
             key = tuple({"host": gpu[0], "uuid": gpu[1], "model": model_of.get(gpu, "")}[x] for x in gtags)
             if key in groups:  # every bucket counts its time in the range; allocated: some work ran in it

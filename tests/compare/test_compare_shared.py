@@ -16,7 +16,7 @@ pytestmark = pytest.mark.servers
 
 STEP_NS = 10 * 10**9
 N = 61  # samples: 10 min at 10 s
-T0 = 1_700_000_000 * 10**9
+T0 = 1_699_999_800 * 10**9  # on a minute: the first and last samples open a bucket
 H100, A100, L40S, ODD = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA L40S", "Mystery GPU"
 GPUS = {  # uuid -> (model, W drawn: energy_j grows by W × 10 each step; None: no energy counter)
     "GPU-h100": (H100, 300.0),
@@ -157,6 +157,8 @@ def test_two_pieces_of_work_on_one_gpu_sum_to_at_most_the_gpu(cli, influxdb_v1, 
             w = gpu["work"]["tokens_out"]
             assert w["gpu_hours"] == pytest.approx(gpu["gpu_hours"], rel=1e-9)  # shared, not twice
             assert w["energy_wh"] == pytest.approx(gpu["energy_kwh"] * 1000, rel=1e-9)
+            # Busy to its last sample: the bucket that sample opens is the work's, not idle.
+            assert gpu["limits"]["idle"] == 0
 
 
 def test_the_table_and_html_name_the_unpriced_and_the_placement(cli, influxdb_v1, shared_db):
