@@ -156,7 +156,7 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
         )
     gpus_seen = {tuple(s.tags[t] for t in GPU) for s in series if by != "job" or s.tags.get("slurm_job_id")}
     bucket = choose_bucket(rng, max(len(gpus_seen), source.gpu_count_hint()))
-    cut_absences(series, source.presence(bucket, series), bucket)
+    cut_absences(series, source.absence(bucket, series), bucket)
     share_gpus(series)  # before --by job keeps the jobs' work: the GPU is shared with all of it
     if by == "job":
         series = [s for s in series if s.tags.get("slurm_job_id")]
@@ -277,23 +277,23 @@ def share_gpus(series: list[WorkSeries]) -> None:
             s.charge = charges[id(s)]
 
 
-def cut_absences(series: list[WorkSeries], presence: dict[tuple, set], bucket_s: int) -> None:
+def cut_absences(series: list[WorkSeries], absent: dict[tuple, set], bucket_s: int) -> None:
     """A series' absences out of its time: a run of the limits' buckets inside its span where it has no
     sample, at least ABSENT_INTERVALS × its mean sampling interval long (a server that stopped
     answering), is neither its GPU-hours nor its energy nor its limits (those buckets are `idle`)."""
     b = bucket_s * 1_000_000_000
     for s in series:
-        seen = presence.get(tuple(s.tags.get(t, "") for t in SERIES_TAGS))
-        if not seen or s.samples < 3:
+        empty = absent.get(tuple(s.tags.get(t, "") for t in SERIES_TAGS))
+        if not empty or s.samples < 3:
             continue
         least = ABSENT_INTERVALS * (s.t1_ns - s.t0_ns) / (s.samples - 1)
         runs, start, t = [], s.t0_ns, s.t0_ns // b * b + b
         while t < s.t1_ns // b * b:
-            if t in seen:
+            if t not in empty:
                 t += b
                 continue
             end = t
-            while end < s.t1_ns // b * b and end not in seen:
+            while end < s.t1_ns // b * b and end in empty:
                 end += b
             if end - t >= least:
                 runs.append((start, t))
@@ -489,16 +489,18 @@ class InfluxWork:
             )
         return out
 
-    def presence(self, bucket: int, series: list[WorkSeries]) -> dict[tuple, set]:
-        """Per work series (SERIES_TAGS), the starts of the buckets (epoch-aligned) holding a sample of it."""
+    def absence(self, bucket: int, series: list[WorkSeries]) -> dict[tuple, set]:
+        """Per work series (SERIES_TAGS), the starts of the buckets (epoch-aligned) in the range holding no
+        sample of it: only those cross the wire (a series sampled all along answers nothing)."""
         if not series:
             return {}
         by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
-        q = f'SELECT COUNT("units_total") FROM "gpu_work" WHERE {self._w()} GROUP BY {by}, time({bucket}s) fill(none)'
+        inner = (
+            f'SELECT COUNT("units_total") AS c FROM "gpu_work" WHERE {self._w()} GROUP BY {by}, time({bucket}s) fill(0)'
+        )
         out: dict[tuple, set] = defaultdict(set)
-        for r in self.client.rows(q):
-            if r.get("count"):
-                out[tuple(r.get(t) or "" for t in SERIES_TAGS)].add(r["time"])
+        for r in self.client.rows(f"SELECT c FROM ({inner}) WHERE {self.range.clause()} AND c = 0 GROUP BY {by}"):
+            out[tuple(r.get(t) or "" for t in SERIES_TAGS)].add(r["time"])
         return out
 
     def _restart_values(self, drops: list[dict]) -> dict[tuple, float]:
@@ -740,24 +742,23 @@ class PromWork:
             )
         return out
 
-    def presence(self, bucket: int, series: list[WorkSeries]) -> dict[tuple, set]:
-        """Per work series (SERIES_TAGS), the starts of the buckets (epoch-aligned) holding a sample of it,
-        as InfluxWork's: each bucket [t, t + bucket) read at its end - 1 ms (see _range)."""
+    def absence(self, bucket: int, series: list[WorkSeries]) -> dict[tuple, set]:
+        """As InfluxWork's: each bucket [t, t + bucket) read at its end - 1 ms (see _range); a bucket with no
+        sample after the series' first counts 0 (the `or`), and only the zeros cross the wire."""
         if not series:
             return {}
         by = ", ".join(SERIES_TAGS)
-        expr = f"max by ({by}) (count_over_time({self._sel('gpu_work', 'units_total')}[{bucket}s]))"
+        u = self._sel("gpu_work", "units_total")
+        span = f"{(self.range.end_ns - self.range.start_ns) // 1_000_000 + bucket * 1000}ms"
+        expr = f"max by ({by}) ((count_over_time({u}[{bucket}s]) or on ({by}) (0 * last_over_time({u}[{span}]))) == 0)"
         first = self.range.start_ns / 1e9 // bucket * bucket
         last = (self.range.end_ns / 1e9 - 0.001) // bucket * bucket
-        rows = self.client.query_range(expr, first + bucket - 0.001, last + bucket - 0.001, bucket, "work: presence")
+        rows = self.client.query_range(expr, first + bucket - 0.001, last + bucket - 0.001, bucket, "work: absences")
         out: dict[tuple, set] = defaultdict(set)
-        lo, hi = self.range.start_ns, self.range.end_ns
         for row in rows:
             k = tuple(row["metric"].get(t, "") for t in SERIES_TAGS)
-            for t, v in row["values"]:
-                t_ns = int(round((float(t) + 0.001 - bucket) * 1e9))
-                if (_finite(v) or 0) > 0 and lo <= t_ns + bucket * 1_000_000_000 and t_ns < hi:
-                    out[k].add(t_ns)
+            for t, _v in row["values"]:
+                out[k].add(int(round((float(t) + 0.001 - bucket) * 1e9)))
         return out
 
     def energy(self, t0_ns: int, t1_ns: int, gpus=None) -> dict[tuple, float]:
