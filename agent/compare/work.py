@@ -455,23 +455,23 @@ class InfluxWork:
             f'SELECT LAST("gpu_share") {base}',
             f"SELECT SUM(d) FROM ({diffs}) WHERE {self.range.clause()} GROUP BY {by}",
             f"SELECT d FROM ({steps}) WHERE {self.range.clause()} AND d < 0 GROUP BY {by}",
-            f'SELECT LAST("power_w") FROM "gpu_power" WHERE {self._w(work=False)} GROUP BY "host", "uuid"',
-            f'SELECT LAST("energy_j") FROM "gpu_power" WHERE {self._w(work=False)} GROUP BY "host", "uuid"',
-            f'SELECT COUNT("units_total") {base}',
-            f'SELECT MEAN("sm_util_pct") {base}',
+            # The GPUs, and which have an energy counter (two selectors: one scan, the time unused).
+            f'SELECT LAST("power_w") AS p, LAST("energy_j") AS e FROM "gpu_power" WHERE {self._w(work=False)} '
+            'GROUP BY "host", "uuid"',
+            f'SELECT COUNT("units_total") AS n, MEAN("sm_util_pct") AS sm {base}',
         )
         with ThreadPoolExecutor(WORKERS) as pool:
-            first, last, gpus, shares, sums, drops, count, metered, samples, sm = pool.map(self.client.rows, queries)
+            first, last, gpus, shares, sums, drops, count, samples = pool.map(self.client.rows, queries)
         self._gpu_count = len(count)
-        self._metered = {(r.get("host") or "", r.get("uuid") or "") for r in metered}
+        self._metered = {(r.get("host") or "", r.get("uuid") or "") for r in count if r.get("e") is not None}
         key = lambda r: tuple(r.get(t) or "" for t in SERIES_TAGS)  # noqa: E731
         last_t = {key(r): r["time"] for r in last}
         n_gpus = {key(r): r["last"] for r in gpus}
         share = {key(r): r["last"] for r in shares}
         total = {key(r): r["sum"] or 0.0 for r in sums}
         restarts = self._restart_values(drops)
-        n = {key(r): r["count"] or 0 for r in samples}
-        sm_mean = {key(r): _finite(r.get("mean")) for r in sm}
+        n = {key(r): r.get("n") or 0 for r in samples}
+        sm_mean = {key(r): _finite(r.get("sm")) for r in samples}
         out = []
         for r in first:
             k = key(r)
