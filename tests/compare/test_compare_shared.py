@@ -6,6 +6,7 @@ report's own figures. Expectations are worked out here from the points written."
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 import uuid
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.servers
 
 STEP_NS = 10 * 10**9
 N = 61  # samples: 10 min at 10 s
-T0 = 1_699_999_800 * 10**9  # on a minute: the first and last samples open a bucket
+T0 = (int(time.time()) // 60 - 40) * 60 * 10**9  # on a minute: the first and last samples open a bucket
 H100, A100, L40S, ODD = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA L40S", "Mystery GPU"
 GPUS = {  # uuid -> (model, W drawn: energy_j grows by W × 10 each step; None: no energy counter)
     "GPU-h100": (H100, 300.0),
@@ -68,7 +69,7 @@ def _lines() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def shared_db(influxdb_v1, victoria_metrics, tmp_path_factory):
+def shared_db(influxdb_v1, victoria_metrics, tmp_path_factory, cli):
     db = f"shared_{uuid.uuid4().hex[:8]}"
     influxdb_v1.create_database(db)
     lines = _lines()
@@ -82,6 +83,9 @@ def shared_db(influxdb_v1, victoria_metrics, tmp_path_factory):
     text += f"[compare.prices]\nkwh = {PRICES['kwh']}\npue = {PRICES['pue']}\n[compare.prices.gpu_hour]\n"
     text += "".join(f'"{m}" = {p}\n' for m, p in PRICES["gpu_hour"].items())
     config.write_text(text)
+    for command in (("init",), ("backfill", "--since", "2h")):
+        result = cli("rollups", *command, "--url", influxdb_v1.url, "--database", db)
+        assert result.exit_code == 0, result.output
     yield db, config
     influxdb_v1.drop_database(db)
 
@@ -212,3 +216,15 @@ def test_a_server_gone_for_two_thirds_of_the_range_is_not_charged_the_gap(
         gone = next(g for g in doc["groups"] if g["key"]["uuid"] == "GPU-gone")
         # The gap's buckets are idle, all but its edge ones (buckets of at most 60 s over 10 min).
         assert gone["limits"]["idle"] >= 100 * ((GONE[1] - GONE[0]) * 10 - 2 * 60) / ((END - START) / 1e9)
+
+
+@pytest.mark.parametrize("by", ["model,workload", "gpu"])
+def test_the_same_from_rollups(cli, influxdb_v1, shared_db, by):
+    db, config = shared_db
+    conn = ["--config", str(config), "--url", influxdb_v1.url, "--database", db]
+    rolled = compare_json(cli, conn, START, END, "--by", by)
+    raw = compare_json(cli, conn, START, END, "--by", by, "--raw")
+    assert rolled["source"]["kind"] == "rollup", rolled["source"]
+    for doc in (rolled, raw):
+        doc.pop("source")
+    assert_same(rolled, raw)
