@@ -35,7 +35,7 @@ from gpuagent.compare import limits as lim
 from gpuagent.compare.placement import placement
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.report import NoData, Range, bucket_seconds, report_document, rfc3339
-from gpuagent.compare.sharing import shared_segments
+from gpuagent.compare.sharing import cut_absences, share_gpus
 from gpuagent.errors import AgentError
 
 GPU = ("host", "uuid")
@@ -156,8 +156,8 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
         )
     gpus_seen = {tuple(s.tags[t] for t in GPU) for s in series if by != "job" or s.tags.get("slurm_job_id")}
     bucket = choose_bucket(rng, max(len(gpus_seen), source.gpu_count_hint()))
-    cut_absences(series, source.absence(bucket, series), bucket)
-    share_gpus(series)  # before --by job keeps the jobs' work: the GPU is shared with all of it
+    cut_absences(series, source.absence(bucket, series), bucket, SERIES_TAGS, ABSENT_INTERVALS)
+    share_gpus(series, GPU)  # before --by job keeps the jobs' work: the GPU is shared with all of it
     if by == "job":
         series = [s for s in series if s.tags.get("slurm_job_id")]
     metered = source.metered()  # the GPUs with an energy counter: the others' energy is null, not 0
@@ -256,51 +256,6 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
     if by in ("workload", "model,workload"):
         doc["placement"] = placement(doc)
     return doc
-
-
-def share_gpus(series: list[WorkSeries]) -> None:
-    """Each series' charge: its GPU's (MIG slice's) time shared among the pieces of work on it at the
-    same time (gpuagent.compare.sharing), by their mean sm_util_pct where each has one, else evenly."""
-    slots: dict[tuple, list[WorkSeries]] = defaultdict(list)
-    for s in series:
-        slots[(*(s.tags[t] for t in GPU), s.tags.get("mig_uuid", ""))].append(s)
-    for members in slots.values():
-        items, owner = [], []
-        for s in members:
-            for a, b in s.spans:
-                items.append(((s.tags.get("work_id", ""), s.tags.get("workload", "")), a, b, s.sm))
-                owner.append(s)
-        charges: dict[int, list] = defaultdict(list)
-        for s, segs in zip(owner, shared_segments(items), strict=True):
-            charges[id(s)].extend(segs)
-        for s in members:
-            s.charge = charges[id(s)]
-
-
-def cut_absences(series: list[WorkSeries], absent: dict[tuple, set], bucket_s: int) -> None:
-    """A series' absences out of its time: a run of the limits' buckets inside its span where it has no
-    sample, at least ABSENT_INTERVALS × its mean sampling interval long (a server that stopped
-    answering), is neither its GPU-hours nor its energy nor its limits (those buckets are `idle`)."""
-    b = bucket_s * 1_000_000_000
-    for s in series:
-        empty = absent.get(tuple(s.tags.get(t, "") for t in SERIES_TAGS))
-        if not empty or s.samples < 3:
-            continue
-        least = ABSENT_INTERVALS * (s.t1_ns - s.t0_ns) / (s.samples - 1)
-        runs, start, t = [], s.t0_ns, s.t0_ns // b * b + b
-        while t < s.t1_ns // b * b:
-            if t not in empty:
-                t += b
-                continue
-            end = t
-            while end < s.t1_ns // b * b and end in empty:
-                end += b
-            if end - t >= least:
-                runs.append((start, t))
-                start = end
-            t = end
-        if runs:
-            s.runs = [*runs, (start, s.t1_ns)]
 
 
 def series_joules(s: WorkSeries, energies: dict, metered: set) -> float | None:
