@@ -229,3 +229,19 @@ def test_a_new_refused_name_moves_the_count():
     before = names.refused_total
     metric.Point("m", {"t": f"new-{time.monotonic_ns()}\\"}, {"v": 1}, 1).to_line()
     assert names.refused_total == before + 1
+
+
+def test_collectors_started_on_one_tick_stamp_their_points_with_one_time():
+    """A work sample and the GPU's energy sample of one tick carry one timestamp, so compare's energy
+    window from the work's first to last sample holds the energy samples at both edges."""
+    sched, sink, hanging = make(timeout=0.3)
+    try:
+        before = time.time_ns()
+        sched.run_once()
+        sched.run_once()
+    finally:
+        hanging.release.set()
+    healthy, raising = sink.of("healthy"), sink.of("raising")
+    assert len(healthy) == len(raising) == 2
+    assert [p.time_ns for p in healthy] == [p.time_ns for p in raising]
+    assert before <= healthy[0].time_ns < healthy[1].time_ns

@@ -26,10 +26,12 @@ JOB_GROUPS = {
 
 JOB_DEFINITIONS = {
     "gpus": "GPUs the job (pod) held at some sample in the range",
-    "gpu_hours": "per GPU, the time from the job's first to its last gpu_job sample on it, summed",
+    "gpu_hours": "per GPU, the time from the job's first to its last gpu_job sample on it, summed; while "
+    "other jobs held the GPU too, shared by the jobs' mean SM activity on it (sm_util_pct) where all have one, "
+    "evenly otherwise, so the jobs on a GPU never sum above the GPU",
     "energy_wh": "per GPU, the sum of the non-negative increases of the GPU's energy_j counter "
-    "between the job's consecutive gpu_job samples on it, summed over its GPUs; a GPU shared by "
-    "two jobs at once is charged to both",
+    "between the job's consecutive gpu_job samples on it, summed over its GPUs; a GPU held by "
+    "two jobs at once is shared between them as its time is (gpu_hours)",
     "sm_util_mean_pct": "mean of the job's SM activity samples (its processes' sm_util_pct on the "
     "GPU, summed per sample); where the driver gives no per-process samples, the GPU's gpu_util_pct",
     "peak_memory_bytes": "largest GPU memory the job's processes held on one GPU at one sample",
@@ -86,6 +88,7 @@ class JobReport:
                 self.key_tags,
             )
         }
+        hours, energy = self._shared(series, first, last, energy)
         groups: dict[tuple, dict[str, Any]] = {}
         members: dict[tuple, list] = defaultdict(list)
         for skey, t0 in first.items():
@@ -93,7 +96,7 @@ class JobReport:
             members[jkey].append((dict(zip(series, skey, strict=True)), t0, last.get(skey, t0)))
         for jkey, gpus in members.items():
             m = means.get(jkey, {})
-            seconds = sum((t1 - t0) / 1e9 for _, t0, t1 in gpus)
+            seconds = sum(hours[_key(tags, series)] * 3600 for tags, _, _ in gpus)
             joules = sum(energy.get(_key(tags, series), 0.0) for tags, _, _ in gpus)
             groups[jkey] = {
                 "key": dict(zip(self.key_tags, jkey, strict=True)),
@@ -115,7 +118,7 @@ class JobReport:
                     {
                         **{t: tags[t] for t in GPU_TAGS},
                         "energy_wh": energy.get(_key(tags, series), 0.0) / 3600.0,
-                        "gpu_hours": (t1 - t0) / 3.6e12,
+                        "gpu_hours": hours[_key(tags, series)],
                         "idle_gpu_hours": idle.get(_key(tags, series), 0.0) / 3600.0,
                     }
                     for tags, t0, t1 in sorted(gpus, key=lambda g: (g[0]["host"], g[0]["gpu"]))
@@ -139,6 +142,36 @@ class JobReport:
             definitions = {**JOB_DEFINITIONS, **WORK_DEFINITIONS}
         source = {"url": self.client.conn.url, "database": self.client.conn.database}
         return report_document(self.range, self.by, self.where, source, definitions, groups)
+
+    def _shared(self, series: tuple[str, ...], first: dict, last: dict, energy: dict) -> tuple[dict, dict]:
+        """Per (job, GPU) series, its GPU-hours and energy with the GPU shared among the jobs (pods) on it
+        at the same time (gpuagent.compare.sharing): by each one's mean SM activity on the GPU where
+        all have one, evenly otherwise. A series alone on its GPU keeps its span and its energy."""
+        from gpuagent.compare.sharing import shared_segments
+
+        sm = {_key(r, series): r.get("sm") for r in self._rows('MEAN("sm_util_pct") AS sm', series)}
+        slots: dict[tuple, list] = defaultdict(list)
+        for skey, t0 in first.items():
+            tags = dict(zip(series, skey, strict=True))
+            slots[(tags["host"], tags["uuid"])].append((skey, t0, last.get(skey, t0)))
+        hours = {skey: (last.get(skey, t0) - t0) / 3.6e12 for skey, t0 in first.items()}
+        energy = dict(energy)
+        n = len(self.key_tags)
+        for (host, uuid), members in slots.items():
+            segs = shared_segments([(k[:n], t0, t1, sm.get(k)) for k, t0, t1 in members])
+            if all(len(sg) == 1 and sg[0][2] == 1.0 for sg in segs):
+                continue  # alone on the GPU all along
+            for (skey, _, _), sg in zip(members, segs, strict=True):
+                hours[skey] = sum((b - a) * f for a, b, f in sg) / 3.6e12
+                energy[skey] = sum(self._gpu_energy(host, uuid, a, b) * f for a, b, f in sg)
+        return hours, energy
+
+    def _gpu_energy(self, host: str, uuid: str, a: int, b: int) -> float:
+        """The GPU's energy_j increase (non-negative steps) between its gpu_job samples in [a, b]."""
+        w = f"time >= {a} AND time <= {b} AND \"host\" = '{_quote(host)}' AND \"uuid\" = '{_quote(uuid)}'"
+        inner = f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "gpu_job" WHERE {w} GROUP BY "host", "uuid"'
+        rows = self.client.rows(f"SELECT SUM(d) FROM ({inner}) WHERE {w}")
+        return (rows[0].get("sum") or 0.0) if rows else 0.0
 
     def _increase(self, field: str, series: tuple[str, ...], condition: str = "") -> dict[tuple, float]:
         """Per job series: how much a counter field grew over the range (its non-negative steps summed)."""
@@ -169,6 +202,10 @@ class JobReport:
             uid, namespace, pod = jkey
             return f"{namespace}/{pod}" if pod else uid
         return jkey[0]
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def _key(row: dict, tags: tuple[str, ...]) -> tuple:

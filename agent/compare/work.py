@@ -7,17 +7,20 @@ per-series rows to `build_work`, which does the arithmetic once:
 - a *work series* is one piece of work (`work_id`, `workload`, `unit`) on one GPU; its units are
   the increase of `units_total` from its first to its last sample in the range (a decrease is a
   restart: the increase over that interval is the new value, as Prometheus `increase()`), divided
-  by `gpus`; its GPU-hours are that span; its energy is the GPU's `energy_j` increase over exactly
-  that span (the non-negative steps between samples inside it); work on a MIG slice (`mig_uuid`)
-  is charged the slice's share of both, its `gpu_share` (3/7 for a 3g slice; absent: 1);
+  by `gpus`; its GPU-hours are that span less its absences (cut_absences), shared with the other
+  work on its GPU at the same time (share_gpus, gpuagent.compare.sharing); its energy is the GPU's
+  `energy_j` increase over exactly that time (the non-negative steps between samples inside it),
+  null where the GPU has none; work on a MIG slice (`mig_uuid`) is charged the slice's share of
+  both, its `gpu_share` (3/7 for a 3g slice; absent: 1);
 - cost = GPU-hours × the model's price per GPU-hour + energy × PUE × the price of a kWh
   (`[compare.prices]`, gpuagent.compare.prices), per series, so a group of several models is
-  priced model by model;
+  priced model by model; a model without a GPU-hour price is unpriced (null), never energy only;
+- placement (gpuagent.compare.placement): from the document's own cross_model figures;
 - what limits it: each GPU's range in buckets, each bucket classed by gpuagent.compare.limits
   from the means of its samples (with work allocated: its busy share in one class, the rest
   starved); a work group weights a bucket by its work's time in it (so its class shares are
   shares of the work's GPU-hours), a GPU group by the bucket's time in the range, `idle` where
-  no work's span or sample touched the bucket.
+  no work's time or sample touched the bucket.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuagent.compare import limits as lim
+from gpuagent.compare.placement import placement
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.report import NoData, Range, bucket_seconds, report_document, rfc3339
+from gpuagent.compare.sharing import cut_absences, share_gpus
 from gpuagent.errors import AgentError
 
 GPU = ("host", "uuid")
@@ -51,21 +56,32 @@ _PLAIN_UUID = re.compile(r"[A-Za-z0-9-]+")
 MAX_UUID_FILTER = 2_000  # characters of uuid=~"a|b|..." in one energy query (asked 4 times in it)
 CELLS_TARGET = 50_000  # GPU × bucket cells of the limits at most (each bucket at least a step)
 WORKERS = 4
+ABSENT_INTERVALS = 3  # a series absent this many of its mean sampling intervals (or more) was not working
 
 WORK_DEFINITIONS = {
     "work.units": "per work series (a piece of work on one GPU), the increase of units_total from its first "
     "to its last sample in the range (a decrease is a restart: that interval adds the new value), / gpus; summed",
-    "work.gpu_hours": "per work series, its last - first sample time × its gpu_share (a MIG slice's share of the GPU; "
-    "absent: 1), summed (a piece of work on N GPUs counts N)",
+    "work.gpu_hours": "per work series, its last - first sample time less its absences (runs of the limits' buckets "
+    "without a sample, 3 or more of its mean sampling intervals long) × its gpu_share (a MIG slice's share of the GPU; "
+    "absent: 1), shared with the other work on its GPU at the same time (by the pieces' mean sm_util_pct where "
+    "each has one, evenly otherwise); summed (a piece of work on N GPUs "
+    "counts N)",
     "work.units_per_gpu_hour": "units / gpu_hours",
     "work.wh_per_unit": "energy / units, the energy per work series being the GPU's energy_j increase "
-    "(non-negative steps) between the series' first and last sample × its gpu_share: exactly its GPUs (or MIG "
-    "slices' shares of them) over exactly its time",
+    "(non-negative steps) between the series' first and last sample (less its absences) × its gpu_share and its "
+    "part of a shared GPU: exactly its GPUs (or MIG slices' shares of them) over exactly its time; null where a "
+    "GPU has no energy_j",
     "work.cost_per_million_units": "1e6 × cost / units; cost per work series = gpu_hours × [compare.prices] "
-    "gpu_hour of its model (else default) + energy kWh × pue × kwh; null without prices",
+    "gpu_hour of its model (else default) + energy kWh × pue × kwh; null without prices, for a model without a "
+    "GPU-hour price (unpriced) and where kwh is priced but a GPU has no energy_j",
     "work.spread": "units_per_gpu_hour of each GPU of the group: min, max and the number of GPUs",
     "limits": "share of the group's GPU-hours in each class, bucket by bucket per GPU (docs/compare.md, "
     "'What limits the work'); limits_proxy: the class was reached through a proxy field in some bucket",
+    "unpriced": "the work's models without a GPU-hour price in [compare.prices] (no default): their cost, "
+    "cost_per_million_units and units_per_dollar are null, never priced at energy only",
+    "placement": "per workload and unit seen on two or more priced models: the cheapest model per unit at the "
+    "measured rates; saving = sum of the models' cost of their units - all the units × the cheapest's cost per unit "
+    "(saving_pct: over the first), with each model's units and GPU-hours and caveats",
     "cross_model": "per workload and unit seen on two or more models, per model: units/s per GPU (units / "
     "GPU-seconds), units/s per kW drawn (units / kJ, the same thing) and units per $ (units / cost), each with "
     "its _best_pct (the figure / the best model's × 100), the GPU-hours behind it and its spread across GPUs",
@@ -80,11 +96,26 @@ class WorkSeries:
     increase: float  # of units_total, resets counted as restarts
     gpus: float
     share: float = 1.0  # gpu_share: a MIG slice's share of its GPU's time and energy
+    # Its charge (gpuagent.compare.sharing): (start, end, fraction of the GPU) segments of its span,
+    # fraction < 1 where other work ran on the GPU at the same time; None: the whole span, alone.
+    charge: list | None = None
+    samples: int = 0  # its points in the range
+    sm: float | None = None  # mean sm_util_pct of its processes on the GPU (None: NVML gave none)
+    # Its span less its absences (cut_absences): [(start, end), ...]; None: the whole span.
+    runs: list | None = None
+
+    @property
+    def spans(self) -> list:
+        return self.runs if self.runs is not None else [(self.t0_ns, self.t1_ns)]
+
+    @property
+    def segments(self) -> list:
+        return self.charge if self.charge is not None else [(a, b, 1.0) for a, b in self.spans]
 
     @property
     def gpu_seconds(self) -> float:
-        """The GPU time charged: the span × the slice's share."""
-        return self.seconds * self.share
+        """The GPU time charged: the span, shared with the work beside it, × the slice's share."""
+        return sum((b - a) / 1e9 * f for a, b, f in self.segments) * self.share
 
     @property
     def units(self) -> float:
@@ -141,14 +172,18 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
             f"no gpu_work points between {rfc3339(rng.start_ns)} and {rfc3339(rng.end_ns)} in {source.label} "
             "(the work collector writes them; `sim fleet --scenario inference` simulates some)"
         )
+    gpus_seen = {tuple(s.tags[t] for t in GPU) for s in series if by != "job" or s.tags.get("slurm_job_id")}
+    bucket = choose_bucket(rng, max(len(gpus_seen), source.gpu_count_hint()))
+    cut_absences(series, source.absence(bucket, series), bucket, SERIES_TAGS, ABSENT_INTERVALS)
+    share_gpus(series, GPU)  # before --by job keeps the jobs' work: the GPU is shared with all of it
     if by == "job":
         series = [s for s in series if s.tags.get("slurm_job_id")]
-    gpus_of: dict[tuple, set] = defaultdict(set)  # the work's time span -> the GPUs working over it
+    metered = source.metered()  # the GPUs with an energy counter: the others' energy is null, not 0
+    gpus_of: dict[tuple, set] = defaultdict(set)  # a window of the work's charge -> the GPUs over it
     for s in series:
-        gpus_of[(s.t0_ns, s.t1_ns)].add(tuple(s.tags[t] for t in GPU))
+        for a, b, _f in s.segments:
+            gpus_of[(a, b)].add(tuple(s.tags[t] for t in GPU))
     windows = sorted(gpus_of)
-    gpus_seen = {tuple(s.tags[t] for t in GPU) for s in series}
-    bucket = choose_bucket(rng, max(len(gpus_seen), source.gpu_count_hint()))
     with ThreadPoolExecutor(WORKERS) as pool:  # the energy of each span and the limits' cells at once
         cells_done = pool.submit(source.cells, bucket)
         energies = dict(zip(windows, pool.map(lambda w: source.energy(*w, gpus_of[w]), windows), strict=True))
@@ -177,32 +212,19 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
         g["_models"].add(s.tags["model"])
         g["_hosts"].add(s.tags["host"])
         g["_gpus"].add(gpu)
-        joules = energies[(s.t0_ns, s.t1_ns)].get(gpu, 0.0) * s.share
-        u = per_unit[key].setdefault(
-            s.tags["unit"],
-            {
-                "units": 0.0,
-                "seconds": 0.0,
-                "joules": 0.0,
-                "cost": 0.0,
-                "priced": True,
-                "per_gpu": defaultdict(lambda: [0.0, 0.0]),
-            },
-        )
-        u["units"] += s.units
-        u["seconds"] += s.gpu_seconds
-        u["joules"] += joules
-        cost = prices.cost(s.tags["model"], s.gpu_seconds / 3600, joules / 3.6e6)
-        if cost is None:
-            u["priced"] = False
-        else:
-            u["cost"] += cost
+        joules = series_joules(s, energies, metered)
+        u = per_unit[key].setdefault(s.tags["unit"], _acc())
+        _add(u, s, joules, prices)
         u["per_gpu"][gpu][0] += s.units
         u["per_gpu"][gpu][1] += s.gpu_seconds
         if by not in GPU_GROUPINGS:  # the buckets the work ran in, weighted by its time in each
-            for t, hours in span_buckets(s.t0_ns, s.t1_ns, bucket):  # (a MIG slice by its share)
-                k = (gpu, t, s.tags.get("mig_uuid", ""))
-                g["_slices"][k] = max(hours * s.share, g["_slices"].get(k, 0.0))
+            here: dict[int, float] = defaultdict(float)  # (a MIG slice by its share, shared work by its part)
+            for a, b, f in s.segments:
+                for t, hours in span_buckets(a, b, bucket):
+                    here[t] += hours * f * s.share
+            for t, hours in here.items():  # a piece's units (its several series) count its time once
+                k = (gpu, t, s.tags.get("mig_uuid", ""), s.tags.get("work_id", ""), s.tags.get("workload", ""))
+                g["_slices"][k] = max(hours, g["_slices"].get(k, 0.0))
     if by in GPU_GROUPINGS:  # every GPU with readings, its idle time included
         for gpu, _t in cells:
             tags = {"host": gpu[0], "uuid": gpu[1], "model": model_of.get(gpu, "")}
@@ -213,14 +235,21 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
             g["_models"].add(tags["model"])
             g["_hosts"].add(gpu[0])
             g["_gpus"].add(gpu)
-        allocated = {(tuple(s.tags[t] for t in GPU), t) for s in series for t in work_buckets(s.t0_ns, s.t1_ns, bucket)}
+        allocated = {
+            (tuple(s.tags[t] for t in GPU), t)
+            for s in series
+            for a, b, _ in s.segments
+            for t, _ in span_buckets(a, b, bucket)
+        }
+        b_ns = bucket * 1_000_000_000  # a bucket holding a work sample is allocated (its last one included)
+        allocated |= {(tuple(s.tags[t] for t in GPU), x // b_ns * b_ns) for s in series for x in (s.t0_ns, s.t1_ns)}
         allocated |= source.edge_work(bucket)  # the range's edge buckets: their samples outside the range too
         for gpu, t in cells:
             key = tuple({"host": gpu[0], "uuid": gpu[1], "model": model_of.get(gpu, "")}[x] for x in gtags)
             if key in groups:  # every bucket counts its time in the range; allocated: some work ran in it
                 groups[key]["_cells"][(gpu, t)] = ((gpu, t) in allocated, overlap_hours(rng, t, bucket))
     for key, g in groups.items():
-        for (gpu, t, _slice), hours in g.pop("_slices").items():  # the slices of a GPU add up
+        for (gpu, t, *_), hours in g.pop("_slices").items():  # the slices and the pieces sharing a GPU add up
             g["_cells"][(gpu, t)] = g["_cells"].get((gpu, t), 0.0) + hours
         weighted = []
         for (gpu, t), mark in g.pop("_cells").items():
@@ -241,48 +270,77 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
     source_doc = {**source.describe(), "limits_bucket_s": bucket}
     doc = report_document(rng, by, where, source_doc, WORK_DEFINITIONS, groups)
     doc["prices"] = prices.as_dict() if prices.any else None
-    doc["cross_model"] = cross_model(series, energies, prices)
+    doc["unpriced"] = unpriced_models(series, prices) if prices.any else None
+    doc["cross_model"] = cross_model(series, energies, prices, metered)
+    if by in ("workload", "model,workload"):
+        doc["placement"] = placement(doc)
     return doc
 
 
+def series_joules(s: WorkSeries, energies: dict, metered: set) -> float | None:
+    """The GPU's energy over the series' charge, × its fraction and MIG share; None: no energy counter."""
+    gpu = tuple(s.tags[t] for t in GPU)
+    if gpu not in metered:
+        return None
+    return sum(energies[(a, b)].get(gpu, 0.0) * f for a, b, f in s.segments) * s.share
+
+
+def series_cost(prices: Prices, model: str, gpu_hours: float, joules: float | None) -> float | None:
+    """$ of a series; None where its model has no GPU-hour price (never priced at energy only), or
+    where the kWh is priced and its GPU has no energy counter."""
+    if prices.gpu_hour_price(model) is None or (joules is None and prices.kwh is not None):
+        return None
+    return prices.cost(model, gpu_hours, (joules or 0.0) / 3.6e6)
+
+
+def _acc() -> dict:
+    return {"units": 0.0, "seconds": 0.0, "joules": 0.0, "metered": True, "cost": 0.0, "priced": True,
+            "per_gpu": defaultdict(lambda: [0.0, 0.0])}  # fmt: skip
+
+
+def _add(u: dict, s: WorkSeries, joules: float | None, prices: Prices) -> None:
+    u["units"] += s.units
+    u["seconds"] += s.gpu_seconds
+    if joules is None:
+        u["metered"] = False
+    else:
+        u["joules"] += joules
+    cost = series_cost(prices, s.tags["model"], s.gpu_seconds / 3600, joules)
+    if cost is None:
+        u["priced"] = False
+    else:
+        u["cost"] += cost
+
+
+def unpriced_models(series: list[WorkSeries], prices: Prices) -> list[str]:
+    """The work's models without a GPU-hour price: their costs are null (and units per dollar)."""
+    return sorted({s.tags["model"] for s in series if prices.gpu_hour_price(s.tags["model"]) is None})
+
+
 def _unit_figures(u: dict, prices: Prices) -> dict[str, Any]:
-    units, hours, wh = u["units"], u["seconds"] / 3600, u["joules"] / 3600
+    units, hours = u["units"], u["seconds"] / 3600
+    wh = u["joules"] / 3600 if u["metered"] else None
     rates = [a / (b / 3600) for a, b in u["per_gpu"].values() if b > 0]
+    priced = u["priced"] and prices.any
     return {
         "units": units,
         "gpu_hours": hours,
         "energy_wh": wh,
         "units_per_gpu_hour": units / hours if hours > 0 else None,
-        "wh_per_unit": wh / units if units > 0 else None,
-        "cost": u["cost"] if u["priced"] and prices.any else None,
-        "cost_per_million_units": 1e6 * u["cost"] / units if u["priced"] and prices.any and units > 0 else None,
+        "wh_per_unit": wh / units if wh is not None and units > 0 else None,
+        "cost": u["cost"] if priced else None,
+        "cost_per_million_units": 1e6 * u["cost"] / units if priced and units > 0 else None,
         "spread": {"gpus": len(rates), "min": min(rates), "max": max(rates)} if rates else None,
     }
 
 
-def cross_model(series: list[WorkSeries], energies: dict, prices: Prices) -> list[dict[str, Any]]:
+def cross_model(series: list[WorkSeries], energies: dict, prices: Prices, metered: set) -> list[dict[str, Any]]:
     """Per (workload, unit) on two or more models: each model's throughput per GPU, per kW and per $."""
     acc: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for s in series:
         gpu = tuple(s.tags[t] for t in GPU)
-        joules = energies[(s.t0_ns, s.t1_ns)].get(gpu, 0.0) * s.share
-        m = acc[(s.tags["workload"], s.tags["unit"])].setdefault(
-            s.tags["model"],
-            {
-                "units": 0.0,
-                "seconds": 0.0,
-                "joules": 0.0,
-                "cost": 0.0,
-                "priced": True,
-                "per_gpu": defaultdict(lambda: [0.0, 0.0]),
-            },
-        )
-        m["units"] += s.units
-        m["seconds"] += s.gpu_seconds
-        m["joules"] += joules
-        cost = prices.cost(s.tags["model"], s.gpu_seconds / 3600, joules / 3.6e6)
-        m["priced"] = m["priced"] and cost is not None
-        m["cost"] += cost or 0.0
+        m = acc[(s.tags["workload"], s.tags["unit"])].setdefault(s.tags["model"], _acc())
+        _add(m, s, series_joules(s, energies, metered), prices)
         m["per_gpu"][gpu][0] += s.units
         m["per_gpu"][gpu][1] += s.gpu_seconds
     out = []
@@ -300,7 +358,7 @@ def cross_model(series: list[WorkSeries], energies: dict, prices: Prices) -> lis
                     "units": m["units"],
                     "units_per_s_per_gpu": m["units"] / m["seconds"] if m["seconds"] > 0 else None,
                     # units/s per kW of draw = units / kJ: the same figure, per joule scaled
-                    "units_per_s_per_kw": 1000 * m["units"] / m["joules"] if m["joules"] > 0 else None,
+                    "units_per_s_per_kw": 1000 * m["units"] / m["joules"] if m["metered"] and m["joules"] > 0 else None,
                     "units_per_dollar": m["units"] / m["cost"]
                     if m["priced"] and prices.any and m["cost"] > 0
                     else None,
@@ -338,12 +396,17 @@ class InfluxWork:
         self.gpu_where = gpu_where  # --where applies to the GPU readings too (a GPU grouping)
         self.label = client.conn.label
         self._gpu_count = 0
+        self._metered: set[tuple] = set()
 
     def describe(self) -> dict:
         return {"url": self.client.conn.url, "database": self.client.conn.database}
 
     def gpu_count_hint(self) -> int:
         return self._gpu_count
+
+    def metered(self) -> set[tuple]:
+        """The GPUs (host, uuid) with an energy_j sample in the range (known once series() ran)."""
+        return self._metered
 
     def series_exist(self) -> bool:
         return bool(self.client.rows(f'SELECT FIRST("units_total") FROM "gpu_work" WHERE {self._w()}'))
@@ -366,17 +429,23 @@ class InfluxWork:
             f'SELECT LAST("gpu_share") {base}',
             f"SELECT SUM(d) FROM ({diffs}) WHERE {self.range.clause()} GROUP BY {by}",
             f"SELECT d FROM ({steps}) WHERE {self.range.clause()} AND d < 0 GROUP BY {by}",
-            f'SELECT LAST("power_w") FROM "gpu_power" WHERE {self._w(work=False)} GROUP BY "host", "uuid"',
+            # The GPUs, and which have an energy counter (two selectors: one scan, the time unused).
+            f'SELECT LAST("power_w") AS p, LAST("energy_j") AS e FROM "gpu_power" WHERE {self._w(work=False)} '
+            'GROUP BY "host", "uuid"',
+            f'SELECT COUNT("units_total") AS n, MEAN("sm_util_pct") AS sm {base}',
         )
         with ThreadPoolExecutor(WORKERS) as pool:
-            first, last, gpus, shares, sums, drops, count = pool.map(self.client.rows, queries)
+            first, last, gpus, shares, sums, drops, count, samples = pool.map(self.client.rows, queries)
         self._gpu_count = len(count)
+        self._metered = {(r.get("host") or "", r.get("uuid") or "") for r in count if r.get("e") is not None}
         key = lambda r: tuple(r.get(t) or "" for t in SERIES_TAGS)  # noqa: E731
         last_t = {key(r): r["time"] for r in last}
         n_gpus = {key(r): r["last"] for r in gpus}
         share = {key(r): r["last"] for r in shares}
         total = {key(r): r["sum"] or 0.0 for r in sums}
         restarts = self._restart_values(drops)
+        n = {key(r): r.get("n") or 0 for r in samples}
+        sm_mean = {key(r): _finite(r.get("sm")) for r in samples}
         out = []
         for r in first:
             k = key(r)
@@ -388,8 +457,24 @@ class InfluxWork:
                     total.get(k, 0.0) + restarts.get(k, 0.0),
                     float(n_gpus.get(k) or 1),
                     _share(share.get(k)),
+                    samples=int(n.get(k, 0)),
+                    sm=sm_mean.get(k),
                 )
             )
+        return out
+
+    def absence(self, bucket: int, series: list[WorkSeries]) -> dict[tuple, set]:
+        """Per work series (SERIES_TAGS), the starts of the buckets (epoch-aligned) in the range holding no
+        sample of it: only those cross the wire (a series sampled all along answers nothing)."""
+        if not series:
+            return {}
+        by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
+        inner = (
+            f'SELECT COUNT("units_total") AS c FROM "gpu_work" WHERE {self._w()} GROUP BY {by}, time({bucket}s) fill(0)'
+        )
+        out: dict[tuple, set] = defaultdict(set)
+        for r in self.client.rows(f"SELECT c FROM ({inner}) WHERE {self.range.clause()} AND c = 0 GROUP BY {by}"):
+            out[tuple(r.get(t) or "" for t in SERIES_TAGS)].add(r["time"])
         return out
 
     def _restart_values(self, drops: list[dict]) -> dict[tuple, float]:
@@ -529,12 +614,17 @@ class PromWork:
         self.label = client.conn.label
         self._gpu_count = 0
         self._model_of: dict[tuple, str] = {}
+        self._metered: set[tuple] = set()
 
     def describe(self) -> dict:
         return {"url": self.client.conn.url, "database": f"PromQL ({self.client.engine}, {self.names.scheme} names)"}
 
     def gpu_count_hint(self) -> int:
         return self._gpu_count
+
+    def metered(self) -> set[tuple]:
+        """The GPUs (host, uuid) with an energy_j sample in the range (known once series() ran)."""
+        return self._metered
 
     def _sel(self, measurement: str, field: str, work: bool = True) -> str:
         n = self.names
@@ -595,15 +685,33 @@ class PromWork:
                 n.at,
                 "work: the GPUs and their models",
             ),
+            (
+                f"group by (host, uuid) (count_over_time({self._sel('gpu_power', 'energy_j', False)}[{n.window}]))",
+                n.at,
+                "work: the GPUs with an energy counter",
+            ),
+            (f"max by ({by}) (count_over_time({r}))", n.at, "work: the samples of each work series"),
+            (
+                self._scaled(
+                    "gpu_work",
+                    "sm_util_pct",
+                    f"max by ({by}) (avg_over_time({self._sel('gpu_work', 'sm_util_pct')}[{n.window}]))",
+                ),
+                n.at,
+                "work: the SM share of each work series",
+            ),
         ]
-        inc_rows, first, last, gpus, shares, models = self.client.many(calls)
+        inc_rows, first, last, gpus, shares, models, metered, samples, sm = self.client.many(calls)
+        self._metered = {(r["metric"].get("host", ""), r["metric"].get("uuid", "")) for r in metered}
         self._model_of = {
             (r["metric"].get("host", ""), r["metric"].get("uuid", "")): r["metric"].get("model", "") for r in models
         }
         self._gpu_count = len(self._model_of)
         key = lambda row: tuple(row["metric"].get(t, "") for t in SERIES_TAGS)  # noqa: E731
         val = lambda row: _finite(row["value"][1])  # noqa: E731
-        incs, lasts, ngpus, share = ({key(x): val(x) for x in rows} for rows in (inc_rows, last, gpus, shares))
+        incs, lasts, ngpus, share, count, sm_mean = (
+            {key(x): val(x) for x in rows} for rows in (inc_rows, last, gpus, shares, samples, sm)
+        )
         out = []
         for x in first:
             k = key(x)
@@ -619,8 +727,29 @@ class PromWork:
                     incs.get(k) or 0.0,
                     ngpus.get(k) or 1.0,
                     _share(share.get(k)),
+                    samples=int(count.get(k) or 0),
+                    sm=sm_mean.get(k),
                 )
             )
+        return out
+
+    def absence(self, bucket: int, series: list[WorkSeries]) -> dict[tuple, set]:
+        """As InfluxWork's: each bucket [t, t + bucket) read at its end - 1 ms (see _range); a bucket with no
+        sample after the series' first counts 0 (the `or`), and only the zeros cross the wire."""
+        if not series:
+            return {}
+        by = ", ".join(SERIES_TAGS)
+        u = self._sel("gpu_work", "units_total")
+        span = f"{(self.range.end_ns - self.range.start_ns) // 1_000_000 + bucket * 1000}ms"
+        expr = f"max by ({by}) ((count_over_time({u}[{bucket}s]) or on ({by}) (0 * last_over_time({u}[{span}]))) == 0)"
+        first = self.range.start_ns / 1e9 // bucket * bucket
+        last = (self.range.end_ns / 1e9 - 0.001) // bucket * bucket
+        rows = self.client.query_range(expr, first + bucket - 0.001, last + bucket - 0.001, bucket, "work: absences")
+        out: dict[tuple, set] = defaultdict(set)
+        for row in rows:
+            k = tuple(row["metric"].get(t, "") for t in SERIES_TAGS)
+            for t, _v in row["values"]:
+                out[k].add(int(round((float(t) + 0.001 - bucket) * 1e9)))
         return out
 
     def energy(self, t0_ns: int, t1_ns: int, gpus=None) -> dict[tuple, float]:

@@ -116,6 +116,35 @@ CROSS_HEADERS = (
 )
 
 
+PLACEMENT_HEADERS = ("workload", "unit", "cheapest", "saving $", "saving %", "evidence (GPU-h, $/M units)", "caveats")
+
+
+def _placement_rows(doc: dict) -> list[list[str]]:
+    return [
+        [
+            p["workload"],
+            p["unit"],
+            p["cheapest"],
+            _n(p["saving"], 2),
+            _n(p["saving_pct"], 1),
+            "; ".join(
+                f"{m['model']} {_n(m['gpu_hours'])} h, {_n(m['cost_per_million_units'], 3)}" for m in p["models"]
+            ),
+            "; ".join(p["caveats"]) or "-",
+        ]
+        for p in doc.get("placement") or []
+    ]
+
+
+def _notes(doc: dict) -> list[str]:
+    """The lines under the table: what is not priced."""
+    if doc.get("unpriced"):
+        return [
+            f"unpriced (no GPU-hour price in [compare.prices]): {', '.join(doc['unpriced'])}: cost and units per $ null"
+        ]
+    return []
+
+
 def _header(doc: dict) -> str:
     r = doc["range"]
     where = f", where {doc['where']}" if doc.get("where") else ""
@@ -144,6 +173,16 @@ def render_table(doc: dict) -> str:
         for r in cross:
             t2.add_row(*r)
         console.print(t2)
+    placed = _placement_rows(doc)
+    if placed:
+        t3 = Table(title="Where each workload should run", title_justify="left", header_style="bold")
+        for i, h in enumerate(PLACEMENT_HEADERS):
+            t3.add_column(h, justify="right" if i in (3, 4) else "left", overflow="fold")
+        for r in placed:
+            t3.add_row(*r)
+        console.print(t3)
+    for line in _notes(doc):
+        console.print(line, soft_wrap=True, markup=False)
     return buf.getvalue()
 
 
@@ -231,6 +270,15 @@ def render_html(doc: dict) -> str:
             f'<h2>The same workload on each model</h2><table id="cross-model"><thead><tr>{chead}</tr>'
             f"</thead><tbody>{cbody}</tbody></table>"
         )
+    placed = _placement_rows(doc)
+    if placed:
+        phead = "".join(f"<th>{esc(h)}</th>" for h in PLACEMENT_HEADERS)
+        pbody = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in placed)
+        cross_html += (
+            f'<h2>Where each workload should run</h2><table id="placement"><thead><tr>{phead}</tr>'
+            f"</thead><tbody>{pbody}</tbody></table>"
+        )
+    cross_html += "".join(f'<p class="note">{esc(line)}</p>' for line in _notes(doc))
     figures = "".join(
         f'<figure aria-label="{esc(t)}"><figcaption>{esc(t)}</figcaption>{svg}</figure>' for t, svg in charts(doc)
     )

@@ -105,6 +105,7 @@ class CollectorRunner:
     next_due: float = 0.0
     busy: bool = False
     started_at: float = 0.0
+    stamp_ns: int = 0
     timed_out: bool = False
     seq: int = 0
     completed_once: bool = False
@@ -119,8 +120,11 @@ class CollectorRunner:
     def name(self) -> str:
         return self.collector.name
 
-    def start_run(self, now: float) -> None:
+    def start_run(self, now: float, stamp_ns: int | None = None) -> None:
         self.busy, self.timed_out, self.started_at = True, False, now
+        # The tick's one timestamp: every collector started on it stamps its points with it, so a
+        # work sample and the GPU's energy sample of one tick meet (compare's energy per unit).
+        self.stamp_ns = stamp_ns if stamp_ns is not None else time.time_ns()
         self.seq += 1
         self._go.set()
 
@@ -139,7 +143,7 @@ class CollectorRunner:
             seq = self.seq
             # Runs started on the same tick share their field-values batches (nvml_read.FieldGroup).
             current_tick.set(self.started_at)
-            acc = Accumulator(self.default_tags, time_ns=time.time_ns())
+            acc = Accumulator(self.default_tags, time_ns=self.stamp_ns)
             t0 = time.perf_counter()
             cpu0, calls0 = time.thread_time(), calls_made.n
             error = None
@@ -246,8 +250,9 @@ class Scheduler:
         now = time.monotonic()
         pending = set()
         self.context.shared.starting(now, {r.name for r in self.runners})
+        stamp = time.time_ns()
         for r in self.runners:
-            r.start_run(now)
+            r.start_run(now, stamp)
             pending.add(r.name)
         delivered: list[Point] = []
         while pending:
@@ -329,8 +334,9 @@ class Scheduler:
         if due:
             # Before any starts: a collector reading another's value of this tick knows to wait.
             self.context.shared.starting(now, {r.name for r in due})
+        stamp = time.time_ns()
         for r in due:
-            r.start_run(now)
+            r.start_run(now, stamp)
 
     def _check_timeouts(self, now: float) -> None:
         for r in self.runners:

@@ -59,6 +59,7 @@ class GpuProcess:
     gi_id: int | None = None
     ci_id: int | None = None
     owner: dict[str, str] = field(default_factory=dict)  # OWNER_TAGS that are known
+    sm_util_pct: float | None = None  # its SM share of the GPU this cycle, where NVML sampled it
 
 
 class ProcessesConfig(gpuagent.CollectorConfig):
@@ -345,7 +346,17 @@ class ProcessesCollector(gpuagent.Collector):
             if ci is not None:
                 tags["ci_id"] = str(ci)
             tags.update((k, owner.tags[k]) for k in OWNER_TAGS if k in owner.tags)
-            self._listed.append(GpuProcess(gpu, pid, gi, ci, {k: owner.tags[k] for k in OWNER_TAGS if k in owner.tags}))
+            sample = utils.get(pid)
+            self._listed.append(
+                GpuProcess(
+                    gpu,
+                    pid,
+                    gi,
+                    ci,
+                    {k: owner.tags[k] for k in OWNER_TAGS if k in owner.tags},
+                    sample.sm_util_pct if sample is not None else None,
+                )  # fmt: skip
+            )
             proc_holder = mig_holders.get(gi, holder) if gi is not None else holder
             if proc_holder is not None:
                 tags.update(proc_holder.tags())
@@ -357,7 +368,6 @@ class ProcessesCollector(gpuagent.Collector):
                 "attribution_missing": ",".join(owner.reasons) or None,
                 **owner.fields,
             }
-            sample = utils.get(pid)
             if sample is not None:
                 fields.update(
                     sm_util_pct=sample.sm_util_pct,

@@ -7,11 +7,13 @@ network namespace), and jobs that write their own count to a file (jobfiles.py).
 processes and their jobs come from the processes collector's list of this cycle (published on
 the agent's shared board): this collector never calls NVML. ``units_total`` is the server's or
 job's raw counter, the same on each of the work's GPUs; ``gpus`` is how many GPUs the work
-spans, so a GPU's share is the counter's increase divided by ``gpus``; a decrease is a restart.
+spans, so a GPU's share is the counter's increase divided by ``gpus``; a decrease is a restart
+(a server's label children are reset-corrected one by one before they are summed: families.ChildCounters).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -74,9 +76,13 @@ class Work:
     source: str
     placements: dict[tuple, GpuProcess | gpuagent.Gpu] = field(default_factory=dict)
     owner: dict[str, str] = field(default_factory=dict)
+    sm: dict[tuple, float] = field(default_factory=dict)  # placement -> its processes' SM share, summed
 
     def add(self, proc: GpuProcess) -> None:
-        self.placements.setdefault((proc.gpu.uuid, proc.gi_id, proc.ci_id), proc)
+        key = (proc.gpu.uuid, proc.gi_id, proc.ci_id)
+        self.placements.setdefault(key, proc)
+        if proc.sm_util_pct is not None:
+            self.sm[key] = min(100.0, self.sm.get(key, 0.0) + proc.sm_util_pct)
         for tag in JOB_TAGS:
             if tag in proc.owner:
                 self.owner.setdefault(tag, proc.owner[tag])
@@ -95,6 +101,7 @@ class WorkCollector(gpuagent.Collector):
         self.jobs = JobFiles(config.jobs_dir)
         self._warned: set[str] = set()
         self._configured_sources: dict[str, str] = {}
+        self.counters = families.ChildCounters()  # per label child reset correction, across cycles
 
     def collect(self, acc: gpuagent.Accumulator) -> None:
         listed = self.context.shared.latest(PROCESSES, wait=self.config.processes_wait)
@@ -128,9 +135,9 @@ class WorkCollector(gpuagent.Collector):
             found[endpoint.work_id][1].add(proc)
         self.discovery.end_cycle()
         for endpoint, work in found.values():
-            counts = self._scrape(endpoint.url, endpoint.source, endpoint.workload)
-            if counts is not None:
-                self._emit(acc, work, counts, mig)
+            children = self._scrape(endpoint.url, endpoint.source, endpoint.workload)
+            if children is not None:
+                self._emit(acc, work, self.counters.total(work.work_id, children, time.monotonic()), mig)
 
     def _configured(self, acc, ep: EndpointConfig, mig) -> None:
         work = Work(ep.url, ep.source or "")
@@ -154,15 +161,16 @@ class WorkCollector(gpuagent.Collector):
             )
             return
         self._configured_sources[ep.url] = work.source = source
-        self._emit(acc, work, families.read(answer.body, source, ep.workload or source), mig)
+        children = families.read_children(answer.body, source, ep.workload or source)
+        self._emit(acc, work, self.counters.total(work.work_id, children, time.monotonic()), mig)
 
-    def _scrape(self, url: str, source: str, workload: str) -> dict[tuple[str, str], float] | None:
+    def _scrape(self, url: str, source: str, workload: str) -> families.Children | None:
         answer = scrape.get(url, self.config.request_timeout)
         if answer.status != 200:
             # The server is restarting or gone: no points for it this cycle (never a zero).
             self.log.debug("work: %s: %s", url, answer.error or f"HTTP {answer.status}")
             return None
-        return families.read(answer.body, source, workload or source)
+        return families.read_children(answer.body, source, workload or source)
 
     # -- jobs ------------------------------------------------------------------------------------
     def _job_counts(self, acc, procs, mig) -> None:
@@ -200,6 +208,8 @@ class WorkCollector(gpuagent.Collector):
             gpu = where if isinstance(where, gpuagent.Gpu) else where.gpu
             tags: dict[str, Any] = dict(gpu.tags)
             fields: dict[str, Any] = {"gpus": gpus}
+            if (uuid, gi, ci) in work.sm:  # the GPU shared with other work is shared by this (compare)
+                fields["sm_util_pct"] = float(work.sm[(uuid, gi, ci)])
             if gi is not None:
                 device = mig.get((uuid, gi), {})
                 tags.update(device.get("tags", {"gi_id": str(gi)}))

@@ -3,7 +3,8 @@
 Names as each server exposes them in the Prometheus text format (0.0.4); the versions they
 hold for are in this plugin's README. A counter is read from its sample; a histogram
 (TGI's token counts) from its ``_sum``. Samples of one (workload, unit) are added up over
-their other labels (vLLM's ``finished_reason``, Triton's ``version``).
+their other labels (vLLM's ``finished_reason`` and data-parallel ``engine``, Triton's ``version``),
+each label child reset-corrected first (ChildCounters): one engine's restart is not a restart of the sum.
 """
 
 from __future__ import annotations
@@ -73,7 +74,15 @@ def detect(text: str) -> str | None:
 
 def read(text: str, source: str, default_workload: str) -> dict[tuple[str, str], float]:
     """(workload, unit) -> the counter's value, over the source's families in ``text``."""
-    out: dict[tuple[str, str], float] = {}
+    return {key: sum(children.values()) for key, children in read_children(text, source, default_workload).items()}
+
+
+Children = dict[tuple[str, str], dict[tuple, float]]  # (workload, unit) -> label child -> value
+
+
+def read_children(text: str, source: str, default_workload: str) -> Children:
+    """(workload, unit) -> {label child (sample name, its labels): value}, over the source's families."""
+    out: Children = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -87,8 +96,44 @@ def read(text: str, source: str, default_workload: str) -> dict[tuple[str, str],
             continue
         workload = labels.get(family.workload_label, "") if family.workload_label else ""
         key = (workload or default_workload, family.unit)
-        out[key] = out.get(key, 0.0) + value
+        child = (name, tuple(sorted(labels.items())))
+        children = out.setdefault(key, {})
+        children[child] = children.get(child, 0.0) + value
     return out
+
+
+class ChildCounters:
+    """A server's counters summed over their label children, each child reset-corrected: a child that
+    drops while another child of the sum holds or grows (one data-parallel engine, one Triton model
+    version restarted) adds its last value to an offset kept for it, so the sum never drops and every
+    query engine reads the same increase. When every child that had counted drops (or vanishes) at
+    once, the server restarted: the raw sum is published (the reset shows; both engines count a
+    restart as the new value) and the offsets start again."""
+
+    FORGET_S = 3600.0  # the state of a piece of work not seen for this long is dropped
+
+    def __init__(self) -> None:
+        self._state: dict[tuple, tuple[float, dict[tuple, list[float]]]] = {}  # -> (seen at, child -> [last, offset])
+
+    def total(self, work_id: str, children: Children, now: float) -> dict[tuple[str, str], float]:
+        out = {}
+        for key, values in children.items():
+            seen = self._state.get((work_id, *key))
+            known = seen[1] if seen else {}
+            counted = [c for c, (last, _) in known.items() if last > 0]
+            restarted = bool(counted) and all(c not in values or values[c] < known[c][0] for c in counted)
+            if restarted or not known:
+                state = {c: [v, 0.0] for c, v in values.items()}
+            else:
+                state = {c: list(v) for c, v in known.items()}  # a vanished child keeps what it counted
+                for c, v in values.items():
+                    last, offset = state.get(c, [0.0, 0.0])
+                    state[c] = [v, offset + last if v < last else offset]
+            self._state[(work_id, *key)] = (now, state)
+            out[key] = sum(v + offset for v, offset in state.values())
+        for k in [k for k, (at, _) in self._state.items() if now - at > self.FORGET_S]:
+            del self._state[k]
+        return out
 
 
 def _sample_name(line: str) -> str:

@@ -4,7 +4,7 @@ vLLM's family names and labels, as vllm/engine/metrics.py declares them; Triton'
 prometheus-cpp's text as its docs/user_guide/metrics.md shows) and holds "GPU workers": child
 processes that the simulator is told run on GPUs (@proc=GPU:PID).
 
-    python inference_server.py KIND STATE_FILE [--workers N] [--other-port]
+    python inference_server.py KIND STATE_FILE [--workers N] [--other-port] [--engines N]
 
 KIND is vllm, sglang (prometheus_client, python/sglang/srt/metrics/collector.py's names),
 triton or tgi (the router's metrics-exporter-prometheus text, and its GET /info). Once listening it writes STATE_FILE (JSON: pid, port, workers,
@@ -12,6 +12,9 @@ other_port, restarts). POST /work?n=N counts N requests' worth of work; GET /sta
 counters. SIGHUP is a restart: the process execs itself (same pid, the workers stay), its
 counters start again from zero on the same port. --other-port also listens on a port that
 answers HTTP but no /metrics, and counts how often it is asked (GET /asked on the main port).
+--engines N (vLLM): N data-parallel engines, vLLM V1's `engine` label on each family, the work
+shared among them; POST /restart_engine?engine=E starts engine E's counters again from zero
+(GET /state still answers what all engines served).
 """
 
 from __future__ import annotations
@@ -35,15 +38,16 @@ MODEL = {
 
 
 class Counts:
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, engines: int = 0):
         self.kind = kind
+        self.engines = [str(e) for e in range(engines)] or [None]
         self.lock = threading.Lock()
         self.values = {"requests": 0, "tokens_in": 0, "tokens_out": 0, "inferences": 0, "executions": 0}
         if kind == "vllm":
             from prometheus_client import CollectorRegistry, Counter
 
             self.registry = CollectorRegistry()
-            labels = ["model_name"]
+            labels = ["model_name"] + (["engine"] if engines else [])
             self.prompt = Counter(
                 "vllm:prompt_tokens", "Number of prefill tokens processed.", labels, registry=self.registry
             )
@@ -64,12 +68,9 @@ class Counts:
                 labels,
                 registry=self.registry,
             )
-            self.running.labels(MODEL["vllm"]).set(0)
-            # vLLM's V1 logger makes each labelled child at start, so a fresh server shows zeros.
-            for counter in (self.prompt, self.generation):
-                counter.labels(MODEL["vllm"])
-            for reason in ("stop", "length", "abort"):
-                self.success.labels(MODEL["vllm"], reason)
+            for engine in self.engines:
+                self.running.labels(*self._labels(engine)).set(0)
+                self.make_children(engine)
 
         elif kind == "sglang":
             from prometheus_client import CollectorRegistry, Counter
@@ -89,6 +90,24 @@ class Counts:
                 "sglang:num_requests_total", "Number of requests processed.", labels, registry=self.registry
             )
 
+    def _labels(self, engine) -> tuple:
+        return (MODEL["vllm"],) if engine is None else (MODEL["vllm"], engine)
+
+    def make_children(self, engine) -> None:
+        # vLLM's V1 logger makes each labelled child at start, so a fresh server (engine) shows zeros.
+        for counter in (self.prompt, self.generation):
+            counter.labels(*self._labels(engine))
+        for reason in ("stop", "length", "abort"):
+            self.success.labels(*self._labels(engine), reason)
+
+    def restart_engine(self, engine: str) -> None:
+        with self.lock:
+            for counter in (self.prompt, self.generation):
+                counter.remove(*self._labels(engine))
+            for reason in ("stop", "length", "abort"):
+                self.success.remove(*self._labels(engine), reason)
+            self.make_children(engine)
+
     def work(self, n: int) -> None:
         with self.lock:
             if self.kind in ("sglang", "tgi"):
@@ -101,13 +120,15 @@ class Counts:
                 self.values["tokens_in"] += 50 * n
                 self.values["tokens_out"] += 20 * n
             elif self.kind == "vllm":
-                model = MODEL["vllm"]
-                # vLLM labels each finished request by why it stopped: the reader adds them up.
-                stops = n // 2
-                self.success.labels(model, "stop").inc(stops)
-                self.success.labels(model, "length").inc(n - stops)
-                self.prompt.labels(model).inc(100 * n)
-                self.generation.labels(model).inc(37 * n)
+                for i, engine in enumerate(self.engines):  # the requests dealt out over the engines
+                    m = n // len(self.engines) + (i < n % len(self.engines))
+                    labels = self._labels(engine)
+                    # vLLM labels each finished request by why it stopped: the reader adds them up.
+                    stops = m // 2
+                    self.success.labels(*labels, "stop").inc(stops)
+                    self.success.labels(*labels, "length").inc(m - stops)
+                    self.prompt.labels(*labels).inc(100 * m)
+                    self.generation.labels(*labels).inc(37 * m)
                 self.values["requests"] += n
                 self.values["tokens_in"] += 100 * n
                 self.values["tokens_out"] += 37 * n
@@ -166,7 +187,7 @@ def main() -> None:
     workers_n = int(args[args.index("--workers") + 1]) if "--workers" in args else 1
     restarted = os.environ.get("FAKE_SERVER_STATE")
     state = json.loads(restarted) if restarted else None
-    counts = Counts(kind)
+    counts = Counts(kind, int(args[args.index("--engines") + 1]) if "--engines" in args else 0)
     asked_other = [state.get("asked", 0) if state else 0]  # kept across a restart
 
     class Handler(BaseHTTPRequestHandler):
@@ -200,6 +221,9 @@ def main() -> None:
             parts = urlsplit(self.path)
             if parts.path == "/work":
                 counts.work(int(parse_qs(parts.query).get("n", ["1"])[0]))
+                self._send(200, json.dumps(counts.values).encode(), "application/json")
+            elif parts.path == "/restart_engine":
+                counts.restart_engine(parse_qs(parts.query)["engine"][0])
                 self._send(200, json.dumps(counts.values).encode(), "application/json")
             else:
                 self._send(404, b"not found\n")

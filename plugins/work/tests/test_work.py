@@ -34,6 +34,11 @@ def parts(machine, tmp_path, *extra, **work):
     return [procs, *others, WorkCollector(WorkCollector.Config(**work), context)]
 
 
+def counted(fields: dict) -> dict:
+    """A work point's fields but its SM share (the simulated processes' own, tested once above)."""
+    return {k: v for k, v in fields.items() if k != "sm_util_pct"}
+
+
 def cycle(collectors, acc):
     for c in collectors:
         c.collect(acc)
@@ -137,9 +142,12 @@ def test_each_server_is_found_from_its_gpu_process_and_counted(
     points = cycle(parts(machine, tmp_path), recording_accumulator)
     got = {p.tags["unit"]: p for p in points}
     assert set(got) == set(UNITS[kind])
+    # The worker's SM share as the processes collector sampled it: compare shares a GPU by it.
+    (proc,) = [p for p in recording_accumulator.points if p.measurement == "gpu_process"]
+    assert proc.tags["pid"] == str(server["workers"][0]) and proc.fields["sm_util_pct"] is not None
     for unit, p in got.items():
         assert p.tags["source"] == kind and p.tags["workload"] == WORKLOAD[kind]
-        assert p.fields == {"units_total": float(want[unit]), "gpus": 1}
+        assert p.fields == {"units_total": float(want[unit]), "gpus": 1, "sm_util_pct": proc.fields["sm_util_pct"]}
 
 
 LAUNCHER_TGI = """
@@ -193,7 +201,7 @@ def test_a_tgi_router_beside_its_shards_is_found_and_a_server_with_gpus_of_its_o
     shard = by_gpu[("0", "tokens_out")]
     assert shard.tags["source"] == "tgi" and shard.tags["workload"] == "bigcode/starcoder2-3b"
     assert shard.tags["work_id"] == f"{launched['router']}:{tgi['port']}"
-    assert shard.fields == {"units_total": 40.0, "gpus": 1}
+    assert counted(shard.fields) == {"units_total": 40.0, "gpus": 1}
     assert {p.tags["source"] for p in points if p.tags["gpu"] == "1"} == {"vllm"}
 
 
@@ -283,7 +291,7 @@ def test_a_configured_endpoint_is_read_on_the_gpus_it_names(
     points = cycle(collectors, recording_accumulator)
     got = {(p.tags["gpu"], p.tags["unit"]): p for p in points}
     assert set(got) == {("1", "requests"), ("1", "inferences"), ("1", "executions")}
-    assert got[("1", "inferences")].fields == {"units_total": 48.0, "gpus": 1}
+    assert counted(got[("1", "inferences")].fields) == {"units_total": 48.0, "gpus": 1}
     assert got[("1", "inferences")].tags["work_id"] == url
     assert got[("1", "inferences")].tags["source"] == "triton"
 
@@ -328,7 +336,7 @@ def test_a_job_file_outside_slurm_counts_on_the_gpus_of_its_process_tree(
     p = mine[-1]
     assert p.tags["gpu"] == "1" and p.tags["workload"] == "render" and p.tags["unit"] == "images"
     assert p.tags["work_id"] == f"pid:{launcher.pid}" and "slurm_job_id" not in p.tags
-    assert p.fields == {"units_total": 640.0, "gpus": 1}
+    assert counted(p.fields) == {"units_total": 640.0, "gpus": 1}
     warned = [r.getMessage() for r in caplog.records if "bad.work" in r.getMessage()]
     assert warned == [f"work: {jobs / 'bad.work'}: total='lots' is not a number; skipped"]
 
@@ -449,3 +457,47 @@ def test_a_scrape_of_a_dripping_endpoint_ends_at_request_timeout(dripping_server
     answer = scrape.get(dripping_server.url + "/metrics", timeout=1.0)
     assert (answer.status, answer.error) == (None, "no complete answer within 1s")
     assert dripping_server.wait_cut() and dripping_server.finished == 0
+
+
+def test_one_engine_restarting_is_corrected_per_child_and_a_whole_restart_shows(servers, call):
+    """A data-parallel vLLM (two engines, vLLM V1's `engine` label) whose engine 1 restarts: the sum
+    over the children never drops and its increase is what the engines served; the raw sum would
+    have dropped (read as a whole restart, the remaining sum counted again)."""
+    from gpuagent.plugins.work import scrape
+
+    _, v = servers("vllm", "--engines", "2")
+    url = f"http://127.0.0.1:{v['port']}/metrics"
+    counters = families.ChildCounters()
+    key = ("meta-llama/Llama-3.1-8B-Instruct", "tokens_out")
+
+    def read(now):
+        children = families.read_children(scrape.get(url, 2.0).body, "vllm", "vllm")
+        assert {c[1] for c in children[key]} == {
+            (("engine", "0"), ("model_name", key[0])),
+            (("engine", "1"), ("model_name", key[0])),
+        }
+        return sum(children[key].values()), counters.total("w", children, now)[key]
+
+    call(v["port"], "/work?n=10", "POST")
+    raw0, total0 = read(0.0)
+    assert raw0 == total0 == call(v["port"], "/state")["tokens_out"]
+    call(v["port"], "/work?n=20", "POST")
+    raw1, total1 = read(1.0)
+    call(v["port"], "/restart_engine?engine=1", "POST")
+    call(v["port"], "/work?n=6", "POST")
+    raw2, total2 = read(2.0)
+    assert raw2 < raw1  # the raw sum drops: engine 1 starts again from zero
+    assert total0 <= total1 <= total2
+    assert total2 - total0 == call(v["port"], "/state")["tokens_out"] - raw0  # what the engines served since
+
+    # Every child that had counted drops at once: the server restarted, the raw sum is written.
+    before = {key: {("a", ()): 50.0, ("b", ()): 30.0}}
+    after = {key: {("a", ()): 2.0, ("b", ()): 1.0}}
+    whole = families.ChildCounters()
+    assert whole.total("w", before, 0.0)[key] == 80.0
+    assert whole.total("w", after, 1.0)[key] == 3.0
+    # A child that vanishes while the other grows keeps what it counted; one back from zero adds on.
+    partial = families.ChildCounters()
+    partial.total("w", before, 0.0)
+    assert partial.total("w", {key: {("a", ()): 60.0}}, 1.0)[key] == 90.0
+    assert partial.total("w", {key: {("a", ()): 61.0, ("b", ()): 4.0}}, 2.0)[key] == 95.0
