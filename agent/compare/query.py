@@ -51,7 +51,7 @@ def connection_from(
     """
     conn = Connection()
     # An explicit --url names another server: the implicit default config's credentials are not for it.
-    table = _sink_table(config_path) if config_path or not url else None
+    table = _sink_table(config_path, bool(url and database)) if config_path or not url else None
     if table is not None:
         from pydantic import ValidationError
 
@@ -97,14 +97,16 @@ def connection_from(
     return conn
 
 
-def _sink_table(config_path: str | None) -> dict | None:
+def _sink_table(config_path: str | None, flags_connect: bool = False) -> dict | None:
+    """The config's [sinks.influxdb]; a --config without one is refused unless --url and --database
+    name the server (the file then gives the rest: prices, the [compare] settings)."""
     from gpuagent.config import read_config, resolve_path
 
     if resolve_path(config_path) is None:
         return None
     config = read_config(config_path)
     table = config.raw.get("sinks", {}).get("influxdb")
-    if table is None and config_path:
+    if table is None and config_path and not flags_connect:
         raise ConfigError(f"{config.label}: no [sinks.influxdb] table (or pass --url and --database)")
     return table
 

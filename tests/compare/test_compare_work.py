@@ -295,6 +295,22 @@ def test_without_prices_cost_is_null(work_fleet, influxdb_v1, cli, tmp_path):
     assert all(w["wh_per_unit"] > 0 for g in doc["groups"] for w in g["work"].values())
 
 
+def test_prices_from_a_file_of_prices_only_and_the_server_from_the_flags(work_fleet, influxdb_v1, cli, tmp_path):
+    """`--config prices.toml --url --database`: the file (only [compare.prices], as docs/compare.md shows
+    it) gives the prices, the flags the server."""
+    db, end_s, _ = work_fleet
+    prices = tmp_path / "prices.toml"
+    lines = ["[compare.prices]", f"kwh = {PRICES['kwh']}", f"pue = {PRICES['pue']}", "[compare.prices.gpu_hour]"]
+    prices.write_text("\n".join(lines + [f'"{m}" = {p}' for m, p in PRICES["gpu_hour"].items()]) + "\n")
+    start_ns, stop_ns = _range(end_s)
+    span = ["--start", f"{start_ns / 1e9:.3f}", "--end", f"{stop_ns / 1e9:.3f}", "--format", "json"]
+    result = _compare(cli, prices, "--url", influxdb_v1.url, "--database", db, "--by", "model,workload", *span)
+    doc = json.loads(result.stdout)
+    assert doc["prices"]["pue"] == PRICES["pue"]
+    expected, _ = recompute(influxdb_v1, db, *_range(end_s))
+    _check(doc, expected)  # the costs too
+
+
 def test_bad_price_table_is_one_line(work_fleet, influxdb_v1, cli, tmp_path):
     db, end_s, _ = work_fleet
     bad = tmp_path / "bad.toml"

@@ -94,3 +94,21 @@ def test_the_workers_of_the_pool_ignore_ctrl_c():
     # A terminal's SIGINT goes to the whole group: the parent alone decides (issue 29).
     with worker_pool(1) as pool:
         assert pool.submit(signal.getsignal, signal.SIGINT).result(timeout=60) == signal.SIG_IGN
+
+
+def test_a_config_of_prices_only_with_url_and_database_connects_by_the_flags(tmp_path):
+    from gpuagent.compare.prices import prices_from
+    from gpuagent.compare.query import connection_from
+    from gpuagent.errors import ConfigError
+
+    prices = tmp_path / "prices.toml"
+    prices.write_text("[compare.prices]\nkwh = 0.2\n")
+    conn = connection_from(str(prices), "http://127.0.0.1:9/", "fleet")
+    assert (conn.url, conn.database) == ("http://127.0.0.1:9", "fleet")
+    assert prices_from(str(prices)).kwh == 0.2
+    try:  # without --database the file must name the server
+        connection_from(str(prices), "http://127.0.0.1:9")
+    except ConfigError as exc:
+        assert "no [sinks.influxdb] table" in str(exc)
+    else:
+        raise AssertionError("a config without [sinks.influxdb] and no --database was taken")
