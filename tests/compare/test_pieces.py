@@ -112,3 +112,53 @@ def test_a_config_of_prices_only_with_url_and_database_connects_by_the_flags(tmp
         assert "no [sinks.influxdb] table" in str(exc)
     else:
         raise AssertionError("a config without [sinks.influxdb] and no --database was taken")
+
+
+# -- the rollup reports' pure parts (their queries run against real servers in test_rollups*.py) --
+HOUR = 3600 * S
+
+
+def test_the_promql_rollup_report_unions_one_term_per_piece_at_its_own_time():
+    from gpuagent.compare.promql import PromConnection, PromQL
+    from gpuagent.compare.promql_rollups import PIECE, RECORDS, PromRollupReport
+
+    assert RECORDS[("gpu_power", "power_w", "sum")] == ("gpu_power", "power_sum")
+    t0 = 1_700_000_000 // 3600 * HOUR
+    rng = Range(t0 + 30 * S, t0 + 2 * HOUR + 90 * S)
+    reach = {"gpuagent_1m": (t0 - HOUR, t0 + 3 * HOUR), "gpuagent_1h": (t0, t0 + 3 * HOUR)}
+    report = PromRollupReport(PromQL(PromConnection("http://127.0.0.1:9")), rng, "host", reach=reach)
+    levels = [None if level is None else level.name for level, _, _ in report.pieces]
+    # Raw samples up to the first minute, 1m buckets to the hour, 1h buckets, 1m, raw at the end.
+    assert levels == [None, "gpuagent_1m", "gpuagent_1h", "gpuagent_1m", None]
+    q = report.agg("sum", "gpu_power", "power_w", "host")
+    assert q.startswith(f"sum without ({PIECE}) (") and q.count("label_replace(") == 5
+    assert q.count(f"@ {(t0 + 2 * HOUR) / 1e9:.3f}") == 1  # the 1h piece ends on its hour
+    assert "gpu_power_power_w" in q  # the raw pieces read the raw series
+
+
+def test_vmalert_replays_from_the_first_stamp_with_the_groups_step():
+    from gpuagent.compare.promql_rollups import vmalert_argv
+
+    argv = vmalert_argv("vmalert", "rules.yml", "http://vm", "http://vm/write", START, START, token="t")
+    assert "-datasource.queryStep=0s" in argv and "-datasource.bearerToken=t" in argv
+    since = next(a for a in argv if a.startswith("-replay.timeFrom=")).split("=", 1)[1]
+    until = next(a for a in argv if a.startswith("-replay.timeTo=")).split("=", 1)[1]
+    assert since < until  # vmalert wants timeTo after timeFrom, even for one stamp
+
+
+def test_rollup_work_says_what_it_read_from_rollups():
+    from gpuagent.compare.query import Connection, InfluxQL
+    from gpuagent.compare.rollup_work import RollupWork
+
+    class Report:  # the RollupReport's part RollupWork reads: its client
+        client = InfluxQL(Connection("http://127.0.0.1:9", "fleet"))
+
+    work = RollupWork(Report(), Range(START, START + HOUR), None, True)
+    assert work.describe()["kind"] == "raw" and work.describe()["from_rollups"] == []
+    work.from_rollups.add("limits")
+    assert work.describe() == {
+        "url": "http://127.0.0.1:9",
+        "database": "fleet",
+        "kind": "rollup",
+        "from_rollups": ["limits"],
+    }
