@@ -162,3 +162,14 @@ def test_rollup_work_says_what_it_read_from_rollups():
         "kind": "rollup",
         "from_rollups": ["limits"],
     }
+
+
+def test_the_canned_answer_of_victoriametrics_is_told_from_a_real_one():
+    from gpuagent.compare.query import _canned
+
+    canned = [{"name": "databases", "columns": ["name"], "values": [["_internal"]]}]
+    assert _canned('SELECT COUNT("power_w") FROM "gpu_power"', canned)
+    assert _canned('CREATE DATABASE "x"', canned) and _canned("SHOW RETENTION POLICIES", canned)
+    assert not _canned("SHOW DATABASES", canned) and not _canned(" show databases", canned)
+    assert not _canned("SELECT 1", [{"name": "gpu_power", "columns": ["time", "count"], "values": []}])
+    assert not _canned("SELECT 1", [])
