@@ -365,6 +365,31 @@ def test_table_and_csv(work_fleet, influxdb_v1, cli):
     assert "The same workload on each model" in table and "llama-3.1-8b" in table
 
 
+def test_the_work_tables_fit_a_terminal_of_120_and_say_what_their_columns_mean(
+    work_fleet, influxdb_v1, cli, monkeypatch
+):
+    db, end_s, config = work_fleet
+    start_ns, stop_ns = _range(end_s)
+    monkeypatch.setenv("COLUMNS", "120")
+    args = ["--url", influxdb_v1.url, "--database", db, "--by", "model,workload"]
+    table = _compare(cli, config, *args, "--start", str(start_ns / 1e9), "--end", str(stop_ns / 1e9)).stdout
+    lines = table.splitlines()
+    assert max(len(line) for line in lines) <= 120, max(lines, key=len)
+    # Every figure is whole in some part: no cell folded onto a second line.
+    doc = _influx_doc(cli, influxdb_v1, work_fleet)
+    for g in doc["groups"]:
+        for w in g["work"].values():
+            assert f"{w['units_per_gpu_hour']:,.1f}" in table
+    for definition in ("units/GPU-h:", "$/M units:", "compute*", "(of best):", "units/s per kW:", "[compare.prices]"):
+        assert definition in table, definition
+    # One best per workload and figure: only the best model reads 100%.
+    for c in doc["cross_model"]:
+        rows = [line for line in lines if line.startswith(f"│ {c['workload']} ") and f" {c['unit']} " in line]
+        for column in range(5, 8):
+            cells = [row.split("│")[column] for row in rows if len(row.split("│")) > column]
+            assert sum("(100%)" in cell for cell in cells) <= 1, cells
+
+
 def test_html_shows_the_per_workload_comparison_in_headless_chromium(work_fleet, influxdb_v1, cli, tmp_path):
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed (apt-get install chromium)")

@@ -173,3 +173,24 @@ def test_the_canned_answer_of_victoriametrics_is_told_from_a_real_one():
     assert not _canned("SHOW DATABASES", canned) and not _canned(" show databases", canned)
     assert not _canned("SELECT 1", [{"name": "gpu_power", "columns": ["time", "count"], "values": []}])
     assert not _canned("SELECT 1", [])
+
+
+def test_a_table_wider_than_the_terminal_is_split_with_its_keys_repeated_and_a_footnote():
+    from gpuagent.compare import tables
+
+    columns = [tables.Column("group"), *(tables.Column(f"figure {i}", right=True) for i in range(8))]
+    rows = [["NVIDIA H100 80GB HBM3 / llama", *(f"{1234567.8 * i:,.1f}" for i in range(8))] for _ in range(3)]
+    text = tables.render("title", columns, rows, keys=1, footnote="figure: what it means " * 20, room=80)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "(part 1 of" in text
+    assert all(f"{1234567.8 * i:,.1f}" in text for i in range(8))  # every number whole
+    assert text.count("NVIDIA H100 80GB HBM3 / llama") == 3 * text.count("(part ")  # keys in each part
+    assert lines[-1].startswith("  ") and "figure: what it means" in lines[-2]  # the footnote, wrapped
+    one = tables.render("title", columns[:3], [r[:3] for r in rows], room=80)
+    assert "(part" not in one
+
+
+def test_only_the_best_reads_100_percent_and_short_ranges_read_in_minutes():
+    assert work_render._pct(99.96, best=False) == "99.9%" and work_render._pct(100.0, best=True) == "100%"
+    assert work_render._pct(46.4, best=False) == "46%"
+    assert work_render._hours(0.3) == "18.0 GPU-min" and work_render._hours(2.5) == "2.50"
