@@ -194,3 +194,43 @@ def test_only_the_best_reads_100_percent_and_short_ranges_read_in_minutes():
     assert work_render._pct(99.96, best=False) == "99.9%" and work_render._pct(100.0, best=True) == "100%"
     assert work_render._pct(46.4, best=False) == "46%"
     assert work_render._hours(0.3) == "18.0 GPU-min" and work_render._hours(2.5) == "2.50"
+
+
+def test_rollups_init_says_what_it_created_in_one_line_and_the_docs_count_the_queries():
+    from conftest import REPO
+    from gpuagent.compare.rollups import EVERY, LEVELS
+    from gpuagent.compare.rollups_cli import _made_summary
+
+    made = [f"retention policy {lv.name}" for lv in LEVELS]
+    made += [f"continuous query q{i}" for i in range(len(LEVELS) * len(EVERY))]
+    n = len(LEVELS) * len(EVERY)
+    assert _made_summary(made) == f"retention policies gpuagent_1m, gpuagent_1h and {n} continuous queries"
+    assert _made_summary(made[-1:]) == "1 continuous query" and _made_summary([]) == ""
+    doc = " ".join((REPO / "docs" / "compare.md").read_text().split())
+    assert f"{len(EVERY)} rollups × {len(LEVELS)} levels, {n} continuous queries" in doc
+
+
+def test_progress_off_a_terminal_is_a_line_a_step_or_every_5_percent_and_a_stop_says_what_is_partial():
+    import io
+
+    from gpuagent.compare.progress import Progress
+
+    out = io.StringIO()
+    with Progress("sim fleet", 3, "hosts", stream=out) as p:
+        for host in ("a", "b", "c"):
+            p.advance(host)
+    assert out.getvalue().splitlines() == [
+        "sim fleet: 1/3 hosts (a)",
+        "sim fleet: 2/3 hosts (b)",
+        "sim fleet: 3/3 hosts (c)",
+    ]
+    out = io.StringIO()
+    try:
+        with Progress("backfill", 100, "chunks", partial=lambda d, t: f"partial: {d} of {t}", stream=out) as p:
+            for _ in range(41):
+                p.advance()
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    lines = out.getvalue().splitlines()
+    assert lines == [f"backfill: {n}/100 chunks" for n in (5, 10, 15, 20, 25, 30, 35, 40)] + ["partial: 41 of 100"]
