@@ -21,6 +21,13 @@ def _num(value, digits: int = 1, scale: float = 1.0, unit: str = "") -> str:
     return f"{value / scale:,.{digits}f}{unit}"
 
 
+def _energy(kwh: float | None) -> str:
+    """kWh, or Wh below one (a short range's 0.002 kWh reads 2.0 Wh); the JSON keeps kWh."""
+    if kwh is None:
+        return "-"
+    return f"{kwh * 1000:,.1f} Wh" if kwh < 1 else f"{kwh:,.3f} kWh"
+
+
 def _throttle_text(shares: dict[str, float]) -> str:
     parts = [f"{k} {v:.0f}%" for k, v in shares.items() if k in THROTTLE_REASONS and v > 0]
     return ", ".join(parts) or "none"
@@ -61,7 +68,7 @@ COLUMNS: list[tuple[str, Any]] = [
     ("power mean W", lambda g: _num(g["power_mean_w"])),
     ("power p95 W", lambda g: _num(g["power_p95_w"])),
     ("Wh / GPU-h", lambda g: _num(g["energy_wh_per_gpu_hour"])),
-    ("energy kWh", lambda g: _num(g["energy_kwh"], 3)),
+    ("energy", lambda g: _energy(g["energy_kwh"])),
     ("Wh / busy GPU-h", lambda g: _num(g["energy_wh_per_busy_gpu_hour"])),
     (
         "SM clock MHz",

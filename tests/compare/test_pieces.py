@@ -67,12 +67,23 @@ def _job_doc() -> dict:
 
 def test_the_job_report_renders_each_format():
     doc = _job_doc()
-    table = jobs.render(doc, "table").splitlines()
-    assert table[0].split()[:2] == ["job", "model"]
-    assert table[1].split() == ["4242", "<ana>", "H100,", "L40S", "2", "2.00", "812.2", "0.50", "-", "3.0"]
+    text = jobs.render(doc, "table")
+    table = text.splitlines()
+    assert table[0].startswith("GPU use by job, ") and "┃ job " in text  # the other reports' table style
+    row = next(line for line in table if line.startswith("│ 4242"))
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    assert cells == ["4242 <ana>", "H100, L40S", "2", "2.00", "812.2", "30.0 GPU-min", "-", "3.0"]
+    assert "idle GPU-h: the time it held them" in " ".join(text.split())  # its definitions under it
     assert jobs.render(doc, "csv").splitlines()[1] == '4242 <ana>,"H100, L40S",2,2.00,812.2,0.50,-,3.0'
     page = jobs.render(doc, "html")
     assert "<td>4242 &lt;ana&gt;</td>" in page and doc["range"]["start"] in page
+
+
+def test_jobs_are_ordered_by_their_numbers():
+    rng = Range(START, START + 3600 * S)
+    groups = {(j,): {**_job_doc()["groups"][0], "label": j} for j in ("10", "9", "100", "2")}
+    doc = report_document(rng, "job", None, {"url": "http://db", "database": "gpu"}, {}, groups)
+    assert [g["label"] for g in doc["groups"]] == ["2", "9", "10", "100"]
 
 
 def test_a_report_without_groups_still_names_its_range_and_source():
@@ -234,3 +245,37 @@ def test_progress_off_a_terminal_is_a_line_a_step_or_every_5_percent_and_a_stop_
         pass
     lines = out.getvalue().splitlines()
     assert lines == [f"backfill: {n}/100 chunks" for n in (5, 10, 15, 20, 25, 30, 35, 40)] + ["partial: 41 of 100"]
+
+
+def test_short_ranges_read_in_wh_not_thousandths_of_a_kwh():
+    assert render._energy(0.002) == "2.0 Wh" and render._energy(12.3456) == "12.346 kWh" and render._energy(None) == "-"
+
+
+def test_the_html_rest_band_names_one_value_once_and_counts_the_groups_without_it():
+    from gpuagent.compare.html_report import TOP_N, Bar, bar_chart
+
+    bars = (
+        [Bar(f"g{i}", 50.0 + i) for i in range(TOP_N)] + [Bar("h100", 32.3)] + [Bar(f"l40s{i}", None) for i in range(3)]
+    )
+    page = bar_chart("DRAM", "%", bars)
+    assert "32.3–32.3" not in page and "32.3 (3 n/a)" in page
+
+
+def test_the_html_by_model_page_shows_work_limits_and_the_cross_model_view():
+    from gpuagent.compare.html_report import work_section
+
+    work = {"units": 900.0, "gpu_hours": 0.5, "units_per_gpu_hour": 1800.0, "wh_per_unit": 0.1,
+            "cost_per_million_units": 12.5}  # fmt: skip
+    limits = {"compute": 80.0, "memory": 0.0, "power": 0.0, "thermal": 0.0, "interconnect": 0.0, "starved": 0.0,
+              "idle": 20.0}  # fmt: skip
+    group = {"label": "NVIDIA L40S", "work": {"tokens_out": work}, "limits": limits,
+             "limits_proxy": {"compute": True}}  # fmt: skip
+    model = {"model": "NVIDIA L40S", "gpus": 1, "gpu_hours": 0.5, "spread_units_per_s_per_gpu": None}
+    for figure in ("units_per_s_per_gpu", "units_per_s_per_kw", "units_per_dollar"):
+        model[figure], model[f"{figure}_best_pct"] = 1.0, 100.0
+    doc = {"groups": [group], "cross_model": [{"workload": "llama", "unit": "tokens_out", "models": [model]}]}
+    page = work_section(doc)
+    assert 'id="work"' in page and "<td>1,800.0</td>" in page and "<td>12.500</td>" in page
+    assert 'id="limits"' in page and "<td>80.0*</td>" in page and "<td>20.0</td>" in page
+    assert 'id="cross-model"' in page and "llama" in page
+    assert work_section({"groups": [{"label": "x"}]}) == ""  # no work points: no section
