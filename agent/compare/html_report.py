@@ -175,10 +175,10 @@ def bar_chart(
             if vals and number(lo, digits) == number(hi, digits)
             else (f"{number(lo, digits)}–{number(hi, digits)}" if vals else "n/a")
         )
-        if vals and len(vals) < len(rest):  # GPUs without the figure (no GPM): not a value of the band
-            text += f" ({len(rest) - len(vals)} n/a)"
+        # Groups without the figure (no GPM) are no value of the band: counted in the row's label.
+        missing = f", {len(rest) - len(vals)} n/a" if vals and len(vals) < len(rest) else ""
         rows.append(
-            f'<div class="br"><span class="bl">the other {len(rest)}</span><span class="track">{band}</span>'
+            f'<div class="br"><span class="bl">the other {len(rest)}{missing}</span><span class="track">{band}</span>'
             f'<span class="bv">{esc(text)}</span>{"<span></span>" if mark_name else ""}</div>'
         )
     ticks = "".join(
@@ -259,7 +259,7 @@ def header_section(doc: dict) -> str:
 TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "Power and energy",
-        ("GPUs", "hosts", "power mean W", "power p95 W", "Wh / GPU-h", "energy", "Wh / busy GPU-h", "health GPU-h"),
+        ("GPUs", "hosts", "power mean W", "power p95 W", "Wh / GPU-h", "energy kWh", "Wh / busy GPU-h", "health GPU-h"),
     ),
     ("Clocks and utilisation", ("SM clock MHz", "SM % of max", "throttled", "GPU util %", "DRAM util %", "DRAM GB/s")),
     ("Memory and topology", ("mem used GiB", "L2 MiB", "P2P", "MIG", "vGPU", "L2 probe")),

@@ -68,7 +68,7 @@ COLUMNS: list[tuple[str, Any]] = [
     ("power mean W", lambda g: _num(g["power_mean_w"])),
     ("power p95 W", lambda g: _num(g["power_p95_w"])),
     ("Wh / GPU-h", lambda g: _num(g["energy_wh_per_gpu_hour"])),
-    ("energy", lambda g: _energy(g["energy_kwh"])),
+    ("energy kWh", lambda g: _num(g["energy_kwh"], 3)),
     ("Wh / busy GPU-h", lambda g: _num(g["energy_wh_per_busy_gpu_hour"])),
     (
         "SM clock MHz",
@@ -126,7 +126,8 @@ def render_table(doc: dict, width: int | None = None) -> str:
     from gpuagent.compare import tables
 
     groups = doc["groups"]
-    columns = list(COLUMNS)
+    # The terminal's energy in Wh below 1 kWh (the HTML page and the CSV keep kWh).
+    columns = [("energy", lambda g: _energy(g["energy_kwh"])) if t == "energy kWh" else (t, f) for t, f in COLUMNS]
     if doc.get("by") == "host":
         columns.insert(1, ("model", lambda g: ", ".join(g.get("models") or []) or "-"))
     if len(groups) <= 8:

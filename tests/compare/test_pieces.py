@@ -258,7 +258,7 @@ def test_the_html_rest_band_names_one_value_once_and_counts_the_groups_without_i
         [Bar(f"g{i}", 50.0 + i) for i in range(TOP_N)] + [Bar("h100", 32.3)] + [Bar(f"l40s{i}", None) for i in range(3)]
     )
     page = bar_chart("DRAM", "%", bars)
-    assert "32.3–32.3" not in page and "32.3 (3 n/a)" in page
+    assert "32.3–32.3" not in page and ">32.3<" in page and "the other 4, 3 n/a" in page
 
 
 def test_the_html_by_model_page_shows_work_limits_and_the_cross_model_view():
