@@ -410,7 +410,7 @@ def fleet(
 
     def partial(done: int, total: int) -> str:
         return (
-            f"sim fleet: stopped after {done} of {total} ({_steps_text(n_hosts, len(spec_list), distinct)}): "
+            f"sim fleet stopped after {done} of {total} ({_steps_text(n_hosts, len(spec_list), distinct)}): "
             f"{conn.label} now holds a partial history; run the same command again (same --end and --seed) "
             "to write it whole"
         )

@@ -1,6 +1,6 @@
 """Progress of long work (`sim fleet`, `rollups backfill`) on stderr: a rich progress bar on a
 terminal, a line per host or chunk otherwise (at most about 20 lines: every 5% of a long run), and a
-line saying what was left half-done when the work stops early (Ctrl-C, an error)."""
+line saying what was left half-done when the work stops early (an error; Ctrl-C's one line says it)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,9 @@ class Progress:
             self._bar.stop()
         if kind is not None and self.partial is not None and self.done < self.total:
             line = self.partial(self.done, self.total)
-            if line:
+            if line and isinstance(exc, KeyboardInterrupt):
+                exc.add_note(line)  # on the one "gpuagent: interrupted" line (gpuagent.cli)
+            elif line:
                 print(line, file=self.stream, flush=True)
 
 

@@ -370,7 +370,7 @@ def backfill(
     def partial(done: int, total: int) -> str:
         held = ", ".join(f"{name} to {rfc3339(t)}" for name, t in reached.items()) or "nothing"
         return (
-            f"rollups backfill: stopped after {done} of {total} chunks: the rollups hold a partial history "
+            f"rollups backfill stopped after {done} of {total} chunks: the rollups hold a partial history "
             f"({held}); run rollups backfill again"
         )
 

@@ -123,7 +123,9 @@ def test_an_interrupted_sim_fleet_says_the_history_is_partial(influxdb_v1):
         rest = proc.stderr.read()
         assert proc.wait(timeout=60) != 0
         said = [line for line in rest.splitlines() if "partial history" in line]
-        assert len(said) == 1 and "of 8" in said[0] and "run the same command again" in said[0], rest
+        assert len(said) == 1 and said[0].startswith("gpuagent: interrupted: sim fleet stopped after "), rest
+        assert "of 8" in said[0] and "run the same command again" in said[0], rest
+        assert [line for line in rest.splitlines() if not line.startswith("sim fleet: ")] == said  # one line
     finally:
         proc.kill()
         proc.wait()
