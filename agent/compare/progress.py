@@ -5,6 +5,7 @@ line saying what was left half-done when the work stops early (an error; Ctrl-C'
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 LINES = 20  # the most progress lines off a terminal: a line each step up to this, then every 5%
@@ -66,3 +67,55 @@ def _is_terminal(stream) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+class Activity:
+    """`with Activity("compare", lambda: client.requests, "queries answered"):` a spinner on a terminal,
+    from `after_s` on (a report of a second shows none), with the count `count()` gives; off a terminal
+    nothing (the report is the output)."""
+
+    def __init__(self, what: str, count, unit: str, after_s: float = 2.0, stream=None):
+        self.what, self.count, self.unit, self.after_s = what, count, unit, after_s
+        self.stream = stream or sys.stderr
+        self._status = None
+        self._timer = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self.started = time.monotonic()
+
+    def _text(self) -> str:
+        return f"{self.what}: {self.count()} {self.unit}, {time.monotonic() - self.started:.0f}s"
+
+    def _start(self) -> None:
+        from rich.console import Console
+
+        with self._lock:
+            if self._closed:
+                return
+            self._status = Console(file=self.stream).status(self._text())
+            self._status.start()
+
+        def tick() -> None:
+            while True:
+                with self._lock:
+                    if self._closed:
+                        return
+                    self._status.update(self._text())
+                time.sleep(0.25)
+
+        threading.Thread(target=tick, daemon=True).start()
+
+    def __enter__(self) -> Activity:
+        if _is_terminal(self.stream):
+            self._timer = threading.Timer(self.after_s, self._start)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        with self._lock:
+            self._closed = True
+            if self._status is not None:
+                self._status.stop()  # transient: the report follows on a clean screen

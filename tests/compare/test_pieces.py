@@ -284,3 +284,27 @@ def test_the_html_by_model_page_shows_work_limits_and_the_cross_model_view():
     assert 'id="limits"' in page and "<td>80.0*</td>" in page and "<td>20.0</td>" in page
     assert 'id="cross-model"' in page and "llama" in page
     assert work_section({"groups": [{"label": "x"}]}) == ""  # no work points: no section
+
+
+def test_a_long_report_shows_it_is_at_work_on_a_terminal_and_nothing_off_one():
+    import io
+    import time
+
+    from gpuagent.compare.progress import Activity
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    asked = [0]
+    screen = Terminal()
+    with Activity("compare", lambda: asked[0], "queries answered", after_s=0, stream=screen):
+        asked[0] = 7
+        deadline = time.monotonic() + 30  # a wait for the spinner's thread, not a timing check
+        while "compare: 7 queries answered" not in screen.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert "compare: 7 queries answered" in screen.getvalue()
+    pipe = io.StringIO()
+    with Activity("compare", lambda: 1, "queries answered", after_s=0, stream=pipe):
+        pass
+    assert pipe.getvalue() == ""
