@@ -37,19 +37,20 @@ class AgentGroup(LazyGroup):
         except AgentError as exc:
             click.echo(f"gpuagent: error: {exc}", err=True)
             ctx.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            interrupted(at_once=False)
+        except KeyboardInterrupt as exc:
+            interrupted(at_once=False, note="; ".join(getattr(exc, "__notes__", ())))
 
 
-def interrupted(at_once: bool = True) -> None:
+def interrupted(at_once: bool = True, note: str = "") -> None:
     """Ctrl-C, whatever the command and wherever it was: one line, exit 130 (128 + SIGINT),
     as shells report it; not click's `Aborted!` (exit 1), nor a traceback. In a command, the
     interpreter shuts down as usual (worker pools release what they hold); in start-up,
-    where nothing is open yet, at once: see exit_interrupted."""
+    where nothing is open yet, at once: see exit_interrupted. ``note``: what the command left
+    half-done (a partial history), on the same line."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the exit short
-    click.echo("gpuagent: interrupted", err=True)
+    click.echo(f"gpuagent: interrupted: {note}" if note else "gpuagent: interrupted", err=True)
     if not at_once:
         sys.exit(130)
     exit_interrupted()

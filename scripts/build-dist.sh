@@ -5,7 +5,12 @@
 # the test extra has them). Usage: scripts/build-dist.sh [OUTDIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-py="$(cd "$(dirname "${PYTHON:-.venv/bin/python}")" && pwd)/$(basename "${PYTHON:-.venv/bin/python}")"
+python="${PYTHON:-.venv/bin/python}"
+if ! "$python" -c 'import setuptools, wheel, twine' 2>/dev/null; then
+  echo "build-dist: $python lacks setuptools, wheel or twine: run ./scripts/setup.sh test first (or set PYTHON to one that has them)" >&2
+  exit 1
+fi
+py="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"
 out="$(mkdir -p "${1:-dist}" && cd "${1:-dist}" && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

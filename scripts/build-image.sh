@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds localhost/gpuagent:<version> and localhost/gpuagent:latest with podman from nothing but
-# Debian's packages and PyPI: a Debian 12 base with python3.11 made by mmdebstrap and imported as
+# Debian's packages (from this machine's apt mirror: scripts/apt-mirror.sh) and PyPI: a Debian 12
+# base with python3.11 made by mmdebstrap and imported as
 # localhost/gpuagent-base:bookworm (the Containerfile's BASE), the wheel of this checkout
 # (scripts/build-dist.sh), pip reaching PyPI from `podman build --network=host`.
 # Podman is run as this machine needs it (and as works in most CI containers): runtime runc,
@@ -11,6 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 version="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' agent/__init__.py)"
 base=localhost/gpuagent-base:bookworm
+python="${PYTHON:-.venv/bin/python}"  # builds the wheel (scripts/build-dist.sh): before minutes of base
+"$python" -c 'import setuptools, wheel, twine' 2>/dev/null || {
+  echo "build-image: $python lacks setuptools, wheel or twine: run ./scripts/setup.sh test (or set PYTHON)" >&2; exit 1; }
 for tool in podman mmdebstrap runc; do
   command -v "$tool" >/dev/null || { echo "build-image: $tool is missing (apt install podman mmdebstrap runc)" >&2; exit 1; }
 done
@@ -21,19 +25,20 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 if [ -n "${REBUILD_BASE:-}" ] || ! "${podman[@]}" image exists "$base"; then
-  echo "build-image: making $base with mmdebstrap" >&2
+  mirror="$(scripts/apt-mirror.sh)"
+  echo "build-image: making $base with mmdebstrap from $mirror" >&2
   # Documentation, man pages and translations are left out (the copyright files stay).
   mmdebstrap --quiet --variant=minbase --include=python3.11,ca-certificates \
       --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
       --dpkgopt='path-exclude=/usr/share/info/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
       --dpkgopt='path-include=/usr/share/doc/*/copyright' \
       --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
-      bookworm "$work/base.tar" http://deb.debian.org/debian
+      bookworm "$work/base.tar" "$mirror"
   "${podman[@]}" import --quiet "$work/base.tar" "$base" >/dev/null
 fi
 
 # The wheel goes into the build context's dist/ (the Containerfile copies dist/gpuagent-*.whl).
-PYTHON="${PYTHON:-.venv/bin/python}" scripts/build-dist.sh "$work/dist" >/dev/null
+PYTHON="$python" scripts/build-dist.sh "$work/dist" >/dev/null
 mkdir -p "$work/context/dist"
 cp "$work"/dist/gpuagent-*.whl "$work/context/dist/"
 cp -r Containerfile packaging "$work/context/"

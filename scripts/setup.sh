@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Creates .venv and installs gpuagent (editable) with the extras named in $1 (default: none).
 # Installs once: .venv/.gpuagent-setup holds the hash of setup.cfg and pyproject.toml and the
-# extras installed with it; a later call with the same files and extras does nothing.
+# extras installed with it; a later call with the same files and extras does nothing. With the
+# test extra it also installs examples/gpuagent-infiniband (editable): the suite tests it too
+# (testpaths in pyproject.toml), and the fast lane's module check needs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-}"
+example() {
+  case ",$extras," in *,test,*) ;; *) return 0 ;; esac
+  .venv/bin/python -c 'import importlib.metadata as m; m.distribution("gpuagent-infiniband")' 2>/dev/null \
+    || .venv/bin/python -m pip install -q -e examples/gpuagent-infiniband
+}
 stamp=.venv/.gpuagent-setup
 want="$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ -x .venv/bin/gpuagent ] && [ -f "$stamp" ]; then
@@ -14,6 +21,7 @@ if [ -x .venv/bin/gpuagent ] && [ -f "$stamp" ]; then
     case ",${have_extras:-}," in *",$e,"*) ;; *) missing=1 ;; esac
   done
   if [ "${have:-}" = "$want" ] && [ -z "$missing" ]; then
+    example
     exit 0
   fi
 fi
@@ -27,3 +35,4 @@ else
   .venv/bin/python -m pip install -q -e .
 fi
 echo "$want $extras" >"$stamp"
+example

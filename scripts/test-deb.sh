@@ -23,7 +23,7 @@ if [ -n "$tarball" ] && [ -s "$tarball" ]; then
   tar -xf "$tarball" -C "$chroot"
 else
   mmdebstrap --quiet --variant=apt --include=python3.11,systemd,ca-certificates bookworm "$work/base.tar" \
-      http://deb.debian.org/debian
+      "$("$(dirname "$0")"/apt-mirror.sh)"  # this machine's apt mirror
   tar -xf "$work/base.tar" -C "$chroot"
   [ -z "$tarball" ] || cp "$work/base.tar" "$tarball"
 fi

@@ -3,7 +3,7 @@
 # Prometheus (with promtool) and VictoriaMetrics servers the fixtures start, Chromium for the
 # HTML report test, systemd-analyze for the unit checks, Slurm and munge for the attribution
 # and health-action tests, vmalert and Alertmanager for the alerting tests), the package with
-# its test extras and the example plugin, then runs pytest.
+# its test extras and the example plugin (scripts/setup.sh), then runs pytest.
 # Arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +19,5 @@ if [ "${#need[@]}" -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-./scripts/setup.sh "test,testing,probe,bench"
-.venv/bin/python -m pip install -q -e examples/gpuagent-infiniband
+./scripts/setup.sh "test,testing,probe,bench"   # and examples/gpuagent-infiniband (scripts/setup.sh)
 exec .venv/bin/python -m pytest "$@"

@@ -74,3 +74,27 @@ def test_no_doc_names_what_the_repository_does_not_hold(doc):
     """Fenced blocks included: a user reads those too."""
     hits = [line.strip() for line in doc.read_text().splitlines() if OUTSIDE.search(line)]
     assert not hits, f"{doc.relative_to(REPO)} names files outside the repository: {hits}"
+
+
+# `pip install gpuagent` or `'gpuagent[extra]'`: no package index holds gpuagent (and the bare name
+# could resolve to someone else's package). A plugin's own name (`gpuagent-settings`) is not it.
+BY_NAME = re.compile(r"pip3? install\b[^`\n]*?(?<![\w./-])['\"]?gpuagent(?![\w-])")
+
+
+@pytest.mark.parametrize("doc", markdown_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_no_doc_installs_gpuagent_by_name_from_a_package_index(doc):
+    hits = [line.strip() for line in doc.read_text().splitlines() if BY_NAME.search(line)]
+    assert not hits, f"{doc.relative_to(REPO)} installs gpuagent from an index: {hits}"
+
+
+def test_the_install_check_finds_one_by_name_and_passes_the_checkout_and_the_wheel():
+    assert BY_NAME.search("`pip install gpuagent`") and BY_NAME.search("pip install 'gpuagent[testing]'")
+    assert not BY_NAME.search("pip install '.[testing]'") and not BY_NAME.search("pip install gpuagent-settings")
+    assert not BY_NAME.search("pip install 'dist/gpuagent-0.1.0-py3-none-any.whl[testing]'")
+
+
+def test_the_wheel_the_docs_name_is_what_build_dist_makes():
+    made = (REPO / "scripts" / "build-dist.sh").read_text()
+    assert "dist/gpuagent-<version>-py3-none-any.whl" in made
+    named = {m for doc in markdown_files() for m in re.findall(r"dist/gpuagent-[^\s`'\[]+\.whl", doc.read_text())}
+    assert named == {"dist/gpuagent-<version>-py3-none-any.whl"}

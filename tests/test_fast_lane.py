@@ -131,3 +131,25 @@ def test_walks_the_product_folders_recursively():
     assert any(f.startswith("agent/") and f.count("/") >= 2 for f in found)
     assert any(f.startswith("plugins/") and f.count("/") >= 2 for f in found)
     assert not any("/tests/" in f or f.endswith("conftest.py") for f in found)
+
+
+# -- who runs it --------------------------------------------------------------------------------
+def _commands(path: Path) -> list[str]:
+    lines = [line.split("#", 1)[0].strip() for line in path.read_text().splitlines()]
+    return [line for line in lines if line]
+
+
+def test_ci_runs_the_fast_lane_check_after_ruff_and_before_the_suite_which_has_the_last_word():
+    lines = _commands(REPO / ".ci" / "run")
+    where = {name: next(i for i, line in enumerate(lines) if name in line) for name in ("ruff format", "fast-lane.sh")}
+    suite = max(i for i, line in enumerate(lines) if line.startswith("./scripts/test.sh -q"))
+    assert where["ruff format"] < where["fast-lane.sh"] < suite
+    assert not any(line.startswith(("echo", "./", ".venv")) for line in lines[suite + 1 :])  # nothing prints after
+
+
+def test_the_fast_lane_installs_what_the_suite_installs_and_the_example_plugin():
+    setup = re.compile(r'^\./scripts/setup\.sh "([^"]+)"', re.M)
+    fast = setup.findall((REPO / "scripts" / "fast-lane.sh").read_text())
+    suite = setup.findall((REPO / "scripts" / "test.sh").read_text())
+    assert fast and fast == suite
+    assert "examples/gpuagent-infiniband" in (REPO / "scripts" / "setup.sh").read_text()

@@ -192,13 +192,17 @@ def compare(
 
     if report is not None:
         report.prices = prices_from(config_path)
-    try:
-        if report is None:  # per driver version (gpuagent.compare.drivers)
-            from gpuagent.compare.drivers import build_by_driver
+    from gpuagent.compare.progress import Activity
 
-            doc = build_by_driver(client, rng, where)
-        else:
-            doc = report.build()
+    try:
+        # A long report (a large fleet on InfluxDB 1.x: minutes) shows it is at work, on a terminal.
+        with Activity("compare", lambda: client.requests, "queries answered"):
+            if report is None:  # per driver version (gpuagent.compare.drivers)
+                from gpuagent.compare.drivers import build_by_driver
+
+                doc = build_by_driver(client, rng, where)
+            else:
+                doc = report.build()
     finally:
         client.close()
     _emit(RENDERERS[fmt](doc), output, f"{len(doc['groups'])} group(s), {sum(g['gpus'] for g in doc['groups'])} GPUs")
@@ -247,8 +251,11 @@ def _compare_work(
             report = rollup_report_or_none(client, rng, "gpu", where if gpu_where else None)
             if report is not None:
                 source = RollupWork(report, rng, where, gpu_where)
+    from gpuagent.compare.progress import Activity
+
     try:
-        doc = build_work(source, rng, by, prices, where)
+        with Activity("compare", lambda: client.requests, "queries answered"):
+            doc = build_work(source, rng, by, prices, where)
     finally:
         client.close()
     _emit(render_work(doc, fmt), output, f"{len(doc['groups'])} group(s)")

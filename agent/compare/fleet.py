@@ -195,14 +195,37 @@ def _backfill_in_worker(plan: HostPlan, conn: Connection) -> int:
     return backfill_host(plan, conn)
 
 
-def backfill(plans: list[HostPlan], conn: Connection, jobs: int = 1) -> int:
-    """Every host's history; in `jobs` processes when more than one. Returns points written."""
+def backfill(plans: list[HostPlan], conn: Connection, jobs: int = 1, progress=None) -> int:
+    """Every host's history; in `jobs` processes when more than one. Returns points written; each host
+    done advances `progress` (gpuagent.compare.progress), when given."""
+    written = 0
     if jobs <= 1 or len(plans) <= 1:
-        return sum(backfill_host(p, conn) for p in plans)
+        for p in plans:
+            written += backfill_host(p, conn)
+            if progress is not None:
+                progress.advance(p.hostname)
+        return written
     from gpuagent.compare.workers import worker_pool
 
     with worker_pool(min(jobs, len(plans))) as pool:
-        return sum(pool.map(_backfill_in_worker, plans, [conn] * len(plans)))
+        for p, n in zip(plans, pool.map(_backfill_in_worker, plans, [conn] * len(plans)), strict=True):
+            written += n
+            if progress is not None:
+                progress.advance(p.hostname)
+    return written
+
+
+def total_steps(n_hosts: int, n_specs: int, distinct: int) -> int:
+    """The progress steps of `sim fleet`: a host each, and each host simulated in full to be replayed."""
+    period = max(1, distinct * n_specs)
+    return n_hosts + (period if n_hosts > period else 0)
+
+
+def _steps_text(n_hosts: int, n_specs: int, distinct: int) -> str:
+    period = max(1, distinct * n_specs)
+    if n_hosts > period:
+        return f"{period} hosts simulated, then {n_hosts} written"
+    return f"a step per host, {n_hosts} in all"
 
 
 def check_database(conn: Connection) -> None:
@@ -210,7 +233,7 @@ def check_database(conn: Connection) -> None:
     server (a new InfluxDB 1.x: no database but _internal) gets it created, with one line
     saying so; where it cannot be, one line says how (before, 1.x said "database not found"
     at the first write, after seconds of simulating)."""
-    from gpuagent.compare.query import quote_ident
+    from gpuagent.compare.query import CannedAnswer, quote_ident
 
     client = InfluxQL(conn)
     try:
@@ -224,6 +247,8 @@ def check_database(conn: Connection) -> None:
             return
         try:
             client.query(f"CREATE DATABASE {quote_ident(conn.database)}", post=True)
+        except CannedAnswer:
+            return  # VictoriaMetrics: nothing to create (the database is a `db` label of each write)
         except AgentError as exc:
             raise AgentError(
                 f"{exc}; the database {conn.database!r} is not on {conn.url} and could not be created: create it "
@@ -381,8 +406,19 @@ def fleet(
     jobs = jobs or max(1, min(os.cpu_count() or 1, n_hosts))
     t0 = time.perf_counter()
     from gpuagent.compare.fleet_replay import backfill_replayed
+    from gpuagent.compare.progress import Progress
 
-    points = backfill_replayed(plans, conn, jobs, distinct, len(spec_list))
+    def partial(done: int, total: int) -> str:
+        return (
+            f"sim fleet stopped after {done} of {total} ({_steps_text(n_hosts, len(spec_list), distinct)}): "
+            f"{conn.label} now holds a partial history; run the same command again (same --end and --seed) "
+            "to write it whole"
+        )
+
+    total = total_steps(n_hosts, len(spec_list), distinct)
+    unit = "hosts" if total == n_hosts else "host runs"  # replayed: each simulated, then each written
+    with Progress("sim fleet", total, unit, partial) as progress:
+        points = backfill_replayed(plans, conn, jobs, distinct, len(spec_list), progress)
     elapsed = time.perf_counter() - t0
     click.echo(
         f"wrote {points} points for {n_hosts} host(s) x {plans[0].steps} steps of {step} "

@@ -53,19 +53,32 @@ def _simulate_in_worker(plan: HostPlan) -> list[str]:
     return simulate_host(plan, None, keep=True)
 
 
-def backfill_replayed(plans: list[HostPlan], conn: Connection, jobs: int, distinct: int, n_specs: int) -> int:
-    """Every host's history; the first `distinct` × `n_specs` simulated, the rest replayed. Returns points."""
+def backfill_replayed(
+    plans: list[HostPlan], conn: Connection, jobs: int, distinct: int, n_specs: int, progress=None
+) -> int:
+    """Every host's history; the first `distinct` × `n_specs` simulated, the rest replayed. Returns points.
+    Each host simulated and each written advances `progress` (gpuagent.compare.progress), when given."""
     period = max(1, distinct * n_specs)
     if len(plans) <= period:
-        return backfill(plans, conn, jobs)
+        return backfill(plans, conn, jobs, progress)
     protos = plans[:period]
+
+    def advance(label: str) -> None:
+        if progress is not None:
+            progress.advance(label)
+
+    batches = []
     if jobs > 1:
         from gpuagent.compare.workers import worker_pool
 
         with worker_pool(min(jobs, period)) as pool:
-            batches = list(pool.map(_simulate_in_worker, protos))
+            for p, b in zip(protos, pool.map(_simulate_in_worker, protos), strict=True):
+                batches.append(b)
+                advance(f"simulated {p.hostname}")
     else:
-        batches = [simulate_host(p, None, keep=True) for p in protos]
+        for p in protos:
+            batches.append(simulate_host(p, None, keep=True))
+            advance(f"simulated {p.hostname}")
     uuids = [uuids_of(b) for b in batches]
     local = threading.local()
     clients: list[InfluxQL] = []
@@ -85,7 +98,11 @@ def backfill_replayed(plans: list[HostPlan], conn: Connection, jobs: int, distin
 
     pool = ThreadPoolExecutor(max(2, jobs))
     try:
-        return sum(pool.map(write, range(len(plans))))
+        written = 0
+        for i, n in enumerate(pool.map(write, range(len(plans)))):
+            written += n
+            advance(f"wrote {plans[i].hostname}")
+        return written
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)  # Ctrl-C: the queued writes are not made
         raise

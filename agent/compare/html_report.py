@@ -170,9 +170,15 @@ def bar_chart(
             if vals
             else ""
         )
-        text = f"{number(lo, digits)}–{number(hi, digits)}" if vals else "n/a"
+        text = (
+            number(lo, digits)
+            if vals and number(lo, digits) == number(hi, digits)
+            else (f"{number(lo, digits)}–{number(hi, digits)}" if vals else "n/a")
+        )
+        # Groups without the figure (no GPM) are no value of the band: counted in the row's label.
+        missing = f", {len(rest) - len(vals)} n/a" if vals and len(vals) < len(rest) else ""
         rows.append(
-            f'<div class="br"><span class="bl">the other {len(rest)}</span><span class="track">{band}</span>'
+            f'<div class="br"><span class="bl">the other {len(rest)}{missing}</span><span class="track">{band}</span>'
             f'<span class="bv">{esc(text)}</span>{"<span></span>" if mark_name else ""}</div>'
         )
     ticks = "".join(
@@ -419,6 +425,59 @@ def hosts_section(doc: dict) -> str:
     return f"<section><h2>Hosts</h2><ul class=hosts>{items}</ul></section>"
 
 
+def work_section(doc: dict) -> str:
+    """The groups' per-unit figures (`work`), what limits them (`limits`, * a proxy) and the same
+    workload across models (`cross_model`), where the document has them (gpu_work points in range)."""
+    from gpuagent.compare.limits import CLASSES
+    from gpuagent.compare.work_render import CROSS_HEADERS, _cross_rows, _n
+
+    groups = [g for g in doc["groups"] if g.get("work")]
+    out = []
+    if groups:
+        heads = ("unit", "units", "GPU-hours", "units/GPU-h", "Wh/1k units", "$/M units")
+        body = ""
+        for g in groups:
+            for unit, w in g["work"].items():
+                wh = w.get("wh_per_unit")
+                cells = (unit, _n(w.get("units"), 0), _n(w.get("gpu_hours")), _n(w.get("units_per_gpu_hour"), 1),
+                         _n(wh * 1000 if wh is not None else None, 3), _n(w.get("cost_per_million_units"), 3))  # fmt: skip
+                body += (
+                    f'<tr><th class="label">{esc(g["label"])}</th>'
+                    + "".join(f"<td>{esc(c)}</td>" for c in cells)
+                    + "</tr>"
+                )
+        head = '<th class="label">group</th>' + "".join(f"<th>{esc(h)}</th>" for h in heads)
+        out.append(f'<h3>Work</h3><table id="work"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+    limited = [g for g in doc["groups"] if g.get("limits")]
+    if limited:
+        head = '<th class="label">group</th>' + "".join(f"<th>{esc(c)} %</th>" for c in CLASSES)
+        body = "".join(
+            f'<tr><th class="label">{esc(g["label"])}</th>'
+            + "".join(
+                f"<td>{esc(_n(g['limits'].get(c), 1))}{'*' if (g.get('limits_proxy') or {}).get(c) else ''}</td>"
+                for c in CLASSES
+            )
+            + "</tr>"
+            for g in limited
+        )
+        out.append(
+            f'<h3>What limits it</h3><table id="limits"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+            "<p class=note>The share of the work's time in each class; * a proxy (from utilisation on cards "
+            "without GPM).</p>"
+        )
+    cross = _cross_rows(doc)
+    if cross:
+        head = "".join(f"<th>{esc(h)}</th>" for h in CROSS_HEADERS)
+        body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in cross)
+        out.append(
+            f'<h3>The same workload on each model</h3><table id="cross-model"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>"
+        )
+    if not out:
+        return ""
+    return "<section><h2>Work per unit and what limits it</h2>" + "".join(out) + "</section>"
+
+
 def definitions_section(doc: dict) -> str:
     defs = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in doc["definitions"].items())
     return f"<section><h2>Definitions</h2><dl>{defs}</dl></section>"
@@ -434,6 +493,7 @@ SECTIONS: list[Callable[[dict], str]] = [
     header_section,
     charts_section,
     tables_section,
+    work_section,
     hosts_section,
     definitions_section,
 ]

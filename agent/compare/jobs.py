@@ -213,6 +213,12 @@ def _key(row: dict, tags: tuple[str, ...]) -> tuple:
 
 
 # -- rendering ------------------------------------------------------------------------------------
+JOB_NOTE = (
+    "GPU-hours: the time each GPU held the job, summed over its GPUs; energy Wh: those GPUs' energy "
+    "over that time; idle GPU-h: the time it held them with no kernel activity for idle_after or longer "
+    "(allocated_idle); SM mean %: its processes' SM utilisation, else the GPUs'; peak mem: its processes' "
+    "most GPU memory at once."
+)
 COLUMNS = (
     ("job", lambda g: g["label"]),
     ("model", lambda g: ", ".join(g["models"])),
@@ -256,7 +262,20 @@ def render(doc: dict[str, Any], fmt: str) -> str:
             f"<h1>GPU use by {title}, {doc['range']['start']} to {doc['range']['end']}</h1>"
             f"<table><tr>{cells}</tr>{body}</table>\n"
         )
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(lines) + "\n"
+    from gpuagent.compare import tables
+    from gpuagent.compare.work_render import _hours
+
+    # The terminal table as the other reports': sized to the terminal, short ranges in GPU-minutes.
+    terminal = [
+        [*r[:3], _hours(g["gpu_hours"]), *r[4:5], _hours(g["idle_gpu_hours"]), *r[6:]]
+        for r, g in zip(rows, doc["groups"], strict=True)
+    ]
+    columns = [tables.Column(h, right=i >= 2) for i, h in enumerate(header)]
+    r = doc["range"]
+    return tables.render(
+        f"GPU use by {title}, {r['start']} .. {r['end']} ({doc['source']['url']}, {doc['source']['database']})",
+        columns,
+        terminal,
+        keys=1,
+        footnote=JOB_NOTE,
+    )

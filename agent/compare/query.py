@@ -51,7 +51,7 @@ def connection_from(
     """
     conn = Connection()
     # An explicit --url names another server: the implicit default config's credentials are not for it.
-    table = _sink_table(config_path) if config_path or not url else None
+    table = _sink_table(config_path, bool(url and database)) if config_path or not url else None
     if table is not None:
         from pydantic import ValidationError
 
@@ -97,19 +97,37 @@ def connection_from(
     return conn
 
 
-def _sink_table(config_path: str | None) -> dict | None:
+def _sink_table(config_path: str | None, flags_connect: bool = False) -> dict | None:
+    """The config's [sinks.influxdb]; a --config without one is refused unless --url and --database
+    name the server (the file then gives the rest: prices, the [compare] settings)."""
     from gpuagent.config import read_config, resolve_path
 
     if resolve_path(config_path) is None:
         return None
     config = read_config(config_path)
     table = config.raw.get("sinks", {}).get("influxdb")
-    if table is None and config_path:
+    if table is None and config_path and not flags_connect:
         raise ConfigError(f"{config.label}: no [sinks.influxdb] table (or pass --url and --database)")
     return table
 
 
 SLOW = "a long range or a large fleet: give it longer with --timeout"
+
+
+class CannedAnswer(AgentError):
+    """The server answers every InfluxQL statement with the same list of databases: VictoriaMetrics
+    (it takes InfluxDB writes into any database name, a `db` label, but queries only in PromQL)."""
+
+
+def _canned(q: str, series: list[dict[str, Any]]) -> bool:
+    # VictoriaMetrics' /query: SHOW DATABASES' answer whatever was asked; an InfluxDB never answers
+    # a SELECT, a SHOW of something else or a CREATE with a series "databases" of one column "name".
+    return (
+        not q.lstrip().upper().startswith("SHOW DATABASES")
+        and len(series) == 1
+        and series[0].get("name") == "databases"
+        and series[0].get("columns") == ["name"]
+    )
 
 
 ANSWER_BYTES = 256 << 20  # the most of one query's answer read; a range that asks more is cut
@@ -178,6 +196,11 @@ class InfluxQL:
         chunks, which that limit does not cut (chunks cost the server more: not by default)."""
         resp = self._request("POST" if post else "GET", "/query", self._params(q))
         series = self._results(resp, resp.body)[0].get("series", [])
+        if _canned(q, series):
+            raise CannedAnswer(
+                f"{self.conn.url} answers InfluxQL with canned results (VictoriaMetrics takes InfluxDB writes, "
+                f"not InfluxQL queries): query it with --promql-url {self.conn.url}"
+            )
         if post or not any(one.get("partial") for one in series):
             return series
         resp = self._request("GET", "/query", {**self._params(q), "chunked": "true", "chunk_size": "10000"})

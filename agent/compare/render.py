@@ -21,6 +21,13 @@ def _num(value, digits: int = 1, scale: float = 1.0, unit: str = "") -> str:
     return f"{value / scale:,.{digits}f}{unit}"
 
 
+def _energy(kwh: float | None) -> str:
+    """kWh, or Wh below one (a short range's 0.002 kWh reads 2.0 Wh); the JSON keeps kWh."""
+    if kwh is None:
+        return "-"
+    return f"{kwh * 1000:,.1f} Wh" if kwh < 1 else f"{kwh:,.3f} kWh"
+
+
 def _throttle_text(shares: dict[str, float]) -> str:
     parts = [f"{k} {v:.0f}%" for k, v in shares.items() if k in THROTTLE_REASONS and v > 0]
     return ", ".join(parts) or "none"
@@ -104,7 +111,7 @@ def _approximate_note(doc: dict) -> str:
     if not p95:
         return ""
     return (
-        f"\npower p95 W is approximate: from {p95['bin_w']:g} W power histograms of the rollups, "
+        f" power p95 W is approximate: from {p95['bin_w']:g} W power histograms of the rollups, "
         f"within {p95['bound_w']:g} W of the exact value (--raw for exact)."
     )
 
@@ -114,36 +121,27 @@ def render_json(doc: dict) -> str:
 
 
 def render_table(doc: dict, width: int | None = None) -> str:
-    """Groups side by side (a column each) when there are few; a row per group otherwise."""
-    from rich.console import Console
-    from rich.table import Table
+    """Groups side by side (a column each) when there are few; a row per group otherwise. Split to the
+    terminal's width (gpuagent.compare.tables), the definitions under it; --by host names each host's model."""
+    from gpuagent.compare import tables
 
     groups = doc["groups"]
-    table = Table(
-        title=_header(doc),
-        caption=EFFICIENCY_NOTE + _approximate_note(doc),
-        header_style="bold",
-        title_justify="left",
-        caption_justify="left",
-    )
+    # The terminal's energy in Wh below 1 kWh (the HTML page and the CSV keep kWh).
+    columns = [("energy", lambda g: _energy(g["energy_kwh"])) if t == "energy kWh" else (t, f) for t, f in COLUMNS]
+    if doc.get("by") == "host":
+        columns.insert(1, ("model", lambda g: ", ".join(g.get("models") or []) or "-"))
     if len(groups) <= 8:
-        table.add_column("", justify="left", style="bold", no_wrap=True)
-        for g in groups:
-            table.add_column(g["label"], justify="right", overflow="fold")
-        for title, fn in COLUMNS[1:]:
-            table.add_row(title, *(fn(g) for g in groups))
+        heads = [tables.Column("")] + [tables.Column(g["label"], right=True) for g in groups]
+        rows = [[title, *(fn(g) for g in groups)] for title, fn in columns[1:]]
     else:
-        for i, (title, _) in enumerate(COLUMNS):
-            table.add_column(
-                title,
-                justify="left" if i == 0 or title in _TEXT_COLUMNS else "right",
-                overflow="fold",
-            )
-        for g in groups:
-            table.add_row(*(fn(g) for _, fn in COLUMNS))
-    buf = io.StringIO()
-    Console(file=buf, width=width or 200, force_terminal=False, color_system=None).print(table)
-    return buf.getvalue()
+        heads = [
+            tables.Column(title, right=not (i == 0 or title in _TEXT_COLUMNS or title == "model"))
+            for i, (title, _) in enumerate(columns)
+        ]
+        rows = [[fn(g) for _, fn in columns] for g in groups]
+    return tables.render(
+        _header(doc), heads, rows, keys=1, footnote=EFFICIENCY_NOTE + _approximate_note(doc), room=width
+    )
 
 
 _TEXT_COLUMNS = {"group", "throttled", "P2P", "MIG", "vGPU", "L2 probe"}

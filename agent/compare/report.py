@@ -117,7 +117,9 @@ def check_where(client: InfluxQL, where: str | None) -> None:
 def report_document(
     rng: Range, by: str, where: str | None, source: dict, definitions: dict, groups: dict[tuple, dict], **extra: Any
 ) -> dict[str, Any]:
-    """The compare JSON document every report shape shares (groups ordered by label)."""
+    """The compare JSON document every report shape shares (groups ordered by label; Slurm job ids
+    and pods by the numbers in them: job 9 before job 10)."""
+    order = _natural if by in ("job", "pod") else str
     return {
         "range": {
             "start": rfc3339(rng.start_ns),
@@ -129,9 +131,14 @@ def report_document(
         "where": where or None,
         "source": source,
         "definitions": definitions,
-        "groups": [groups[k] for k in sorted(groups, key=lambda k: groups[k]["label"])],
+        "groups": [groups[k] for k in sorted(groups, key=lambda k: order(groups[k]["label"]))],
         **extra,
     }
+
+
+def _natural(label: str) -> list:
+    """A sort key that orders the runs of digits in a label by their value."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", label) if part]
 
 
 def bucket_seconds(span_s: float, target: int = 100) -> int:

@@ -384,24 +384,43 @@ def backfill(
     (the 1h level reads what the 1m level wrote), in chunks of `chunk_s`; points written. `levels`:
     only those (the 1h level alone: hours from 1-minute rollups written some other way); `rollups`:
     only those (ones added since the history was rolled up)."""
+    from gpuagent.compare.progress import Progress
+
     _require(client)
     db, written = client.conn.database, 0
     # Every level from the coarsest level's bucket edge: its first bucket then reads whole finer buckets.
     start_ns = start_ns // LEVELS[-1].ns * LEVELS[-1].ns
-    for level in levels:
-        a = start_ns
-        b = end_ns // level.ns * level.ns
-        step = max(chunk_s * 10**9 // level.ns, 1) * level.ns
-        while a < b:
-            c = min(a + step, b)
-            clause = f"time >= '{rfc3339(a)}' AND time < '{rfc3339(c)}'"
-            for rollup in rollups:
-                for row in client.rows(statement(db, level, rollup, clause)):
-                    written += int(row.get("written") or 0)
-            a = c
-        if echo:
-            echo(f"{level.name}: {rfc3339(start_ns)} to {rfc3339(b)}")
+    chunks = [_chunks(start_ns, end_ns // level.ns * level.ns, chunk_s, level) for level in levels]
+    reached: dict[str, int] = {}
+
+    def partial(done: int, total: int) -> str:
+        held = ", ".join(f"{name} to {rfc3339(t)}" for name, t in reached.items()) or "nothing"
+        return (
+            f"rollups backfill stopped after {done} of {total} chunks: the rollups hold a partial history "
+            f"({held}); run rollups backfill again"
+        )
+
+    with Progress("rollups backfill", sum(len(c) for c in chunks), "chunks", partial) as progress:
+        for level, spans in zip(levels, chunks, strict=True):
+            for a, c in spans:
+                clause = f"time >= '{rfc3339(a)}' AND time < '{rfc3339(c)}'"
+                for rollup in rollups:
+                    for row in client.rows(statement(db, level, rollup, clause)):
+                        written += int(row.get("written") or 0)
+                reached[level.name] = c
+                progress.advance(f"{level.name} to {rfc3339(c)}")
+            if echo:
+                echo(f"{level.name}: {rfc3339(start_ns)} to {rfc3339(end_ns // level.ns * level.ns)}")
     return written
+
+
+def _chunks(a: int, b: int, chunk_s: int, level: Level) -> list[tuple[int, int]]:
+    step = max(chunk_s * 10**9 // level.ns, 1) * level.ns
+    out = []
+    while a < b:
+        out.append((a, min(a + step, b)))
+        a += step
+    return out
 
 
 def _require(client: InfluxQL) -> None:

@@ -92,13 +92,26 @@ def init(config_path, url, database, username, password, timeout, promql_url) ->
         made = r.init(client)
     finally:
         client.close()
-    for what in made:
-        click.echo(f"created {what}")
+    summary = _made_summary(made)
+    if summary:
+        click.echo(f"created {summary}")
     click.echo(
         f"{client.conn.label}: {len(made)} created, nothing else changed"
         if made
         else f"{client.conn.label}: rollups already set up, nothing changed"
     )
+
+
+def _made_summary(made: list[str]) -> str:
+    """One line for what init created (not one per continuous query: 262 of them on a new database)."""
+    policies = [m.removeprefix("retention policy ") for m in made if m.startswith("retention policy ")]
+    queries = [m for m in made if m.startswith("continuous query ")]
+    parts = []
+    if policies:
+        parts.append(f"retention polic{'y' if len(policies) == 1 else 'ies'} {', '.join(policies)}")
+    if queries:
+        parts.append(f"{len(queries)} continuous quer{'y' if len(queries) == 1 else 'ies'}")
+    return " and ".join(parts)
 
 
 @rollups.command("backfill")

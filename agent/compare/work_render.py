@@ -63,41 +63,91 @@ HEADERS = (
 )
 
 
-def _cells(r: dict) -> list[str]:
+def _compact(value: float) -> str:
+    """A count in 4 significant characters at most: 950, 12.3k, 1.03M."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def _spread_text(spread: dict | None, digits: int = 0) -> str:
+    if not spread:
+        return "-"
+    if digits == 0:
+        return f"{_compact(spread['min'])}-{_compact(spread['max'])} ({spread['gpus']})"
+    return f"{spread['min']:,.{digits}f}-{spread['max']:,.{digits}f}"
+
+
+def _cells(r: dict, terminal: bool = False) -> list[str]:
     wh = r["wh_per_unit"]
     spread = r["spread"]
+    if terminal:
+        spread_text = _spread_text(spread)
+    else:
+        spread_text = f"{spread['min']:,.0f}-{spread['max']:,.0f} ({spread['gpus']} GPUs)" if spread else "-"
     return [
-        r["group"],
+        _short(r["group"]) if terminal else r["group"],
         r["unit"] or "-",
         str(r["gpus"]),
         _n(r["units"], 0),
-        _n(r["gpu_hours"]),
+        _hours(r["gpu_hours"]) if terminal else _n(r["gpu_hours"]),
         _n(r["units_per_gpu_hour"], 1),
         _n(wh * 1000 if wh is not None else None, 3),
         _n(r["cost_per_million_units"], 3),
-        f"{spread['min']:,.0f}-{spread['max']:,.0f} ({spread['gpus']} GPUs)" if spread else "-",
+        spread_text,
         _limits_text(r),
     ]
 
 
-def _cross_rows(doc: dict) -> list[list[str]]:
+def _short(label: str) -> str:
+    """A model name without its maker (every card here is NVIDIA's): the widest column, shortened."""
+    return label.replace("NVIDIA ", "")
+
+
+def _hours(hours: float | None) -> str:
+    """GPU-hours; under one, minutes (0.0 GPU-hours says nothing of a short range)."""
+    if hours is None:
+        return "-"
+    if hours < 1:
+        return f"{hours * 60:.1f} GPU-min"
+    return _n(hours)
+
+
+def _pct(value: float | None, best: bool) -> str:
+    """A share of the best in whole percent; only the best itself reads 100% (99.6% is 99.6%)."""
+    if value is None:
+        return "-"
+    text = f"{value:.0f}"
+    if text == "100" and not best:
+        text = f"{min(value, 99.9):.1f}"
+    return f"{text}%"
+
+
+def _cross_rows(doc: dict, terminal: bool = False) -> list[list[str]]:
     out = []
     for c in doc.get("cross_model") or []:
         for m in c["models"]:
             spread = m["spread_units_per_s_per_gpu"]
+
+            def of_best(figure: str, digits: int, m=m, c=c) -> str:
+                value = m[figure]
+                if value is None:
+                    return "-"
+                best = max(x[figure] for x in c["models"] if x[figure] is not None)
+                return f"{_n(value, digits)} ({_pct(m[f'{figure}_best_pct'], value == best)})"
+
             out.append(
                 [
                     c["workload"],
                     c["unit"],
-                    m["model"],
+                    _short(m["model"]) if terminal else m["model"],
                     str(m["gpus"]),
-                    _n(m["gpu_hours"]),
-                    f"{_n(m['units_per_s_per_gpu'], 1)} ({_n(m['units_per_s_per_gpu_best_pct'], 0)}%)",
-                    f"{_n(m['units_per_s_per_kw'], 1)} ({_n(m['units_per_s_per_kw_best_pct'], 0)}%)",
-                    f"{_n(m['units_per_dollar'], 0)} ({_n(m['units_per_dollar_best_pct'], 0)}%)"
-                    if m["units_per_dollar"] is not None
-                    else "-",
-                    f"{spread['min']:,.1f}-{spread['max']:,.1f}" if spread else "-",
+                    _hours(m["gpu_hours"]) if terminal else _n(m["gpu_hours"]),
+                    of_best("units_per_s_per_gpu", 1),
+                    of_best("units_per_s_per_kw", 1),
+                    of_best("units_per_dollar", 0),
+                    _spread_text(spread, 1),
                 ]
             )
     return out
@@ -115,6 +165,28 @@ CROSS_HEADERS = (
     "spread units/s per GPU",
 )
 
+WORK_NOTE = (
+    "units/GPU-h: units per GPU-hour of exactly the GPUs that did the work, over the time they did it; "
+    "Wh/1k units: the GPUs' energy per 1,000 units; $/M units: $ per million units, from [compare.prices] "
+    "(the model's $ per GPU-hour x GPU-hours + $ per kWh x PUE x the GPUs' kWh; - where no price is set); "
+    "spread: the lowest and highest units/GPU-h of one GPU (GPUs); what limits it: the share of the work's "
+    "time in each class, * a proxy (compute*, memory*: from utilisation on cards without GPM). "
+    'Model names without NVIDIA. docs/compare.md, "What limits the work".'
+)
+
+CROSS_NOTE = (
+    "(of best): the share of the best model's figure for the workload (only the best reads 100%); "
+    "units/s per GPU: units per second of one GPU; units/s per kW: units per second per kW the GPUs drew "
+    "(units per kJ x 1,000); units per $: units per dollar of GPU-hours and energy, from [compare.prices]; "
+    "spread: the lowest and highest units/s of one GPU."
+)
+
+
+PLACEMENT_NOTE = (
+    "cheapest: the priced model with the lowest $ per unit for the workload at the measured rates; saving: what "
+    "the workload's units in the range would have cost less there; evidence: GPU-hours and $ per million units "
+    "on each priced model."
+)
 
 PLACEMENT_HEADERS = ("workload", "unit", "cheapest", "saving $", "saving %", "evidence (GPU-h, $/M units)", "caveats")
 
@@ -153,37 +225,33 @@ def _header(doc: dict) -> str:
     )
 
 
-def render_table(doc: dict) -> str:
-    from rich.console import Console
-    from rich.table import Table
+def render_table(doc: dict, room: int | None = None) -> str:
+    """The work table and the cross-model one, each split to the terminal's width (gpuagent.compare.tables)."""
+    from gpuagent.compare import tables
 
-    buf = io.StringIO()
-    console = Console(file=buf, width=200, force_terminal=False, color_system=None)
-    table = Table(title=_header(doc), title_justify="left", header_style="bold")
-    for i, h in enumerate(HEADERS):
-        table.add_column(h, justify="left" if i in (0, 1, 9) else "right", overflow="fold")
-    for r in rows(doc):
-        table.add_row(*_cells(r))
-    console.print(table)
-    cross = _cross_rows(doc)
+    text_columns = {0, 1, 8, 9}
+    columns = [tables.Column(h, right=i not in text_columns) for i, h in enumerate(HEADERS)]
+    text = tables.render(
+        _header(doc),
+        columns,
+        [_cells(r, terminal=True) for r in rows(doc)],
+        keys=2,
+        footnote=WORK_NOTE,
+        room=room,
+    )
+    cross = _cross_rows(doc, terminal=True)
     if cross:
-        t2 = Table(title="The same workload on each model", title_justify="left", header_style="bold")
-        for i, h in enumerate(CROSS_HEADERS):
-            t2.add_column(h, justify="left" if i < 3 else "right")
-        for r in cross:
-            t2.add_row(*r)
-        console.print(t2)
+        columns = [tables.Column(h, right=i >= 3) for i, h in enumerate(CROSS_HEADERS)]
+        text += tables.render("The same workload on each model", columns, cross, keys=3, footnote=CROSS_NOTE, room=room)
     placed = _placement_rows(doc)
     if placed:
-        t3 = Table(title="Where each workload should run", title_justify="left", header_style="bold")
-        for i, h in enumerate(PLACEMENT_HEADERS):
-            t3.add_column(h, justify="right" if i in (3, 4) else "left", overflow="fold")
-        for r in placed:
-            t3.add_row(*r)
-        console.print(t3)
+        columns = [tables.Column(h, right=i in (3, 4)) for i, h in enumerate(PLACEMENT_HEADERS)]
+        text += tables.render(
+            "Where each workload should run", columns, placed, keys=2, footnote=PLACEMENT_NOTE, room=room
+        )
     for line in _notes(doc):
-        console.print(line, soft_wrap=True, markup=False)
-    return buf.getvalue()
+        text += tables.note(line, room)
+    return text
 
 
 def render_csv(doc: dict) -> str:

@@ -303,7 +303,9 @@ class Gpu:
             return
         self._logged.add((call, code))
         text = f"{error_name(code)} ({code})"
-        if code == pynvml.NVML_ERROR_NOT_SUPPORTED:
+        if code in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_DEPRECATED):
+            # The card or driver does not offer it (an old call a newer driver retired): no news at
+            # every start, once per GPU.
             log.debug("GPU %d: %s: %s; the reading is left out", self.index, call, text)
         elif code in PERMANENT_CODES:
             log.info("GPU %d: %s answered %s; the reading is left out and not asked again", self.index, call, text)

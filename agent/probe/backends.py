@@ -75,7 +75,9 @@ def _numpy():
     try:
         import numpy
     except ImportError:
-        raise AgentError("the probe needs NumPy: pip install 'gpuagent[probe]'") from None
+        raise AgentError(
+            "the probe needs NumPy: install gpuagent's probe extra (pip install '.[probe]' in its checkout)"
+        ) from None
     return numpy
 
 

@@ -381,6 +381,7 @@ class Scheduler:
             # READY means the first collection is in the sinks: wait (once, briefly) for queued ones.
             self._drain(FIRST_DRAIN_S)
             self.first_collection_done.set()
+            _name_unasked_faults()
             self._check_ready()
             if self.on_first_collection:
                 self.on_first_collection()
@@ -503,3 +504,21 @@ class Scheduler:
             if not getattr(self, "_cost_warned", False):
                 self._cost_warned = True
                 log.warning("cannot write %s: %s (inspect will not show the agent's cost)", path, exc)
+
+
+def _name_unasked_faults() -> None:
+    """On a simulated fleet, a line naming each forced symbol that no collector asked in the first
+    collection (the fault changes nothing), with the called symbol nearest to it."""
+    import sys
+
+    sim = sys.modules.get("gpuagent.sim")  # not imported: no simulated fleet (and none is loaded here)
+    machine = sim.installed() if sim is not None else None
+    if machine is None:
+        return
+    import difflib
+
+    called = sorted(machine.calls)
+    for symbol in machine.unasked_forced():
+        near = difflib.get_close_matches(symbol, called, n=1, cutoff=0.8)
+        hint = f" (they ask {near[0]})" if near else ""
+        log.warning("simulated fault on %s: no collector asks it%s; the fault changes nothing", symbol, hint)

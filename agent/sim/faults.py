@@ -9,8 +9,8 @@ or durations such as ``500ms``, ``20s``, ``2m``, ``1h``):
 
     xid=GPU:CODE:TIME       XID CODE on GPU at TIME            xid=1:79:20s
     lost=GPU:TIME           GPU falls off the bus at TIME       lost=0:1m
-    force=SYMBOL:ERROR[:GPU]  SYMBOL answers ERROR (on every GPU of the machine and
-                            for system calls, or on one GPU)
+    force=SYMBOL:ERROR[:GPU]  SYMBOL answers ERROR (on every GPU of the SPEC item, or
+                            on one GPU; a system call machine-wide)
                             force=nvmlDeviceGetPowerUsage:NOT_SUPPORTED:1
     unprivileged            the item's GPUs answer as to a user without root/admin:
                             every call nvml.h marks privileged answers NO_PERMISSION
@@ -58,9 +58,13 @@ class LostFault:
 
 @dataclass(frozen=True)
 class ForceFault:
+    """``symbol`` answers ``code``: on GPU ``gpu``, on each of ``gpus`` (a SPEC item's, when no GPU
+    is named), or machine-wide (neither). A system call (no device handle) is the machine's."""
+
     symbol: str
     code: int
     gpu: int | None = None
+    gpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,9 @@ def parse_fault(text: str, offset: int = 0, count: int | None = None) -> Fault:
                 symbol = check_symbol(parts[0].strip())
             except AgentError as exc:
                 raise AgentError(f"bad fault {text!r}: {exc}") from None
-            return ForceFault(symbol, error_code(parts[1]), gpu)
+            # No GPU named: the item's GPUs, not the other items' (a system call stays machine-wide).
+            item = tuple(range(offset, offset + count)) if gpu is None and count is not None else ()
+            return ForceFault(symbol, error_code(parts[1]), gpu, item)
         if kind == "proc" and len(parts) in (2, 3):
             return _proc_fault(text, gpu_no(parts[0]), parts[1:])
         health = parse_health_fault(kind, parts, gpu_no, lambda t: parse_seconds(t, "fault time"))

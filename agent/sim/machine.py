@@ -153,6 +153,7 @@ MIG_ON_UTILIZATION_CALLS = (
 
 # C symbol names in slot order; each fake-library entry point takes a slot when defined.
 CALL_SYMBOLS: list[str] = []
+SYSTEM_SYMBOLS: set[str] = set()  # the calls without a device handle (fakelib's system_call)
 _CALL_SLOTS: dict[str, int] = {}
 
 
@@ -599,7 +600,11 @@ class SimMachine:
         elif isinstance(fault, LostFault):
             self.lose_gpu(fault.gpu, fault.at)
         elif isinstance(fault, ForceFault):
-            self.force(fault.symbol, fault.code, fault.gpu)
+            if fault.gpus and fault.symbol not in SYSTEM_SYMBOLS:
+                for gpu in fault.gpus:
+                    self.force(fault.symbol, fault.code, gpu)
+            else:
+                self.force(fault.symbol, fault.code, fault.gpu)
         elif isinstance(fault, UnprivilegedFault):
             for gpu in fault.gpus:
                 self.unprivilege(gpu)
@@ -721,6 +726,11 @@ class SimMachine:
     def calls_by_gpu(self) -> list[Counter[str]]:
         """Per GPU index: C symbol -> calls received with a handle of that GPU (snapshots)."""
         return [_counter(d.call_counts) for d in self.devices]
+
+    def unasked_forced(self) -> list[str]:
+        """The forced symbols nothing has called: a fault on them changes nothing."""
+        calls = self.calls
+        return sorted({symbol for symbol, _ in self.forced if not calls.get(symbol)})
 
     def reset_calls(self) -> None:
         """Start counting calls afresh (machine-wide and per GPU)."""

@@ -50,8 +50,9 @@ class Top:
             self.view.interval = self.source.interval
 
     def draw(self, console: Console, whole: bool = False):
-        """The frame at the console's size; ``whole``: every process, however tall (printed frames)."""
-        return render(self.frame, self.view, console.width, None if whole else console.height)
+        """The frame at the console's size; ``whole``: every process, however tall, and no key line
+        (printed frames: nothing reads keys there)."""
+        return render(self.frame, self.view, console.width, None if whole else console.height, keys=not whole)
 
     def key(self, key: str) -> bool:
         """Apply one key; False when it asks to quit."""

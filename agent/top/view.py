@@ -84,7 +84,8 @@ def visible(frame: Frame, view: View) -> tuple[list[Row], list[Proc]]:
     return sort_rows(rows, view.sort), procs
 
 
-def render(frame: Frame, view: View, width: int, height: int | None = None) -> Group:
+def render(frame: Frame, view: View, width: int, height: int | None = None, keys: bool = True) -> Group:
+    """The frame; ``keys``: the key line under it (a printed frame, into a pipe or --once, takes no keys)."""
     rows, procs = visible(frame, view)
     wide = width >= 110
     huge = width >= 160
@@ -94,27 +95,23 @@ def render(frame: Frame, view: View, width: int, height: int | None = None) -> G
     hist_w = hist_w if hist_w >= 8 else 0
     fleet_rows = view.fleet and view.host is None
 
-    # One blank between columns: at 80 columns every column of a GPU row fits.
-    table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, header_style="bold", expand=False)
+    # One blank between columns. Numbers are never cut: where the row does not fit, whole columns
+    # are dropped (the least telling first), and only text (model, throttle, health) ends in "…".
     first = {"host": "Host", "model": "Model"}.get(frame.by, "GPU") if fleet_rows else "GPU"
-    table.add_column(first, no_wrap=True, overflow="ellipsis", max_width=24 if fleet_rows else 4 if not huge else 6)
-    table.add_column(
-        "GPUs" if fleet_rows else "Model",
-        no_wrap=True,
-        overflow="ellipsis",
-        justify="right" if fleet_rows else "left",
-        min_width=4,
-        max_width=6 if fleet_rows else 22 if wide else 15,
-    )
-    table.add_column("Util", no_wrap=True, min_width=bar_w + 5)
-    table.add_column("Memory GiB", no_wrap=True, min_width=bar_w + 10, overflow="ellipsis")
-    table.add_column("Power W", no_wrap=True, justify="right", overflow="ellipsis")
-    table.add_column("SM MHz", no_wrap=True, justify="right", overflow="ellipsis")
-    table.add_column("Temp", no_wrap=True, justify="right", min_width=4)
-    table.add_column("Throttle", no_wrap=True, overflow="ellipsis", max_width=10)
-    table.add_column("Health", no_wrap=True, overflow="ellipsis", max_width=40 if huge else 15)
+    columns = [
+        _Col(first, "text" if fleet_rows else "key", shrink_to=4, max_width=24 if fleet_rows else None),
+        _Col("GPUs", "num") if fleet_rows else _Col("Model", "text", shrink_to=6, max_width=22 if wide else 15),
+        _Col("Util", "num", drop=5),
+        _Col("Memory GiB", "num", drop=4),
+        _Col("Power W", "num", drop=3),
+        _Col("SM MHz", "num", drop=1),
+        _Col("Temp", "num", drop=2),
+        _Col("Throttle", "text", shrink_to=8, max_width=10, drop=0),
+        _Col("Health", "text", shrink_to=6, max_width=40 if huge else 15),
+    ]
     if hist_w:
-        table.add_column("Power / util history", no_wrap=True)
+        columns.append(_Col("Power / util history", "num", drop=-1))
+    lines: list[tuple[list, str | None]] = []
 
     def add(row: Row, index: int, child: bool = False) -> None:
         util = Text(bar(None if row.util_pct is None else row.util_pct / 100, bar_w), style="green")
@@ -153,7 +150,7 @@ def render(frame: Frame, view: View, width: int, height: int | None = None) -> G
             history.append(sparkline(row.util_hist, 100.0, hist_w - power_w - 1), style="green")
             cells.append(history)
         style = "reverse" if fleet_rows and index == view.selected else None
-        table.add_row(*cells, style=style)
+        lines.append((cells, style))
 
     first_shown = 0
     if fleet_rows and height is not None:  # a long fleet scrolls with the selection
@@ -164,6 +161,7 @@ def render(frame: Frame, view: View, width: int, height: int | None = None) -> G
         add(row, i)
         for child in row.children:
             add(child, i, child=True)
+    table = _fit(columns, lines, width)
 
     parts: list = [header(frame, view)]
     if frame.note:
@@ -174,8 +172,61 @@ def render(frame: Frame, view: View, width: int, height: int | None = None) -> G
         left = None if height is None else max(0, height - used - 4)
         parts.append(Text(""))
         parts.append(process_table(procs, left, wide))
-    parts.append(Text(keys_help(view), style="dim", no_wrap=True, overflow="ellipsis"))
+    if keys:
+        parts.append(Text(keys_help(view), style="dim", no_wrap=True, overflow="ellipsis"))
     return Group(*parts)
+
+
+@dataclass
+class _Col:
+    """A GPU-table column: "num" cells are never cut (the column is dropped instead, lowest `drop`
+    first; None: never), "text" ones may end in an ellipsis down to `shrink_to`, "key" ones stay whole."""
+
+    header: str
+    kind: str
+    drop: int | None = None
+    shrink_to: int = 0
+    max_width: int | None = None
+
+
+def _cell_len(cell) -> int:
+    return cell.cell_len if isinstance(cell, Text) else len(cell)
+
+
+def _fit(columns: list[_Col], lines: list[tuple[list, str | None]], width: int) -> Table:
+    """The table of the columns that fit `width` at their least (numbers whole, text shrunk)."""
+    need = [max([len(c.header), *(_cell_len(r[i]) for r, _ in lines)]) for i, c in enumerate(columns)]
+    least = [
+        min(n, c.shrink_to, c.max_width or n) if c.kind == "text" else n for c, n in zip(columns, need, strict=True)
+    ]
+    shown = list(range(len(columns)))
+    droppable = sorted((c.drop, i) for i, c in enumerate(columns) if c.drop is not None)
+    while sum(least[i] for i in shown) + len(shown) - 1 > width and droppable:
+        shown.remove(droppable.pop(0)[1])
+    # Each column at a set width (rich would otherwise cut any column, numbers too, to fit): the text
+    # ones from their least up to what they want, while there is room.
+    widths = {i: least[i] for i in shown}
+    spare = width - (sum(widths.values()) + len(shown) - 1)
+    for i in shown:
+        c = columns[i]
+        if c.kind == "text" and spare > 0:
+            more = min(spare, min(need[i], c.max_width or need[i]) - widths[i])
+            widths[i] += max(0, more)
+            spare -= max(0, more)
+    table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, header_style="bold", expand=False)
+    for i in shown:
+        c = columns[i]
+        right = c.kind == "num" and c.header not in ("Util", "Memory GiB", "Power / util history")
+        table.add_column(
+            c.header,
+            no_wrap=True,
+            overflow="ellipsis",
+            justify="right" if right else "left",
+            width=widths[i],
+        )
+    for cells, style in lines:
+        table.add_row(*(cells[i] for i in shown), style=style)
+    return table
 
 
 def header(frame: Frame, view: View) -> Group:

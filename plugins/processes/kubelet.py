@@ -6,7 +6,7 @@ device ids each device plugin gave it. NVIDIA's device plugin names GPUs by UUID
 devices by MIG UUID), so a GPU's UUID finds the namespace, pod and container that hold it,
 whether or not a process of theirs runs on it yet.
 
-grpcio is an optional extra (`pip install gpuagent[k8s]`), imported only when the socket
+grpcio is an optional extra (gpuagent's `k8s` extra), imported only when the socket
 exists; the messages are described here in code (the five of the v1 API that `List` needs,
 same field numbers as k8s.io/kubelet/pkg/apis/podresources/v1/api.proto), so no generated
 module and no protoc run are needed.
@@ -120,7 +120,7 @@ class PodResources:
                     self._no_grpc_logged = True
                     log.warning(
                         "kubelet pod-resources socket %s found but %s; pod names are left out "
-                        "(pip install 'gpuagent[k8s]')",
+                        "(gpuagent's k8s extra: pip install '.[k8s]' in its checkout)",
                         self.socket,
                         exc,
                     )

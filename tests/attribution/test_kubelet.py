@@ -90,7 +90,7 @@ def test_without_grpcio_the_lookup_is_skipped_with_one_log_line(
             sim_clock.advance(10)
             collector.collect(recording_accumulator)
     lines = [r.getMessage() for r in caplog.records if "kubelet" in r.getMessage()]
-    assert len(lines) == 1 and "gpuagent[k8s]" in lines[0]
+    assert len(lines) == 1 and "k8s extra" in lines[0]
     assert len(recording_accumulator.by_measurement("gpu_process")) == 3
     assert recording_accumulator.by_measurement("gpu_attribution") == []
 

@@ -383,6 +383,22 @@ def test_table_and_csv(fleet_db, influxdb_v1, cli):
     assert "health GPU-h" in table.stdout
 
 
+def test_by_host_names_each_hosts_model_and_fits_the_terminal(fleet_db, influxdb_v1, cli, monkeypatch):
+    db, end_ns = fleet_db
+    start_ns, stop_ns = _range(end_ns)
+    monkeypatch.setenv("COLUMNS", "100")
+    table = _compare(cli, influxdb_v1, db, start_ns, stop_ns, "--by", "host")
+    assert table.exit_code == 0, table.output
+    doc = json.loads(_compare(cli, influxdb_v1, db, start_ns, stop_ns, "--by", "host", "--format", "json").stdout)
+    lines = table.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    model_rows = [line for line in lines if line.startswith("│ model ")]
+    assert model_rows  # a model row in every part the table was split into
+    for g in doc["groups"]:
+        assert any(", ".join(g["models"]) in row for row in model_rows), g["label"]
+    assert "Wh / busy GPU-h (efficiency)" in table.stdout
+
+
 def test_queries_asked_at_once_give_the_document_asked_one_by_one(fleet_db, influxdb_v1, cli, monkeypatch):
     from gpuagent.compare import report
 

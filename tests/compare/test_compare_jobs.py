@@ -81,8 +81,10 @@ def test_table_csv_and_pod_grouping(jobs_db, influxdb_v1, cli):
     db, start_ns, end_ns = jobs_db
     table = compare(cli, influxdb_v1, db, start_ns, end_ns, "--by", "job")
     assert table.exit_code == 0, table.output
-    header = table.stdout.splitlines()[0].split()
-    assert header[:2] == ["job", "model"] and "Wh" in header
+    header = next(line for line in table.stdout.splitlines() if line.startswith("┃ job")).strip("┃").split("┃")
+    assert [h.strip() for h in header[:2]] == ["job", "model"] and "energy Wh" in [h.strip() for h in header]
+    jobs = [line.split("│")[1].strip() for line in table.stdout.splitlines() if line.startswith("│ ")]
+    assert jobs == sorted(jobs, key=int), jobs  # job ids by their number
     rows = compare(cli, influxdb_v1, db, start_ns, end_ns, "--by", "job", "--format", "csv")
     assert rows.stdout.splitlines()[0].startswith("job,model,GPUs,GPU-hours,energy Wh")
     # The simulated jobs are Slurm's: no pod in the range is one line, exit 1.
@@ -157,7 +159,7 @@ def test_idle_gpu_hours_count_the_time_a_job_held_a_gpu_flagged_allocated_idle(i
         assert got["4713"]["idle_gpu_hours"] == pytest.approx(120 / 3600)
         assert got["4711"]["per_gpu"][0]["idle_gpu_hours"] == pytest.approx(360 / 3600)
         table = compare(cli, influxdb_v1, db, (t0 - 60) * 10**9, (t0 + 660) * 10**9, "--by", "job")
-        assert "idle GPU-h" in table.stdout.splitlines()[0], table.stdout
+        assert "idle GPU-h" in next(line for line in table.stdout.splitlines() if line.startswith("┃ job"))
         assert got["4711"]["idle_cost"] is None  # no prices given
         # In money, through the price table (gpuagent.compare.prices) the report takes.
         from gpuagent.compare.jobs import JobReport

@@ -298,6 +298,22 @@ def test_without_prices_cost_is_null(work_fleet, influxdb_v1, cli, tmp_path):
     assert all(w["wh_per_unit"] > 0 for g in doc["groups"] for w in g["work"].values())
 
 
+def test_prices_from_a_file_of_prices_only_and_the_server_from_the_flags(work_fleet, influxdb_v1, cli, tmp_path):
+    """`--config prices.toml --url --database`: the file (only [compare.prices], as docs/compare.md shows
+    it) gives the prices, the flags the server."""
+    db, end_s, _ = work_fleet
+    prices = tmp_path / "prices.toml"
+    lines = ["[compare.prices]", f"kwh = {PRICES['kwh']}", f"pue = {PRICES['pue']}", "[compare.prices.gpu_hour]"]
+    prices.write_text("\n".join(lines + [f'"{m}" = {p}' for m, p in PRICES["gpu_hour"].items()]) + "\n")
+    start_ns, stop_ns = _range(end_s)
+    span = ["--start", f"{start_ns / 1e9:.3f}", "--end", f"{stop_ns / 1e9:.3f}", "--format", "json"]
+    result = _compare(cli, prices, "--url", influxdb_v1.url, "--database", db, "--by", "model,workload", *span)
+    doc = json.loads(result.stdout)
+    assert doc["prices"]["pue"] == PRICES["pue"]
+    expected, _ = recompute(influxdb_v1, db, *_range(end_s))
+    _check(doc, expected)  # the costs too
+
+
 def test_bad_price_table_is_one_line(work_fleet, influxdb_v1, cli, tmp_path):
     db, end_s, _ = work_fleet
     bad = tmp_path / "bad.toml"
@@ -350,6 +366,31 @@ def test_table_and_csv(work_fleet, influxdb_v1, cli):
             assert float(by_label[(g["label"], unit)]["units_per_gpu_hour"]) == w["units_per_gpu_hour"]
     table = _compare(cli, config, *base, "--format", "table").stdout
     assert "The same workload on each model" in table and "llama-3.1-8b" in table
+
+
+def test_the_work_tables_fit_a_terminal_of_120_and_say_what_their_columns_mean(
+    work_fleet, influxdb_v1, cli, monkeypatch
+):
+    db, end_s, config = work_fleet
+    start_ns, stop_ns = _range(end_s)
+    monkeypatch.setenv("COLUMNS", "120")
+    args = ["--url", influxdb_v1.url, "--database", db, "--by", "model,workload"]
+    table = _compare(cli, config, *args, "--start", str(start_ns / 1e9), "--end", str(stop_ns / 1e9)).stdout
+    lines = table.splitlines()
+    assert max(len(line) for line in lines) <= 120, max(lines, key=len)
+    # Every figure is whole in some part: no cell folded onto a second line.
+    doc = _influx_doc(cli, influxdb_v1, work_fleet)
+    for g in doc["groups"]:
+        for w in g["work"].values():
+            assert f"{w['units_per_gpu_hour']:,.1f}" in table
+    for definition in ("units/GPU-h:", "$/M units:", "compute*", "(of best):", "units/s per kW:", "[compare.prices]"):
+        assert definition in table, definition
+    # One best per workload and figure: only the best model reads 100%.
+    for c in doc["cross_model"]:
+        rows = [line for line in lines if line.startswith(f"│ {c['workload']} ") and f" {c['unit']} " in line]
+        for column in range(5, 8):
+            cells = [row.split("│")[column] for row in rows if len(row.split("│")) > column]
+            assert sum("(100%)" in cell for cell in cells) <= 1, cells
 
 
 def test_html_shows_the_per_workload_comparison_in_headless_chromium(work_fleet, influxdb_v1, cli, tmp_path):

@@ -405,3 +405,33 @@ def test_the_1h_level_backfilled_alone_from_the_1m_level(influxdb_v1, cli, fresh
     for doc in (rolled, raw):
         doc.pop("source")
     _same(rolled, raw)
+
+
+def test_init_says_what_it_made_in_one_line_and_backfill_shows_its_chunks(influxdb_v1, cli):
+    from gpuagent.compare.rollups import EVERY, LEVELS
+
+    db = f"lines_{uuid.uuid4().hex[:8]}"
+    influxdb_v1.create_database(db)
+    try:
+        end_s = int(time.time()) // 60 * 60 - 60
+        args = sim_fleet_args(influxdb_v1.url, db, hosts=1, duration_s=3600, step_s=60, end_s=end_s, seed=1,
+                              specs=("l40s:1",))  # fmt: skip
+        assert cli(*args).exit_code == 0
+        made = cli("rollups", "init", "--url", influxdb_v1.url, "--database", db)
+        assert made.exit_code == 0, made.output
+        n = len(LEVELS) * len(EVERY)
+        assert (
+            made.stdout.splitlines()[0]
+            == f"created retention policies gpuagent_1m, gpuagent_1h and {n} continuous queries"
+        )
+        assert len(made.stdout.splitlines()) == 2  # and the summary of the database
+        done = cli("rollups", "backfill", "--since", "3h", "--chunk", "1h", "--url", influxdb_v1.url, "--database", db)
+        assert done.exit_code == 0, done.output
+        chunks = [
+            line
+            for line in done.stderr.splitlines() + done.stdout.splitlines()
+            if line.startswith("rollups backfill: ")
+        ]
+        assert chunks and chunks[-1].startswith(f"rollups backfill: {len(chunks)}/{len(chunks)} chunks"), done.output
+    finally:
+        influxdb_v1.drop_database(db)

@@ -124,10 +124,14 @@ def base_symbol(name: str) -> str:
 
 
 def spec_with(symbol: str, code: str, gpu: int | None = None) -> str:
-    """The full fleet with one fault (``code`` with or without NVML_ERROR_): on GPU ``gpu``
-    only, else machine-wide."""
+    """The full fleet with one fault (``code`` with or without NVML_ERROR_): on GPU ``gpu`` of the
+    first item only, else on every item (a fault without a GPU stays in its SPEC item)."""
     items = [f"{name}:1" for name in BUILTIN_NAMES]
-    items[0] += f"@force={symbol}:{code.removeprefix('NVML_ERROR_')}" + (f":{gpu}" if gpu is not None else "")
+    fault = f"@force={symbol}:{code.removeprefix('NVML_ERROR_')}"
+    if gpu is not None:
+        items[0] += f"{fault}:{gpu}"
+    else:
+        items = [item + fault for item in items]
     return ",".join(items)
 
 

@@ -2,6 +2,7 @@
 
 import ctypes
 import json
+import os
 
 import pynvml
 import pytest
@@ -209,3 +210,35 @@ def test_ecc_and_replay_counters(simulated_fleet):
     assert pynvml.nvmlDeviceGetRemappedRows(b)[1] == 1
     assert pynvml.nvmlDeviceGetPcieReplayCounter(b) == 3
     assert pynvml.nvmlDeviceGetTotalEccErrors(a, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC) == 0
+
+
+def test_a_fault_without_a_gpu_stays_in_its_spec_item(simulated_fleet):
+    machine = simulated_fleet("h100-sxm:2,l40s:1@force=nvmlDeviceGetPowerUsage:NOT_SUPPORTED")
+    h100a, h100b, l40s = handles()
+    assert pynvml.nvmlDeviceGetPowerUsage(h100a) > 0 and pynvml.nvmlDeviceGetPowerUsage(h100b) > 0
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetPowerUsage(l40s)
+    assert machine.gpus[0].query(pynvml.nvmlDeviceGetPowerUsage) is not None
+    # A system call has no GPU to scope it to: the machine's.
+    simulated_fleet("h100-sxm:1,l40s:1@force=nvmlSystemGetDriverVersion:NO_PERMISSION")
+    with pytest.raises(pynvml.NVMLError_NoPermission):
+        pynvml.nvmlSystemGetDriverVersion()
+
+
+def test_a_fault_on_a_symbol_no_collector_asks_is_named_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    def run(spec, level="warning"):
+        return subprocess.run(
+            [sys.executable, "-m", "gpuagent", "run", "--simulate", spec, "--once", "--test", "--log-level", level],
+            capture_output=True, text=True, timeout=120, env={**os.environ, "XDG_STATE_HOME": str(tmp_path)},
+        )  # fmt: skip
+
+    unasked = run("l40s:2@force=nvmlDeviceGetTemperature:UNKNOWN")
+    assert unasked.returncode == 0, unasked.stderr
+    lines = [line for line in unasked.stderr.splitlines() if "nvmlDeviceGetTemperature" in line]
+    assert len(lines) == 1 and "no collector asks it (they ask nvmlDeviceGetTemperatureV)" in lines[0]
+    asked = run("l40s:2@force=nvmlDeviceGetTemperatureV:UNKNOWN", "info")  # the docs' example now
+    assert "no collector asks" not in asked.stderr
+    assert "DEPRECATED" not in asked.stderr  # a call the driver retired: DEBUG, not a line per GPU at start

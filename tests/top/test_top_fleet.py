@@ -68,7 +68,7 @@ def test_influx_by_model_aggregates_the_gpus(fleet, influxdb_v1, cli):
     db, _ = fleet
     result = cli("top", "--fleet", "--once", "--by", "model", "--url", influxdb_v1.url, "--database", db)
     assert result.exit_code == 0, result.output
-    rows = {line.split("  ")[0].strip(): line for line in frame_lines(result.output)[3:-1]}
+    rows = {line.split("  ")[0].strip(): line for line in frame_lines(result.output)[3:]}
     gpus = {"NVIDIA L40S": 4, "NVIDIA H100 80GB HBM3": 2, "NVIDIA GeForce RTX 4090": 2}
     for model, count in gpus.items():
         row = next(line for name, line in rows.items() if name.startswith(model[:18]))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 
 from gpuagent.sim.fakelib.args import E_INVALID, E_LOST, E_NS, E_UNINIT, _addr, check_args
-from gpuagent.sim.machine import MIG_HANDLE_CALLS, SimDevice, SimMachine, call_slot
+from gpuagent.sim.machine import MIG_HANDLE_CALLS, SYSTEM_SYMBOLS, SimDevice, SimMachine, call_slot
 
 
 def device_call(fn=None, *, forced_on_mig_handles: bool = True):
@@ -65,6 +65,7 @@ def system_call(needs_init: bool = True):
     def decorate(fn):
         name = fn.__name__
         slot = call_slot(name)
+        SYSTEM_SYMBOLS.add(name)  # a SPEC item's fault on it is forced machine-wide
 
         @functools.wraps(fn)
         def wrapper(self, *args):

@@ -305,6 +305,18 @@ time.sleep(120)
 """
 
 
+def _kill_orphan(pid_file) -> None:
+    import os
+    import signal
+
+    text = pid_file.read_text().strip() if pid_file.exists() else ""
+    if text:
+        try:
+            os.kill(int(text), signal.SIGKILL)
+        except OSError:
+            pass  # already gone
+
+
 def test_a_job_file_outside_slurm_counts_on_the_gpus_of_its_process_tree(
     simulated_fleet, recording_accumulator, tmp_path, caplog
 ):
@@ -331,6 +343,7 @@ def test_a_job_file_outside_slurm_counts_on_the_gpus_of_its_process_tree(
     finally:
         launcher.kill()
         launcher.wait()
+        _kill_orphan(child_file)  # the launcher's child: no sleeping process outlives the test
     mine = [p for p in points if p.tags["source"] == "job"]
     assert len(mine) == 2  # one a cycle, on GPU 1 only
     p = mine[-1]
