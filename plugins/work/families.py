@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 
@@ -53,13 +54,18 @@ SOURCES: dict[str, tuple[Family, ...]] = {
 # (prometheus_client writes HELP and TYPE before any labelled sample exists).
 _TYPE_NAMES = {source: {re.sub(r"_sum$", "", f.sample) for f in families} for source, families in SOURCES.items()}
 _WANTED = {f.sample: (source, f) for source, families in SOURCES.items() for f in families}
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+# Possessive (*+, ++): the match never backtracks, so its cost is linear in the line.
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*+)\s*+=\s*+"((?:[^"\\]++|\\.)*+)"')
+MAX_LINE = 16 << 10  # a server's sample line is well under 1 KiB; a longer one is cut, counted
+MAX_KEYS = 4096  # (workload, unit) pairs kept from one answer; the rest cut, counted
 
 
 def detect(text: str) -> str | None:
     """The source whose families this /metrics answer holds; None: not a server we know."""
     found: set[str] = set()
     for line in text.splitlines():
+        if len(line) > MAX_LINE:
+            continue
         if line.startswith("# TYPE "):
             parts = line.split()
             name = parts[2] if len(parts) > 2 else ""
@@ -71,11 +77,16 @@ def detect(text: str) -> str | None:
     return next((s for s in SOURCES if s in found), None)
 
 
-def read(text: str, source: str, default_workload: str) -> dict[tuple[str, str], float]:
-    """(workload, unit) -> the counter's value, over the source's families in ``text``."""
+def read(text: str, source: str, default_workload: str, cut: Counter | None = None) -> dict[tuple[str, str], float]:
+    """(workload, unit) -> the counter's value, over the source's families in ``text``. Lines
+    over MAX_LINE and pairs past MAX_KEYS are left out, counted in ``cut`` ("lines", "workloads")."""
     out: dict[tuple[str, str], float] = {}
+    cut = Counter() if cut is None else cut
     for line in text.splitlines():
         if not line or line.startswith("#"):
+            continue
+        if len(line) > MAX_LINE:
+            cut["lines"] += 1
             continue
         name = _sample_name(line)
         hit = _WANTED.get(name)
@@ -87,6 +98,9 @@ def read(text: str, source: str, default_workload: str) -> dict[tuple[str, str],
             continue
         workload = labels.get(family.workload_label, "") if family.workload_label else ""
         key = (workload or default_workload, family.unit)
+        if key not in out and len(out) >= MAX_KEYS:
+            cut["workloads"] += 1
+            continue
         out[key] = out.get(key, 0.0) + value
     return out
 
