@@ -101,7 +101,8 @@ class JobFiles:
                 why = str(exc) if isinstance(exc, ValueError) else (exc.strerror or str(exc))
                 if not isinstance(exc, FileNotFoundError):  # replaced between the listing and the open
                     self.refused_total += 1
-                    self._warn(path, mtime, why)
+                    # A refusal names the file with its owner and mode itself.
+                    self._warn(path, mtime, why, "" if isinstance(exc, safe_files.Refused) else f"{path}: ")
                 continue
             if not _alive(count.pid, st.st_mtime):
                 continue  # stale: its process is gone (or the pid was reused since)
@@ -146,13 +147,13 @@ class JobFiles:
                 self.directory, n, self.max_files, self.files_per_user, self.budget_s,
             )  # fmt: skip
 
-    def _warn(self, path: Path, mtime: int, why: str) -> None:
+    def _warn(self, path: Path, mtime: int, why: str, named: str) -> None:
         if self._warned.get(path) == (mtime, why):
             return
         if len(self._warned) > 4 * MAX_FILES:
             self._warned.clear()  # bounded: many files a hostile user renames each cycle
         self._warned[path] = (mtime, why)
-        log.warning("work: %s: %s; skipped", path, why)
+        log.warning("work: %s%s; skipped", named, why)
 
 
 def parse(path: Path, text: str, uid: int = 0) -> JobCount:

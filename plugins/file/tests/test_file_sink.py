@@ -169,3 +169,48 @@ def test_a_file_of_another_user_is_refused_and_a_symlink_is_followed_when_the_op
         sink.close()
         assert sink.points_written == 1
     assert (sticky / "metrics.lp").read_text().startswith("gpu_power,")
+
+
+@pytest.mark.slow
+def test_a_planted_symlink_stops_the_file_sink_only_and_the_agent_runs_on(tmp_path):
+    """Issue 46: a file-sink symlink planted in a 0777 state dir stopped the whole agent at start."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    nobody = _nobody()
+    shared = tmp_path / "state"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (tmp_path / "precious").write_text("root's own\n")
+    link = shared / "metrics.lp"
+    link.symlink_to(tmp_path / "precious")
+    os.lchown(link, nobody, nobody)
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text(
+        f'[agent]\ninterval = "500ms"\nstate_dir = "{shared}"\nsimulate = "l40s:1"\n[sinks.file]\npath = "{link}"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GPUAGENT_CONFIG"}
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "gpuagent", "run", "--config", str(cfg)], env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline, state = time.monotonic() + 30, None
+        while state is None and time.monotonic() < deadline and agent.poll() is None:
+            time.sleep(0.2)
+            try:
+                state = json.loads((shared / "state.json").read_text())
+            except (OSError, ValueError):
+                pass
+        assert agent.poll() is None, agent.communicate()[1][-2000:]
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        _, err = agent.communicate(timeout=30)
+    assert state is not None and state["pid"] == agent.pid  # it collected: health reads it
+    assert (tmp_path / "precious").read_text() == "root's own\n"
+    said = [line for line in err.splitlines() if "is a symlink (not followed): not written to" in line]
+    assert len(said) == 1, err[-2000:]
