@@ -66,8 +66,10 @@ def test_a_replace_never_follows_a_link_planted_at_the_file_or_a_guessable_tempo
     assert sorted(p.name for p in shared.iterdir()) == [f".out.json.{os.getpid()}", "out.json"]  # no temp left
     theirs = tmp_path / "theirs"
     theirs.mkdir()
-    os.chown(theirs, nobody, nobody)  # they could rename what the agent made there
-    with pytest.raises(OSError, match="is owned by another user than root or the agent's"):
+    os.chown(theirs, nobody, nobody)  # the unit's DynamicUser directory, 0755, as root's health sees it
+    safe_files.write_replace(theirs / "out.json", b"{}")
+    theirs.chmod(0o777)  # another user's, and anyone may write there: refused
+    with pytest.raises(OSError, match=r"\(owner nobody .*, mode 0777\) is another user's and writable by others"):
         safe_files.write_replace(theirs / "out.json", b"{}")
 
 

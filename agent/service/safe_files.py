@@ -10,10 +10,11 @@ is refused raises :class:`Refused` with one line naming the file, its owner and 
 Writing (replace a file whole): the new content goes to a temporary file created exclusively
 (``O_CREAT|O_EXCL|O_NOFOLLOW``, a random name: tempfile.mkstemp) in the target's directory,
 which is renamed over the target. A symlink planted at the target or at a guessable temporary
-name is never followed: rename replaces the link itself. The directory must be owned by root
-or the agent's user: in a directory of another user's, they could rename what the agent made;
-one writable by others (0777, 1777) is fine, since what they plant there is refused by readers
-(owned by them, not the agent).
+name is never followed: rename replaces the link itself. A directory writable by others (a
+0777 emptyDir, 1777) is fine when root or the agent's user owns it: what others plant there is
+refused by readers (owned by them, not the agent). One of another user's is fine only where no
+one else may write in it (root's `gpuagent health` writing into the unit's DynamicUser state
+directory, mode 0700); another user's directory that others may write too is refused.
 """
 
 from __future__ import annotations
@@ -95,8 +96,8 @@ def directory_problem(directory: str | Path) -> str | None:
         return f"cannot read {directory}: {exc.strerror or exc}"
     if not stat.S_ISDIR(st.st_mode):
         return f"{describe(Path(directory), st)} is not a directory"
-    if st.st_uid not in trusted_owners():
-        return f"{describe(Path(directory), st)} is owned by another user than root or the agent's"
+    if st.st_uid not in trusted_owners() and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{describe(Path(directory), st)} is another user's and writable by others"
     return None
 
 

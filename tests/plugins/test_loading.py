@@ -296,6 +296,25 @@ def test_sample_config_of_a_third_party_plugin(site, invoke, good_plugin):
 # -- a plugins dir another user can write (issue 46) -----------------------------------------------
 
 
+def test_the_plugins_dir_check_refuses_other_owners_and_writers_before_any_import(plugin_file, plugins_dir, caplog):
+    import pwd
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make files of another user (os.chown)")
+    plugin_file("planted", "raise SystemExit('imported')\n")
+    plugins_dir.chmod(0o775)  # group-writable: a group's member could add a plugin
+    with caplog.at_level(logging.ERROR, logger="gpuagent.plugins"):
+        host = load_host(plugins_dir=plugins_dir)
+    assert "planted" not in host.plugins and host.plugins_dir_refused.endswith("is writable by other users")
+    assert [r.getMessage() for r in caplog.records] == [f"plugins dir not loaded: {host.plugins_dir_refused}"]
+    plugins_dir.chmod(0o755)
+    nobody = pwd.getpwnam("nobody").pw_uid
+    os.chown(plugins_dir / "planted.py", nobody, nobody)
+    assert "planted.py (owner nobody" in PluginHost(plugins_dir=plugins_dir).load().plugins_dir_refused
+    assert PluginHost(plugins_dir=plugins_dir / "absent").load().plugins_dir_refused is None  # nothing to import
+
+
+@pytest.mark.slow
 def test_a_plugins_dir_another_user_owns_or_may_write_is_not_imported(
     plugin_file, plugins_dir, cli, write_config, tmp_path
 ):
