@@ -107,6 +107,7 @@ class WorkCollector(gpuagent.Collector):
         self._workloads: dict[str, set[str]] = {}  # work_id -> the workloads it was let have
         self._seen: set[str] = set()
         self._uids: dict[int, int | None] = {}  # pid -> real uid, this cycle
+        self._took: dict[str, float] = {}  # found server's URL -> seconds its last scrape took
         self.cut: Counter = Counter()  # lines, workloads, answers, servers cut; job files refused
 
     def stats(self) -> dict[str, int]:
@@ -155,7 +156,11 @@ class WorkCollector(gpuagent.Collector):
             found[endpoint.work_id][1].add(proc)
         self.discovery.end_cycle()
         stop_at = time.monotonic() + self.config.scrape_budget
-        for n, (endpoint, work) in enumerate(found.values()):
+        # The quickest last time first (one not read yet counts as quick): a server that drips
+        # until request_timeout is read last, so it cannot keep the others out of the budget.
+        self._took = {url: s for url, s in self._took.items() if url in {e.url for e, _ in found.values()}}
+        order = sorted(found.values(), key=lambda found_one: self._took.get(found_one[0].url, 0.0))
+        for n, (endpoint, work) in enumerate(order):
             if time.monotonic() >= stop_at:  # dripping servers spent the cycle's time: the rest wait
                 self.cut["servers"] += len(found) - n
                 self._warn(
@@ -164,7 +169,9 @@ class WorkCollector(gpuagent.Collector):
                     f"({self.config.scrape_budget:g}s); counted in servers_cut_total, said once",
                 )
                 break
+            started = time.monotonic()
             counts = self._scrape(endpoint.url, endpoint.source, endpoint.workload)
+            self._took[endpoint.url] = time.monotonic() - started
             if counts is not None:
                 self._emit(acc, work, counts, mig)
 

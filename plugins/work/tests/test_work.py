@@ -712,3 +712,24 @@ def test_a_running_agent_stays_under_400_mb_with_a_fifo_fed_from_dev_zero_and_ke
     assert peak < 400 << 20, f"RSS {peak / 2**20:.0f} MiB"
     assert counted >= 20, err[-2000:]  # a point a cycle: the collector kept collecting
     assert "zero.work (owner nobody" in err and "is a FIFO, not a regular file; skipped" in err
+
+
+@pytest.mark.slow
+def test_found_servers_that_drip_share_the_scrape_budget_and_cannot_keep_a_quick_one_out(
+    simulated_fleet, recording_accumulator, tmp_path, servers, call
+):
+    """Three servers of another user's that drip every answer after the first (discovery's): each
+    cycle reads them within scrape_budget, the rest counted as cut, and the quick server is read
+    first from the second cycle on."""
+    drippers = [servers(kind, "--workers", "1", "--drip-after", "1")[1] for kind in ("sglang", "triton", "tgi")]
+    _, good = servers("vllm", "--workers", "1")
+    call(good["port"], "/work?n=4", "POST")
+    spec = "l40s:4" + "".join(f"@proc={i}:{s['workers'][0]}" for i, s in enumerate([*drippers, good]))
+    collectors = parts(simulated_fleet(spec), tmp_path, request_timeout=1.0, scrape_budget=1.5)
+    seen = []
+    for _ in range(3):
+        recording_accumulator.points.clear()
+        seen.append({p.tags["work_id"] for p in cycle(collectors, recording_accumulator)})
+    quick = f"{good['pid']}:{good['port']}"
+    assert quick in seen[1] and quick in seen[2], seen
+    assert collectors[-1].stats()["servers_cut_total"] >= 3  # at least one a cycle
