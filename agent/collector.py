@@ -71,5 +71,10 @@ class Collector:
         ``points``). Called on an instance built with the default Config. None: nothing to show."""
         return None
 
+    def stats(self) -> dict[str, int | float]:
+        """Optional: the collector's own counters, added to its point in the ``gpuagent`` measurement
+        (what a budget cut, say); names end in ``_total`` and are documented in its README."""
+        return {}
+
     def close(self) -> None:
         """Release what the collector holds (threads, event sets). Called once at shutdown/reload."""

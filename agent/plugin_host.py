@@ -7,6 +7,7 @@ import importlib.metadata
 import importlib.util
 import logging
 import os
+import stat
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -89,6 +90,7 @@ class PluginHost:
         self.sinks: dict[str, type[Sink]] = {}
         self._modules: dict[str, ModuleType] = {}
         self._loaded = False
+        self.plugins_dir_refused: str | None = None  # why [plugins] dir was not imported from
 
     # -- loading ---------------------------------------------------------
 
@@ -105,8 +107,12 @@ class PluginHost:
                 version = ep.dist.version if ep.dist else None
                 self._load(ep.name, ep.value, ep.load, source="entry_point", distribution=dist, version=version)
         if self.plugins_dir:
-            for path in sorted(self.plugins_dir.glob("*.py")):
-                self._load(path.stem, str(path), lambda p=path: _import_file(p), source="plugins_dir")
+            self.plugins_dir_refused = plugins_dir_problem(self.plugins_dir)
+            if self.plugins_dir_refused:
+                log.error("plugins dir not loaded: %s", self.plugins_dir_refused)
+            else:
+                for path in sorted(self.plugins_dir.glob("*.py")):
+                    self._load(path.stem, str(path), lambda p=path: _import_file(p), source="plugins_dir")
         unknown = sorted(self.env_disabled - set(self.plugins))
         if unknown:
             # A misspelt name would otherwise leave the plugin it meant running, silently.
@@ -259,6 +265,32 @@ def _hooks_of(pm: pluggy.PluginManager, name: str) -> list[str]:
     plugin = pm.get_plugin(name)
     callers = pm.get_hookcallers(plugin) or []
     return [c.name for c in callers]
+
+
+def plugins_dir_problem(folder: Path) -> str | None:
+    """Why the agent must not import from ``folder``, or None. Its code runs as the agent's user
+    (root, often): the folder and each .py in it must be owned by root or that user and writable
+    by no one else (a sticky bit does not help: others could still add a plugin)."""
+    from gpuagent.service.ownership import describe
+
+    trusted = {0, os.geteuid()}
+    try:
+        st = os.stat(folder)
+    except FileNotFoundError:
+        return None  # nothing to import (as before)
+    except OSError as exc:
+        return f"cannot read {folder}: {exc.strerror or exc}"
+    entries = [(folder, st)]
+    try:
+        entries += [(p, os.stat(p)) for p in sorted(folder.glob("*.py"))]
+    except OSError as exc:
+        return f"cannot read {folder}: {exc.strerror or exc}"
+    for path, st in entries:
+        if st.st_uid not in trusted:
+            return f"{describe(path, st)} is owned by another user than root or the agent's"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"{describe(path, st)} is writable by other users"
+    return None
 
 
 def _import_file(path: Path) -> ModuleType:

@@ -597,11 +597,13 @@ def agent_cost(config_path: str | None = None) -> dict[str, Any] | None:
     import time
 
     from gpuagent.config import read_config
+    from gpuagent.service.safe_files import read_bounded
     from gpuagent.service.scheduler import COST_FILE, COST_WINDOW_S
+    from gpuagent.service.state_file import trusted_writers
 
     try:
-        path = read_config(config_path).state_dir / COST_FILE
-        doc = json.loads(path.read_text())
+        state_dir = read_config(config_path).state_dir
+        doc = json.loads(read_bounded(state_dir / COST_FILE, 1 << 20, trusted_writers(state_dir))[0])
         age = time.time() - float(doc["written"])
         if age > 2 * COST_WINDOW_S:  # no agent running: an old figure is not "the last minute"
             return None

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import queue
 import threading
 import time
@@ -31,6 +30,7 @@ from gpuagent.pipeline import metric, names
 from gpuagent.pipeline.accumulator import Accumulator
 from gpuagent.pipeline.metric import Point
 from gpuagent.pipeline.sink_isolation import IsolatedSink, isolate
+from gpuagent.service import safe_files
 from gpuagent.service.state_file import LatestState
 from gpuagent.sink import Sink
 
@@ -405,6 +405,14 @@ class Scheduler:
         self.sink_errors[name] = self.sink_errors.get(name, 0) + 1
         log.error("sink %s: write failed: %s", name, exc)
 
+    @staticmethod
+    def _collector_stats(r: CollectorRunner) -> dict:
+        try:
+            return dict(r.collector.stats())
+        except Exception as exc:  # a third-party collector's counters must not cost the agent's
+            log.error("collector %s: stats failed: %s", r.name, exc)
+            return {}
+
     def self_points(self) -> list[Point]:
         """The agent's own health: the `gpuagent` measurement."""
         acc = Accumulator(self.context.default_tags)
@@ -413,6 +421,7 @@ class Scheduler:
             acc.add_fields(
                 "gpuagent",
                 {
+                    **self._collector_stats(r),  # first: its own names never replace the scheduler's
                     "gather_time_ms": round(s.gather_time_s * 1000, 3),
                     "runs_total": s.runs_total,
                     "errors_total": s.errors_total,
@@ -497,9 +506,7 @@ class Scheduler:
         window = round(min(COST_WINDOW_S, max(now - self.born, 0.1)), 1)
         doc = {"written": time.time(), "window_s": window, "collectors": self.cost()}
         try:
-            tmp = path.with_name(f".{COST_FILE}.{os.getpid()}")
-            tmp.write_text(json.dumps(doc))
-            os.replace(tmp, path)
+            safe_files.write_replace(path, json.dumps(doc).encode())
         except OSError as exc:  # a read-only or missing state dir: the measurement still has it
             if not getattr(self, "_cost_warned", False):
                 self._cost_warned = True

@@ -11,6 +11,7 @@ import errno
 import os
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from gpuagent.errors import AgentError
 from gpuagent.pipeline.metric import Point, to_lines
 from gpuagent.service import ownership
 from gpuagent.units import ByteSize
+
+REOPEN_S = 30.0  # a refused PATH is tried again this often (the admin removed the planted link)
 
 
 class FileSinkConfig(gpuagent.SinkConfig):
@@ -43,6 +46,9 @@ class FileSink(gpuagent.Sink):
         self.bytes_written = 0
         self.rotations = 0
         self.reader_gone = False  # stdout's reader left (`gpuagent run --test | head -1`)
+        self.refused: str | None = None  # why PATH is not opened (a planted symlink, another user's file)
+        self._refused_at = 0.0
+        self.points_refused = 0
 
     @property
     def path(self) -> Path | None:
@@ -96,7 +102,14 @@ class FileSink(gpuagent.Sink):
         if problem:
             if fd is not None:
                 os.close(fd)
-            raise AgentError(f"sinks.file: {problem}: not written to (see follow_symlinks in its README)")
+            # Another user can plant this in a directory others may write: it stops this sink
+            # only (counted, said once per problem), the agent runs on; the open is tried again.
+            self._refused_at = time.monotonic()
+            if problem != self.refused:
+                self.log.error("sinks.file: %s: not written to (see follow_symlinks in its README)", problem)
+            self.refused = problem
+            return
+        self.refused = None
         os.set_blocking(fd, True)
         self._fh = open(fd, "a", encoding="utf-8")
         self._size = self._fh.tell()
@@ -104,6 +117,7 @@ class FileSink(gpuagent.Sink):
     def _rotate(self) -> None:
         """PATH -> PATH.1 -> PATH.2 …; the oldest beyond `keep` is removed."""
         self._fh.close()
+        self._fh = None
         path, keep = self.path, self.config.keep
         if keep == 0:
             path.unlink(missing_ok=True)
@@ -122,12 +136,20 @@ class FileSink(gpuagent.Sink):
             return
         text = to_lines(points)
         with self._lock:
+            if self.refused is not None and time.monotonic() - self._refused_at >= REOPEN_S:
+                self._open()
+            if self.refused is not None:
+                self.points_refused += len(points)
+                return
             if self._fh is None:
                 raise RuntimeError("file sink is not started")
             size = len(text.encode("utf-8"))
             limit = self.config.max_bytes
             if limit and self.path is not None and self._size and self._size + size > limit:
                 self._rotate()
+                if self.refused is not None:  # what it reopened was planted: counted, not written
+                    self.points_refused += len(points)
+                    return
             if self.reader_gone:
                 return
             self._size += size
@@ -175,7 +197,11 @@ class FileSink(gpuagent.Sink):
             "points_written_total": self.points_written,
             "bytes_written_total": self.bytes_written,
             "rotations_total": self.rotations,
+            "points_refused_total": self.points_refused,
         }
+
+    def describe(self) -> str:
+        return f"refused: {self.refused}" if self.refused else "ok"
 
 
 @gpuagent.hookimpl

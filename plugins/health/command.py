@@ -98,6 +98,10 @@ def judge(config_path, simulate, seed, watch: float, max_length: int):
         state, why_not = read_fresh(config.state_dir)
         if state is not None:
             return evaluate(state, cfg.fail_on, f"agent pid {state['pid']}", max_length), cfg
+        if not why_not.startswith("no running agent's state"):
+            # A state file that is there but not trusted (another user's, a dead or forged pid, a
+            # time ahead of now): said on stderr, stdout keeps the one line the checker reads.
+            click.echo(f"gpuagent health: {why_not}; reading NVML itself", err=True)
     else:
         why_not = "--simulate"
     try:

@@ -14,11 +14,14 @@ import time
 from pathlib import Path
 
 from gpuagent.errors import AgentError
+from gpuagent.service import safe_files
+from gpuagent.service.state_file import trusted_writers
 
 log = logging.getLogger("gpuagent.collector.health")
 
 REMEMBERED = "expected_gpus.json"
 AT_FIRST_START = "at_first_start"
+MAX_BYTES = 4096
 
 
 def expected_count(setting: int | str | None, state_dir: Path, present: int) -> int | None:
@@ -27,14 +30,21 @@ def expected_count(setting: int | str | None, state_dir: Path, present: int) -> 
         return setting
     path = Path(state_dir) / REMEMBERED
     try:
-        return int(json.loads(path.read_text())["gpus"])
+        # Bounded, not through a symlink, and only the agent's own file (a 0777 emptyDir as state dir).
+        data, _ = safe_files.read_bounded(path, MAX_BYTES, trusted_writers(Path(state_dir)))
+        return int(json.loads(data)["gpus"])
     except FileNotFoundError:
         pass
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise AgentError(f"{path} is unreadable ({exc}); delete it to count the GPUs again") from None
+    except safe_files.Refused as exc:
+        # Not the agent's own file (planted in a state dir others may write, a FIFO, a symlink):
+        # counted again and replaced, never followed; refusing to start would let them stop the agent.
+        log.warning("expected_gpus: %s: not trusted; counting the GPUs again", exc)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise AgentError(f"{path} is unreadable ({str(exc)[:200]}); delete it to count the GPUs again") from None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"gpus": present, "first_start": time.time()}) + "\n")
+        # Exclusively created, then renamed: a dangling symlink planted as the file is replaced, not followed.
+        safe_files.write_replace(path, (json.dumps({"gpus": present, "first_start": time.time()}) + "\n").encode())
     except OSError as exc:
         raise AgentError(
             f'expected_gpus = "at_first_start" cannot remember the count in {path}: {exc.strerror}'

@@ -14,16 +14,16 @@ spans, so a GPU's share is the counter's increase divided by ``gpus``; a decreas
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 import gpuagent
-from gpuagent.plugins.work import families, scrape
+from gpuagent.plugins.work import families, jobfiles, scrape
 from gpuagent.plugins.work.discovery import Discovery, Endpoint
-from gpuagent.plugins.work.jobfiles import JobFiles
 
 if TYPE_CHECKING:
     from gpuagent.plugins.processes import GpuProcess
@@ -66,6 +66,12 @@ class WorkConfig(gpuagent.CollectorConfig):
     endpoints: list[EndpointConfig] = []
     # Where jobs write their counts (one FILE.work each); "" reads none.
     jobs_dir: str = "/run/gpuagent/work"
+    # Budgets against what other users steer (what is cut is counted in the gpuagent measurement).
+    job_files: int = Field(jobfiles.MAX_FILES, ge=1)  # job files read a cycle, in all
+    job_files_per_user: int = Field(jobfiles.FILES_PER_USER, ge=1)  # of one file owner
+    jobs_budget: gpuagent.Duration = jobfiles.BUDGET_S  # time a cycle spends on job files
+    scrape_budget: gpuagent.Duration = 5.0  # time a cycle spends reading the found servers
+    workloads_per_server: int = Field(64, ge=1)  # distinct workloads (model names) of one piece of work
 
 
 @dataclass
@@ -98,10 +104,28 @@ class WorkCollector(gpuagent.Collector):
             config.ancestors, config.ports_per_process, config.request_timeout, config.rescan,
             config.discovery_budget,
         )  # fmt: skip
-        self.jobs = JobFiles(config.jobs_dir)
+        self.jobs = jobfiles.JobFiles(
+            config.jobs_dir, config.job_files, config.job_files_per_user, config.jobs_budget
+        )  # fmt: skip
         self._warned: set[str] = set()
         self._configured_sources: dict[str, str] = {}
         self.counters = families.ChildCounters()  # per label child reset correction, across cycles
+        self._workloads: dict[str, set[str]] = {}  # work_id -> the workloads it was let have
+        self._seen: set[str] = set()
+        self._uids: dict[int, int | None] = {}  # pid -> real uid, this cycle
+        self._took: dict[str, float] = {}  # found server's URL -> seconds its last scrape took
+        self.cut: Counter = Counter()  # lines, workloads, answers, servers cut; job files refused
+
+    def stats(self) -> dict[str, int]:
+        """What the budgets cut, for the gpuagent measurement (README: Budgets)."""
+        return {
+            "lines_cut_total": self.cut["lines"],
+            "workloads_cut_total": self.cut["workloads"],
+            "answers_cut_total": self.cut["answers"],
+            "servers_cut_total": self.cut["servers"],
+            "job_files_cut_total": self.jobs.cut_total,
+            "job_files_refused_total": self.jobs.refused_total + self.cut["job_uid"],
+        }
 
     def collect(self, acc: gpuagent.Accumulator) -> None:
         listed = self.context.shared.latest(PROCESSES, wait=self.config.processes_wait)
@@ -115,11 +139,14 @@ class WorkCollector(gpuagent.Collector):
         mig = self.context.shared.latest(MIG_DEVICES) or {}
         live = {g.uuid for g in self.gpus}
         procs = tuple(p for p in procs if p.gpu.uuid in live)
+        self._seen, self._uids = set(), {}
+        for ep in self.config.endpoints:  # configured first: the found servers and job files are others' to steer
+            self._configured(acc, ep, mig)
         if self.config.discover:
             self._servers(acc, procs, mig)
-        for ep in self.config.endpoints:
-            self._configured(acc, ep, mig)
         self._job_counts(acc, procs, mig)
+        for gone in self._workloads.keys() - self._seen:
+            del self._workloads[gone]
 
     # -- servers ---------------------------------------------------------------------------------
     def _servers(self, acc, procs, mig) -> None:
@@ -134,10 +161,25 @@ class WorkCollector(gpuagent.Collector):
                 found[endpoint.work_id] = (endpoint, Work(endpoint.work_id, endpoint.source))
             found[endpoint.work_id][1].add(proc)
         self.discovery.end_cycle()
-        for endpoint, work in found.values():
-            children = self._scrape(endpoint.url, endpoint.source, endpoint.workload)
-            if children is not None:
-                self._emit(acc, work, self.counters.total(work.work_id, children, time.monotonic()), mig)
+        stop_at = time.monotonic() + self.config.scrape_budget
+        # The quickest last time first (one not read yet counts as quick): a server that drips
+        # until request_timeout is read last, so it cannot keep the others out of the budget.
+        self._took = {url: s for url, s in self._took.items() if url in {e.url for e, _ in found.values()}}
+        order = sorted(found.values(), key=lambda found_one: self._took.get(found_one[0].url, 0.0))
+        for n, (endpoint, work) in enumerate(order):
+            if time.monotonic() >= stop_at:  # dripping servers spent the cycle's time: the rest wait
+                self.cut["servers"] += len(found) - n
+                self._warn(
+                    "scrape-budget",
+                    f"work: servers left unread this cycle past scrape_budget "
+                    f"({self.config.scrape_budget:g}s); counted in servers_cut_total, said once",
+                )
+                break
+            started = time.monotonic()
+            counts = self._scrape(endpoint.url, endpoint.source, endpoint.workload)
+            self._took[endpoint.url] = time.monotonic() - started
+            if counts is not None:
+                self._emit(acc, work, self.counters.total(work.work_id, counts, time.monotonic()), mig)
 
     def _configured(self, acc, ep: EndpointConfig, mig) -> None:
         work = Work(ep.url, ep.source or "")
@@ -150,6 +192,7 @@ class WorkCollector(gpuagent.Collector):
         if not work.placements:
             return
         answer = scrape.get(ep.url, self.config.request_timeout)
+        self._count_cut(answer)
         if answer.status != 200:
             why = answer.error or f"HTTP {answer.status}"
             self._warn(f"get:{ep.url}", f"work: endpoint {ep.url}: {why}; asked again each cycle")
@@ -161,33 +204,57 @@ class WorkCollector(gpuagent.Collector):
             )
             return
         self._configured_sources[ep.url] = work.source = source
-        children = families.read_children(answer.body, source, ep.workload or source)
+        children = families.read_children(answer.body, source, ep.workload or source, self.cut)
         self._emit(acc, work, self.counters.total(work.work_id, children, time.monotonic()), mig)
 
     def _scrape(self, url: str, source: str, workload: str) -> families.Children | None:
         answer = scrape.get(url, self.config.request_timeout)
+        self._count_cut(answer)
         if answer.status != 200:
             # The server is restarting or gone: no points for it this cycle (never a zero).
             self.log.debug("work: %s: %s", url, answer.error or f"HTTP {answer.status}")
             return None
-        return families.read_children(answer.body, source, workload or source)
+        return families.read_children(answer.body, source, workload or source, self.cut)
+
+    def _count_cut(self, answer: scrape.Answer) -> None:
+        if answer.status == 200 and answer.error:  # over scrape.MAX_BODY
+            self.cut["answers"] += 1
 
     # -- jobs ------------------------------------------------------------------------------------
     def _job_counts(self, acc, procs, mig) -> None:
         for count in self.jobs.read():
+            if count.uid != 0 and self._uid(count.pid) != count.uid:
+                # Anyone may write in jobs_dir: a file counts only for its owner's processes.
+                self.cut["job_uid"] += 1
+                self._warn(
+                    f"uid:{count.path}:{count.pid}",
+                    f"work: {count.path}: pid {count.pid} is not a process of the file's owner "
+                    f"(uid {count.uid}); skipped",
+                )  # fmt: skip
+                continue
             job = count.slurm_job_id or self._job_of(count.pid, procs)
             if job is not None:
                 mine = [p for p in procs if p.owner.get("slurm_job_id") == job]
             else:
                 mine = [p for p in procs if p.pid == count.pid or _descends(p.pid, count.pid)]
+            if count.uid != 0:
+                mine = [p for p in mine if self._uid(p.pid) == count.uid]
             if not mine:
-                continue  # the job holds no GPU this cycle
+                continue  # the job holds no GPU this cycle (none of its owner's)
             work = Work(f"job:{job}" if job else f"pid:{count.pid}", "job")
             for p in mine:
                 work.add(p)
             if job:
                 work.owner["slurm_job_id"] = job
             self._emit(acc, work, {(count.workload, count.unit): count.total}, mig)
+
+    def _uid(self, pid: int) -> int | None:
+        if pid not in self._uids:
+            try:
+                self._uids[pid] = psutil.Process(pid).uids().real
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                self._uids[pid] = None
+        return self._uids[pid]
 
     @staticmethod
     def _job_of(pid: int, procs) -> str | None:
@@ -203,6 +270,21 @@ class WorkCollector(gpuagent.Collector):
 
     # -- points ----------------------------------------------------------------------------------
     def _emit(self, acc, work: Work, counts: dict[tuple[str, str], float], mig) -> None:
+        self._seen.add(work.work_id)
+        allowed = self._workloads.setdefault(work.work_id, set())
+        for workload, _unit in list(counts):
+            if workload not in allowed and len(allowed) >= self.config.workloads_per_server:
+                # Each new workload is a new series: another user's server must not make them unbounded.
+                self.cut["workloads"] += 1
+                del counts[(workload, _unit)]
+                self._warn(
+                    f"workloads:{work.work_id}",
+                    f"work: {work.work_id}: more than "
+                    f"{self.config.workloads_per_server} workloads; the others are counted in "
+                    "workloads_cut_total, said once",
+                )
+                continue
+            allowed.add(workload)
         gpus = len(work.placements)
         for (uuid, gi, ci), where in work.placements.items():
             gpu = where if isinstance(where, gpuagent.Gpu) else where.gpu
@@ -227,6 +309,8 @@ class WorkCollector(gpuagent.Collector):
                 )
 
     def _warn(self, key: str, text: str) -> None:
+        if len(self._warned) > 10_000:
+            self._warned.clear()  # bounded: keys name files other users may create without end
         if key not in self._warned:
             self._warned.add(key)
             self.log.warning("%s", text)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 
@@ -54,13 +55,19 @@ SOURCES: dict[str, tuple[Family, ...]] = {
 # (prometheus_client writes HELP and TYPE before any labelled sample exists).
 _TYPE_NAMES = {source: {re.sub(r"_sum$", "", f.sample) for f in families} for source, families in SOURCES.items()}
 _WANTED = {f.sample: (source, f) for source, families in SOURCES.items() for f in families}
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+# Possessive (*+, ++): the match never backtracks, so its cost is linear in the line.
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*+)\s*+=\s*+"((?:[^"\\]++|\\.)*+)"')
+MAX_LINE = 16 << 10  # a server's sample line is well under 1 KiB; a longer one is cut, counted
+MAX_KEYS = 4096  # (workload, unit) pairs kept from one answer; the rest cut, counted
+MAX_CHILDREN = 16384  # label children (series) kept from one answer; the rest cut, counted as lines
 
 
 def detect(text: str) -> str | None:
     """The source whose families this /metrics answer holds; None: not a server we know."""
     found: set[str] = set()
     for line in text.splitlines():
+        if len(line) > MAX_LINE:
+            continue
         if line.startswith("# TYPE "):
             parts = line.split()
             name = parts[2] if len(parts) > 2 else ""
@@ -72,19 +79,26 @@ def detect(text: str) -> str | None:
     return next((s for s in SOURCES if s in found), None)
 
 
-def read(text: str, source: str, default_workload: str) -> dict[tuple[str, str], float]:
+def read(text: str, source: str, default_workload: str, cut: Counter | None = None) -> dict[tuple[str, str], float]:
     """(workload, unit) -> the counter's value, over the source's families in ``text``."""
-    return {key: sum(children.values()) for key, children in read_children(text, source, default_workload).items()}
+    return {key: sum(ch.values()) for key, ch in read_children(text, source, default_workload, cut).items()}
 
 
 Children = dict[tuple[str, str], dict[tuple, float]]  # (workload, unit) -> label child -> value
 
 
-def read_children(text: str, source: str, default_workload: str) -> Children:
-    """(workload, unit) -> {label child (sample name, its labels): value}, over the source's families."""
+def read_children(text: str, source: str, default_workload: str, cut: Counter | None = None) -> Children:
+    """(workload, unit) -> {label child (sample name, its labels): value}, over the source's families.
+    Lines over MAX_LINE, pairs past MAX_KEYS and children past MAX_CHILDREN are left out, counted in
+    ``cut`` ("lines", "workloads")."""
     out: Children = {}
+    cut = Counter() if cut is None else cut
+    kept = 0
     for line in text.splitlines():
         if not line or line.startswith("#"):
+            continue
+        if len(line) > MAX_LINE:
+            cut["lines"] += 1
             continue
         name = _sample_name(line)
         hit = _WANTED.get(name)
@@ -96,8 +110,16 @@ def read_children(text: str, source: str, default_workload: str) -> Children:
             continue
         workload = labels.get(family.workload_label, "") if family.workload_label else ""
         key = (workload or default_workload, family.unit)
+        if key not in out and len(out) >= MAX_KEYS:
+            cut["workloads"] += 1
+            continue
         child = (name, tuple(sorted(labels.items())))
         children = out.setdefault(key, {})
+        if child not in children:
+            if kept >= MAX_CHILDREN:  # each child is state kept across cycles (ChildCounters)
+                cut["lines"] += 1
+                continue
+            kept += 1
         children[child] = children.get(child, 0.0) + value
     return out
 

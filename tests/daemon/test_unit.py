@@ -88,3 +88,15 @@ def test_unit_is_a_notify_service_that_nvml_can_still_work_in():
     # and nothing may take /dev or /proc/driver/nvidia away.
     assert one.get("PrivateDevices", "no") in ("no", "false")
     assert one.get("ProcSubset", "all") == "all"
+
+
+def test_unit_bounds_the_agents_memory():
+    """Issue 46: nothing bounded the agent's memory (6 GB of RSS from a FIFO in jobs_dir)."""
+    one = {k: v[-1] for k, v in directives(UNIT.read_text()).items()}
+    mib = {"K": 1 / 1024, "M": 1, "G": 1024}
+
+    def size(value: str) -> float:
+        return float(value[:-1]) * mib[value[-1]]
+
+    assert "MemoryMax" in one and "MemoryHigh" in one
+    assert 256 <= size(one["MemoryHigh"]) < size(one["MemoryMax"]) <= 1024

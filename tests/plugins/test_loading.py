@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 import pytest
 
@@ -290,3 +291,61 @@ def test_sample_config_of_a_third_party_plugin(site, invoke, good_plugin):
     # A single-file module has no folder of its own: a sample.toml next to it is not its sample.
     (site.path / "sample.toml").write_text("[collectors.someone_else]\n")
     assert invoke("plugins", "--sample-config", "bare").exit_code == 1
+
+
+# -- a plugins dir another user can write (issue 46) -----------------------------------------------
+
+
+def test_the_plugins_dir_check_refuses_other_owners_and_writers_before_any_import(plugin_file, plugins_dir, caplog):
+    import pwd
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make files of another user (os.chown)")
+    plugin_file("planted", "raise SystemExit('imported')\n")
+    plugins_dir.chmod(0o775)  # group-writable: a group's member could add a plugin
+    with caplog.at_level(logging.ERROR, logger="gpuagent.plugins"):
+        host = load_host(plugins_dir=plugins_dir)
+    assert "planted" not in host.plugins and host.plugins_dir_refused.endswith("is writable by other users")
+    assert [r.getMessage() for r in caplog.records] == [f"plugins dir not loaded: {host.plugins_dir_refused}"]
+    plugins_dir.chmod(0o755)
+    nobody = pwd.getpwnam("nobody").pw_uid
+    os.chown(plugins_dir / "planted.py", nobody, nobody)
+    assert "planted.py (owner nobody" in PluginHost(plugins_dir=plugins_dir).load().plugins_dir_refused
+    assert PluginHost(plugins_dir=plugins_dir / "absent").load().plugins_dir_refused is None  # nothing to import
+
+
+@pytest.mark.slow
+def test_a_plugins_dir_another_user_owns_or_may_write_is_not_imported(
+    plugin_file, plugins_dir, cli, write_config, tmp_path
+):
+    """Root imported plugins from a world-writable dir of another user's, even for `gpuagent plugins`
+    and `health`, with no warning: now `run`, `plugins` and `health` refuse it alike, in one line."""
+    import pwd
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make files of another user (os.chown)")
+    nobody = pwd.getpwnam("nobody").pw_uid
+    marker = tmp_path / "imported"
+    plugin_file("planted", f"open({str(marker)!r}, 'a').write('imported\\n')\n")
+    cfg = write_config(f'[plugins]\ndir = "{plugins_dir}"\n')
+    cases = [
+        (nobody, 0o777, plugins_dir, "is owned by another user than root or the agent's"),
+        (0, 0o1777, plugins_dir, "is writable by other users"),  # sticky: others may still add a plugin
+        (0, 0o755, plugins_dir / "planted.py", "is owned by another user than root or the agent's"),
+    ]
+    for uid, mode, refused, why in cases:
+        os.chown(plugins_dir, uid, uid)
+        plugins_dir.chmod(mode)
+        os.chown(plugins_dir / "planted.py", nobody if refused.name == "planted.py" else 0, 0)
+        for args in (
+            ("plugins", "--config", str(cfg)),
+            ("run", "--once", "--test", "--config", str(cfg)),
+            ("health", "--config", str(cfg), "--simulate", "l40s:1", "--log-level", "warning"),
+        ):
+            done = cli(*args)
+            said = [line for line in done.stderr.splitlines() if "plugins dir not loaded" in line]
+            assert len(said) == 1 and str(refused) in said[0] and why in said[0], (args, done.stderr)
+            assert not marker.exists(), args
+    os.chown(plugins_dir / "planted.py", 0, 0)
+    plugins_dir.chmod(0o755)
+    assert cli("plugins", "--config", str(cfg)).returncode == 0 and marker.exists()  # its own dir: imported

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gpuagent import Accumulator
@@ -120,18 +122,20 @@ def test_a_symlink_planted_in_a_world_writable_dir_is_not_followed(tmp_path):
     link = shared / "metrics.lp"
     link.symlink_to(target)
     os.lchown(link, nobody, nobody)
-    with pytest.raises(AgentError) as info:
-        make(tmp_path, path=str(link))
-    message = str(info.value)
+    refused = make(tmp_path, path=str(link))  # stops this sink only (issue 46): the agent runs on
+    refused.write(points(3))
+    message = refused.refused
     assert "\n" not in message
     assert f"{link} (owner nobody (uid {nobody}), mode 0777) is a symlink (not followed)" in message
+    assert refused.stats()["points_refused_total"] == 3 and refused.describe().startswith("refused: ")
     assert target.read_text() == "root's own\n"
     link.unlink()
     planted = shared / "planted.lp"  # a regular file of theirs: what is appended would be theirs to read
     planted.write_text("")
     os.chown(planted, nobody, nobody)
-    with pytest.raises(AgentError, match=r"planted.lp \(owner nobody .* is owned by another user"):
-        make(tmp_path, path=str(planted))
+    assert re.search(
+        r"planted.lp \(owner nobody .* is owned by another user", make(tmp_path, path=str(planted)).refused
+    )
     # A file of the agent's own in that directory (a Kubernetes emptyDir is 0777) is written.
     sink = make(tmp_path, path=str(shared / "metrics.lp"))
     sink.write(points(1))
@@ -146,13 +150,11 @@ def test_a_file_of_another_user_is_refused_and_a_symlink_is_followed_when_the_op
     theirs = tmp_path / "theirs.lp"
     theirs.write_text("")
     os.chown(theirs, nobody, nobody)
-    with pytest.raises(AgentError, match=r"theirs.lp \(owner nobody .* is owned by another user"):
-        make(tmp_path, path=str(theirs))
+    assert re.search(r"theirs.lp \(owner nobody .* is owned by another user", make(tmp_path, path=str(theirs)).refused)
     mine = tmp_path / "real.lp"
     link = tmp_path / "metrics.lp"
     link.symlink_to(mine)
-    with pytest.raises(AgentError, match="is a symlink"):
-        make(tmp_path, path=str(link))
+    assert "is a symlink" in make(tmp_path, path=str(link)).refused
     sink = make(tmp_path, path=str(link), follow_symlinks=True)
     sink.write(points(2))
     sink.close()
@@ -167,3 +169,48 @@ def test_a_file_of_another_user_is_refused_and_a_symlink_is_followed_when_the_op
         sink.close()
         assert sink.points_written == 1
     assert (sticky / "metrics.lp").read_text().startswith("gpu_power,")
+
+
+@pytest.mark.slow
+def test_a_planted_symlink_stops_the_file_sink_only_and_the_agent_runs_on(tmp_path):
+    """Issue 46: a file-sink symlink planted in a 0777 state dir stopped the whole agent at start."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    nobody = _nobody()
+    shared = tmp_path / "state"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (tmp_path / "precious").write_text("root's own\n")
+    link = shared / "metrics.lp"
+    link.symlink_to(tmp_path / "precious")
+    os.lchown(link, nobody, nobody)
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text(
+        f'[agent]\ninterval = "500ms"\nstate_dir = "{shared}"\nsimulate = "l40s:1"\n[sinks.file]\npath = "{link}"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GPUAGENT_CONFIG"}
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "gpuagent", "run", "--config", str(cfg)], env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline, state = time.monotonic() + 30, None
+        while state is None and time.monotonic() < deadline and agent.poll() is None:
+            time.sleep(0.2)
+            try:
+                state = json.loads((shared / "state.json").read_text())
+            except (OSError, ValueError):
+                pass
+        assert agent.poll() is None, agent.communicate()[1][-2000:]
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        _, err = agent.communicate(timeout=30)
+    assert state is not None and state["pid"] == agent.pid  # it collected: health reads it
+    assert (tmp_path / "precious").read_text() == "root's own\n"
+    said = [line for line in err.splitlines() if "is a symlink (not followed): not written to" in line]
+    assert len(said) == 1, err[-2000:]

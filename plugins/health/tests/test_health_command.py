@@ -4,7 +4,9 @@ state file; and the node-problem-detector plugin config shipped in deploy/."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -177,6 +179,113 @@ def test_health_reads_the_running_agents_state_file(tmp_path, running_agent):
     assert done.returncode == 0, done.stdout
 
 
+@contextlib.contextmanager
+def fake_agent(user: int | None = None):
+    """A running process whose command line is `gpuagent` (sleep under that name), as user ``user``."""
+    proc = subprocess.Popen(["gpuagent", "600"], executable="/bin/sleep", user=user)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def nobody() -> int:
+    import pwd
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make files of another user (os.chown)")
+    return pwd.getpwnam("nobody").pw_uid
+
+
+def forged_state(state_dir: Path, verdict: str = "ok", reason: str = "No fault evidence.", **doc) -> Path:
+    """Issue 46: what another user wrote into a 0777 state dir: pid 1 and a time 100 years ahead."""
+    state_dir.chmod(0o777)
+    doc = {
+        "pid": 1, "written": time.time() + 100 * 365 * 86400, "interval": 10.0, "hostname": "n1", "node": {},
+        "gpus": {str(i): {"tags": {}, "gpu_health": {"verdict": verdict, "verdict_reason": reason}} for i in (0, 1)},
+        **doc,
+    }  # fmt: skip
+    path = state_dir / STATE_FILE
+    path.write_text(json.dumps(doc))
+    os.chown(path, nobody(), nobody())
+    return path
+
+
+def test_a_state_file_is_trusted_only_from_the_agents_user_its_running_pid_and_now(tmp_path):
+    """Another user's file, pid 1, a process that is no gpuagent, a time ahead of now, a writer
+    of another uid: each refused in one line."""
+    path = forged_state(tmp_path)
+    state, why = read_fresh(tmp_path)
+    assert state is None and "is owned by another user than root" in why and "\n" not in why
+    os.chown(path, 0, 0)
+    doc = json.loads(path.read_text())
+    with fake_agent() as agent:
+        path.write_text(json.dumps(dict(doc, pid=agent.pid)))
+        assert "in the future: not trusted" in read_fresh(tmp_path)[1]
+        doc["written"] = time.time()
+        path.write_text(json.dumps(doc))
+        assert "pid 1, which is not an agent" in read_fresh(tmp_path)[1]
+        path.write_text(json.dumps(dict(doc, pid=os.getpid())))  # alive, but pytest is no gpuagent
+        assert "which is not a gpuagent" in read_fresh(tmp_path)[1]
+        path.write_text(json.dumps(dict(doc, pid=agent.pid)))
+        assert read_fresh(tmp_path) == (json.loads(path.read_text()), "")
+    with fake_agent(user=nobody()) as theirs:  # a gpuagent of theirs does not vouch for root's file
+        path.write_text(json.dumps(dict(doc, pid=theirs.pid)))
+        assert f"a process of uid {nobody()}, not of the file's owner (uid 0)" in read_fresh(tmp_path)[1]
+
+
+def test_reads_of_the_state_and_expected_gpus_files_are_bounded(tmp_path, caplog):
+    """/dev/zero ran health out of memory, a FIFO hung it, 1 GiB cost 2.1 GB: each is refused now."""
+    from gpuagent.errors import AgentError
+    from gpuagent.plugins.health.inventory import REMEMBERED, expected_count
+
+    state = tmp_path / STATE_FILE
+    state.symlink_to("/dev/zero")
+    assert "is a symlink (not followed)" in read_fresh(tmp_path)[1]
+    state.unlink()
+    os.mkfifo(state)  # no writer: an open without O_NONBLOCK waits for one forever
+    assert "is a FIFO, not a regular file" in read_fresh(tmp_path)[1]
+    state.unlink()
+    with open(state, "wb") as fh:
+        fh.truncate(1 << 30)  # sparse: 1 GiB that costs no disk
+    assert "is over 67108864 bytes" in read_fresh(tmp_path)[1]
+    remembered = tmp_path / REMEMBERED
+    os.mkfifo(remembered)  # not trusted: counted again and replaced (refusing to start would stop the agent)
+    with caplog.at_level(logging.WARNING, logger="gpuagent.collector.health"):
+        assert expected_count("at_first_start", tmp_path, 8) == 8
+    assert "is a FIFO, not a regular file: not trusted; counting the GPUs again" in caplog.text
+    assert json.loads(remembered.read_text())["gpus"] == 8
+    remembered.write_text("{")  # the agent's own file, damaged: said as before
+    with pytest.raises(AgentError, match="is unreadable"):
+        expected_count("at_first_start", tmp_path, 8)
+
+
+def test_a_dangling_expected_gpus_symlink_does_not_make_root_create_its_target(tmp_path):
+    from gpuagent.plugins.health.inventory import REMEMBERED, expected_count
+
+    tmp_path.chmod(0o777)
+    target = tmp_path / "elsewhere" / "created-by-root"
+    target.parent.mkdir()
+    (tmp_path / REMEMBERED).symlink_to(target)
+    os.lchown(tmp_path / REMEMBERED, nobody(), nobody())
+    assert expected_count("at_first_start", tmp_path, 8) == 8
+    assert not target.exists()  # the link was replaced, not followed
+    assert not (tmp_path / REMEMBERED).is_symlink() and json.loads((tmp_path / REMEMBERED).read_text())["gpus"] == 8
+
+
+@pytest.mark.slow
+def test_a_state_file_of_another_user_does_not_hide_a_real_xid_48(tmp_path):
+    """Issue 46: another user's state.json (pid 1, 100 years ahead) read `GPU 0 ok` (exit 0) over a
+    real XID 48; now the check reads NVML itself and says on stderr why, in one line."""
+    forged_state(tmp_path)
+    cfg = write_config(tmp_path / "c.toml", f'[agent]\nstate_dir = "{tmp_path}"\nsimulate = "h100-sxm:2@xid=0:48:1s"\n')
+    done = health("--config", str(cfg))
+    assert done.returncode == 1 and done.stdout.startswith("GPU 0 reset_required: XID 48 "), done.stdout + done.stderr
+    why = [line for line in done.stderr.splitlines() if "not trusted" in line]
+    assert len(why) == 1 and why[0].endswith("; reading NVML itself"), done.stderr
+
+
 def test_a_state_file_whose_writer_is_gone_or_stale_is_not_trusted(tmp_path):
     doc = {
         "pid": 2**22 + 12345,
@@ -189,13 +298,14 @@ def test_a_state_file_whose_writer_is_gone_or_stale_is_not_trusted(tmp_path):
     (tmp_path / STATE_FILE).write_text(json.dumps(doc))
     state, why = read_fresh(tmp_path)
     assert state is None and "not running" in why
-    doc.update(pid=os.getpid(), written=time.time() - 31)
-    (tmp_path / STATE_FILE).write_text(json.dumps(doc))
-    state, why = read_fresh(tmp_path)
-    assert state is None and "more than 3 intervals" in why
-    doc["written"] = time.time() - 29
-    (tmp_path / STATE_FILE).write_text(json.dumps(doc))
-    assert read_fresh(tmp_path)[0] is not None
+    with fake_agent() as agent:
+        doc.update(pid=agent.pid, written=time.time() - 31)
+        (tmp_path / STATE_FILE).write_text(json.dumps(doc))
+        state, why = read_fresh(tmp_path)
+        assert state is None and "more than 3 intervals" in why
+        doc["written"] = time.time() - 29
+        (tmp_path / STATE_FILE).write_text(json.dumps(doc))
+        assert read_fresh(tmp_path)[0] is not None
     # A dead writer: the check reads NVML itself (none here: unknown), it does not trust the file.
     doc.update(pid=2**22 + 12345, written=time.time())
     (tmp_path / STATE_FILE).write_text(json.dumps(doc))

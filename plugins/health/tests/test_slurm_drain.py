@@ -148,3 +148,34 @@ def test_a_failing_scontrol_is_counted_and_tried_again_next_run(tmp_path):
     assert fields["last_action"].startswith("failed: ")
     drainer.update(None)  # the GPU is back: nothing to do, nothing counted
     assert drainer.fields()["failures_total"] == 2
+
+
+def test_a_forged_state_file_does_not_choose_the_drain_reason(node, tmp_path):
+    """Issue 46: another user's state.json (pid 1, 100 years ahead, GPU 0 at drain) drained the node
+    with their reason; now it is not trusted: the check reads NVML itself (an ok fleet here)."""
+    import json
+    import pwd
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make files of another user (os.chown)")
+    nobody = pwd.getpwnam("nobody").pw_uid
+    tmp_path.chmod(0o777)
+    forged = {
+        "pid": 1, "written": time.time() + 100 * 365 * 86400, "interval": 10.0, "hostname": node.host, "node": {},
+        "gpus": {"0": {"tags": {}, "gpu_health": {"verdict": "drain", "verdict_reason": "forged by nobody"}}},
+    }  # fmt: skip
+    (tmp_path / "state.json").write_text(json.dumps(forged))
+    os.chown(tmp_path / "state.json", nobody, nobody)
+    env = {**node.env, "PYTHONUNBUFFERED": "1"}
+    env.pop("GPUAGENT_CONFIG", None)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'[agent]\nstate_dir = "{tmp_path}"\nsimulate = "h100-sxm:2"\n'
+        f'[collectors.health]\nslurm_node = "{node.host}"\nscontrol = "{node.scontrol}"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuagent", "health", "--slurm-drain", "--config", str(cfg)],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.startswith("GPU 0 ok"), done.stdout + done.stderr
+    assert "forged" not in node.sinfo_reasons() and node.sinfo_reasons().strip() == ""

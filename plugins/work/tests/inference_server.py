@@ -4,7 +4,7 @@ vLLM's family names and labels, as vllm/engine/metrics.py declares them; Triton'
 prometheus-cpp's text as its docs/user_guide/metrics.md shows) and holds "GPU workers": child
 processes that the simulator is told run on GPUs (@proc=GPU:PID).
 
-    python inference_server.py KIND STATE_FILE [--workers N] [--other-port] [--engines N]
+    python inference_server.py KIND STATE_FILE [--workers N] [--other-port] [--engines N] [--drip-after N]
 
 KIND is vllm, sglang (prometheus_client, python/sglang/srt/metrics/collector.py's names),
 triton or tgi (the router's metrics-exporter-prometheus text, and its GET /info). Once listening it writes STATE_FILE (JSON: pid, port, workers,
@@ -15,6 +15,8 @@ answers HTTP but no /metrics, and counts how often it is asked (GET /asked on th
 --engines N (vLLM): N data-parallel engines, vLLM V1's `engine` label on each family, the work
 shared among them; POST /restart_engine?engine=E starts engine E's counters again from zero
 (GET /state still answers what all engines served).
+--drip-after N: after N answers to /metrics, each later one drips a byte every 0.25 s (a
+hostile or hung server found through discovery).
 """
 
 from __future__ import annotations
@@ -185,6 +187,8 @@ def main() -> None:
     kind, state_file = sys.argv[1], sys.argv[2]
     args = sys.argv[3:]
     workers_n = int(args[args.index("--workers") + 1]) if "--workers" in args else 1
+    drip_after = int(args[args.index("--drip-after") + 1]) if "--drip-after" in args else None
+    metrics_asked = [0]
     restarted = os.environ.get("FAKE_SERVER_STATE")
     state = json.loads(restarted) if restarted else None
     counts = Counts(kind, int(args[args.index("--engines") + 1]) if "--engines" in args else 0)
@@ -201,9 +205,29 @@ def main() -> None:
             self.end_headers()
             self.wfile.write(body)
 
+        def _drip(self, body: bytes) -> None:
+            import time
+
+            # HTTP/1.1 with a length: the answer the client's deadline is tested against elsewhere
+            # (tests/servers.py); an HTTP/1.0 one is the HTTP layer's own case (issue 46, item 3).
+            self.protocol_version, self.close_connection = "HTTP/1.1", True
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            try:
+                for i in range(len(body)):
+                    self.wfile.write(body[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(0.25)
+            except OSError:
+                pass  # the client gave up
+
         def do_GET(self):
             path = urlsplit(self.path).path
             if path == "/metrics":
+                metrics_asked[0] += 1
+                if drip_after is not None and metrics_asked[0] > drip_after:
+                    return self._drip(counts.exposition())
                 self._send(200, counts.exposition())
             elif path == "/info" and kind == "tgi":
                 info = {"model_id": MODEL["tgi"], "model_dtype": "torch.float16", "version": "2.4.1"}
