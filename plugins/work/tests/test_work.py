@@ -798,3 +798,18 @@ def test_found_servers_that_drip_share_the_scrape_budget_and_cannot_keep_a_quick
     quick = f"{good['pid']}:{good['port']}"
     assert quick in seen[1] and quick in seen[2], seen
     assert collectors[-1].stats()["servers_cut_total"] >= 3  # at least one a cycle
+
+
+def test_label_children_past_the_cap_are_cut_and_counted():
+    """Each label child is state kept across cycles (its reset correction): one answer with more
+    distinct children than families.MAX_CHILDREN keeps the cap and counts the rest as cut lines."""
+    from collections import Counter
+
+    extra = 100
+    lines = [
+        f'vllm:generation_tokens_total{{model_name="m",engine="{i}"}} 1' for i in range(families.MAX_CHILDREN + extra)
+    ]
+    cut: Counter = Counter()
+    children = families.read_children("\n".join(lines), "vllm", "vllm", cut)
+    assert sum(len(c) for c in children.values()) == families.MAX_CHILDREN
+    assert cut["lines"] == extra
