@@ -116,6 +116,11 @@ ANSWER_BYTES = 256 << 20  # the most of one query's answer read; a range that as
 TOO_BIG = "narrow it with --since or --where"
 
 
+class NoAnswer(AgentError):
+    """The server was unreachable or did not answer within the deadline: asking it something
+    else (a fallback) would only wait as long again."""
+
+
 def send(
     method: str,
     url: str,
@@ -136,8 +141,8 @@ def send(
     except http_client.RequestFailed as exc:
         if exc.timed_out and exc.connected:
             slow = f"{purpose}; {SLOW}" if purpose else SLOW
-            raise AgentError(f"{server} did not answer within {timeout:g}s ({slow})") from None
-        raise AgentError(f"cannot reach {server}{why}: {exc.reason}") from None
+            raise NoAnswer(f"{server} did not answer within {timeout:g}s ({slow})") from None
+        raise NoAnswer(f"cannot reach {server}{why}: {exc.reason}") from None
     if not answer.complete:
         raise AgentError(f"{server} answered more than {ANSWER_BYTES >> 20} MiB{why}: {TOO_BIG}")
     return answer

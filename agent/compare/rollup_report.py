@@ -856,10 +856,13 @@ def pieces_source(pieces: list[Piece]) -> dict[str, Any]:
 
 def rollup_report_or_none(client, rng: Range, by: str, where: str | None) -> RollupReport | None:
     """The report from rollups when some level's whole buckets fall in the range; None otherwise."""
+    from gpuagent.compare.query import NoAnswer
     from gpuagent.errors import AgentError
 
     try:
         reach = coverage(client)
+    except NoAnswer:
+        raise  # the raw report would wait as long again
     except AgentError:
         return None  # no rollups to read (or not allowed to list them): raw points
     return RollupReport(client, rng, by, where, reach) if usable(rng, reach) else None

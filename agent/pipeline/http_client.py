@@ -89,13 +89,22 @@ def target(url: str) -> str:
 
 
 def shutdown(conn: http.client.HTTPConnection) -> None:
-    """Cut a request in flight on conn short, from any thread (its call fails at once)."""
-    sock = conn.sock
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+    """Cut a request in flight on conn short, from any thread (its call fails at once).
+
+    Shuts the socket `exchange` kept as well as conn.sock: on an answer that says
+    `Connection: close`, getresponse() drops conn.sock while the response reads on from the
+    same socket, so shutting conn.sock alone would cut nothing (issue 46). A body cut so reads
+    as its end (no length was said): the mark makes exchange fail instead of answering part."""
+    conn.gpuagent_cut = True
+    for sock in {id(s): s for s in (conn.sock, getattr(conn, "gpuagent_sock", None)) if s is not None}.values():
+        _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, ValueError):  # already closed for good
+        pass
 
 
 def exchange(
@@ -127,13 +136,18 @@ def exchange(
         if not connected:
             conn.connect()
             connected = True
-            if fired.is_set():  # the connect itself took the whole deadline
-                raise TimeoutError("timed out")
+        conn.gpuagent_sock, conn.gpuagent_cut = conn.sock, False  # see shutdown
+        if fired.is_set():  # the connect took the whole deadline, or the timer fired before the socket was kept
+            raise TimeoutError("timed out")
         conn.request(method, path, body=body, headers=dict(headers or {}))
         resp = conn.getresponse()
         answered = True
         most = limit(resp.status) if callable(limit) else limit
         payload = resp.read(most + 1)
+        if fired.is_set():
+            raise TimeoutError("timed out")
+        if conn.gpuagent_cut:
+            raise ConnectionAbortedError("cut short by the caller")
         complete = len(payload) <= most
         reusable = complete and resp.isclosed() and not resp.will_close and not fired.is_set()
         return Answer(resp.status, payload[:most], resp.headers, complete, reusable)
