@@ -157,6 +157,10 @@ def compare(
     from gpuagent.compare.promql import promql_url_from
 
     promql_url = promql_url_from(config_path, promql_url, url)
+    from gpuagent.compare import where as where_rule
+
+    # One condition, refused before anything is sent (a ';' would run a statement of its own).
+    where = where_rule.promql(where) if promql_url else where_rule.influxql(where)
     if by in ("workload", "model,workload"):  # per unit of work (gpuagent.compare.work)
         _compare_work(
             config_path, promql_url, wait, rng, by, where, fmt, output, url, database, token, username, password, raw

@@ -29,8 +29,13 @@ PACE_MIN_S, PACE_MAX_S, PACE_DEFAULT_S = 1.0, 60.0, 10.0
 class FleetSource:
     """read(host=None) -> a Frame of hosts (or models), or of one host's GPUs."""
 
+    promql = False  # which language --where is in
+
     def __init__(self, client, by: str = "host", window_s: float = 300.0, where: str | None = None):
-        self.client, self.by, self.window_s, self.where = client, by, window_s, (where or "").strip()
+        from gpuagent.compare import where as where_rule
+
+        where = where_rule.promql(where) if self.promql else where_rule.influxql(where)  # one condition
+        self.client, self.by, self.window_s, self.where = client, by, window_s, where
         self.label = getattr(client.conn, "label", client.conn.url)
         self.interval = PACE_DEFAULT_S
 
@@ -154,6 +159,8 @@ class InfluxFleet(FleetSource):
 
 class PromFleet(FleetSource):
     """The Prometheus query API: last_over_time per series, under either name scheme (see compare)."""
+
+    promql = True
 
     def __init__(self, client, by: str = "host", window_s: float = 300.0, where: str | None = None):
         from gpuagent.compare.promql_report import PromReport
