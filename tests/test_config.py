@@ -109,6 +109,10 @@ MALFORMED = [
     ("tag-value-70000", '[agent.tags]\nbig = "' + "x" * 70000 + '"', "agent.tags.big: value 'xxxx"),
     ("tag-value-newline", '[agent.tags]\nnote = "a\\nb"', "agent.tags.note: value 'a\\nb' contains a line break"),
     ("hostname-backslash", '[agent]\nhostname = "node\\\\"', "agent.hostname: 'node\\\\' ends with a backslash"),
+    # TOML bombs (issue 46): tomllib recursed into a traceback, or kept n²/2 key parts.
+    ("toml-deep", "a = " + "[" * 100_000 + "]" * 100_000, "nested more than 32 deep (line 1)"),
+    ("toml-dotted-key", "[agent]\n" + "a" + ".a" * 5000 + " = 1", "a key of more than 32 dotted parts (line 2)"),
+    ("toml-large", "#" * (2 << 20), "larger than 1 MiB: not a config file"),
 ]
 
 

@@ -50,7 +50,16 @@ def time_range(since: str | None, start: str | None, end: str | None):
         start_ns = end_ns - int(seconds * 1e9)
     if start_ns >= end_ns:
         raise AgentError("the range is empty: --start must be before --end")
+    # What a nanosecond timestamp (InfluxDB's, Prometheus's) can hold: 1970 to 2262.
+    if start_ns < 0:
+        what = f"--since {since}" if not start else f"--start {start}"
+        raise AgentError(f"{what}: the range would start before 1970-01-01T00:00:00Z")
+    if end_ns >= MAX_NS:
+        raise AgentError(f"--end {end}: after 2262-04-11, the last time a nanosecond timestamp holds")
     return Range(start_ns, end_ns)
+
+
+MAX_NS = 2**63 - 1
 
 
 @click.command("compare")
