@@ -719,8 +719,26 @@ class DrippingServer:
                 if not chunk:
                     return
                 head += chunk
+            length = next(
+                (
+                    int(v)
+                    for k, _, v in (h.partition(b":") for h in head.split(b"\r\n"))
+                    if k.lower() == b"content-length"
+                ),
+                0,
+            )
+            body = head.split(b"\r\n\r\n", 1)[1]
+            while len(body) < length:  # read the whole request: closing on unread bytes is a reset
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                body += chunk
             try:
                 conn.sendall(self.head)
+                if not self.pace:  # pace 0: a fixed answer at once (a hostile body, a large one)
+                    conn.sendall(self.answer)
+                    self.finished += 1
+                    return
                 for byte in self.answer:
                     if self._stop.wait(self.pace):
                         return

@@ -170,51 +170,72 @@ def compare(
 
     # One condition, refused before anything is sent (a ';' would run a statement of its own).
     where = where_rule.promql(where) if promql_url else where_rule.influxql(where)
-    if by in ("workload", "model,workload"):  # per unit of work (gpuagent.compare.work)
-        _compare_work(
-            config_path, promql_url, wait, rng, by, where, fmt, output, url, database, token, username, password, raw
-        )
-        return
-    if promql_url:  # the same report over the Prometheus query API (gpuagent.compare.promql_report)
-        if by in ("job", "pod", "driver"):
-            source = "gpu_info records" if by == "driver" else "gpu_job points"
-            raise AgentError(f"--by {by} reads the {source} through InfluxQL; use --url (InfluxDB), not --promql-url")
-        from gpuagent.compare.promql import PromQL, prom_connection_from
-        from gpuagent.compare.promql_report import PromReport
+    from gpuagent.compare.query import reading
 
-        prom = prom_connection_from(config_path, promql_url)
-        client = PromQL(prom if wait is None else dataclasses.replace(prom, timeout=wait))
-        report = PromReport(client, rng, by=by, where=where)
-        if not raw:  # the recording rules' series where they cover the range (gpuagent.compare.promql_rollups)
-            from gpuagent.compare.promql_rollups import prom_rollup_report_or_none
-
-            report = prom_rollup_report_or_none(client, rng, by, where) or report
-    else:
-        conn = connection_from(config_path, url, database, token, username, password)
-        client = InfluxQL(conn if wait is None else dataclasses.replace(conn, timeout=wait))
-        check_where(client, where)
-        if by in ("job", "pod"):
-            _compare_jobs(client, rng, by, where, fmt, output, config_path)
+    # A hostile server's answer (wrong types, rows of the wrong length): one line, no traceback.
+    with reading(promql_url or url or "the InfluxDB of the config"):
+        if by in ("workload", "model,workload"):  # per unit of work (gpuagent.compare.work)
+            _compare_work(
+                config_path,
+                promql_url,
+                wait,
+                rng,
+                by,
+                where,
+                fmt,
+                output,
+                url,
+                database,
+                token,
+                username,
+                password,
+                raw,
+            )
             return
-        report = Report(client, rng, by=by, where=where) if by != "driver" else None
-        if report is not None and not raw:  # rollups where they cover the range (gpuagent.compare.rollup_report)
-            from gpuagent.compare.rollup_report import rollup_report_or_none
+        if promql_url:  # the same report over the Prometheus query API (gpuagent.compare.promql_report)
+            if by in ("job", "pod", "driver"):
+                source = "gpu_info records" if by == "driver" else "gpu_job points"
+                raise AgentError(
+                    f"--by {by} reads the {source} through InfluxQL; use --url (InfluxDB), not --promql-url"
+                )
+            from gpuagent.compare.promql import PromQL, prom_connection_from
+            from gpuagent.compare.promql_report import PromReport
 
-            report = rollup_report_or_none(client, rng, by, where) or report
-    from gpuagent.compare.prices import prices_from
+            prom = prom_connection_from(config_path, promql_url)
+            client = PromQL(prom if wait is None else dataclasses.replace(prom, timeout=wait))
+            report = PromReport(client, rng, by=by, where=where)
+            if not raw:  # the recording rules' series where they cover the range (gpuagent.compare.promql_rollups)
+                from gpuagent.compare.promql_rollups import prom_rollup_report_or_none
 
-    if report is not None:
-        report.prices = prices_from(config_path)
-    try:
-        if report is None:  # per driver version (gpuagent.compare.drivers)
-            from gpuagent.compare.drivers import build_by_driver
-
-            doc = build_by_driver(client, rng, where)
+                report = prom_rollup_report_or_none(client, rng, by, where) or report
         else:
-            doc = report.build()
-    finally:
-        client.close()
-    _emit(RENDERERS[fmt](doc), output, f"{len(doc['groups'])} group(s), {sum(g['gpus'] for g in doc['groups'])} GPUs")
+            conn = connection_from(config_path, url, database, token, username, password)
+            client = InfluxQL(conn if wait is None else dataclasses.replace(conn, timeout=wait))
+            check_where(client, where)
+            if by in ("job", "pod"):
+                _compare_jobs(client, rng, by, where, fmt, output, config_path)
+                return
+            report = Report(client, rng, by=by, where=where) if by != "driver" else None
+            if report is not None and not raw:  # rollups where they cover the range (gpuagent.compare.rollup_report)
+                from gpuagent.compare.rollup_report import rollup_report_or_none
+
+                report = rollup_report_or_none(client, rng, by, where) or report
+        from gpuagent.compare.prices import prices_from
+
+        if report is not None:
+            report.prices = prices_from(config_path)
+        try:
+            if report is None:  # per driver version (gpuagent.compare.drivers)
+                from gpuagent.compare.drivers import build_by_driver
+
+                doc = build_by_driver(client, rng, where)
+            else:
+                doc = report.build()
+        finally:
+            client.close()
+        _emit(
+            RENDERERS[fmt](doc), output, f"{len(doc['groups'])} group(s), {sum(g['gpus'] for g in doc['groups'])} GPUs"
+        )
 
 
 def _timeout(text: str | None) -> float | None:

@@ -143,14 +143,15 @@ def exchange(
         resp = conn.getresponse()
         answered = True
         most = limit(resp.status) if callable(limit) else limit
-        payload = resp.read(most + 1)
+        payload = resp.read(most)
+        # One byte more says whether the body goes on: never a copy of a body cut at the limit.
+        complete = len(payload) < most or not resp.read(1)
         if fired.is_set():
             raise TimeoutError("timed out")
         if conn.gpuagent_cut:
             raise ConnectionAbortedError("cut short by the caller")
-        complete = len(payload) <= most
         reusable = complete and resp.isclosed() and not resp.will_close and not fired.is_set()
-        return Answer(resp.status, payload[:most], resp.headers, complete, reusable)
+        return Answer(resp.status, payload, resp.headers, complete, reusable)
     except (OSError, ValueError, http.client.HTTPException) as exc:
         conn.close()
         if fired.is_set() or isinstance(exc, TimeoutError):
