@@ -96,7 +96,7 @@ def disabled_plugins(argv: list[str]) -> list[str]:
         chosen = resolve_path(path)
         if chosen is None:
             return []
-        from gpuagent import toml_bound
+        from gpuagent.service import toml_bound
 
         disabled = toml_bound.loads(toml_bound.read(chosen).decode()).get("plugins", {}).get("disabled", [])
     except (OSError, ValueError):

@@ -208,7 +208,7 @@ def _validate(model: type[BaseModel], table: Any, label: str, loc: tuple[str, ..
 
 def _load_toml(path: Path) -> dict[str, Any]:
     label = str(path)
-    from gpuagent import toml_bound
+    from gpuagent.service import toml_bound
 
     try:
         data = toml_bound.read(path)
