@@ -3,7 +3,8 @@
 A socket timeout is per read: a server that answers one byte at a time, or never ends a
 chunked answer, keeps such a request alive for ever. Here a timer shuts the socket down once
 the request as a whole (connect to last byte) has taken `timeout`, so it fails by then in the
-calling thread and leaves no thread behind; and no more than `limit` bytes of an answer are
+calling thread and leaves no thread behind (the socket is kept here: on `Connection: close`
+http.client lets go of it while the answer is still read from it); and no more than `limit` bytes of an answer are
 read (a 500 with a 1 GiB body must not cost 1 GiB). The influxdb sink (its own keep-alive
 connections, through `exchange`), `compare`'s InfluxQL and PromQL clients (and `top --fleet`
 through them) and the work collector's scrapes all go through here.
