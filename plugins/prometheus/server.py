@@ -224,8 +224,10 @@ class MetricsServer:
         host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
         deadline = time.monotonic() + timeout
         while accept.is_alive() and time.monotonic() < deadline:
-            try:
-                socket.create_connection((host, port), timeout=0.5).close()
+            try:  # a bare connect, no request: nothing here talks HTTP (see gpuagent.pipeline.http_client)
+                with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as knock:
+                    knock.settimeout(0.5)
+                    knock.connect((host, port))
             except OSError:
                 pass
             accept.join(0.05)
