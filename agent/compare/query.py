@@ -165,7 +165,7 @@ def reading(server: str):
         yield
     except (TypeError, KeyError, IndexError, AttributeError, ValueError, ArithmeticError, RecursionError) as exc:
         raise BadAnswer(
-            f"the answer of {server} is not one compare can read ({type(exc).__name__}: {one_line(exc, 160)})"
+            f"the answer of {server} is not one gpuagent can read ({type(exc).__name__}: {one_line(exc, 160)})"
         ) from None
 
 

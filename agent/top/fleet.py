@@ -40,6 +40,12 @@ class FleetSource:
         self.interval = PACE_DEFAULT_S
 
     def read(self, host: str | None = None) -> Frame:
+        from gpuagent.compare.query import reading
+
+        with reading(self.client.conn.url):  # a hostile server's answer: one line, no traceback
+            return self._read(host)
+
+    def _read(self, host: str | None) -> Frame:
         gpus = self.gpus(host)
         if host is not None:
             rows = [gpu_row(g, f"{g['host']}/{g['gpu']}", g["gpu"]) for g in sorted(gpus, key=lambda g: int(g["gpu"]))]

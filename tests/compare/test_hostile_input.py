@@ -89,3 +89,15 @@ def test_a_50_mib_error_body_is_a_short_line(hostile, language):
             InfluxQL(Connection(url=url, database="d", timeout=30)).query("SHOW MEASUREMENTS")
     text = str(failed.value)
     assert "refused refused" in text and len(text) < 500 and "\n" not in text, len(text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "body", [b"[" * 100_000 + b"]" * 100_000, b'{"results": [1]}'], ids=["deep", "results-of-numbers"]
+)
+def test_top_fleet_against_a_hostile_server_is_one_line(hostile, body):
+    url = hostile(body)
+    proc = run_cli("top", "--fleet", "--once", "--url", url, "--database", "d", timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuagent: error: ") and url in lines[0], proc.stderr[-2000:]
