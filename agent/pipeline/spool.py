@@ -104,6 +104,7 @@ class Spool:
         self.damaged_total = 0  # damaged files moved aside
         self.salvaged_batches_total = 0
         self.quarantined_total = 0  # unreadable batches moved aside (see the module's docstring)
+        self._unmovable: set[int] = set()  # unreadable batches that could not be moved (read-only): skipped
         self.problem: str | None = None  # why the spool cannot be written (None: it can)
         self.available = False  # open at all (readable)
         self._lock = threading.RLock()
@@ -283,9 +284,11 @@ class Spool:
         self._bytes = self._points = 0
 
     def _load_totals(self) -> None:
+        skip = sorted(self._unmovable)
         self._bytes, self._points = self._db.execute(
-            "SELECT COALESCE(SUM(bytes), 0), COALESCE(SUM(points), 0) FROM batches WHERE id > ?",
-            (self._delivered_through,),
+            "SELECT COALESCE(SUM(bytes), 0), COALESCE(SUM(points), 0) FROM batches WHERE id > ?"
+            + (f" AND id NOT IN ({', '.join('?' * len(skip))})" if skip else ""),
+            (self._delivered_through, *skip),
         ).fetchone()
 
     def _close_db(self) -> None:
@@ -552,6 +555,8 @@ class Spool:
                     (max(after_id, self._delivered_through),),
                 )
                 for batch_id, points, data in cursor:
+                    if batch_id in self._unmovable:
+                        continue
                     why = _unreadable(points, data)
                     if why:
                         bad.append((batch_id, why))
@@ -564,7 +569,9 @@ class Spool:
                         break
                 cursor.close()
                 if bad and not self._quarantine(db, bad):
-                    bad = []  # cannot be moved (read-only): skipped; remove_through deletes them with the rest
+                    # Cannot be moved (read-only, disk full): skipped from now on, not counted as spooled.
+                    self._unmovable.update(batch_id for batch_id, _ in bad)
+                    self._load_totals()
                 if rows or not bad:
                     break
             if not rows:
@@ -620,9 +627,11 @@ class Spool:
         through = max(last_id, self._delivered_through)
 
         def sums(db):
+            skip = sorted(self._unmovable)  # not counted in the totals: not taken off them
             return db.execute(
-                "SELECT COALESCE(SUM(points), 0), COALESCE(SUM(bytes), 0) FROM batches WHERE id > ? AND id <= ?",
-                (self._delivered_through, through),
+                "SELECT COALESCE(SUM(points), 0), COALESCE(SUM(bytes), 0) FROM batches WHERE id > ? AND id <= ?"
+                + (f" AND id NOT IN ({', '.join('?' * len(skip))})" if skip else ""),
+                (self._delivered_through, through, *skip),
             ).fetchone()
 
         def op(db):
@@ -630,6 +639,7 @@ class Spool:
             with db:
                 db.execute("BEGIN IMMEDIATE")
                 db.execute("DELETE FROM batches WHERE id <= ?", (through,))
+            self._unmovable = {i for i in self._unmovable if i > through}
             self._delivered_through = 0
             if not self._readonly and self._follow_failed is None:
                 self.problem = None
