@@ -84,7 +84,6 @@ def disabled_plugins(argv: list[str]) -> list[str]:
     """`[plugins] disabled` of the config this command line will use, read before any plugin
     is imported (a disabled plugin must never be imported). A config that cannot be read
     here disables nothing: the command itself reports the problem in one line."""
-    import tomllib
 
     from gpuagent.config import resolve_path
 
@@ -98,8 +97,9 @@ def disabled_plugins(argv: list[str]) -> list[str]:
         chosen = resolve_path(path)
         if chosen is None:
             return []
-        with open(chosen, "rb") as fh:
-            disabled = tomllib.load(fh).get("plugins", {}).get("disabled", [])
+        from gpuagent.service import toml_bound
+
+        disabled = toml_bound.loads(toml_bound.read(chosen).decode()).get("plugins", {}).get("disabled", [])
     except (OSError, ValueError):
         return []
     return [str(n) for n in disabled] if isinstance(disabled, list) else []

@@ -208,8 +208,12 @@ def _validate(model: type[BaseModel], table: Any, label: str, loc: tuple[str, ..
 
 def _load_toml(path: Path) -> dict[str, Any]:
     label = str(path)
+    from gpuagent.service import toml_bound
+
     try:
-        data = path.read_bytes()
+        data = toml_bound.read(path)
+    except toml_bound.TomlBoundError as exc:
+        raise ConfigError(f"{label}: {exc}") from None
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except IsADirectoryError:
@@ -223,7 +227,9 @@ def _load_toml(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{label}: not UTF-8 text (byte {exc.start})") from None
     try:
-        raw = tomllib.loads(text)
+        raw = toml_bound.loads(text)
+    except toml_bound.TomlBoundError as exc:
+        raise ConfigError(f"{label}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{label}: TOML syntax error: {exc}") from None
     if not raw:

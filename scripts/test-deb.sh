@@ -66,9 +66,13 @@ tail -1 "$chroot/etc/gpuagent/gpuagent.toml" | grep -qx '# edited by the operato
 [ -s "$chroot/var/lib/gpuagent/spool/influxdb/00000001.lp" ]
 in_root gpuagent --version >/dev/null
 
-step "purge leaves nothing behind"
+step "purge leaves nothing behind but the admin's own files in /etc/gpuagent"
+echo 'secret' > "$chroot/etc/gpuagent/influx.token"  # the admin's, beside the conffile
 in_root apt-get purge -y -qq --autoremove gpuagent >/dev/null  # and the dependencies it pulled in
 ! in_root dpkg-query -W -f='${Status}\n' gpuagent 2>/dev/null | grep -q installed
+[ "$(cat "$chroot/etc/gpuagent/influx.token")" = secret ]
+[ ! -e "$chroot/etc/gpuagent/gpuagent.toml" ]  # dpkg purged the conffile
+rm "$chroot/etc/gpuagent/influx.token" && rmdir "$chroot/etc/gpuagent"
 snapshot > "$work/after"
 if ! diff -u "$work/before" "$work/after"; then
   echo "test-deb: the purge left the paths above" >&2

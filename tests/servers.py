@@ -672,15 +672,25 @@ class DrippingServer:
     seconds: a per-read socket timeout never fires against it, only a whole-request deadline
     does. `finished` counts the answers sent to their last byte; `cut` those whose client
     hung up first. Only this kind of server can drip, so it is not a real one (see
-    plugins/influxdb/tests/test_faults.py for the sink's own)."""
+    plugins/influxdb/tests/test_faults.py for the sink's own).
+
+    `close=True`: the status line and headers (`Connection: close`, no length) come at once and
+    only the body drips: http.client then drops its own reference to the socket (issue 46)."""
 
     def __init__(
-        self, body: bytes = b'{"status": "success", "data": {"result": []}, "results": [{}]}', pace: float = 0.25
+        self,
+        body: bytes = b'{"status": "success", "data": {"result": []}, "results": [{}]}',
+        pace: float = 0.25,
+        close: bool = False,
+        status: int = 200,
     ):
         import threading
 
-        self.answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-        self.answer += b"Content-Length: %d\r\n\r\n" % len(body) + body
+        head = b"HTTP/1.1 %d Answer\r\nContent-Type: application/json\r\n" % status
+        if close:
+            self.head, self.answer = head + b"Connection: close\r\n\r\n", body
+        else:
+            self.head, self.answer = b"", head + b"Content-Length: %d\r\n\r\n" % len(body) + body
         self.pace = pace
         self.finished = self.cut = 0
         self._sock = socket.socket()
@@ -709,7 +719,26 @@ class DrippingServer:
                 if not chunk:
                     return
                 head += chunk
+            length = next(
+                (
+                    int(v)
+                    for k, _, v in (h.partition(b":") for h in head.split(b"\r\n"))
+                    if k.lower() == b"content-length"
+                ),
+                0,
+            )
+            body = head.split(b"\r\n\r\n", 1)[1]
+            while len(body) < length:  # read the whole request: closing on unread bytes is a reset
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                body += chunk
             try:
+                conn.sendall(self.head)
+                if not self.pace:  # pace 0: a fixed answer at once (a hostile body, a large one)
+                    conn.sendall(self.answer)
+                    self.finished += 1
+                    return
                 for byte in self.answer:
                     if self._stop.wait(self.pace):
                         return

@@ -109,6 +109,23 @@ MALFORMED = [
     ("tag-value-70000", '[agent.tags]\nbig = "' + "x" * 70000 + '"', "agent.tags.big: value 'xxxx"),
     ("tag-value-newline", '[agent.tags]\nnote = "a\\nb"', "agent.tags.note: value 'a\\nb' contains a line break"),
     ("hostname-backslash", '[agent]\nhostname = "node\\\\"', "agent.hostname: 'node\\\\' ends with a backslash"),
+    # TOML bombs (issue 46): tomllib recursed into a traceback, or kept n²/2 key parts.
+    ("toml-deep", "a = " + "[" * 100_000 + "]" * 100_000, "nested more than 32 deep (line 1)"),
+    ("toml-dotted-key", "[agent]\n" + "a" + ".a" * 5000 + " = 1", "a key of more than 32 dotted parts (line 2)"),
+    ("toml-large", "#" * (2 << 20), "larger than 1 MiB: not a config file"),
+    # What only failed at start, or never (issue 46): `config check` refuses it.
+    ("expected-gpus-negative", "[collectors.health]\nexpected_gpus = -1", "expected_gpus: expected a count from 1"),
+    ("expected-gpus-zero", "[collectors.health]\nexpected_gpus = 0", "expected_gpus: expected a count from 1"),
+    (
+        "endpoint-file-url",
+        '[collectors.work]\nendpoints = [{url = "file:///etc/shadow", gpus = ["0"]}]',
+        "collectors.work.endpoints.0.url: expected http://HOST:PORT/PATH or https://HOST:PORT/PATH, got 'file:///etc",
+    ),
+    (
+        "endpoint-unix-url",
+        '[collectors.work]\nendpoints = [{url = "unix:///run/vllm.sock", gpus = ["0"]}]',
+        "got 'unix:///run/vllm.sock'",
+    ),
 ]
 
 
@@ -445,3 +462,15 @@ def test_the_compare_table_reaches_compare_typed(tmp_path):
 
     conn = prom_connection_from(str(path), None)
     assert (conn.url, conn.timeout, conn.scheme, conn.namespace) == ("http://vm:8428", 90.0, "influx", "gpuagent")
+
+
+def test_config_check_warns_about_a_secret_others_may_read_as_run_does(tmp_path):
+    path = tmp_path / "gpuagent.toml"
+    path.write_text('[sinks.influxdb]\napi = "v2"\nbucket = "b"\norg = "o"\ntoken = "s3cr3t-token-value"\n')
+    path.chmod(0o644)
+    proc = run_cli("config", "check", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert f"{path} is readable by other users and holds an InfluxDB secret: chmod 600" in proc.stderr
+    assert "s3cr3t" not in proc.stderr + proc.stdout
+    path.chmod(0o600)
+    assert "readable" not in run_cli("config", "check", str(path)).stderr

@@ -31,6 +31,61 @@ def test_an_answer_is_read_up_to_the_limit_and_says_it_was_cut(dripping_server):
     assert whole.complete and whole.body.startswith(b'{"status"')
 
 
+@pytest.fixture
+def closing_server():
+    """Headers at once with `Connection: close`, then the body one byte at a time (tests/servers.py)."""
+    from gpuagent_test_servers import DrippingServer
+
+    server = DrippingServer(close=True)
+    yield server
+    server.close()
+
+
+def test_a_dripping_body_after_connection_close_is_cut_at_the_deadline(closing_server):
+    # http.client drops conn.sock on `Connection: close`: the deadline must shut the socket itself.
+    with pytest.raises(http_client.RequestFailed) as failed:
+        http_client.request("GET", closing_server.url + "/", timeout=1.0)
+    assert failed.value.reason == "no complete answer within 1s"
+    assert failed.value.timed_out and failed.value.answered
+    assert closing_server.wait_cut() and closing_server.finished == 0
+
+
+def test_abort_cuts_a_connection_close_answer_too(closing_server):
+    import threading
+
+    conn = http_client.connection(closing_server.url, 30.0)
+    errors = []
+
+    def call():
+        try:
+            http_client.exchange(conn, "GET", "/", timeout=30.0)
+        except http_client.RequestFailed as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    while not closing_server.wait_cut(0.3) and worker.is_alive():
+        http_client.shutdown(conn)  # what the influxdb sink's abort() does at stop
+    worker.join(10)
+    assert not worker.is_alive() and errors and closing_server.finished == 0
+
+
+@pytest.mark.parametrize("language", ["influxql", "promql"])
+def test_compare_gives_up_on_a_connection_close_drip_in_one_line(closing_server, language):
+    from conftest import run_cli
+
+    url = (
+        ["--promql-url", closing_server.url]
+        if language == "promql"
+        else ["--url", closing_server.url, "--database", "d"]
+    )
+    proc = run_cli("compare", "--since", "1h", "--timeout", "1s", *url, timeout=30)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "did not answer within 1s" in lines[0], proc.stderr
+    assert closing_server.wait_cut() and closing_server.finished == 0
+
+
 def test_a_refused_connection_is_one_short_reason():
     from gpuagent_test_servers import free_port
 

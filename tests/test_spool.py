@@ -286,3 +286,51 @@ def test_a_deleted_spool_dir_that_cannot_be_made_again_keeps_the_batches_and_say
     assert "4 batches (40 points) it held were moved into it" in caplog.records[-1].getMessage()
     spool.close()
     assert Spool(directory, max_bytes=10**8).points == 50
+
+
+def test_an_unreadable_batch_is_quarantined_and_the_ones_after_it_go_on(tmp_path, caplog):
+    import sqlite3
+
+    spool = Spool(tmp_path, max_bytes=10**6)
+    for i in range(5):
+        spool.push(batch(i, points=2), 2)
+    spool.close()
+    db = sqlite3.connect(tmp_path / Spool.FILENAME, isolation_level=None)
+    db.execute("PRAGMA writable_schema=ON")  # a file edited by hand: the schema lost its NOT NULL
+    db.execute("UPDATE sqlite_master SET sql = replace(sql, ' NOT NULL', '') WHERE name = 'batches'")
+    db.close()
+    db = sqlite3.connect(tmp_path / Spool.FILENAME, isolation_level=None)
+    db.execute("UPDATE batches SET data = NULL WHERE id = 2")
+    db.execute("UPDATE batches SET points = NULL WHERE id = 4")
+    db.close()
+    spool = Spool(tmp_path, max_bytes=10**6)
+    with caplog.at_level(logging.ERROR):
+        last, points, data = spool.peek(100)
+    assert (last, points) == (5, 6) and data == batch(0, 2) + batch(2, 2) + batch(4, 2)
+    assert spool.quarantined_total == 2 and spool.points == 6
+    assert "moved to its quarantine table" in caplog.text and "its data is NULL" in caplog.text
+    assert spool.remove_through(last) == 6 and spool.peek(100) is None
+    spool.push(batch(9, 1), 1)  # the drop loop and the totals take a NULL in their stride
+    assert spool.peek(100)[1] == 1
+
+
+def test_an_unreadable_batch_in_a_read_only_spool_is_skipped_and_not_counted(tmp_path, monkeypatch):
+    import sqlite3
+
+    spool = Spool(tmp_path, max_bytes=10**6)
+    for i in range(3):
+        spool.push(batch(i, points=2), 2)
+    spool.close()
+    db = sqlite3.connect(tmp_path / Spool.FILENAME, isolation_level=None)
+    db.execute("PRAGMA writable_schema=ON")
+    db.execute("UPDATE sqlite_master SET sql = replace(sql, ' NOT NULL', '') WHERE name = 'batches'")
+    db.close()
+    db = sqlite3.connect(tmp_path / Spool.FILENAME, isolation_level=None)
+    db.execute("UPDATE batches SET data = NULL WHERE id = 3")  # the tail: nothing readable after it
+    db.close()
+    spool = Spool(tmp_path, max_bytes=10**6)
+    monkeypatch.setattr(spool, "_quarantine", lambda db, bad: False)  # as on a read-only file system
+    last, points, _ = spool.peek(100)
+    assert (last, points) == (2, 4) and spool.points == 4  # the bad batch is not counted as spooled
+    assert spool.remove_through(last) == 4 and spool.points == 0
+    assert spool.peek(100) is None  # and is not found again: no busy replay loop

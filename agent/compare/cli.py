@@ -50,7 +50,16 @@ def time_range(since: str | None, start: str | None, end: str | None):
         start_ns = end_ns - int(seconds * 1e9)
     if start_ns >= end_ns:
         raise AgentError("the range is empty: --start must be before --end")
+    # What a nanosecond timestamp (InfluxDB's, Prometheus's) can hold: 1970 to 2262.
+    if start_ns < 0:
+        what = f"--since {since}" if not start else f"--start {start}"
+        raise AgentError(f"{what}: the range would start before 1970-01-01T00:00:00Z")
+    if end_ns >= MAX_NS:
+        raise AgentError(f"--end {end}: after 2262-04-11, the last time a nanosecond timestamp holds")
     return Range(start_ns, end_ns)
+
+
+MAX_NS = 2**63 - 1
 
 
 @click.command("compare")
@@ -157,55 +166,80 @@ def compare(
     from gpuagent.compare.promql import promql_url_from
 
     promql_url = promql_url_from(config_path, promql_url, url)
-    if by in ("workload", "model,workload"):  # per unit of work (gpuagent.compare.work)
-        _compare_work(
-            config_path, promql_url, wait, rng, by, where, fmt, output, url, database, token, username, password, raw
-        )
-        return
-    if promql_url:  # the same report over the Prometheus query API (gpuagent.compare.promql_report)
-        if by in ("job", "pod", "driver"):
-            source = "gpu_info records" if by == "driver" else "gpu_job points"
-            raise AgentError(f"--by {by} reads the {source} through InfluxQL; use --url (InfluxDB), not --promql-url")
-        from gpuagent.compare.promql import PromQL, prom_connection_from
-        from gpuagent.compare.promql_report import PromReport
+    from gpuagent.compare import where as where_rule
 
-        prom = prom_connection_from(config_path, promql_url)
-        client = PromQL(prom if wait is None else dataclasses.replace(prom, timeout=wait))
-        report = PromReport(client, rng, by=by, where=where)
-        if not raw:  # the recording rules' series where they cover the range (gpuagent.compare.promql_rollups)
-            from gpuagent.compare.promql_rollups import prom_rollup_report_or_none
+    # One condition, refused before anything is sent (a ';' would run a statement of its own).
+    where = where_rule.promql(where) if promql_url else where_rule.influxql(where)
+    from gpuagent.compare.query import reading
 
-            report = prom_rollup_report_or_none(client, rng, by, where) or report
-    else:
-        conn = connection_from(config_path, url, database, token, username, password)
-        client = InfluxQL(conn if wait is None else dataclasses.replace(conn, timeout=wait))
-        check_where(client, where)
-        if by in ("job", "pod"):
-            _compare_jobs(client, rng, by, where, fmt, output, config_path)
+    # A hostile server's answer (wrong types, rows of the wrong length): one line, no traceback.
+    with reading(promql_url or url or "the InfluxDB of the config"):
+        if by in ("workload", "model,workload"):  # per unit of work (gpuagent.compare.work)
+            _compare_work(
+                config_path,
+                promql_url,
+                wait,
+                rng,
+                by,
+                where,
+                fmt,
+                output,
+                url,
+                database,
+                token,
+                username,
+                password,
+                raw,
+            )
             return
-        report = Report(client, rng, by=by, where=where) if by != "driver" else None
-        if report is not None and not raw:  # rollups where they cover the range (gpuagent.compare.rollup_report)
-            from gpuagent.compare.rollup_report import rollup_report_or_none
+        if promql_url:  # the same report over the Prometheus query API (gpuagent.compare.promql_report)
+            if by in ("job", "pod", "driver"):
+                source = "gpu_info records" if by == "driver" else "gpu_job points"
+                raise AgentError(
+                    f"--by {by} reads the {source} through InfluxQL; use --url (InfluxDB), not --promql-url"
+                )
+            from gpuagent.compare.promql import PromQL, prom_connection_from
+            from gpuagent.compare.promql_report import PromReport
 
-            report = rollup_report_or_none(client, rng, by, where) or report
-    from gpuagent.compare.prices import prices_from
+            prom = prom_connection_from(config_path, promql_url)
+            client = PromQL(prom if wait is None else dataclasses.replace(prom, timeout=wait))
+            report = PromReport(client, rng, by=by, where=where)
+            if not raw:  # the recording rules' series where they cover the range (gpuagent.compare.promql_rollups)
+                from gpuagent.compare.promql_rollups import prom_rollup_report_or_none
 
-    if report is not None:
-        report.prices = prices_from(config_path)
-    from gpuagent.compare.progress import Activity
+                report = prom_rollup_report_or_none(client, rng, by, where) or report
+        else:
+            conn = connection_from(config_path, url, database, token, username, password)
+            client = InfluxQL(conn if wait is None else dataclasses.replace(conn, timeout=wait))
+            check_where(client, where)
+            if by in ("job", "pod"):
+                _compare_jobs(client, rng, by, where, fmt, output, config_path)
+                return
+            report = Report(client, rng, by=by, where=where) if by != "driver" else None
+            if report is not None and not raw:  # rollups where they cover the range (gpuagent.compare.rollup_report)
+                from gpuagent.compare.rollup_report import rollup_report_or_none
 
-    try:
-        # A long report (a large fleet on InfluxDB 1.x: minutes) shows it is at work, on a terminal.
-        with Activity("compare", lambda: client.requests, "queries answered"):
-            if report is None:  # per driver version (gpuagent.compare.drivers)
-                from gpuagent.compare.drivers import build_by_driver
+                report = rollup_report_or_none(client, rng, by, where) or report
+        from gpuagent.compare.prices import prices_from
 
-                doc = build_by_driver(client, rng, where)
-            else:
-                doc = report.build()
-    finally:
-        client.close()
-    _emit(RENDERERS[fmt](doc), output, f"{len(doc['groups'])} group(s), {sum(g['gpus'] for g in doc['groups'])} GPUs")
+        if report is not None:
+            report.prices = prices_from(config_path)
+        from gpuagent.compare.progress import Activity
+
+        try:
+            # A long report (a large fleet on InfluxDB 1.x: minutes) shows it is at work, on a terminal.
+            with Activity("compare", lambda: client.requests, "queries answered"):
+                if report is None:  # per driver version (gpuagent.compare.drivers)
+                    from gpuagent.compare.drivers import build_by_driver
+
+                    doc = build_by_driver(client, rng, where)
+                else:
+                    doc = report.build()
+        finally:
+            client.close()
+        _emit(
+            RENDERERS[fmt](doc), output, f"{len(doc['groups'])} group(s), {sum(g['gpus'] for g in doc['groups'])} GPUs"
+        )
 
 
 def _timeout(text: str | None) -> float | None:

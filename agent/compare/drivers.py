@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpuagent.compare import where as where_rule
 from gpuagent.compare.report import NoData, Range, Report, report_document, rfc3339
-from gpuagent.errors import AgentError
 
 # gpu_info is resent at least hourly: a record this long before the range still names its driver.
 LOOKBACK_NS = 2 * 3600 * 10**9
@@ -38,8 +38,7 @@ def _uuid_condition(uuids: list[str]) -> str:
 
 def build_by_driver(client, rng: Range, where: str | None = None) -> dict[str, Any]:
     """The compare document with one group per (driver, model)."""
-    if where and (";" in where or "\n" in where):
-        raise AgentError("--where: one InfluxQL condition, without ';'")
+    where = where_rule.influxql(where)  # one condition (gpuagent.compare.where)
     drivers = drivers_of_gpus(client, rng, where)
     if not drivers:
         raise NoData(

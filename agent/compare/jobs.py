@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from gpuagent.compare import where as where_rule
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.query import InfluxQL
 from gpuagent.compare.report import NoData, Range, report_document, rfc3339
@@ -50,8 +51,7 @@ class JobReport:
     ):  # fmt: skip
         if by not in JOB_GROUPS:
             raise AgentError(f"--by {by!r}: expected one of {', '.join(JOB_GROUPS)}")
-        if where and (";" in where or "\n" in where):
-            raise AgentError("--where: one InfluxQL condition, without ';'")
+        where = where_rule.influxql(where)  # one condition (gpuagent.compare.where)
         self.client, self.range, self.by, self.where = client, rng, by, (where or "").strip()
         self.key_tags = JOB_GROUPS[by]
         self.prices = prices or Prices()  # [compare.prices]: cost per unit of work, and of idle GPU-hours

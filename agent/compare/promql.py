@@ -10,13 +10,12 @@ for. Requests go through gpuagent.pipeline.http_client (a deadline on each as a 
 
 from __future__ import annotations
 
-import json
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from gpuagent.compare.query import send
+from gpuagent.compare.query import BadAnswer, json_doc, one_line, send
 from gpuagent.errors import AgentError
 
 
@@ -90,26 +89,33 @@ class PromQL:
             urllib.parse.urlencode(params).encode(),
             self._headers,
         )
-        try:
-            doc = json.loads(resp.body or b"{}")
-        except ValueError:
+        doc = json_doc(resp.body or b"{}")
+        if not isinstance(doc, dict):
             doc = {}
         if resp.status in (401, 403):
             raise AgentError(f"the PromQL server at {self.conn.url} refused the credentials ({resp.status}, {purpose})")
         if resp.status >= 300 or doc.get("status") != "success":
-            error = doc.get("error") or resp.body[:200].decode(errors="replace").strip() or f"HTTP {resp.status}"
-            error = " ".join(str(error).split())
-            raise AgentError(f"the PromQL server at {self.conn.url} answered an error ({purpose}): {error}")
-        return doc.get("data", {})
+            error = doc.get("error") or resp.body[:2000].decode(errors="replace").strip() or f"HTTP {resp.status}"
+            raise AgentError(f"the PromQL server at {self.conn.url} answered an error ({purpose}): {one_line(error)}")
+        data = doc.get("data", {})
+        if not isinstance(data, dict):
+            raise BadAnswer(f"the PromQL server at {self.conn.url} answered 'data' that is not a table ({purpose})")
+        return data
 
     def query(self, q: str, at_s: float, purpose: str) -> list[dict]:
-        return self._post("/api/v1/query", {"query": q, "time": f"{at_s:.3f}"}, purpose).get("result", [])
+        return self._result(self._post("/api/v1/query", {"query": q, "time": f"{at_s:.3f}"}, purpose), purpose)
+
+    def _result(self, data: dict, purpose: str) -> list[dict]:
+        result = data.get("result", [])
+        if not isinstance(result, list) or not all(isinstance(r, dict) for r in result):
+            raise BadAnswer(f"the PromQL server at {self.conn.url} answered a 'result' that is not a list ({purpose})")
+        return result
 
     def query_range(self, q: str, start_s: float, end_s: float, step_s: float, purpose: str) -> list[dict]:
         # nocache=1: VictoriaMetrics otherwise moves start (of a range of 50 steps or more) onto a
         # multiple of step, and each point's window with it; Prometheus ignores the parameter.
         params = {"query": q, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}", "step": f"{step_s:g}", "nocache": "1"}
-        return self._post("/api/v1/query_range", params, purpose).get("result", [])
+        return self._result(self._post("/api/v1/query_range", params, purpose), purpose)
 
     def many(self, calls: list[tuple]) -> list[list[dict]]:
         """[(q, at_s, purpose), ...] -> their results, asked `workers` at a time."""

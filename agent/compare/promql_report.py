@@ -22,6 +22,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
+from gpuagent.compare import where as where_rule
 from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.promql import PromQL
@@ -72,7 +73,7 @@ class PromReport:
     def __init__(self, client: PromQL, rng: Range, by: str = "model", where: str | None = None):
         if by not in GROUP_TAGS:
             raise AgentError(f"--by {by!r}: expected one of {', '.join(GROUP_TAGS)}")
-        where = (where or "").strip()
+        where = where_rule.promql(where)
         if where and not _MATCHERS.fullmatch(where):
             raise AgentError(
                 f'--where with --promql-url: PromQL label matchers such as host=~"rack-3-.*", got {where!r}'

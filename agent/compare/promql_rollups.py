@@ -26,6 +26,7 @@ from collections import defaultdict
 from typing import Any
 
 from gpuagent.compare.promql_report import GPU, MERGE, PromReport
+from gpuagent.compare.query import NoAnswer
 from gpuagent.compare.report import GPU_TAGS, GROUP_TAGS, Range, bucket_seconds, rfc3339
 from gpuagent.compare.rollup_report import pieces_source, plan, usable
 from gpuagent.compare.rollup_rules import record
@@ -271,6 +272,8 @@ def prom_rollup_report_or_none(client, rng: Range, by: str, where: str | None) -
         return None
     try:
         reach = coverage(client, probe.where, rng)
+    except NoAnswer:
+        raise  # the raw report would wait as long again
     except AgentError:
         return None
     return PromRollupReport(client, rng, by, where, reach) if usable(rng, reach) else None

@@ -9,6 +9,7 @@ request as a whole, a bounded answer).
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import json
 import threading
@@ -134,6 +135,63 @@ ANSWER_BYTES = 256 << 20  # the most of one query's answer read; a range that as
 TOO_BIG = "narrow it with --since or --where"
 
 
+MESSAGE_CHARS = 300  # what an error line quotes of a server's words
+
+
+def one_line(text: Any, limit: int = MESSAGE_CHARS) -> str:
+    """A server's words fit for one error line: whitespace folded, at most `limit` characters."""
+    text = " ".join(str(text)[: limit * 4].split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def json_doc(body: bytes) -> Any:
+    """The JSON document of an answer, or None when it is not JSON: NaN and Infinity (neither
+    InfluxDB nor Prometheus writes them bare) and nesting deeper than Python's stack included."""
+    try:
+        return json.loads(body, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        return None
+
+
+class BadAnswer(AgentError):
+    """The server answered, but not in the shape its API has (a proxy, a hostile server)."""
+
+
+def _check_series(series: Any, server: str) -> list[dict[str, Any]]:
+    """InfluxDB's series list, checked for the shape every reader here takes for granted."""
+    if not isinstance(series, list):
+        raise BadAnswer(f"{server} answered a 'series' that is not a list")
+    for one in series:
+        if not isinstance(one, dict) or not isinstance(one.get("columns", []), list):
+            raise BadAnswer(f"{server} answered a series without a list of columns")
+        if not isinstance(one.get("values", []), list) or not all(isinstance(v, list) for v in one.get("values", [])):
+            raise BadAnswer(f"{server} answered a series whose values are not rows")
+        if not isinstance(one.get("tags") or {}, dict):
+            raise BadAnswer(f"{server} answered a series whose tags are not a table")
+    return series
+
+
+@contextlib.contextmanager
+def reading(server: str):
+    """What an answer of the right outline but the wrong content (a string where a number goes, a
+    row shorter than its columns) makes a reader trip on, as one line naming the server."""
+    try:
+        yield
+    except (TypeError, KeyError, IndexError, AttributeError, ValueError, ArithmeticError, RecursionError) as exc:
+        raise BadAnswer(
+            f"the answer of {server} is not one gpuagent can read ({type(exc).__name__}: {one_line(exc, 160)})"
+        ) from None
+
+
+class NoAnswer(AgentError):
+    """The server was unreachable or did not answer within the deadline: asking it something
+    else (a fallback) would only wait as long again."""
+
+
 def send(
     method: str,
     url: str,
@@ -154,10 +212,10 @@ def send(
     except http_client.RequestFailed as exc:
         if exc.timed_out and exc.connected:
             slow = f"{purpose}; {SLOW}" if purpose else SLOW
-            raise AgentError(f"{server} did not answer within {timeout:g}s ({slow})") from None
-        raise AgentError(f"cannot reach {server}{why}: {exc.reason}") from None
-    if not answer.complete:
-        raise AgentError(f"{server} answered more than {ANSWER_BYTES >> 20} MiB{why}: {TOO_BIG}")
+            raise NoAnswer(f"{server} did not answer within {timeout:g}s ({slow})") from None
+        raise NoAnswer(f"cannot reach {server}{why}: {exc.reason}") from None
+    if not answer.complete:  # NoAnswer: a fallback (raw points for rollups) would be asked as much
+        raise NoAnswer(f"{server} answered more than {ANSWER_BYTES >> 20} MiB{why}: {TOO_BIG}")
     return answer
 
 
@@ -195,7 +253,7 @@ class InfluxQL:
         An answer a server's max-row-limit cut short (its series marked partial) is asked again in
         chunks, which that limit does not cut (chunks cost the server more: not by default)."""
         resp = self._request("POST" if post else "GET", "/query", self._params(q))
-        series = self._results(resp, resp.body)[0].get("series", [])
+        series = _check_series(self._results(resp, resp.body)[0].get("series", []), self._server)
         if _canned(q, series):
             raise CannedAnswer(
                 f"{self.conn.url} answers InfluxQL with canned results (VictoriaMetrics takes InfluxDB writes, "
@@ -208,7 +266,7 @@ class InfluxQL:
         for line in (resp.body or b"").splitlines():
             if not line.strip():
                 continue
-            for one in self._results(resp, line)[0].get("series", []):
+            for one in _check_series(self._results(resp, line)[0].get("series", []), self._server):
                 last = series[-1] if series else None
                 if last and (last.get("name"), last.get("tags")) == (one.get("name"), one.get("tags")):
                     last.setdefault("values", []).extend(one.get("values", []))  # a series split across chunks
@@ -224,21 +282,31 @@ class InfluxQL:
             params["rp"] = self.conn.retention_policy
         return params
 
+    @property
+    def _server(self) -> str:
+        return f"InfluxDB at {self.conn.url}"
+
     def _results(self, resp, body: bytes) -> list[dict[str, Any]]:
-        try:
-            doc = json.loads(body or b"{}")
-        except ValueError:
-            doc = {}
+        doc = json_doc(body or b"{}")
         if resp.status in (401, 403):
             raise AgentError(f"InfluxDB at {self.conn.url} refused the credentials ({resp.status})")
-        error = doc.get("error") or next((r["error"] for r in doc.get("results", []) if "error" in r), None)
+        if not isinstance(doc, dict):
+            if resp.status >= 300:
+                raise AgentError(f"InfluxDB at {self.conn.url} answered {resp.status} to /query")
+            raise BadAnswer(
+                f"{self._server} answered what is not InfluxDB's JSON: {one_line(body[:400].decode(errors='replace'), 120)!r}"
+            )
+        results = doc.get("results") or [{}]
+        if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
+            raise BadAnswer(f"{self._server} answered 'results' that are not a list of tables")
+        error = doc.get("error") or next((r["error"] for r in results if "error" in r), None)
         if error:
             if "database not found" in str(error):
                 raise AgentError(f"InfluxDB at {self.conn.url}: database {self.conn.database!r} not found")
-            raise AgentError(f"InfluxDB at {self.conn.url} refused a query: {error}")
+            raise AgentError(f"InfluxDB at {self.conn.url} refused a query: {one_line(error)}")
         if resp.status >= 300:
             raise AgentError(f"InfluxDB at {self.conn.url} answered {resp.status} to /query")
-        return doc.get("results") or [{}]
+        return results
 
     def rows(self, q: str) -> list[dict[str, Any]]:
         """Every row of every series as a dict, its series' tags merged in."""
@@ -264,7 +332,7 @@ class InfluxQL:
             {"Content-Type": "text/plain; charset=utf-8", "Content-Encoding": "gzip"},
         )
         if resp.status >= 300:
-            text = resp.body[:300].decode(errors="replace").strip()
+            text = one_line(resp.body[:2000].decode(errors="replace"))
             raise AgentError(f"InfluxDB at {self.conn.url} refused a write ({resp.status}): {text}")
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuagent.commands.facts import REASON_WORDS
+from gpuagent.compare import where as where_rule
 from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
 from gpuagent.compare.health import health_hours
 from gpuagent.compare.prices import Prices
@@ -165,8 +166,7 @@ class Report:
     def __init__(self, client: InfluxQL, rng: Range, by: str = "model", where: str | None = None):
         if by not in GROUP_TAGS:
             raise AgentError(f"--by {by!r}: expected one of {', '.join(GROUP_TAGS)}")
-        if where and (";" in where or "\n" in where):
-            raise AgentError("--where: one InfluxQL condition, without ';'")
+        where = where_rule.influxql(where)  # one condition (gpuagent.compare.where)
         self.client, self.range, self.by, self.where = client, rng, by, (where or "").strip()
         self.group_tags = GROUP_TAGS[by]
         self.prices = Prices()  # [compare.prices], set by the CLI

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpuagent.compare.health import VERDICTS, add_hours, bucket_for, health_hours
+from gpuagent.compare.query import quote_ident
 from gpuagent.compare.report import (
     GPU_TAGS,
     WORKERS,
@@ -204,7 +205,7 @@ class RollupReport(Report):
         rollup = BY_NAME[rollup_name]
         if level is None:
             return f'"{rollup.source}"', rollup.where
-        return f'"{self.client.conn.database}"."{level.name}"."{rollup.measurement}"', ""
+        return f'{quote_ident(self.client.conn.database)}."{level.name}"."{rollup.measurement}"', ""
 
     def _agg(
         self,
@@ -553,7 +554,7 @@ class RollupReport(Report):
                         counts[key][hist_field(int(v // HIST_W * HIST_W) if v < HIST_TOP_W else None)] += 1
                 continue
             select = ", ".join(f'SUM("{n}") AS "{n}"' for n in names)
-            source = f'"{self.client.conn.database}"."{level.name}"."{HIST_MEASUREMENT}"'
+            source = f'{quote_ident(self.client.conn.database)}."{level.name}"."{HIST_MEASUREMENT}"'
             for row in self.client.rows(f"SELECT {select} FROM {source} WHERE {self._piece_where(a, b)} GROUP BY {by}"):
                 key = tuple(row.get(t, "") for t in self.group_tags)
                 for n in names:
@@ -856,10 +857,13 @@ def pieces_source(pieces: list[Piece]) -> dict[str, Any]:
 
 def rollup_report_or_none(client, rng: Range, by: str, where: str | None) -> RollupReport | None:
     """The report from rollups when some level's whole buckets fall in the range; None otherwise."""
+    from gpuagent.compare.query import NoAnswer
     from gpuagent.errors import AgentError
 
     try:
         reach = coverage(client)
+    except NoAnswer:
+        raise  # the raw report would wait as long again
     except AgentError:
         return None  # no rollups to read (or not allowed to list them): raw points
     return RollupReport(client, rng, by, where, reach) if usable(rng, reach) else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from gpuagent.compare.query import quote_ident
 from gpuagent.compare.report import WORKERS, Range
 from gpuagent.compare.rollups import GPU_ONLY, LEVELS, Level, coverage
 from gpuagent.compare.work import _PLAIN_UUID, CELL_REASONS, InfluxWork
@@ -52,7 +53,7 @@ class RollupWork(InfluxWork):
         tail = f"{_BY_GPU}, time({bucket}s) fill(none)"
 
         def source(name: str) -> str:
-            return f'"{db}"."{level.name}"."{name}"'
+            return f'{quote_ident(db)}."{level.name}"."{name}"'
 
         sums = {
             "gpu_cells_memory": ("util", "mem_busy", "dram_bw", "sm_active", "tensor_active", "occupancy"),

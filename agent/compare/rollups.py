@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuagent.compare.health import VERDICTS
-from gpuagent.compare.query import InfluxQL
+from gpuagent.compare.query import InfluxQL, quote_ident
 
 # Throttle reasons, as gpu_clocks writes them (the booleans the report counts).
 from gpuagent.compare.report import REASONS, rfc3339
@@ -312,8 +312,8 @@ def select_into(db: str, level: Level, rollup: Rollup) -> tuple[str, str, str]:
         source = f'"{rollup.source}"'
     else:
         select = ", ".join(f'{f.over_rollup()} AS "{f.name}"' for f in rollup.fields)
-        source = f'"{db}"."{level.source_rp}"."{rollup.measurement}"'
-    return select, f'"{db}"."{level.name}"."{rollup.measurement}"', source
+        source = f'{quote_ident(db)}."{level.source_rp}"."{rollup.measurement}"'
+    return select, f'{quote_ident(db)}."{level.name}"."{rollup.measurement}"', source
 
 
 def statement(db: str, level: Level, rollup: Rollup, time_clause: str = "") -> str:
@@ -333,7 +333,7 @@ def cq_statement(db: str, level: Level, rollup: Rollup) -> str:
     # Resampled over two buckets: points that arrive a bucket late (a buffered agent) still count, and
     # the 1h level, which runs when the 1m level does, sees the 1m level's last minute an hour later.
     return (
-        f'CREATE CONTINUOUS QUERY "{cq_name(level, rollup)}" ON "{db}" '
+        f'CREATE CONTINUOUS QUERY "{cq_name(level, rollup)}" ON {quote_ident(db)} '
         f"RESAMPLE EVERY {level.every} FOR {2 * level.seconds // 60}m "
         f"BEGIN {statement(db, level, rollup)} END"
     )
@@ -347,7 +347,7 @@ def init(client: InfluxQL) -> list[str]:
     for level in LEVELS:
         if level.name not in policies:
             client.query(
-                f'CREATE RETENTION POLICY "{level.name}" ON "{db}" DURATION {level.duration} REPLICATION 1',
+                f'CREATE RETENTION POLICY "{level.name}" ON {quote_ident(db)} DURATION {level.duration} REPLICATION 1',
                 post=True,
             )
             made.append(f"retention policy {level.name}")
@@ -444,7 +444,7 @@ def coverage(
         if level.name not in policies:
             out[level.name] = None
             continue
-        m = f'"{db}"."{level.name}"."{measurement}"'
+        m = f'{quote_ident(db)}."{level.name}"."{measurement}"'
         first = client.rows(f'SELECT FIRST("{field}") FROM {m}')
         last = client.rows(f'SELECT LAST("{field}") FROM {m}')
         out[level.name] = (first[0]["time"], last[0]["time"] + level.ns) if first and last else None

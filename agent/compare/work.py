@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuagent.compare import limits as lim
+from gpuagent.compare import where as where_rule
 from gpuagent.compare.placement import placement
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.report import NoData, Range, bucket_seconds, report_document, rfc3339
@@ -390,8 +391,7 @@ def _finite(v) -> float | None:
 # -- InfluxQL ------------------------------------------------------------------------------------
 class InfluxWork:
     def __init__(self, client, rng: Range, where: str | None, gpu_where: bool):
-        if where and (";" in where or "\n" in where):
-            raise AgentError("--where: one InfluxQL condition, without ';'")
+        where = where_rule.influxql(where)  # one condition (gpuagent.compare.where)
         self.client, self.range, self.where = client, rng, (where or "").strip()
         self.gpu_where = gpu_where  # --where applies to the GPU readings too (a GPU grouping)
         self.label = client.conn.label

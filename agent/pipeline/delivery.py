@@ -247,6 +247,7 @@ class Delivery:
             "rejected_total": self._sender.rejected_total,
             "buffered_points": buffered,
             "spool_damaged_total": self.spool.damaged_total,
+            "spool_quarantined_total": self.spool.quarantined_total,
             "spool_writable": int(self.spool.writable),
         }
 

@@ -3,7 +3,8 @@
 A socket timeout is per read: a server that answers one byte at a time, or never ends a
 chunked answer, keeps such a request alive for ever. Here a timer shuts the socket down once
 the request as a whole (connect to last byte) has taken `timeout`, so it fails by then in the
-calling thread and leaves no thread behind; and no more than `limit` bytes of an answer are
+calling thread and leaves no thread behind (the socket is kept here: on `Connection: close`
+http.client lets go of it while the answer is still read from it); and no more than `limit` bytes of an answer are
 read (a 500 with a 1 GiB body must not cost 1 GiB). The influxdb sink (its own keep-alive
 connections, through `exchange`), `compare`'s InfluxQL and PromQL clients (and `top --fleet`
 through them) and the work collector's scrapes all go through here.
@@ -89,13 +90,22 @@ def target(url: str) -> str:
 
 
 def shutdown(conn: http.client.HTTPConnection) -> None:
-    """Cut a request in flight on conn short, from any thread (its call fails at once)."""
-    sock = conn.sock
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+    """Cut a request in flight on conn short, from any thread (its call fails at once).
+
+    Shuts the socket `exchange` kept as well as conn.sock: on an answer that says
+    `Connection: close`, getresponse() drops conn.sock while the response reads on from the
+    same socket, so shutting conn.sock alone would cut nothing (issue 46). A body cut so reads
+    as its end (no length was said): the mark makes exchange fail instead of answering part."""
+    conn.gpuagent_cut = True
+    for sock in {id(s): s for s in (conn.sock, getattr(conn, "gpuagent_sock", None)) if s is not None}.values():
+        _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, ValueError):  # already closed for good
+        pass
 
 
 def exchange(
@@ -127,16 +137,22 @@ def exchange(
         if not connected:
             conn.connect()
             connected = True
-            if fired.is_set():  # the connect itself took the whole deadline
-                raise TimeoutError("timed out")
+        conn.gpuagent_sock, conn.gpuagent_cut = conn.sock, False  # see shutdown
+        if fired.is_set():  # the connect took the whole deadline, or the timer fired before the socket was kept
+            raise TimeoutError("timed out")
         conn.request(method, path, body=body, headers=dict(headers or {}))
         resp = conn.getresponse()
         answered = True
         most = limit(resp.status) if callable(limit) else limit
-        payload = resp.read(most + 1)
-        complete = len(payload) <= most
+        payload = resp.read(most)
+        # One byte more says whether the body goes on: never a copy of a body cut at the limit.
+        complete = len(payload) < most or not resp.read(1)
+        if fired.is_set():
+            raise TimeoutError("timed out")
+        if conn.gpuagent_cut:
+            raise ConnectionAbortedError("cut short by the caller")
         reusable = complete and resp.isclosed() and not resp.will_close and not fired.is_set()
-        return Answer(resp.status, payload[:most], resp.headers, complete, reusable)
+        return Answer(resp.status, payload, resp.headers, complete, reusable)
     except (OSError, ValueError, http.client.HTTPException) as exc:
         conn.close()
         if fired.is_set() or isinstance(exc, TimeoutError):

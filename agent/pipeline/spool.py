@@ -28,6 +28,12 @@ move only after a commit. A batch delivered but not removable (the delete
 cannot be committed) is remembered in memory as delivered, so it is not sent
 again in a loop; a later successful remove deletes it for good.
 
+A batch that cannot be read as line protocol (its data NULL or not a BLOB, not UTF-8, or its
+point count not a positive number: a file edited or damaged by hand) is moved, as it was, into
+the file's ``quarantine`` table when a replay reaches it, counted in ``quarantined_total`` and
+logged; the batches after it go on. In a damaged file being salvaged such a batch is left in the
+``spool.damaged-*`` copy and counted the same way.
+
 The bound counts line-protocol bytes (what would be sent), not the file's
 size on disk. When a new batch would pass it, whole batches are dropped,
 oldest first, and their points counted in ``dropped_total``.
@@ -97,6 +103,8 @@ class Spool:
         self.dropped_total = 0  # points dropped, oldest first, to stay within max_bytes
         self.damaged_total = 0  # damaged files moved aside
         self.salvaged_batches_total = 0
+        self.quarantined_total = 0  # unreadable batches moved aside (see the module's docstring)
+        self._unmovable: set[int] = set()  # unreadable batches that could not be moved (read-only): skipped
         self.problem: str | None = None  # why the spool cannot be written (None: it can)
         self.available = False  # open at all (readable)
         self._lock = threading.RLock()
@@ -276,9 +284,11 @@ class Spool:
         self._bytes = self._points = 0
 
     def _load_totals(self) -> None:
+        skip = sorted(self._unmovable)
         self._bytes, self._points = self._db.execute(
-            "SELECT COALESCE(SUM(bytes), 0), COALESCE(SUM(points), 0) FROM batches WHERE id > ?",
-            (self._delivered_through,),
+            "SELECT COALESCE(SUM(bytes), 0), COALESCE(SUM(points), 0) FROM batches WHERE id > ?"
+            + (f" AND id NOT IN ({', '.join('?' * len(skip))})" if skip else ""),
+            (self._delivered_through, *skip),
         ).fetchone()
 
     def _close_db(self) -> None:
@@ -363,7 +373,13 @@ class Spool:
             db.execute("BEGIN IMMEDIATE")
             size = self._bytes
             # Batch by batch, committed every 1000: a large damaged spool is never held in memory.
-            for i, (points, data) in enumerate(_salvage(aside, self.MAX_SALVAGE_PROBES), 1):
+            i = 0  # readable batches so far (what `done` counts)
+            for batch in _salvage(aside, self.MAX_SALVAGE_PROBES):
+                if batch is None:  # unreadable: left in the damaged copy
+                    self.quarantined_total += 1
+                    continue
+                points, data = batch
+                i += 1
                 found += 1
                 found_points += points
                 if i <= done:  # copied before an interruption
@@ -502,7 +518,7 @@ class Spool:
                 db.execute("BEGIN IMMEDIATE")
                 while self._bytes - dropped_bytes + size > self.max_bytes:
                     row = db.execute(
-                        "SELECT id, points, bytes FROM batches WHERE id > ? ORDER BY id LIMIT 1",
+                        "SELECT id, COALESCE(points, 0), COALESCE(bytes, 0) FROM batches WHERE id > ? ORDER BY id LIMIT 1",
                         (self._delivered_through,),
                     ).fetchone()
                     if row is None:
@@ -531,27 +547,77 @@ class Spool:
         (last_id, points, data)."""
 
         def op(db):
-            rows = []
-            total = 0
-            cursor = db.execute(
-                "SELECT id, points, data FROM batches WHERE id > ? ORDER BY id",
-                (max(after_id, self._delivered_through),),
-            )
-            for row in cursor:
-                if rows and total + row[1] > max_points:
+            while True:
+                rows, bad = [], []
+                total = 0
+                cursor = db.execute(
+                    "SELECT id, points, data FROM batches WHERE id > ? ORDER BY id",
+                    (max(after_id, self._delivered_through),),
+                )
+                for batch_id, points, data in cursor:
+                    if batch_id in self._unmovable:
+                        continue
+                    why = _unreadable(points, data)
+                    if why:
+                        bad.append((batch_id, why))
+                        continue
+                    if rows and total + points > max_points:
+                        break
+                    rows.append((batch_id, bytes(data)))
+                    total += points
+                    if total >= max_points:
+                        break
+                cursor.close()
+                if bad and not self._quarantine(db, bad):
+                    # Cannot be moved (read-only, disk full): skipped from now on, not counted as spooled.
+                    self._unmovable.update(batch_id for batch_id, _ in bad)
+                    self._load_totals()
+                if rows or not bad:
                     break
-                rows.append(row)
-                total += row[1]
-                if total >= max_points:
-                    break
-            cursor.close()
             if not rows:
                 return None
-            parts = [bytes(r[2]) for r in rows]
-            data = b"".join(p if p.endswith(b"\n") else p + b"\n" for p in parts)
+            data = b"".join(p if p.endswith(b"\n") else p + b"\n" for _, p in rows)
             return rows[-1][0], total, data
 
         return self._guard(op)
+
+    def _quarantine(self, db, bad: list[tuple[int, str]]) -> bool:
+        """Move unreadable batches, as they are, into the ``quarantine`` table; one error line."""
+        try:
+            with db:
+                db.execute("BEGIN IMMEDIATE")
+                db.execute(
+                    "CREATE TABLE IF NOT EXISTS quarantine (id INTEGER PRIMARY KEY, points, bytes, data,"
+                    " reason TEXT NOT NULL, moved_at TEXT NOT NULL)"
+                )
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                for batch_id, why in bad:
+                    db.execute(
+                        "INSERT OR REPLACE INTO quarantine (id, points, bytes, data, reason, moved_at)"
+                        " SELECT id, points, bytes, data, ?, ? FROM batches WHERE id = ?",
+                        (why, stamp, batch_id),
+                    )
+                    db.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
+        except sqlite3.Error as exc:
+            self.log.error(
+                "spool %s: %d unreadable batches (%s) skipped, not moved aside: %s",
+                self.path,
+                len(bad),
+                bad[0][1],
+                _describe(exc),
+            )
+            return False
+        self.quarantined_total += len(bad)
+        self._load_totals()
+        self.log.error(
+            "spool %s: %d unreadable batches (batch %d: %s) moved to its quarantine table "
+            "(spool_quarantined_total); the batches after them go on",
+            self.path,
+            len(bad),
+            bad[0][0],
+            bad[0][1],
+        )
+        return True
 
     def remove_through(self, last_id: int) -> int:
         """Remove every batch with id <= last_id (what peek returned, once delivered). Returns points removed.
@@ -561,9 +627,11 @@ class Spool:
         through = max(last_id, self._delivered_through)
 
         def sums(db):
+            skip = sorted(self._unmovable)  # not counted in the totals: not taken off them
             return db.execute(
-                "SELECT COALESCE(SUM(points), 0), COALESCE(SUM(bytes), 0) FROM batches WHERE id > ? AND id <= ?",
-                (self._delivered_through, through),
+                "SELECT COALESCE(SUM(points), 0), COALESCE(SUM(bytes), 0) FROM batches WHERE id > ? AND id <= ?"
+                + (f" AND id NOT IN ({', '.join('?' * len(skip))})" if skip else ""),
+                (self._delivered_through, through, *skip),
             ).fetchone()
 
         def op(db):
@@ -571,6 +639,7 @@ class Spool:
             with db:
                 db.execute("BEGIN IMMEDIATE")
                 db.execute("DELETE FROM batches WHERE id <= ?", (through,))
+            self._unmovable = {i for i in self._unmovable if i > through}
             self._delivered_through = 0
             if not self._readonly and self._follow_failed is None:
                 self.problem = None
@@ -616,15 +685,16 @@ def _describe(exc: BaseException) -> str:
     return text
 
 
-def _salvage(path: Path, max_probes: int) -> Iterator[tuple[int, bytes]]:
-    """Every (points, data) that can still be read from a damaged spool file, oldest first.
+def _salvage(path: Path, max_probes: int) -> Iterator[tuple[int, bytes] | None]:
+    """Every (points, data) that can still be read from a damaged spool file, oldest first
+    (None for a batch found but unreadable as line protocol).
 
     A file cut short or with a garbled header makes SQLite refuse even its schema:
     then a copy with a rebuilt header (page size 4096 as we create them, page count
     from the file's size) is read instead."""
     found = 0
     for row in _salvage_file(path, max_probes):
-        found += 1
+        found += row is not None
         yield row
     if found:
         return
@@ -663,7 +733,7 @@ def _rebuild_header(path: Path) -> None:
         fh.write(header)
 
 
-def _salvage_file(path: Path, max_probes: int) -> Iterator[tuple[int, bytes]]:
+def _salvage_file(path: Path, max_probes: int) -> Iterator[tuple[int, bytes] | None]:
     try:
         db = sqlite3.connect(path, isolation_level=None, timeout=5)
     except sqlite3.Error:
@@ -673,9 +743,7 @@ def _salvage_file(path: Path, max_probes: int) -> Iterator[tuple[int, bytes]]:
         try:  # the quick way: one scan, as far as the damage lets it go
             for batch_id, points, data in db.execute("SELECT id, points, data FROM batches ORDER BY id"):
                 last = batch_id
-                cleaned = _clean(points, bytes(data))
-                if cleaned:
-                    yield cleaned
+                yield _clean(points, data)
             return
         except sqlite3.Error:
             pass
@@ -698,15 +766,31 @@ def _salvage_file(path: Path, max_probes: int) -> Iterator[tuple[int, bytes]]:
             except sqlite3.Error:
                 continue
             if row is not None:
-                cleaned = _clean(row[0], bytes(row[1]))
-                if cleaned:
-                    yield cleaned
+                yield _clean(row[0], row[1])
     finally:
         db.close()
 
 
-def _clean(points: int, data: bytes) -> tuple[int, bytes] | None:
-    """A salvaged batch, only if it still reads as line protocol text; counted again from its lines."""
+def _unreadable(points, data) -> str | None:
+    """Why a stored batch cannot be sent as it is, or None. (A BLOB reads as bytes; NULL as None.)"""
+    if data is None:
+        return "its data is NULL"
+    if not isinstance(data, bytes):
+        return f"its data is {type(data).__name__}, not a BLOB"
+    if not isinstance(points, int) or isinstance(points, bool) or points <= 0:
+        return f"its point count is {points!r}"
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"its data is not UTF-8 (byte {exc.start})"
+    return None
+
+
+def _clean(points, data) -> tuple[int, bytes] | None:
+    """A salvaged batch, only if it still reads as line protocol text; counted again from its lines.
+    None: unreadable (its data NULL, not a BLOB, or not UTF-8)."""
+    if not isinstance(data, bytes):
+        return None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

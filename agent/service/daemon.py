@@ -217,7 +217,7 @@ class Daemon:
         if same_nvml:
             # Build next to the running agent; it keeps collecting until the swap.
             try:
-                new = build(self.options, config, plugins, nvml=session)
+                new = build(self.options, config, plugins, nvml=session, liveness=old.context.liveness)
             except Exception as exc:
                 # Perhaps it needs something the running agent holds (a listening port):
                 # try again once the old one is closed.

@@ -101,9 +101,15 @@ class Agent:
 
 
 def build(
-    options: Options, config: Config | None = None, plugins: PluginHost | None = None, nvml: NvmlSession | None = None
+    options: Options,
+    config: Config | None = None,
+    plugins: PluginHost | None = None,
+    nvml: NvmlSession | None = None,
+    liveness=None,
 ) -> Agent:
-    """Everything short of running: raises AgentError with one line on any problem."""
+    """Everything short of running: raises AgentError with one line on any problem.
+    `liveness`: a reload's, kept from the running agent, so that the new sinks' /readyz and
+    /healthz answer as the old ones did from their first request."""
     if config is None or plugins is None:
         config, plugins = load(options)
     simulate = options.simulate or config.agent.simulate or None
@@ -115,6 +121,8 @@ def build(
         state_dir=config.state_dir,
         config_path=config.path,
     )
+    if liveness is not None:
+        context.liveness = liveness
     owns_nvml = nvml is None
     if nvml is None:
         try:

@@ -29,12 +29,23 @@ PACE_MIN_S, PACE_MAX_S, PACE_DEFAULT_S = 1.0, 60.0, 10.0
 class FleetSource:
     """read(host=None) -> a Frame of hosts (or models), or of one host's GPUs."""
 
+    promql = False  # which language --where is in
+
     def __init__(self, client, by: str = "host", window_s: float = 300.0, where: str | None = None):
-        self.client, self.by, self.window_s, self.where = client, by, window_s, (where or "").strip()
+        from gpuagent.compare import where as where_rule
+
+        where = where_rule.promql(where) if self.promql else where_rule.influxql(where)  # one condition
+        self.client, self.by, self.window_s, self.where = client, by, window_s, where
         self.label = getattr(client.conn, "label", client.conn.url)
         self.interval = PACE_DEFAULT_S
 
     def read(self, host: str | None = None) -> Frame:
+        from gpuagent.compare.query import reading
+
+        with reading(self.client.conn.url):  # a hostile server's answer: one line, no traceback
+            return self._read(host)
+
+    def _read(self, host: str | None) -> Frame:
         gpus = self.gpus(host)
         if host is not None:
             rows = [gpu_row(g, f"{g['host']}/{g['gpu']}", g["gpu"]) for g in sorted(gpus, key=lambda g: int(g["gpu"]))]
@@ -154,6 +165,8 @@ class InfluxFleet(FleetSource):
 
 class PromFleet(FleetSource):
     """The Prometheus query API: last_over_time per series, under either name scheme (see compare)."""
+
+    promql = True
 
     def __init__(self, client, by: str = "host", window_s: float = 300.0, where: str | None = None):
         from gpuagent.compare.promql_report import PromReport

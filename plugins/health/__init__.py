@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import pydantic
 import pynvml
 
 import gpuagent
@@ -389,6 +390,15 @@ class HealthCollector(gpuagent.Collector):
         # How many GPUs this node has: a count, or "at_first_start" (remembered in the state dir).
         # Fewer is a lost-grade finding (gpu_inventory) and fails `gpuagent health`.
         expected_gpus: int | Literal["at_first_start"] | None = None
+
+        @pydantic.field_validator("expected_gpus")
+        @classmethod
+        def _a_count(cls, value):
+            # 0 or less would never find a GPU missing; `config check` says so, not only the start.
+            if isinstance(value, int) and not 1 <= value <= 1024:
+                raise ValueError(f'expected a count from 1 to 1024 or "{AT_FIRST_START}", got {value}')
+            return value
+
         # `gpuagent health` fails (exit 1) at this level: degraded, drain (drain, reset_required,
         # reboot_required, lost) or lost.
         fail_on: Level = "drain"

@@ -314,15 +314,25 @@ class InfluxDBSink(gpuagent.Sink):
             check_secret_file_permissions(Path(os.path.expanduser(c.token_file)), [token], self.log)
         return token
 
-    def check(self) -> None:
-        self._token()  # a token_file run cannot read or that is empty
-
-    def start(self) -> None:
+    def _checked_token(self) -> str | None:
+        """The token, after the warnings `run` and `config check` alike give: a token_file or a
+        config file holding a secret that group or others may read."""
         c = self.config
+        if getattr(self, "_secrets_checked", False):  # run calls check, then start: warned once
+            return c.read_token()
         token = self._token()
         secrets = [s for s in (token, c.password.get_secret_value() if c.password else None) if s]
         if c.token is not None or c.password is not None:
             check_secret_file_permissions(self.context.config_path, secrets, self.log)
+        self._secrets_checked = True
+        return token
+
+    def check(self) -> None:
+        self._checked_token()  # a token_file run cannot read or that is empty; readable secrets
+
+    def start(self) -> None:
+        c = self.config
+        token = self._checked_token()
         transport = _HTTPTransport(c, token)
         spool_dir = Path(self.context.state_dir) / "spool" / self.name
         # Never refuses to start: a damaged file heals itself, and a spool that cannot be

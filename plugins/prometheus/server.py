@@ -58,7 +58,17 @@ class MetricsServer:
         probes: dict[str, Callable[[], tuple[bool, str]]] | None = None,
     ):
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.socket = socket.create_server((host, port), family=family, backlog=BACKLOG)
+        self._key = (host, port)
+        try:
+            self.socket = socket.create_server((host, port), family=family, backlog=BACKLOG)
+        except OSError:
+            # A reload builds the new agent beside the running one: take over the listening socket
+            # of this process's server on the same address, so /metrics, /healthz and /readyz
+            # never stop answering (the old one hands over what it accepts as it closes).
+            running = _running(self._key)
+            if running is None:
+                raise
+            self.socket = running.socket.dup()
         self.address = self.socket.getsockname()[:2]
         self.render, self.render_gzip, self.content_type = render, render_gzip, content_type
         self.request_timeout = request_timeout
@@ -81,6 +91,9 @@ class MetricsServer:
         ]
 
     def start(self) -> None:
+        if self._key[1]:
+            with _SERVERS_LOCK:
+                _SERVERS.setdefault(self._key, []).append(self)
         for t in self._threads:
             t.start()
 
@@ -93,6 +106,11 @@ class MetricsServer:
                     return
                 time.sleep(0.01)  # EMFILE and the like: do not spin
                 continue
+            if self._stop.is_set():  # closing, the socket shared with a successor: it serves this one
+                successor = _running(self._key)
+                if successor is None or not successor._take(conn):
+                    conn.close()
+                return
             if self._queue.qsize() >= self._queue_size:
                 self.refused_total += 1
                 _refuse(conn)
@@ -106,8 +124,10 @@ class MetricsServer:
                 return
             conn, accepted = item
             with self._lock:
-                if self._stop.is_set():
-                    conn.close()
+                if self._stop.is_set():  # a successor on the shared socket serves it, if there is one
+                    successor = _running(self._key)
+                    if successor is None or not successor._take(conn):
+                        conn.close()
                     continue
                 self._serving.add(conn)
             held = [conn]  # the TLS socket replaces it once wrapped: the one to close
@@ -196,13 +216,45 @@ class MetricsServer:
         extra = "Content-Encoding: gzip\r\n" if gz else ""
         _send(conn, _response(200, body, self.content_type, extra, method == "HEAD"), deadline)
 
+    def _wake_accept(self, timeout: float) -> None:
+        """Connect to the shared socket until this server's accept thread has returned (a
+        connection the successor accepts instead is an empty request: it reads EOF, closes)."""
+        accept = self._threads[0]
+        host, port = self.address[:2]
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+        deadline = time.monotonic() + timeout
+        while accept.is_alive() and time.monotonic() < deadline:
+            try:  # a bare connect, no request: nothing here talks HTTP (see gpuagent.pipeline.http_client)
+                with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as knock:
+                    knock.settimeout(0.5)
+                    knock.connect((host, port))
+            except OSError:
+                pass
+            accept.join(0.05)
+
+    def _take(self, conn: socket.socket) -> bool:
+        if self._stop.is_set() or self._queue.qsize() >= self._queue_size:
+            return False
+        self._queue.put_nowait((conn, time.monotonic()))
+        return True
+
     def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
         """Stop serving and free the port within `timeout` (the threads are daemons: one that a
-        stuck send still holds past it cannot keep the port, nor the agent, from going on)."""
+        stuck send still holds past it cannot keep the port, nor the agent, from going on).
+        A successor sharing the listening socket keeps it open: this one's accept() is woken by
+        a connection of its own instead of a shutdown, which would stop the successor's too."""
+        with _SERVERS_LOCK:
+            mine = _SERVERS.get(self._key, [])
+            if self in mine:
+                mine.remove(self)
+            shared = bool(mine)
         with self._lock:
             self._stop.set()
             serving = list(self._serving)
-        for sock in (self.socket, *serving):
+        if shared:  # requests in flight finish (the workers stop after them); none is cut
+            self._wake_accept(timeout)
+            serving = []
+        for sock in ([] if shared else [self.socket]) + serving:
             try:
                 # The plain socket's shutdown, also for a TLS one: SSLSocket.shutdown would drop its
                 # TLS state under the thread still reading it.
@@ -219,12 +271,24 @@ class MetricsServer:
             except queue.Empty:
                 break
             if item is not None:
-                item[0].close()
+                successor = _running(self._key) if shared else None
+                if successor is None or not successor._take(item[0]):
+                    item[0].close()
         for _ in self._threads[1:]:
             self._queue.put_nowait(None)  # the queue is empty and holds more than the workers
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
+
+
+_SERVERS: dict[tuple[str, int], list[MetricsServer]] = {}  # started and not closed, by (host, port) asked
+_SERVERS_LOCK = threading.Lock()
+
+
+def _running(key: tuple[str, int]) -> MetricsServer | None:
+    with _SERVERS_LOCK:
+        live = _SERVERS.get(key) or []
+        return live[-1] if live else None
 
 
 def _settimeout(conn: socket.socket, deadline: float) -> None:

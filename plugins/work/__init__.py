@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 import gpuagent
 from gpuagent.plugins.work import families, jobfiles, scrape
@@ -46,6 +46,17 @@ class EndpointConfig(BaseModel):
     gpus: list[str]  # the GPUs it runs on: NVML indices ("0") or UUIDs
     source: Literal["vllm", "sglang", "triton", "tgi"] | None = None  # None: found from the answer
     workload: str | None = None  # the served model, where its families name none (TGI)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        # Only HTTP is scraped: file:// or unix:// would read a local file or socket as the agent's user.
+        import urllib.parse
+
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"expected http://HOST:PORT/PATH or https://HOST:PORT/PATH, got {url[:200]!r}")
+        return url
 
 
 class WorkConfig(gpuagent.CollectorConfig):

@@ -86,3 +86,46 @@ def test_a_reload_that_removes_a_sink_says_how_many_spooled_points_stay_and_wher
     match = re.search(r"sink influxdb is no longer configured; (\d+) points stay in its spool in (\S+),", said[0])
     assert match and int(match.group(1)) > 0 and match.group(2) == str(spool_dir), said[0]
     assert proc.stop(signal.SIGTERM) == 0, proc.stderr()
+
+
+def test_sighup_never_drops_metrics_healthz_or_readyz(agent_run):
+    # Issue 46: the new server could not bind while the old one held the port, so the reload
+    # closed the old one first: every SIGHUP dropped the three for about 0.5 s.
+    import threading
+    import urllib.error
+
+    port = _free_port()
+    extra = f'\n[sinks.prometheus]\nlisten = "127.0.0.1:{port}"\n'
+    proc, notes = agent_run.start(extra=extra)
+    first = notes.wait_for("READY=1")
+    failures: list[str] = []
+    answered = {"/metrics": 0, "/healthz": 0, "/readyz": 0}
+    stop = threading.Event()
+
+    def scrape():
+        while not stop.is_set():
+            for path in answered:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+                        resp.read()
+                        answered[path] += 1
+                except (OSError, urllib.error.URLError) as exc:
+                    failures.append(f"{path}: {exc}")
+
+    scraper = threading.Thread(target=scrape, daemon=True)
+    scraper.start()
+    try:
+        start = first
+        for n in range(3):
+            agent_run.write_config(tags={"reload": str(n)}, extra=extra)
+            proc.send(signal.SIGHUP)
+            start = notes.wait_for("READY=1", start=notes.wait_for("RELOADING=1", start=start + 1))
+            assert "last reload failed" not in notes.messages[start][1], proc.stderr()
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        scraper.join(10)
+    assert 'reload="2"' in _scrape(port)  # the new config's server
+    assert not failures, failures[:5]
+    assert min(answered.values()) > 3, answered
+    assert proc.stop(signal.SIGTERM, timeout=60) == 0, proc.stderr()

@@ -144,6 +144,32 @@ def test_a_dripping_server_is_cut_off_at_timeout_and_counted_as_a_failure(tmp_pa
             sink.close()
 
 
+def drip_after_close(conn, server):
+    """Headers at once saying `Connection: close` (no length), then a body one byte every half
+    second: http.client drops its own reference to the socket (issue 46)."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n")
+    for byte in b"x" * 120:
+        if server._stop.is_set():
+            return
+        conn.sendall(bytes([byte]))
+        time.sleep(0.5)
+    raise OSError("done")  # the connection ends with the answer
+
+
+@pytest.mark.slow
+def test_a_dripping_body_after_connection_close_is_cut_at_timeout_counted_and_logged(tmp_path, caplog):
+    with bad_server(drip_after_close) as server:
+        sink = make_sink(tmp_path, api="v1", url=server.url, database="d", timeout="1s", retry_initial_backoff="5s")
+        try:
+            with caplog.at_level(logging.WARNING):
+                sink.write(fleet_points(intervals=1, gpus=1))
+                wait_for(lambda: sink.stats()["write_errors_total"] >= 1, timeout=8, what="the deadline")
+                wait_for(lambda: "within 1s" in caplog.text, timeout=5, what="the log line")
+            assert sink.stats()["points_written_total"] == 0 and sink.stats()["spool_points"] == 3
+        finally:
+            sink.close()
+
+
 @pytest.mark.slow
 def test_stop_takes_at_most_the_shutdown_budget_whatever_the_server_does(tmp_path):
     with bad_server(drip) as server:

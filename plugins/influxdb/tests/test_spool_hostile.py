@@ -129,7 +129,9 @@ def salvageable(path: Path, tmp_path: Path) -> set[str]:
 
     copy = tmp_path / "copy.sqlite"
     shutil.copyfile(path, copy)
-    lines = {line for _, data in _salvage(copy, Spool.MAX_SALVAGE_PROBES) for line in data.decode().splitlines()}
+    lines = {
+        line for item in _salvage(copy, Spool.MAX_SALVAGE_PROBES) if item for line in item[1].decode().splitlines()
+    }
     copy.unlink()
     return lines
 
@@ -190,6 +192,75 @@ def test_kill_9_in_the_middle_of_a_heal_resumes_it_and_loses_no_salvageable_batc
     got = [line for line in spooled_lines(spool) if line.startswith("old,")]
     assert len(got) == len(set(got)), "no batch copied twice"
     assert set(got) == want  # every salvageable batch, once
+
+
+# -- a poisoned row (issue 46, item 2) ----------------------------------------------------------
+
+
+def poisoned_spool(path: Path, batches: int, not_null: bool) -> None:
+    """A spool of `batches` one-point batches whose rows 20, 25 and 30 are unreadable: data NULL,
+    TEXT, not UTF-8. `not_null`: the schema still says NOT NULL (PRAGMA quick_check then calls the
+    file damaged); otherwise it was edited without it, and the rows are found at replay."""
+    path.parent.mkdir(parents=True)
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute(
+        "CREATE TABLE batches (id INTEGER PRIMARY KEY AUTOINCREMENT, points INTEGER NOT NULL,"
+        " bytes INTEGER NOT NULL, data BLOB)"
+    )
+    rows = ((1, len(line), line) for line in (f"old,b={i} v={i}i {i + 1}\n".encode() for i in range(batches)))
+    db.executemany("INSERT INTO batches (points, bytes, data) VALUES (?, ?, ?)", rows)
+    db.execute("UPDATE batches SET data = NULL WHERE id = 20")
+    db.execute("UPDATE batches SET data = 'old,b=x v=1i 1' WHERE id = 25")
+    db.execute("UPDATE batches SET data = x'ff00fe' WHERE id = 30")
+    if not_null:
+        db.execute("PRAGMA writable_schema=ON")
+        db.execute(
+            "UPDATE sqlite_master SET sql = replace(sql, 'data BLOB', 'data BLOB NOT NULL') WHERE name = 'batches'"
+        )
+    db.close()
+
+
+def last_gpuagent_field(tmp_path: Path, sink: str, field: str) -> int | None:
+    found = None
+    for line in (tmp_path / "record.lp").read_text().splitlines():
+        if line.startswith("gpuagent,") and f"sink={sink}" in line.split(" ")[0]:
+            for part in line.split(" ")[1].split(","):
+                if part.startswith(f"{field}="):
+                    found = int(part.split("=")[1].rstrip("i"))
+    return found
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("not_null", [False, True], ids=["found-at-replay", "found-by-quick-check"])
+def test_a_spool_row_with_null_data_is_moved_aside_and_later_batches_reach_influxd(tmp_path, influxdb_v1, not_null):
+    import os
+
+    state = tmp_path / "state"
+    spool = state / "spool" / "influxdb" / "spool.sqlite"
+    poisoned_spool(spool, 60, not_null)
+    db = f"poisoned_{os.getpid()}_{int(not_null)}"
+    influxdb_v1.create_database(db)
+    log = tmp_path / "agent.log"
+    agent = start_agent(agent_config(tmp_path, state, influxdb_v1.url, database=db), log)
+    count = lambda q: sum(v[1] for s in influxdb_v1.query(q, db) for v in s.get("values", []))  # noqa: E731
+    try:
+        wait_for(lambda: count('SELECT COUNT("v") FROM "old"') >= 57, what="the batches after the bad ones")
+        wait_for(lambda: count('SELECT COUNT("power_w") FROM "gpu_power"') > 0, what="new points delivered")
+        wait_for(
+            lambda: (last_gpuagent_field(tmp_path, "influxdb", "spool_quarantined_total") or 0) >= 3,
+            what="the bad batches counted in the gpuagent measurement",
+        )
+    finally:
+        stop_agent(agent, log)
+    assert count('SELECT COUNT("v") FROM "old"') == 57  # every readable batch, the bad ones not
+    text = log.read_text()
+    assert "configuration" not in text and "delivery worker error" not in text, text[-3000:]
+    if not_null:  # moved aside with the damaged copy, which keeps them
+        assert list(spool.parent.glob("spool.damaged-*.sqlite")), text[-3000:]
+    else:
+        kept = sqlite3.connect(spool).execute("SELECT id, reason FROM quarantine ORDER BY id").fetchall()
+        assert [i for i, _ in kept] == [20, 25, 30] and "NULL" in kept[0][1], kept
+        assert "moved to its quarantine table" in text
 
 
 # -- ownership (issue 28, item 7) ---------------------------------------------------------------
