@@ -38,7 +38,6 @@ from gpuagent.compare.placement import placement
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.report import NoData, Range, bucket_seconds, report_document, rfc3339
 from gpuagent.compare.sharing import cut_absences, share_gpus
-from gpuagent.errors import AgentError
 
 GPU = ("host", "uuid")
 # The clock-event reasons the limits weigh (power: the first two; thermal: the others).
