@@ -271,3 +271,13 @@ def test_text_that_is_not_utf8_is_written_as_escapes_not_lost(influxdb_v1):
     assert series["tags"] == {"job": "train\\xffjob", "k\ufffd": "v"}
     row = dict(zip(series["columns"], series["values"][0], strict=True))
     assert row["name"] == "a\\x80\ufffd" and row["v"] == 1
+
+
+@given(st.text())
+def test_string_values_escape_as_the_table_does(text):
+    # escape_text skips str.translate for values that need nothing (issue 42); same text always.
+    from gpuagent.pipeline.metric import _STRING, escape_text
+
+    assert escape_text(text) == text.translate(_STRING)
+    for tricky in ('a"b', "a\\b", "a\nb", "a\rb", "caf\u00e9", "\udcff", "plain 00000000:CC:00.0"):
+        assert escape_text(tricky) == tricky.translate(_STRING)
