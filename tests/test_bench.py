@@ -45,3 +45,20 @@ def test_quick_bench_json_has_figure_goal_and_verdict():
     assert cycle["nvml_calls_per_cycle"] > 0 and cycle["bare_ms_per_cycle"] > 0
     # The ratio is agent / bare and the agent does at least the bare calls.
     assert rows["cycle"]["figure"] >= 1.0
+
+
+def test_quick_compare_row_says_null_with_the_size_it_ran_at():
+    # The quick bench builds 10 hosts; the goal is stated at 1,000: not measured there, so null.
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--json", "--only", "compare_rollups_vm"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (row,) = json.loads(proc.stdout)["results"]
+    assert "error" not in row, row
+    assert row["holds"] is None, row
+    assert row["measured_at"] == {"hosts": 10, "goal_hosts": 1000}
+    assert row["detail"]["rows"][-1]["hosts"] == 10 and row["figure"] > 0

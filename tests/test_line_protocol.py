@@ -271,3 +271,26 @@ def test_text_that_is_not_utf8_is_written_as_escapes_not_lost(influxdb_v1):
     assert series["tags"] == {"job": "train\\xffjob", "k\ufffd": "v"}
     row = dict(zip(series["columns"], series["values"][0], strict=True))
     assert row["name"] == "a\\x80\ufffd" and row["v"] == 1
+
+
+@given(st.text())
+def test_string_values_escape_as_the_table_does(text):
+    # escape_text skips str.translate for values that need nothing (issue 42); same text always.
+    from gpuagent.pipeline.metric import _STRING, escape_text
+
+    assert escape_text(text) == text.translate(_STRING)
+    for tricky in ('a"b', "a\\b", "a\nb", "a\rb", "caf\u00e9", "\udcff", "plain 00000000:CC:00.0"):
+        assert escape_text(tricky) == tricky.translate(_STRING)
+
+
+def test_accumulator_keeps_field_order_without_nones_and_leaves_the_callers_dict():
+    # The usual point is copied whole and its Nones deleted (issue 42); the rest goes field by field.
+    acc = Accumulator({"host": "h"}, time_ns=1)
+    fields = {"a": 1.5, "b": None, "c": "x", "d": True, "e": None, "f": 2}
+    point = acc.add_fields("m", fields, tags={"gpu": "0"})
+    assert list(point.fields.items()) == [("a", 1.5), ("c", "x"), ("d", True), ("f", 2)]
+    assert fields["b"] is None and len(fields) == 6
+    nan = acc.add_fields("m", {"a": None, "b": math.nan, "c": 2**63, "d": 3})
+    assert list(nan.fields.items()) == [("d", 3)]
+    assert (acc.nonfinite_dropped, acc.out_of_range_dropped) == (1, 1)
+    assert acc.add_fields("m", {"a": None}) is None and acc.empty_dropped == 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import struct
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -55,6 +56,14 @@ def without_handle(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _SAMPLE_ALLOC = without_handle(pynvml.nvmlGpmSampleAlloc)
+# nvmlGpmMetric_t as bytes: metricId, nvmlReturn (unsigned ints), value (double), then metricInfo
+# (three pointers) left out; built from the ctypes layout, so a pynvml with another one is read right.
+_M = pynvml.c_nvmlGpmMetric_t
+_METRIC = struct.Struct(
+    f"=I{_M.nvmlReturn.offset - 4}xI{_M.value.offset - _M.nvmlReturn.offset - 4}xd"
+    f"{ctypes.sizeof(_M) - _M.value.offset - 8}x"
+)
+assert _M.metricId.offset == 0 and _METRIC.size == ctypes.sizeof(_M)
 _METRICS_GET = without_handle(pynvml.nvmlGpmMetricsGet)
 
 
@@ -116,16 +125,15 @@ class GpmSampler:
         request.sample2 = self._current
         if self.gpu.query(_METRICS_GET, request) is None:
             return {}
-        # Plain ctypes attribute access: pynvml's printable-structure hook costs ~1 µs a read.
-        get = ctypes.Structure.__getattribute__
+        # The answers read as bytes (one struct pass), not as a ctypes object per metric.
         ok = pynvml.NVML_SUCCESS
         values = {}
-        for m in request.metrics[: len(metric_ids)]:
-            code = get(m, "nvmlReturn")
+        raw = ctypes.string_at(ctypes.addressof(request.metrics), _METRIC.size * len(metric_ids))
+        for metric_id, code, value in _METRIC.iter_unpack(raw):
             if code == ok:
-                values[get(m, "metricId")] = float(get(m, "value"))
+                values[metric_id] = value
             else:  # one metric refused: counted (logged once), the others kept
-                self.gpu.note_error(f"nvmlGpmMetricsGet/{get(m, 'metricId')}", code)
+                self.gpu.note_error(f"nvmlGpmMetricsGet/{metric_id}", code)
         return values
 
     def close(self) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 import pynvml
 
 from gpuagent.gpus.gpu import PERMANENT_CODES, Gpu, GpuLost
+from gpuagent.service.timebase import monotonic_clock
 
 NA_UINT = 0xFFFFFFFF
 NA_ULONGLONG = 0xFFFFFFFFFFFFFFFF
@@ -395,18 +396,49 @@ CYCLE = FieldGroup("cycle")
 TLIMIT_ARCHS = frozenset({"Ada Lovelace", "Hopper", "Blackwell"})
 
 
+# Readings added after the cycle's call budget was set (the thermal margin, the video engines'
+# utilisation) are asked at most this often per GPU on the scheduler's ticks, not every cycle:
+# on a 10 s cycle every third tick, as pcie and nvlink run (issue 42: NVML calls a cycle).
+SLOW_READING_S = 30.0
+
+
+def due(gpu: Gpu, key: str, every_s: float = SLOW_READING_S) -> bool:
+    """Whether this tick reads ``key`` on ``gpu``: always outside the scheduler (no tick: inspect,
+    a one-off check); else on its first tick, then once ``every_s`` have passed (less a second of
+    the scheduler's jitter). Every reader on one tick gets the same answer."""
+    tick = current_tick.get()
+    if tick is None:
+        return True
+    state = gpu.remember("due:" + key, dict)
+    if state.get("tick") != tick:
+        now = monotonic_clock()()
+        state["tick"], state["due"] = tick, "at" not in state or now - state["at"] >= every_s - 1.0
+        if state["due"]:
+            state["at"] = now
+    return state["due"]
+
+
 def thermal_margin(gpu: Gpu) -> int | None:
     """Degrees left before the GPU reaches T.Limit 0 (nvmlDeviceGetMarginTemperature; nvidia-smi's
-    "GPU T.Limit Temp"). Negative past the limit; None where the card has no margin (pre-Ada)."""
+    "GPU T.Limit Temp"). Negative past the limit; None where the card has no margin (pre-Ada), and
+    on the ticks between its reads (``due``: every SLOW_READING_S)."""
     if gpu.arch not in TLIMIT_ARCHS or not hasattr(pynvml, "nvmlDeviceGetMarginTemperature"):
         return None
-    # Asked once per scheduler tick: power and health (its verdict) both read it.
+    # Asked once per scheduler tick it is due on: power and health (its verdict) both read it.
     tick = current_tick.get()
     last = gpu.remember("power.margin", dict)
     if tick is not None and last.get("tick") == tick:
         return last["value"]
-    margin = gpu.query(pynvml.nvmlDeviceGetMarginTemperature)
-    value = int(margin) if isinstance(margin, int) and -300 < margin < 300 else None
+    value = None
+    if due(gpu, "thermal_margin"):
+        margin = gpu.query(pynvml.nvmlDeviceGetMarginTemperature)
+        value = last["latest"] = int(margin) if isinstance(margin, int) and -300 < margin < 300 else None
     if tick is not None:
         last.update(tick=tick, value=value)
     return value
+
+
+def latest_thermal_margin(gpu: Gpu) -> int | None:
+    """The margin of thermal_margin's latest read (at most SLOW_READING_S old on the scheduler's
+    ticks): what a verdict judges on the ticks between reads."""
+    return gpu.remember("power.margin", dict).get("latest")

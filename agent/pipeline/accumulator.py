@@ -44,7 +44,28 @@ class Accumulator:
             raise ValueError(f"measurement must be a non-empty string, got {measurement!r}")
         if len(fields) > MAX_FIELDS_PER_POINT:
             fields = bound_fields(measurement, fields)
-        clean: dict[str, FieldValue] = {}
+        # The usual point keeps every field but its Nones: checked in one pass over the values,
+        # then copied whole (a dict copy, not an insert per field).
+        missing = 0
+        for value in fields.values():
+            kind = type(value)
+            if kind is float:
+                if value - value != 0.0:
+                    break
+            elif kind is int:
+                if value > INT_MAX or value < INT_MIN:
+                    break
+            elif kind not in _PLAIN:
+                if value is not None:
+                    break
+                missing += 1
+        else:
+            clean = dict(fields)
+            if missing:
+                for key in [key for key, value in clean.items() if value is None]:
+                    del clean[key]
+            return self._point(measurement, clean, tags, time_ns)
+        clean = {}
         for key, value in fields.items():
             kind = type(value)
             if kind is float:
@@ -76,6 +97,11 @@ class Accumulator:
                         f"{measurement}.{key}: field values must be int, float, bool or str, got {type(value).__name__}"
                     )
             clean[key] = value
+        return self._point(measurement, clean, tags, time_ns)
+
+    def _point(
+        self, measurement: str, clean: dict[str, FieldValue], tags: Mapping[str, object] | None, time_ns: int | None
+    ) -> Point | None:
         if not clean:
             self.empty_dropped += 1
             return None

@@ -21,7 +21,15 @@ import pynvml
 
 import gpuagent
 from gpuagent.gpus.gpu import ABSENT_CODES, PERMANENT_CODES, Gpu, GpuLost
-from gpuagent.gpus.nvml_read import CYCLE, Field, FieldReader, field_value, thermal_margin
+from gpuagent.gpus.nvml_read import (
+    CYCLE,
+    Field,
+    FieldReader,
+    due,
+    field_value,
+    latest_thermal_margin,
+    thermal_margin,
+)
 from gpuagent.plugins.health.catalog import LOST_XID, SEVERITY, load_catalog
 from gpuagent.plugins.health.inventory import AT_FIRST_START, expected_count, inventory_fields
 from gpuagent.plugins.health.levels import Level, reaches
@@ -600,10 +608,15 @@ class HealthCollector(gpuagent.Collector):
             fields["remapped_rows_uncorrectable"] = int(uncorrectable)
             fields["remapped_rows_pending"] = bool(rows_pending)
             fields["remapped_rows_failure"] = bool(failure)
-            histogram = gpu.query(pynvml.nvmlDeviceGetRowRemapperHistogram)
-            if histogram is not None:
-                for bucket in HISTOGRAM_BUCKETS:
-                    fields[f"row_remap_banks_{bucket}"] = int(getattr(histogram, bucket))
+            # The banks left move only when rows remap: asked every 30 s (nvml_read.due) and on a
+            # run whose remapped-row counts changed, not every cycle.
+            remapped = gpu.remember("health.remapped_rows", dict)
+            if due(gpu, "health.row_remap") or remapped.get("rows") != rows:
+                remapped["rows"] = rows
+                histogram = gpu.query(pynvml.nvmlDeviceGetRowRemapperHistogram)
+                if histogram is not None:
+                    for bucket in HISTOGRAM_BUCKETS:
+                        fields[f"row_remap_banks_{bucket}"] = int(getattr(histogram, bucket))
         if self._watcher is not None and gpu in self._watcher.registered:
             fields["xid_events_total"] = self._xid_counts.get(gpu.uuid, 0)
         if "recovery_action" in readings:
@@ -623,7 +636,7 @@ class HealthCollector(gpuagent.Collector):
             fields["fabric_status"] = int(fabric.status)
             fields["fabric_clique_id"] = int(fabric.cliqueId)
             fields["fabric_health_mask"] = int(fabric.healthMask)
-        margin = thermal_margin(gpu)  # power reads it too: once a tick (agent/gpus/nvml_read.py)
+        margin = thermal_margin(gpu)  # power reads it too: once a tick it is due (agent/gpus/nvml_read.py)
         if margin is not None:
             fields["thermal_margin_c"] = margin
         verdict, reason = self.verdict(gpu, fields, readings, nvlink, fabric)
@@ -696,7 +709,8 @@ class HealthCollector(gpuagent.Collector):
                 per_link = counters[("nvlink", kind)] = LinkCounters()
             for link, growth in per_link.growth(now, links, window).items():  # only links that grew
                 findings.append(growth_finding(f"NVLink {kind} errors on link {link}", growth, threshold, window))
-        margin = fields.get("thermal_margin_c")
+        # The latest margin read (it is read every 30 s, the verdict every run: no flapping).
+        margin = fields.get("thermal_margin_c", latest_thermal_margin(gpu))
         if cfg.thermal_margin_c and margin is not None and margin <= cfg.thermal_margin_c:
             findings.append(
                 Finding(

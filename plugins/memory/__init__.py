@@ -20,7 +20,7 @@ import pynvml
 import gpuagent
 from gpuagent.gpus import cuda_attrs, specs
 from gpuagent.gpus.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported, whole_gpus
-from gpuagent.gpus.nvml_read import valid
+from gpuagent.gpus.nvml_read import due, valid
 
 log = logging.getLogger("gpuagent.collector.memory")
 
@@ -143,13 +143,15 @@ def read_gpu(
         fields["memory_util_pct"] = valid(util.memory)
     # GPU-level video engines: the encoder through its call on every card (GPM has no NVENC
     # metric); the decoder through its call where GPM is not read (with GPM: nvdec_active_pct).
-    encoder = gpu.query(pynvml.nvmlDeviceGetEncoderUtilization)
-    if encoder is not None:
-        fields["encoder_util_pct"] = valid(encoder[0])
-    if gpm_read is None:
-        decoder = gpu.query(pynvml.nvmlDeviceGetDecoderUtilization)
-        if decoder is not None:
-            fields["decoder_util_pct"] = valid(decoder[0])
+    # Both every SLOW_READING_S on the scheduler's ticks (nvml_read.due), not every cycle.
+    if due(gpu, "memory.video"):
+        encoder = gpu.query(pynvml.nvmlDeviceGetEncoderUtilization)
+        if encoder is not None:
+            fields["encoder_util_pct"] = valid(encoder[0])
+        if gpm_read is None:
+            decoder = gpu.query(pynvml.nvmlDeviceGetDecoderUtilization)
+            if decoder is not None:
+                fields["decoder_util_pct"] = valid(decoder[0])
 
     static = static_fields(gpu, use_cuda)
     fields.update(static)

@@ -37,8 +37,9 @@ def _classes():
     return {name: found[name] for name in COLLECTORS}
 
 
-def stream(profile: str) -> list[list]:
-    """[measurement, tags, fields] of every point of every run, in run order, on ``profile``."""
+def stream(profile: str, runs: bool = False) -> list[list]:
+    """[measurement, tags, fields] of every point of every run, in run order, on ``profile``
+    (with ``runs``: [measurement, tags, fields, run index])."""
     from gpuagent import sim
     from gpuagent.gpus.gpu import Gpu, current_collector
     from gpuagent.pipeline.accumulator import Accumulator
@@ -83,7 +84,7 @@ def stream(profile: str) -> list[list]:
                     current_collector.reset(token)
                     if tick is not None:
                         current_tick.reset(tick)
-                out.extend([p.measurement, p.tags, p.fields] for p in acc.points)
+                out.extend([p.measurement, p.tags, p.fields, *([n] if runs else [])] for p in acc.points)
         for c in collectors:
             c.close()
         for module, original in patched:

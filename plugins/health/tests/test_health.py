@@ -195,6 +195,53 @@ def test_a_gpu_near_its_thermal_limit_is_degraded(simulated_fleet, tmp_path, rec
     assert "thermal_margin_c" not in ampere and ampere["verdict"] == "ok"
 
 
+def test_margin_and_remap_banks_every_30_s_and_the_verdict_between(
+    simulated_fleet, sim_clock, tmp_path, recording_accumulator
+):
+    """Issue 42: the thermal margin and the row-remapper histogram are asked every 30 s on the
+    scheduler's ticks (the histogram also on a run whose remapped rows changed); the verdict
+    judges the latest margin in between, so a hot GPU stays degraded on every run."""
+    import json
+
+    from gpuagent.gpus.nvml_read import current_tick
+    from gpuagent.sim.profile import load_profile
+
+    hot = load_profile("h100-sxm")
+    hot["temperature_c"].update({"idle": 85, "max": 86, "gpu_max": 87})
+    path = tmp_path / "hot-h100.json"
+    path.write_text(json.dumps(hot))
+    machine = simulated_fleet(f"{path}:1", scenario="idle")
+    collector = make(machine)
+    calls = ("nvmlDeviceGetMarginTemperature", "nvmlDeviceGetRowRemapperHistogram")
+    asked = []
+    try:
+        for tick in range(5):  # t = 0, 10, 20, 30, 40; a row remapped before the last
+            if tick == 4:
+                machine.add_ecc_errors(0, uncorrected=1)
+            before = machine.calls
+            token = current_tick.set(("test", tick))
+            try:
+                collector.collect(recording_accumulator)
+            finally:
+                current_tick.reset(token)
+            asked.append(tuple((machine.calls - before)[c] for c in calls))
+            sim_clock.advance(10)
+    finally:
+        collector.close()
+    points = health_fields(recording_accumulator, 0)
+    assert asked == [(1, 1), (0, 0), (0, 0), (1, 1), (0, 1)]
+    assert [("thermal_margin_c" in p, "row_remap_banks_max" in p) for p in points] == [
+        (True, True),
+        (False, False),
+        (False, False),
+        (True, True),
+        (False, True),
+    ]
+    assert points[-1]["remapped_rows_uncorrectable"] > points[0]["remapped_rows_uncorrectable"]
+    assert [p["verdict"] for p in points[:4]] == ["degraded"] * 4  # the last has an ECC error too
+    assert all("Thermal margin 2 °C" in p["verdict_reason"] for p in points[:4])
+
+
 def test_an_unexpected_error_in_the_event_thread_is_logged_once_then_counted(simulated_fleet, monkeypatch, caplog):
     """Issue 28, item 12: the thread retries every event_wait; a lasting unexpected error logged a
     traceback each time (two a second). Now: one traceback, then a line a minute with a count."""

@@ -241,3 +241,38 @@ def test_a_lost_gpus_gpm_samples_are_freed(simulated_fleet, sim_clock, recording
     assert len(machine.gpm_samples) == 2 and len(memory._gpm) == 1
     memory.close()
     assert not machine.gpm_samples
+
+
+@pytest.mark.parametrize(
+    "profile, calls",
+    [
+        ("h100-sxm", {"nvmlDeviceGetEncoderUtilization"}),
+        ("l40s", {"nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization"}),
+    ],
+)
+def test_video_engines_every_30_s_on_the_scheduler_ticks(
+    profile, calls, simulated_fleet, sim_clock, recording_accumulator
+):
+    # Issue 42: read every third run of a 10 s cycle (nvml_read.SLOW_READING_S), not every run;
+    # a one-off read (no tick: inspect) always reads them.
+    from gpuagent.gpus.nvml_read import current_tick
+
+    machine = simulated_fleet(profile, scenario="training")
+    memory = collector(machine)
+    asked = []
+    for tick in range(4):  # t = 0, 10, 20, 30 (the first run after start reads)
+        before = machine.calls
+        token = current_tick.set(("test", tick))
+        try:
+            memory.collect(recording_accumulator)
+        finally:
+            current_tick.reset(token)
+        asked.append({c: n for c, n in (machine.calls - before).items() if c in calls})
+        sim_clock.advance(10)
+    memory.collect(recording_accumulator)
+    memory.close()
+    points = [p.fields for p in recording_accumulator.by_measurement("gpu_memory")]
+    assert [dict.fromkeys(calls, 1) if t in (0, 3) else {} for t in range(4)] == asked
+    names = {"encoder_util_pct"} | ({"decoder_util_pct"} if len(calls) == 2 else set())
+    assert [names <= set(p) for p in points] == [True, False, False, True, True]
+    assert not any(names & set(p) for p in points[1:3])
