@@ -34,6 +34,7 @@ documents are checked equal (figures to 1e-9). Goal: at most 10 s at 1,000 hosts
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -100,7 +101,8 @@ def _build(url: str, db: str, hosts: int, end_s: int, jobs: int, scenario: str |
     elapsed = time.perf_counter() - t0
     if result.exit_code != 0:
         raise RuntimeError(result.output[-2000:])
-    return int(result.stderr.split("wrote ")[1].split()[0]), elapsed
+    # The summary line, not the progress lines ("wrote sim-00") before it.
+    return int(re.search(r"wrote (\d+) points", result.stderr).group(1)), elapsed
 
 
 QUERY_TIMEOUT = "600s"  # a slow engine is measured, not cut off at compare's default 30 s
