@@ -71,6 +71,8 @@ THRESHOLDS = (
     (pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, "temperature_slowdown_c"),
     (pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX, "temperature_gpu_max_c"),
     (pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX, "temperature_memory_max_c"),
+    # nvidia-smi's "GPU Target Temperature": the acoustic threshold currently set (nvml.h).
+    (pynvml.NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_CURR, "temperature_target_c"),
 )
 
 

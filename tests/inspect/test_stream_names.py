@@ -37,6 +37,7 @@ STATIC = {
         "temperature_slowdown_c",
         "temperature_gpu_max_c",
         "temperature_memory_max_c",
+        "temperature_target_c",
         "temperature_shutdown_tlimit_c",
         "temperature_slowdown_tlimit_c",
         "temperature_gpu_max_tlimit_c",

@@ -115,6 +115,7 @@ def test_inspect_says_what_the_capture_says(inspected):
     _check(bad, "shutdown", _stated(f["temp_shutdown"]), power["temperature_shutdown_c"])
     _check(bad, "max operating", _stated(f["temp_gpu_max"]), power["temperature_gpu_max_c"])
     _check(bad, "memory max operating", _stated(f["temp_mem_max"]), power["temperature_memory_max_c"])
+    _check(bad, "target temperature", _stated(f.get("temp_target")), power.get("temperature_target_c"))
     tl = {k: _stated(v) for k, v in (f.get("tlimit") or {}).items()}
     if tl.get("margin") is not None:
         # "GPU T.Limit Temp" is the margin; the thresholds lie at current + margin - T.Limit value.
