@@ -13,11 +13,19 @@ import sys
 import time
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from gpuagent.errors import AgentError
 from gpuagent.units import parse_duration
+
+if TYPE_CHECKING:  # the engines' modules are imported by the command that uses them
+    from gpuagent.compare.promql import PromQL
+    from gpuagent.compare.promql_report import PromReport
+    from gpuagent.compare.query import InfluxQL
+    from gpuagent.compare.report import Report
+    from gpuagent.compare.work import InfluxWork, PromWork
 
 
 def parse_time(text: str) -> int:
@@ -162,6 +170,8 @@ def compare(
             config_path, promql_url, wait, rng, by, where, fmt, output, url, database, token, username, password, raw
         )
         return
+    client: InfluxQL | PromQL
+    report: Report | PromReport | None
     if promql_url:  # the same report over the Prometheus query API (gpuagent.compare.promql_report)
         if by in ("job", "pod", "driver"):
             source = "gpu_info records" if by == "driver" else "gpu_job points"
@@ -232,6 +242,8 @@ def _compare_work(
     # --where filters the GPUs' own readings too (a host, a database label), unless it names a tag that
     # only work points carry.
     gpu_where = not re.search(r"\b(workload|unit|work_id|source|slurm_job_id|k8s_pod_uid)\b", where or "")
+    client: InfluxQL | PromQL
+    source: InfluxWork | PromWork
     if promql_url:
         from gpuagent.compare.promql import PromQL, prom_connection_from
 

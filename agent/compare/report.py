@@ -15,7 +15,7 @@ import re
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from gpuagent.commands.facts import REASON_WORDS
 from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
@@ -485,5 +485,6 @@ def p2p_summary(tally: dict[str, int]) -> str:
     return ", ".join(f"{names[k]} {tally[k]}" for k in present) or "none"
 
 
-def finite(value) -> bool:
+def finite(value: object) -> TypeGuard[float]:
+    """A real number to show: not None, NaN, an infinity or a bool."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
