@@ -33,7 +33,7 @@ MAX_BODY = 16 << 20  # what a caller that names no limit reads of an answer
 class Answer:
     status: int
     body: bytes
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] | http.client.HTTPMessage = field(default_factory=dict)  # both: .get(name)
     complete: bool = True  # the whole body was read (not cut at the limit)
     reusable: bool = False  # the connection may carry another request (keep-alive, nothing left unread)
 
