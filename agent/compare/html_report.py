@@ -163,7 +163,7 @@ def bar_chart(
             f'<span class="track">{inner}</span>{cells}</div>'
         )
     if rest:
-        vals = [total[i] for i in rest if finite(total[i])]
+        vals = [t for t in (total[i] for i in rest) if finite(t)]
         lo, hi = (min(vals), max(vals)) if vals else (0.0, 0.0)
         band = (
             f'<span class="seg rest" style="left:{pct(lo):.2f}%;width:{max(pct(hi) - pct(lo), 0.4):.2f}%"></span>'

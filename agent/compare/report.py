@@ -231,7 +231,7 @@ class Report:
             self._health,
             self._work,
         )
-        shadows = [{gkey: {} for gkey in groups} for _ in sections]
+        shadows: list[dict[tuple, dict]] = [{gkey: {} for gkey in groups} for _ in sections]
         with ThreadPoolExecutor(WORKERS) as pool:
             done = [pool.submit(section, shadow) for section, shadow in zip(sections, shadows, strict=True)]
             series_done = pool.submit(self._series, groups)  # reads the labels only
