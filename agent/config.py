@@ -13,11 +13,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from gpuagent.collector import CollectorConfig
+from gpuagent.collector import Collector, CollectorConfig
 from gpuagent.errors import AgentError, ConfigError
 from gpuagent.pipeline import names
 from gpuagent.service.logsetup import mask_url
-from gpuagent.sink import SinkConfig
+from gpuagent.sink import Sink, SinkConfig
 from gpuagent.units import MIN_INTERVAL, Duration, Interval, format_duration
 
 log = logging.getLogger("gpuagent.config")
@@ -166,7 +166,9 @@ def _check_agent(agent: AgentSection, label: str) -> None:
             raise ConfigError(f"{label}: agent.simulate: {exc}") from None
 
 
-def bind(config: Config, collectors: dict[str, type], sinks: dict[str, type], failed_plugins=()) -> Config:
+def bind(
+    config: Config, collectors: dict[str, type[Collector]], sinks: dict[str, type[Sink]], failed_plugins=()
+) -> Config:
     """Validate each [collectors.NAME] / [sinks.NAME] table with its plugin's own model."""
     label = config.label
     tables = config.raw.get("collectors", {})

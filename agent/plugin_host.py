@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pluggy
 
@@ -216,9 +217,10 @@ class PluginHost:
         """The sample.toml shipped beside a plugin's module, if any."""
         mod = self._modules.get(name)
         # Only a package has a folder of its own; a single-file module's neighbours are not its own.
-        if mod is None or not getattr(mod, "__file__", None) or not hasattr(mod, "__path__"):
+        file = getattr(mod, "__file__", None)
+        if mod is None or not file or not hasattr(mod, "__path__"):
             return None
-        sample = Path(mod.__file__).parent / "sample.toml"
+        sample = Path(file).parent / "sample.toml"
         return sample.read_text() if sample.is_file() else None
 
 
@@ -242,10 +244,11 @@ def load_host(
 _SHARED: list[PluginHost] = []
 
 
-def registered(kind: str, name: str) -> type:
+def registered(kind: str, name: str) -> Any:
     """The class a loaded plugin registered (``kind``: "collectors" or "sinks"), for code that reads
     what that plugin writes (compare reads the Prometheus sink's metric names and the InfluxDB
-    sink's config): the host is built once, through load_host; not loaded is a one-line AgentError."""
+    sink's config): the host is built once, through load_host; not loaded is a one-line AgentError.
+    Any: the caller names the plugin and uses that class's own attributes (metric_for, its Config)."""
     from gpuagent.errors import AgentError
 
     if not _SHARED:

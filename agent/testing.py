@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from gpuagent.collector import Collector
 from gpuagent.pipeline.accumulator import Accumulator
 
 
@@ -102,7 +103,7 @@ NVML_SENTINELS = frozenset({0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFFFFFFFFFF})
 SIGNED_FIELD_SUFFIXES = ("_tlimit_c", "thermal_margin_c")
 
 
-def make_collector(machine: Any, cls: type, hostname: str = "testhost", **config: Any) -> Any:
+def make_collector(machine: Any, cls: type[Collector], hostname: str = "testhost", **config: Any) -> Any:
     """A collector of class ``cls`` over a simulated machine's GPUs, its table given as keywords."""
     from gpuagent.context import AgentContext
     from gpuagent.gpus.nvml import NvmlSession

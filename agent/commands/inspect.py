@@ -340,7 +340,7 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
     return Group(*parts)
 
 
-HEALTH_STYLES = {"ok": None, "degraded": "yellow"}  # anything worse: red
+HEALTH_STYLES = {"ok": "", "degraded": "yellow"}  # "": the console's own; anything worse: red
 
 
 def health_text(health: dict[str, Any]) -> str:
@@ -392,7 +392,7 @@ def l2_text(mem: dict[str, Any]) -> str:
         return NA
     # MiB, as probe and compare write it: NVIDIA's datasheets' "96 MB" L2 is 100663296 bytes.
     text = f"{number(round(size / MIB, 1))} MiB"
-    source = {"cuda": "CUDA", "spec": "spec"}.get(mem.get("l2_cache_source"))
+    source = {"cuda": "CUDA", "spec": "spec"}.get(mem.get("l2_cache_source") or "")
     return f"{text} ({source})" if source else text
 
 
@@ -459,7 +459,7 @@ def mig_text(mig: dict[str, Any] | None) -> str:
 
 def virtualization_text(virt: dict[str, Any] | None) -> str:
     mode = virt["virtualization_mode"] if virt else None
-    if mode is None:
+    if virt is None or mode is None:
         return NA
     text = VIRTUALIZATION_WORDS.get(mode, mode)
     if virt.get("host_vgpu_mode") and mode in ("host_vgpu", "host_vsga"):

@@ -13,11 +13,19 @@ import sys
 import time
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from gpuagent.errors import AgentError
 from gpuagent.units import parse_duration
+
+if TYPE_CHECKING:  # the engines' modules are imported by the command that uses them
+    from gpuagent.compare.promql import PromQL
+    from gpuagent.compare.promql_report import PromReport
+    from gpuagent.compare.query import InfluxQL
+    from gpuagent.compare.report import Report
+    from gpuagent.compare.work import InfluxWork, PromWork
 
 
 def parse_time(text: str) -> int:
@@ -168,6 +176,9 @@ def compare(
     promql_url = promql_url_from(config_path, promql_url, url)
     from gpuagent.compare import where as where_rule
 
+    client: InfluxQL | PromQL
+    report: Report | PromReport | None
+
     # One condition, refused before anything is sent (a ';' would run a statement of its own).
     where = where_rule.promql(where) if promql_url else where_rule.influxql(where)
     from gpuagent.compare.query import reading
@@ -266,6 +277,8 @@ def _compare_work(
     # --where filters the GPUs' own readings too (a host, a database label), unless it names a tag that
     # only work points carry.
     gpu_where = not re.search(r"\b(workload|unit|work_id|source|slurm_job_id|k8s_pod_uid)\b", where or "")
+    client: InfluxQL | PromQL
+    source: InfluxWork | PromWork
     if promql_url:
         from gpuagent.compare.promql import PromQL, prom_connection_from
 

@@ -119,7 +119,8 @@ def simulate_host(plan: HostPlan, conn: Connection | None, keep: bool = False):
             if book is not None and name == "processes":
                 from gpuagent.sim.jobs import JobHost
 
-                collector.host = JobHost(book, cls.Owner)  # the simulated jobs' pids are not in /proc
+                # host and Owner are the processes collector's own (name == "processes"), hence the ignore
+                collector.host = JobHost(book, cls.Owner)  # type: ignore[attr-defined]  # their pids are not in /proc
             interval_ns = int((collector.default_interval or 0) * 1e9) or plan.step_ns
             runners.append([collector, interval_ns, None])
         lines: list[str] = []

@@ -71,8 +71,8 @@ def backfill_replayed(
     if jobs > 1:
         from gpuagent.compare.workers import worker_pool
 
-        with worker_pool(min(jobs, period)) as pool:
-            for p, b in zip(protos, pool.map(_simulate_in_worker, protos), strict=True):
+        with worker_pool(min(jobs, period)) as workers:
+            for p, b in zip(protos, workers.map(_simulate_in_worker, protos), strict=True):
                 batches.append(b)
                 advance(f"simulated {p.hostname}")
     else:

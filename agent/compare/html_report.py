@@ -48,7 +48,7 @@ class Bar:
 
 def number(value: float | None, digits: int | None = None) -> str:
     """1,234 / 56.7 / 0.42: digits by magnitude unless given; "n/a" for a missing value."""
-    if not finite(value):
+    if value is None or not finite(value):
         return "n/a"
     if value == 0:
         return "0"
@@ -65,7 +65,7 @@ def stamp(ns: int) -> str:
 def span_text(seconds: float) -> str:
     """3 d 4 h / 1 h 30 min / 5 min 1 s / 42 s."""
     s = int(round(seconds))
-    parts = []
+    parts: list[str] = []
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
         if s >= size or (unit == "s" and not parts):
             parts.append(f"{s // size} {unit}")
@@ -163,7 +163,7 @@ def bar_chart(
             f'<span class="track">{inner}</span>{cells}</div>'
         )
     if rest:
-        vals = [total[i] for i in rest if finite(total[i])]
+        vals = [t for t in (total[i] for i in rest) if finite(t)]
         lo, hi = (min(vals), max(vals)) if vals else (0.0, 0.0)
         band = (
             f'<span class="seg rest" style="left:{pct(lo):.2f}%;width:{max(pct(hi) - pct(lo), 0.4):.2f}%"></span>'

@@ -128,7 +128,7 @@ class JobReport:
         if self.by == "job":  # per unit of work of the job's gpu_work points (gpuagent.compare.work)
             from gpuagent.compare.work import WORK_DEFINITIONS, InfluxWork, work_section
 
-            shadow = {jkey: {} for jkey in groups}
+            shadow: dict[tuple, dict] = {jkey: {} for jkey in groups}
             work_section(
                 InfluxWork(self.client, self.range, self.where, gpu_where=True),
                 self.range,

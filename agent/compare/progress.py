@@ -7,6 +7,11 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # rich is imported where a terminal asks for it
+    import rich.progress
+    import rich.status
 
 LINES = 20  # the most progress lines off a terminal: a line each step up to this, then every 5%
 
@@ -20,7 +25,7 @@ class Progress:
         self.what, self.total, self.unit, self.partial = what, max(0, total), unit, partial
         self.stream = stream or sys.stderr
         self.done = 0
-        self._bar = None
+        self._bar: rich.progress.Progress | None = None
         self._every = max(1, -(-self.total // LINES)) if self.total > LINES else 1
         self.started = time.monotonic()
 
@@ -77,8 +82,8 @@ class Activity:
     def __init__(self, what: str, count, unit: str, after_s: float = 2.0, stream=None):
         self.what, self.count, self.unit, self.after_s = what, count, unit, after_s
         self.stream = stream or sys.stderr
-        self._status = None
-        self._timer = None
+        self._status: rich.status.Status | None = None
+        self._timer: threading.Timer | None = None
         self._lock = threading.Lock()
         self._closed = False
         self.started = time.monotonic()
@@ -100,7 +105,8 @@ class Activity:
                 with self._lock:
                     if self._closed:
                         return
-                    self._status.update(self._text())
+                    if self._status is not None:
+                        self._status.update(self._text())
                 time.sleep(0.25)
 
         threading.Thread(target=tick, daemon=True).start()

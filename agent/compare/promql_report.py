@@ -203,7 +203,7 @@ class PromReport:
         """Per unit of work and what limits it, from gpu_work (gpuagent.compare.work)."""
         from gpuagent.compare.work import PromWork, work_section
 
-        shadow = {gkey: {} for gkey in groups}
+        shadow: dict[tuple, dict] = {gkey: {} for gkey in groups}
         work_section(
             PromWork(self.client, self.range, self.where, gpu_where=True),
             self.range,
@@ -399,7 +399,9 @@ class PromReport:
             f: self._by_group(a[f"l2:{f}"])
             for f in ("l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio")
         }
-        profiles, types, modes = defaultdict(set), defaultdict(set), defaultdict(dict)
+        profiles: defaultdict[tuple, set[str]] = defaultdict(set)
+        types: defaultdict[tuple, set[str]] = defaultdict(set)
+        modes: defaultdict[tuple, dict[str, int]] = defaultdict(dict)
         for r in a["mig:profiles"]:
             if r["metric"].get("mig_profile"):
                 profiles[tuple(r["metric"].get(t, "") for t in tags)].add(r["metric"]["mig_profile"])

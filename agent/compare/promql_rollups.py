@@ -108,6 +108,7 @@ class PromRollupReport(PromReport):
     def __init__(self, client, rng: Range, by: str = "model", where: str | None = None, reach=None):
         super().__init__(client, rng, by, where)
         self.reach = reach if reach is not None else coverage(client, self.where, rng)
+        self.series_level: Level | None = None  # the level the power series was read from (build)
         self.pieces = plan(rng.start_ns, rng.end_ns, self.reach)
         self.from_raw = ["power_p95_w", "l2_probe", "work"]
 
@@ -231,9 +232,9 @@ class PromRollupReport(PromReport):
                 lv
                 for lv in reversed(LEVELS)
                 if bucket % lv.seconds == 0
-                and self.reach.get(lv.name)
-                and self.reach[lv.name][0] <= first * 10**9
-                and self.reach[lv.name][1] >= (last + bucket) * 10**9
+                and (covered := self.reach.get(lv.name))
+                and covered[0] <= first * 10**9
+                and covered[1] >= (last + bucket) * 10**9
             ),
             None,
         )

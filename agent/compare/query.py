@@ -62,7 +62,9 @@ def connection_from(
         try:
             cfg = registered("sinks", "influxdb").Config.model_validate(table)
         except ValidationError as exc:
-            label = resolve_path(config_path).name
+            path = resolve_path(config_path)
+            assert path is not None  # the table was read from it
+            label = path.name
             raise ConfigError(f"{label}: {format_validation_error(exc, ('sinks', 'influxdb'))}") from None
         conn.url = cfg.url
         if cfg.api == "v1":

@@ -15,7 +15,7 @@ import re
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from gpuagent.commands.facts import REASON_WORDS
 from gpuagent.compare import where as where_rule
@@ -231,7 +231,7 @@ class Report:
             self._health,
             self._work,
         )
-        shadows = [{gkey: {} for gkey in groups} for _ in sections]
+        shadows: list[dict[tuple, dict]] = [{gkey: {} for gkey in groups} for _ in sections]
         with ThreadPoolExecutor(WORKERS) as pool:
             done = [pool.submit(section, shadow) for section, shadow in zip(sections, shadows, strict=True)]
             series_done = pool.submit(self._series, groups)  # reads the labels only
@@ -485,5 +485,6 @@ def p2p_summary(tally: dict[str, int]) -> str:
     return ", ".join(f"{names[k]} {tally[k]}" for k in present) or "none"
 
 
-def finite(value) -> bool:
+def finite(value: object) -> TypeGuard[float]:
+    """A real number to show: not None, NaN, an infinity or a bool."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -144,7 +144,9 @@ def plan(
     if not usable or start_ns >= end_ns:
         return [(None, start_ns, end_ns)] if start_ns < end_ns else []
     level, finer = usable[-1], tuple(usable[:-1])
-    lo, hi = reach[level.name]
+    covered = reach[level.name]
+    assert covered is not None  # usable: reached
+    lo, hi = covered
     a = max(-(-start_ns // level.ns) * level.ns, lo)
     b = min(end_ns // level.ns * level.ns, hi)
     if a >= b:
@@ -243,7 +245,12 @@ class RollupReport(Report):
                 raw_condition(rollup.where) is not None and all(raw_aggregate(f) for f in rollup.fields)
             )
             return b - a <= EDGE_NS and evaluable
-        span_ns = int(_TAIL.search(tail)[1]) * 10**9 if tail else b - a
+        if tail:
+            found = _TAIL.search(tail)
+            assert found is not None, tail  # a tail groups by time(Ns)
+            span_ns = int(found[1]) * 10**9
+        else:
+            span_ns = b - a
         return span_ns // level.ns <= self.points_max_buckets
 
     def _once(self, key: tuple, ask):
@@ -361,7 +368,7 @@ class RollupReport(Report):
                     ("gpu_power", ("power_count",)),
                 )
             ]
-            energy = pool.submit(self._energy_per_gpu)
+            energy_asked = pool.submit(self._energy_per_gpu)
             # Meanwhile the raw minutes most GPUs' first and last sample times come from (_edge_time):
             # the first bucket's first minute, the last bucket's last.
             (first, start_ns, _), (last, _, end_ns) = self.pieces[0], self.pieces[-1]
@@ -370,7 +377,7 @@ class RollupReport(Report):
             if last is not None and last.seconds > 60:
                 pool.submit(self._raw_edge_time, "last", last, end_ns - last.ns, ())
             clocks, memory, power = (a.result() for a in asked)
-            energy = energy.result()
+            energy = energy_asked.result()
         util = memory
         for key, row in power.items():
             if row.get("power_count"):
@@ -528,7 +535,7 @@ class RollupReport(Report):
             g["power_mean_w"] = r["power_sum"] / n if n else None
             g["power_p95_w"] = p95.get(gkey)
 
-    def _p95_from_histogram(self, rows: dict[tuple, dict]) -> dict[tuple, float] | None:
+    def _p95_from_histogram(self, rows: dict[tuple, dict]) -> dict[tuple, float | None] | None:
         """Per group, the 95th percentile (nearest rank, as InfluxQL's PERCENTILE) from the power
         histograms of the rollup pieces and the raw edges' own points, within HIST_W / 2: the midpoint
         of the bin that holds the ranked sample, cut to the group's min and max. None (ask raw
@@ -562,13 +569,13 @@ class RollupReport(Report):
                         counts[key][n] += row[n]
         out = {}
         for gkey, r in rows.items():
-            n = r.get("power_count") or 0
-            if not n:
+            samples = r.get("power_count") or 0
+            if not samples:
                 continue
             bins = counts.get(gkey, {})
-            if sum(bins.values()) != n:
+            if sum(bins.values()) != samples:
                 return None
-            rank, seen = math.floor(n * 0.95 + 0.5), 0.0
+            rank, seen = math.floor(samples * 0.95 + 0.5), 0.0
             for name in names:
                 seen += bins.get(name, 0)
                 if seen >= rank:

@@ -717,7 +717,9 @@ class PromWork:
             t0 = val(x)
             if t0 is None:
                 continue
-            t1 = lasts.get(k) if lasts.get(k) is not None else t0
+            t1 = lasts.get(k)
+            if t1 is None:
+                t1 = t0
             out.append(
                 WorkSeries(
                     dict(zip(SERIES_TAGS, k, strict=True)),
@@ -860,21 +862,21 @@ class PromWork:
             for (name, gpu, t), v in a.items():
                 values[(gpu, t)][name] = v
         cells = {}
-        for k, v in values.items():
-            reasons = "clock_ratio" in v  # the booleans come with the clocks
+        for k, fields in values.items():
+            reasons = "clock_ratio" in fields  # the booleans come with the clocks
             cells[k] = lim.Cell(
-                util=v.get("util"),
-                mem_busy=v.get("mem_busy"),
-                dram_bw=v.get("dram_bw"),
-                sm_active=v.get("sm_active"),
-                tensor_active=v.get("tensor_active"),
-                occupancy=v.get("occupancy"),
-                power_ratio=v.get("power_ratio"),
-                clock_ratio=v.get("clock_ratio"),
-                power_reason_pct=100 * v.get("power_reason", 0.0) if reasons else None,
-                thermal_reason_pct=100 * v.get("thermal_reason", 0.0) if reasons else None,
-                pcie_ratio=v.get("pcie_ratio"),
-                nvlink_ratio=v.get("nvlink_ratio"),
+                util=fields.get("util"),
+                mem_busy=fields.get("mem_busy"),
+                dram_bw=fields.get("dram_bw"),
+                sm_active=fields.get("sm_active"),
+                tensor_active=fields.get("tensor_active"),
+                occupancy=fields.get("occupancy"),
+                power_ratio=fields.get("power_ratio"),
+                clock_ratio=fields.get("clock_ratio"),
+                power_reason_pct=100 * fields.get("power_reason", 0.0) if reasons else None,
+                thermal_reason_pct=100 * fields.get("thermal_reason", 0.0) if reasons else None,
+                pcie_ratio=fields.get("pcie_ratio"),
+                nvlink_ratio=fields.get("nvlink_ratio"),
             )
         return cells, model_of
 

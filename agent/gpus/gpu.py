@@ -356,6 +356,7 @@ class Gpu:
             self._still_lost = still_lost
             back = self._recovered_at
             relapsed = back is not None and time.monotonic() - back < RELAPSE_WINDOW_S
+            since_back = 0.0 if back is None else time.monotonic() - back  # logged when relapsed
             self._relapses = self._relapses + 1 if relapsed else 0
             self._answering_since = None
             if relapsed:
@@ -365,7 +366,7 @@ class Gpu:
                     self.index,
                     self.name,
                     self.uuid,
-                    time.monotonic() - back,
+                    since_back,
                     reason,
                     self._hold_s(),
                 )

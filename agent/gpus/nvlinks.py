@@ -53,7 +53,7 @@ def _reader(links: tuple[int, ...]) -> FieldReader:
     return reader
 
 
-def link_states(gpu: Gpu, links: list[int]) -> dict[int, int]:
+def link_states(gpu: Gpu, links: list[int]) -> dict[int, int | float]:
     """Link -> NVML_FEATURE_ENABLED / DISABLED for the links that answered this time."""
     if not links:
         return {}

@@ -276,10 +276,10 @@ class FieldGroup:
                 askings = [r._asking(gpu) for r in batch.readers]
                 shape = tuple(len(a) for a in askings)
                 if shape != batch.shape:
-                    keys: dict = {}
+                    seen: dict = {}
                     for asking in askings:
-                        keys.update(dict.fromkeys(list(asking.values())))  # a copy: another thread may drop one
-                    batch.keys, batch.shape = list(keys), shape
+                        seen.update(dict.fromkeys(list(asking.values())))  # a copy: another thread may drop one
+                    batch.keys, batch.shape = list(seen), shape
                 keys = batch.keys
                 values = gpu.query(pynvml.nvmlDeviceGetFieldValues, keys) if keys else None
                 batch.tick, batch.taken = tick, set()
@@ -382,6 +382,7 @@ class FieldReader:
         for name, spec in self._fallbacks:
             if name in out or (name in asking and name not in not_read):
                 continue
+            assert spec.fallback is not None  # _fallbacks holds only specs with one
             value = valid(gpu.query(spec.fallback, *spec.fallback_args))
             if value is not None:
                 out[name] = value

@@ -234,7 +234,7 @@ class Delivery:
             if not self._worker.alive:
                 self.spool.close()
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, int | float]:  # as Sink.stats
         with self._cond:
             buffered = self._memory.pending
         return {

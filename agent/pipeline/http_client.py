@@ -34,7 +34,7 @@ MAX_BODY = 16 << 20  # what a caller that names no limit reads of an answer
 class Answer:
     status: int
     body: bytes
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] | http.client.HTTPMessage = field(default_factory=dict)  # both: .get(name)
     complete: bool = True  # the whole body was read (not cut at the limit)
     reusable: bool = False  # the connection may carry another request (keep-alive, nothing left unread)
 
@@ -96,7 +96,7 @@ def shutdown(conn: http.client.HTTPConnection) -> None:
     `Connection: close`, getresponse() drops conn.sock while the response reads on from the
     same socket, so shutting conn.sock alone would cut nothing (issue 46). A body cut so reads
     as its end (no length was said): the mark makes exchange fail instead of answering part."""
-    conn.gpuagent_cut = True
+    conn.gpuagent_cut = True  # type: ignore[attr-defined]  # this layer's marks on the connection
     for sock in {id(s): s for s in (conn.sock, getattr(conn, "gpuagent_sock", None)) if s is not None}.values():
         _shut(sock)
 
@@ -137,7 +137,7 @@ def exchange(
         if not connected:
             conn.connect()
             connected = True
-        conn.gpuagent_sock, conn.gpuagent_cut = conn.sock, False  # see shutdown
+        conn.gpuagent_sock, conn.gpuagent_cut = conn.sock, False  # type: ignore[attr-defined]  # see shutdown
         if fired.is_set():  # the connect took the whole deadline, or the timer fired before the socket was kept
             raise TimeoutError("timed out")
         conn.request(method, path, body=body, headers=dict(headers or {}))
@@ -149,7 +149,7 @@ def exchange(
         complete = len(payload) < most or not resp.read(1)
         if fired.is_set():
             raise TimeoutError("timed out")
-        if conn.gpuagent_cut:
+        if conn.gpuagent_cut:  # type: ignore[attr-defined]
             raise ConnectionAbortedError("cut short by the caller")
         reusable = complete and resp.isclosed() and not resp.will_close and not fired.is_set()
         return Answer(resp.status, payload, resp.headers, complete, reusable)

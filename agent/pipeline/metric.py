@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import islice
+from typing import Any
 
 from gpuagent.pipeline import names
 
@@ -122,13 +123,13 @@ def _head(measurement: str, tag_items: tuple[tuple[str, str], ...]) -> str:
     """Measurement and tags as line protocol; "" when the measurement cannot be written.
     Cached, so the names of the same GPUs are checked once, not every cycle. Bytes that are not
     UTF-8 are written as \\xNN (names.utf8_safe), not refused: a process name can hold them."""
-    measurement, tag_items = _utf8_safe(measurement), [(_utf8_safe(k), _utf8_safe(v)) for k, v in tag_items]
+    measurement, safe_items = _utf8_safe(measurement), [(_utf8_safe(k), _utf8_safe(v)) for k, v in tag_items]
     problem = names.measurement_problem(measurement)
     if problem:
         names.warn_once("measurement", str(measurement), problem, "its points are not written")
         return ""
     tags = []
-    for k, v in sorted(tag_items):  # sorted is what InfluxDB stores; sending it so saves it the work
+    for k, v in sorted(safe_items):  # sorted is what InfluxDB stores; sending it so saves it the work
         if v == "":
             continue
         problem = names.tag_key_problem(k)
@@ -184,17 +185,21 @@ def _field_key(key: str) -> str:
 # cycle: its line is one "%"-format of the values, built once from the escaping below, so a
 # point costs one C-level format instead of a Python step per field (bench/RESULTS.md).
 
-_SHAPES: dict[tuple, tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None] = {}
+Shape = tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]]  # format, float, bool and str positions
+_SHAPES: dict[tuple, Shape | None] = {}
 _MAX_SHAPES = 4096
 
 
-def _shape(measurement: str, tag_items: tuple, keys: tuple, types: tuple):
+def _shape(measurement: str, tag_items: tuple, keys: tuple, types: tuple) -> Shape | None:
     """(format, float positions, bool positions, str positions) of a point shape, or None
     when a value's type has no fast form or a name is left out (the general path does those)."""
     head = _head(measurement, tag_items)
     if not head:
         return None
-    parts, floats, bools, strs = [], [], [], []
+    parts: list[str] = []
+    floats: list[int] = []
+    bools: list[int] = []
+    strs: list[int] = []
     for i, (k, t) in enumerate(zip(keys, types, strict=True)):
         key = _field_key(k)
         if not key:
@@ -244,7 +249,7 @@ def bound_fields(measurement: str, fields: Mapping) -> Mapping:
 def _fit(measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int) -> str:
     """A line over MAX_LINE_BYTES without its longest fields ("" when not even one fits)."""
     head = _head(measurement, tuple(tags.items()))
-    parts = []
+    parts: list[tuple[int, int, str]] = []
     for k, v in fields.items():
         key = _field_key(k)
         if key and not (type(v) is float and v - v != 0.0):  # what _serialize leaves out or refuses
@@ -282,7 +287,7 @@ def _line(measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldV
     if shape is not None:
         fmt, floats, bools, strs = shape
         if floats:
-            total = sum([values[i] for i in floats])
+            total = sum([values[i] for i in floats])  # type: ignore[misc]  # floats: positions of float values
             if total - total != 0.0:  # a NaN or an infinity (or an overflowing sum): the general path
                 return _serialize(measurement, tags, fields, time_ns)
         if bools or strs:
@@ -296,7 +301,7 @@ def _line(measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldV
     return _serialize(measurement, tags, fields, time_ns)
 
 
-_UNSEEN = object()
+_UNSEEN: Any = object()  # Any: `shape is _UNSEEN` then leaves Shape | None
 
 
 def _serialize(measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int) -> str:
@@ -312,15 +317,15 @@ def _serialize(measurement: str, tags: Mapping[str, str], fields: Mapping[str, F
             key = _field_key(k)
             if not key:
                 continue
-        t = type(v)
+        t = type(v)  # one type() per field; `t is float` narrows nothing for mypy, hence its ignores
         if t is float:
-            parts.append(key + (repr(v) if v - v == 0.0 else _float(v)))
+            parts.append(key + (repr(v) if v - v == 0.0 else _float(v)))  # type: ignore[operator, arg-type]
         elif t is int:
             parts.append(f"{key}{v}i")
         elif t is bool:
             parts.append(key + ("true" if v else "false"))
         elif t is str:
-            parts.append(key + '"' + escape_text(v) + '"')
+            parts.append(key + '"' + escape_text(v) + '"')  # type: ignore[arg-type]
         else:
             parts.append(key + format_field(v))
     if not parts:

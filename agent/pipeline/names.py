@@ -63,7 +63,7 @@ def _common(name: object) -> str | None:
 def measurement_problem(name: object) -> str | None:
     """Why InfluxDB cannot store this measurement name unchanged, or None."""
     problem = _common(name)
-    if problem:
+    if problem or not isinstance(name, str):  # _common said None: a str
         return problem
     if name.startswith("#"):
         return "starts with # (InfluxDB reads the line as a comment)"
@@ -94,16 +94,22 @@ def _key_problem(name: object) -> str | None:
 
 
 def tag_key_problem(name: object) -> str | None:
-    return _key_problem(name) or _tag_problem(name)
+    problem = _key_problem(name)
+    if problem or not isinstance(name, str):  # the common checks passed: a str
+        return problem
+    return _tag_problem(name)
 
 
 def tag_value_problem(value: object) -> str | None:
-    return _common(value) or _tag_problem(value)
+    problem = _common(value)
+    if problem or not isinstance(value, str):
+        return problem
+    return _tag_problem(value)
 
 
 def field_key_problem(name: object) -> str | None:
     problem = _key_problem(name)
-    if problem:
+    if problem or not isinstance(name, str):
         return problem
     if name.startswith("\t"):
         return "starts with a tab (influxd strips it)"

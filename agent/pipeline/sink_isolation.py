@@ -35,7 +35,7 @@ class IsolatedSink(Sink):
         self, inner: Sink, on_error: Callable[[str, BaseException], None], max_points: int = MAX_QUEUED_POINTS
     ):
         self.inner = inner
-        self.name = inner.name
+        self.name = inner.name  # type: ignore[misc]  # a wrapper per sink: its sink's name, not one of the class
         self.config, self.context, self.log = inner.config, inner.context, inner.log
         self._on_error = on_error
         self._max_points = max_points

@@ -41,6 +41,7 @@ oldest first, and their points counted in ``dropped_total``.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import shutil
@@ -48,6 +49,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuagent.service import ownership
 
@@ -65,7 +67,10 @@ class _LazySqlite:
         return getattr(module, name)
 
 
-sqlite3 = _LazySqlite()
+if TYPE_CHECKING:
+    import sqlite3
+else:
+    sqlite3 = _LazySqlite()
 
 
 class SpoolError(Exception):
@@ -225,6 +230,7 @@ class Spool:
         if self._follow_failed is not None and time.monotonic() - self._follow_failed < self.REOPEN_EVERY:
             return  # tried a moment ago and could not: the old file goes on holding them
         old, through, was = self._db, self._delivered_through, self.path.exists()
+        assert old is not None  # called with the spool open (the file at `path` is not it)
         why = "the file was replaced" if was else "it or its directory was deleted"
         moving = self.directory / f"spool.moving-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.sqlite"
         n = 1
@@ -284,6 +290,7 @@ class Spool:
         self._bytes = self._points = 0
 
     def _load_totals(self) -> None:
+        assert self._db is not None  # read when the spool is opened
         skip = sorted(self._unmovable)
         self._bytes, self._points = self._db.execute(
             "SELECT COALESCE(SUM(bytes), 0), COALESCE(SUM(points), 0) FROM batches WHERE id > ?"
@@ -366,6 +373,7 @@ class Spool:
         interrupted copy got to; then name it spool.damaged-* (``keep``) or remove it."""
         found = found_points = kept = done = 0
         db = self._db
+        assert db is not None  # into the spool just opened
         try:
             db.execute("CREATE TABLE IF NOT EXISTS salvage (source TEXT PRIMARY KEY, done INTEGER NOT NULL)")
             row = db.execute("SELECT done FROM salvage WHERE source = ?", (aside.name,)).fetchone()
@@ -411,7 +419,7 @@ class Spool:
                 else:
                     for suffix in ("", "-wal", "-shm", "-journal"):
                         Path(f"{aside}{suffix}").unlink(missing_ok=True)
-                self._db.execute("DELETE FROM salvage WHERE source = ?", (aside.name,))
+                db.execute("DELETE FROM salvage WHERE source = ?", (aside.name,))  # still self._db: no problem
             except (OSError, sqlite3.DatabaseError):
                 pass  # a later open finds it again: the salvage table says it is all copied
         resumed = f"; {min(done, found)} of them had been copied before" if done else ""
@@ -501,7 +509,7 @@ class Spool:
 
     # -- operations ----------------------------------------------------------
 
-    def push(self, data: bytes, points: int) -> int:
+    def push(self, data: builtins.bytes, points: int) -> int:  # builtins: the property `bytes` shadows it
         """Append one batch, committed before this returns; drop the oldest batches to stay
         within max_bytes. Returns points dropped. Raises SpoolError when it cannot be kept."""
         if not data or points <= 0:
@@ -542,7 +550,7 @@ class Spool:
                 self.problem = str(exc)
                 raise
 
-    def peek(self, max_points: int, after_id: int = 0) -> tuple[int, int, bytes] | None:
+    def peek(self, max_points: int, after_id: int = 0) -> tuple[int, int, builtins.bytes] | None:
         """The oldest batches (after after_id), joined, up to max_points (at least one batch):
         (last_id, points, data)."""
 

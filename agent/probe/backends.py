@@ -15,6 +15,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuagent.errors import AgentError
 
@@ -97,7 +98,7 @@ class NumpyBackend:
         self.np = _numpy()
         self.target_bytes = target_bytes
         self.device = f"{cpu_model()} (1 core)"
-        self._buf = None
+        self._buf: Any = None  # the backend's array, allocated by prepare()
 
     def prepare(self, max_bytes: int) -> None:
         np = self.np
@@ -160,7 +161,7 @@ class CupyBackend:
         self._kernel = cupy.RawKernel(_CUDA_KERNEL, "stream_read")
         if hasattr(self._kernel, "compile"):
             self._kernel.compile()  # now, so that a missing NVRTC falls back to PyTorch (gpu_backend)
-        self._buf = None
+        self._buf: Any = None  # the backend's array, allocated by prepare()
         self._out = cupy.zeros(1, dtype=cupy.float32)
 
     def prepare(self, max_bytes: int) -> None:
@@ -206,7 +207,7 @@ class TorchBackend:
         props = torch.cuda.get_device_properties(self.dev)
         self.l2_bytes = int(getattr(props, "L2_cache_size", 0)) or None
         self.device = f"{props.name} (cuda:{cuda_index})"
-        self._buf = None
+        self._buf: Any = None  # the backend's array, allocated by prepare()
 
     def prepare(self, max_bytes: int) -> None:
         self._buf = self.torch.zeros(max_bytes // 4 + 4, dtype=self.torch.float32, device=self.dev)

@@ -26,6 +26,8 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
+from typing import Any
 
 from gpuagent.errors import AgentError
 from gpuagent.service import scheduler as scheduler_mod
@@ -87,14 +89,16 @@ def status_line(agent: Agent) -> str:
 class Daemon:
     def __init__(self, options: Options, config, host, log_level: str | None = None, log_format: str | None = None):
         self.options = options
-        self._initial = (config, host)
+        self._initial: tuple[Any, Any] | None = (config, host)
         self._log_overrides = (log_level, log_format)
         self.agent: Agent | None = None
         self.watchdog = watchdog_interval()  # seconds, or None
         self._last_ping = float("-inf")
         self._last_status = time.monotonic()
         self._note = ""  # shown in STATUS= until the next good reload
-        self._pending = None  # a validated (config, plugins) waiting to replace the running agent
+        self._pending: tuple[Any, Any] | None = (
+            None  # a validated (config, plugins) waiting to replace the running agent
+        )
         # Set by signal handlers: plain attributes, no locks (see _loop_should_stop).
         self._stop_signal: str | None = None
         self._reload_requested = False
@@ -124,8 +128,16 @@ class Daemon:
         """What run_forever(stop) needs (is_set), read from plain flags: a threading.Event
         set from a signal handler could deadlock on the Event's own lock."""
 
-        def __init__(self, test):
-            self.is_set = test
+        def __init__(self, test: Callable[[], bool]):
+            self._test = test
+
+        def is_set(self) -> bool:
+            return self._test()
+
+    def _running(self) -> Agent:
+        """The agent: set before the scheduler's callbacks and the reload can run."""
+        assert self.agent is not None, "no agent running"
+        return self.agent
 
     def _loop_should_stop(self) -> bool:
         return self._stop_signal is not None or self._pending is not None
@@ -134,6 +146,7 @@ class Daemon:
 
     def serve(self) -> None:
         self._install_signal_handlers()
+        assert self._initial is not None, "serve() runs once"
         config, host = self._initial
         self._initial = None
         try:
@@ -145,7 +158,7 @@ class Daemon:
         log.info("running: %s", status_line(self.agent))
         try:
             while self._stop_signal is None:
-                self.agent.scheduler.run_forever(self._StopWhen(self._loop_should_stop))
+                self._running().scheduler.run_forever(self._StopWhen(self._loop_should_stop))
                 if self._pending is not None and self._stop_signal is None:
                     self._apply_reload(*self._pending)
                 self._pending = None
@@ -165,21 +178,22 @@ class Daemon:
             sched.tick = min(scheduler_mod.TICK, self.watchdog / 8)
 
     def _on_first_collection(self) -> None:
-        status = status_line(self.agent)
+        status = status_line(self._running())
         notify("READY=1\nSTATUS=" + self._with_note(status))
         self._last_status = time.monotonic()
         log.info("first collection handed to the sinks: %s", status)
 
     def _on_tick(self) -> None:
         # A SIGHUP during start-up waits for READY=1: systemd expects RELOADING=1 only after it.
-        if self._reload_requested and self.agent.scheduler.first_collection_done.is_set():
+        agent = self._running()
+        if self._reload_requested and agent.scheduler.first_collection_done.is_set():
             self._reload_requested = False
             self._begin_reload()
         now = time.monotonic()
         self._ping(now)
-        if now - self._last_status >= max(1.0, min(STATUS_EVERY, self.agent.config.agent.interval)):
+        if now - self._last_status >= max(1.0, min(STATUS_EVERY, agent.config.agent.interval)):
             self._last_status = now
-            notify("STATUS=" + self._with_note(status_line(self.agent)))
+            notify("STATUS=" + self._with_note(status_line(agent)))
 
     def _ping(self, now: float | None = None) -> None:
         if not self.watchdog:
@@ -203,7 +217,7 @@ class Daemon:
         except Exception as exc:
             self._reload_failed(exc)
             # The running agent is untouched; tell systemd the reload is over.
-            notify("READY=1\nSTATUS=" + self._with_note(status_line(self.agent)))
+            notify("READY=1\nSTATUS=" + self._with_note(status_line(self._running())))
 
     def _reload_failed(self, exc: BaseException) -> None:
         reason = one_line(exc)
@@ -211,7 +225,7 @@ class Daemon:
         self._note = f"last reload failed: {reason}"
 
     def _apply_reload(self, config, plugins) -> None:
-        old = self.agent
+        old = self._running()
         same_nvml = _nvml_key(self.options, config) == _nvml_key(self.options, old.config)
         session = old.nvml
         if same_nvml:

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import psutil
 
@@ -42,6 +43,12 @@ COST_FILE = "cost.json"  # in the state directory: the last minute's cost, for `
 COST_WRITE_EVERY_S = 10.0  # a last-minute figure needs no fresher file (at 1 s this is a tenth of the writes)
 RUN_ONCE_DRAIN_S = 10.0  # run_once waits this long at most for a sink's queued writes
 FIRST_DRAIN_S = 2.0  # and the first collection (READY) this long: a stuck sink must not hold READY back
+
+
+class StopFlag(Protocol):
+    """What run_forever reads to stop: a threading.Event, or the daemon's signal flags."""
+
+    def is_set(self) -> bool: ...
 
 
 @dataclass
@@ -206,8 +213,9 @@ class Scheduler:
 
     # -- the loop ------------------------------------------------------------
 
-    def run_forever(self, stop: threading.Event | None = None) -> None:
-        stop = stop or self._stop
+    def run_forever(self, stop: StopFlag | None = None) -> None:
+        if stop is None:
+            stop = self._stop
         now = time.monotonic()
         for r in self.runners:
             r.next_due = now

@@ -931,7 +931,7 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         ]
     remapped = not _na(f.get("remapped_rows"))
     hopper_plus = arch in ("Hopper", "Blackwell")
-    product = f.get("product_name") if "product name" not in not_found else "NVIDIA GPU"
+    product = f["product_name"] if "product name" not in not_found else "NVIDIA GPU"
     name = _slug(product) + ("-mig" if mig and mig["enabled"] else "")
     reasons_mask = _num_hex(f.get("reasons_supported"))
     counters = f.get("reason_counters")
@@ -962,8 +962,9 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     uuid = f.get("uuid")
     if _na(uuid) or not re.match(r"^GPU-[0-9a-fA-F-]{36}$", str(uuid)) or set(str(uuid)[4:]) <= {"0", "-"}:
         uuid = None  # masked with zeros (nvidia_gpu_exporter captures): derived from the seed
-    bus_id = str(f.get("bus_id") or "").upper()
-    if not re.match(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$", bus_id):
+    captured_bus_id = str(f.get("bus_id") or "").upper()
+    bus_id: str | None = captured_bus_id
+    if not re.match(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$", captured_bus_id):
         bus_id = None  # absent or damaged: the simulator's own slot
         lacks("PCI bus id")
     cuda = _num(f.get("cuda_version"))
@@ -1127,15 +1128,17 @@ def temperatures(f: dict[str, Any], ref: dict | None, lacks: Any) -> dict[str, A
         if value is not None:
             temps[key] = value
     tl = {k: _num(v) for k, v in (f.get("tlimit") or {}).items()}
-    if tl.get("margin") is not None:
+    margin = tl.get("margin")
+    if margin is not None:
         temps["tlimit"] = {k: v for k, v in tl.items() if v is not None}
         current = _num(f.get("temp_current")) if idle is None else idle
         if current is not None:
-            base = current + tl["margin"]
+            base = current + margin
             derived = []
             for key in ("shutdown", "slowdown", "gpu_max"):
-                if key not in temps and tl.get(key) is not None:
-                    temps[key] = base - tl[key]
+                below = tl.get(key)
+                if key not in temps and below is not None:
+                    temps[key] = base - below
                     derived.append(key)
             if derived:
                 temps["thresholds_derived_from_tlimit"] = derived

@@ -190,7 +190,7 @@ def _proc_fault(text: str, gpu: int, parts: list[str]) -> ProcFault:
     return ProcFault(gpu, int(parts[0]), int(parts[1]) if len(parts) == 2 else None)
 
 
-def faults_from_profile(entries: list, offset: int, count: int, source: str) -> list[Fault]:
+def faults_from_profile(entries: list | None, offset: int, count: int, source: str) -> list[Fault]:
     """A profile's ``faults`` list; an entry without ``gpu`` applies to every GPU of that item.
 
     Entries: {"type": "xid", "gpu"?, "code", "at"}, {"type": "lost", "gpu"?, "at"},

@@ -179,7 +179,7 @@ class LoadState:
 
 
 class LoadModel:
-    def __init__(self, profile: dict, seed: int, index: int, scenario: str):
+    def __init__(self, profile: dict, seed: int, index: int, scenario: str | None):  # None: "mixed"
         self.profile = profile
         self.seed = int(seed)
         self.index = int(index)
@@ -373,6 +373,7 @@ class LoadModel:
             a = self._first()
             b = self._next(a)
         else:
+            assert self._b is not None  # set with _a
             b = self._b
         while b.k <= k:
             a, b = b, self._next(b)

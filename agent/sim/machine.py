@@ -371,7 +371,7 @@ class SimDevice:
         if self.mig_enabled:
             start = 0
             by_id: dict[int, SimGpuInstance] = {}
-            for n, spec in enumerate(self.mig.get("instances") or []):
+            for n, spec in enumerate((self.mig or {}).get("instances") or []):  # mig_enabled: a table
                 # Entries with the same gi_id are compute instances of one GPU instance.
                 gi = by_id.get(int(spec["gi_id"]))
                 if gi is None:
@@ -567,7 +567,7 @@ class SimMachine:
         self.ci_by_addr = {
             ci.handle.addr: ci for d in self.devices for gi in d.gpu_instances for ci in gi.compute_instances
         }
-        self.by_uuid = {d.uuid: d for d in self.devices}
+        self.by_uuid: dict[bytes, SimDevice | SimMigDevice] = {d.uuid: d for d in self.devices}
         self.by_uuid.update({m.uuid: m for d in self.devices for m in d.mig_devices})
         self.by_bus_id = {d.bus_id.upper(): d for d in self.devices}
         self.vgpu_by_id = {vid: (d, v) for d in self.devices for vid, v in d.vgpu_instances.items()}
@@ -663,14 +663,14 @@ class SimMachine:
                 raise AgentError(f"simulated GPU {gpu} has no MIG GPU instance {gi_id!r} (it has {have or 'none'})")
             if ci_id is not None and all(c.id != ci_id for c in gi.compute_instances):
                 raise AgentError(f"simulated GPU {gpu}, GPU instance {gi_id}: no compute instance {ci_id!r}")
-        gi = 0xFFFFFFFF if gi_id is None else int(gi_id)
-        ci = 0xFFFFFFFF if ci_id is None else int(ci_id)
+        gi_code = 0xFFFFFFFF if gi_id is None else int(gi_id)
+        ci_code = 0xFFFFFFFF if ci_id is None else int(ci_id)
         if int(code) == 79:  # fallen off the bus: GPU_IS_LOST from then on, as on hardware
             self._mark_lost(dev, self._when(at))
         with self.lock:
             self._seq += 1
             # a new sorted list, swapped in whole: waiters iterate the old one safely
-            self.xids = sorted([*self.xids, (self._when(at), self._seq, gpu, int(code), gi, ci)])
+            self.xids = sorted([*self.xids, (self._when(at), self._seq, gpu, int(code), gi_code, ci_code)])
 
     def lose_gpu(self, gpu: int, at: float | None = None) -> None:
         """GPU ``gpu`` falls off the bus at ``at``: XID 79, then GPU_IS_LOST on every call."""

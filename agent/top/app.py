@@ -12,7 +12,7 @@ import time
 from rich.console import Console
 
 from gpuagent.errors import AgentError
-from gpuagent.top.model import History
+from gpuagent.top.model import Frame, History
 from gpuagent.top.view import SORTS, View, render, visible
 
 
@@ -31,7 +31,7 @@ class Top:
     def __init__(self, source, view: View, follow_pace: bool = False):
         self.source, self.view = source, view
         self.history = History()
-        self.frame = None
+        self.frame: Frame | None = None
         self.follow_pace = follow_pace  # fleet without --interval: refresh as often as the agents write
 
     def refresh(self) -> None:
@@ -44,15 +44,15 @@ class Top:
             self.frame.note = f"{exc} (the last frame; asking again in {self.view.interval:g}s)"
             return
         self.frame = frame
-        self.history.add(self.frame.rows)
-        self.view.jobs = sorted({p.job for p in self.frame.procs if p.job})
+        self.history.add(frame.rows)
+        self.view.jobs = sorted({p.job for p in frame.procs if p.job})
         if self.follow_pace:
             self.view.interval = self.source.interval
 
     def draw(self, console: Console, whole: bool = False):
         """The frame at the console's size; ``whole``: every process, however tall, and no key line
         (printed frames: nothing reads keys there)."""
-        return render(self.frame, self.view, console.width, None if whole else console.height, keys=not whole)
+        return render(self._shown(), self.view, console.width, None if whole else console.height, keys=not whole)
 
     def key(self, key: str) -> bool:
         """Apply one key; False when it asks to quit."""
@@ -63,7 +63,7 @@ class Top:
         if key == "s":
             v.sort = SORTS[(SORTS.index(v.sort) + 1) % len(SORTS)]
         elif key == "g" and not self._fleet_list():
-            keys = [r.key for r in self.frame.rows]
+            keys = [r.key for r in self._shown().rows]
             v.gpu = _next(keys, v.gpu)
         elif key == "j" and not self._fleet_list():
             v.job = _next(v.jobs, v.job)
@@ -72,10 +72,10 @@ class Top:
         elif key == "up" and self._fleet_list():
             v.selected = max(0, v.selected - 1)
         elif key == "down" and self._fleet_list():
-            v.selected = min(len(self.frame.rows) - 1, v.selected + 1)
-        elif key == "enter" and self._fleet_list() and self.frame.rows:
-            rows, _ = visible(self.frame, v)
-            v.host = rows[min(v.selected, len(rows) - 1)].label if self.frame.by == "host" else None
+            v.selected = min(len(self._shown().rows) - 1, v.selected + 1)
+        elif key == "enter" and self._fleet_list() and self._shown().rows:
+            rows, _ = visible(self._shown(), v)
+            v.host = rows[min(v.selected, len(rows) - 1)].label if self._shown().by == "host" else None
             if v.host is None:
                 v.message = "GPUs are listed per host: use --by host"
             else:
@@ -84,6 +84,11 @@ class Top:
             v.host = None
             self.refresh()
         return True
+
+    def _shown(self) -> Frame:
+        """The frame drawn and keyed: the first refresh() sets it or raises."""
+        assert self.frame is not None, "refresh() first"
+        return self.frame
 
     def _fleet_list(self) -> bool:
         return self.view.fleet and self.view.host is None

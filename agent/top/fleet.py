@@ -39,6 +39,9 @@ class FleetSource:
         self.label = getattr(client.conn, "label", client.conn.url)
         self.interval = PACE_DEFAULT_S
 
+    def gpus(self, host: str | None) -> list[dict]:
+        raise NotImplementedError  # per engine: InfluxFleet, PromFleet
+
     def read(self, host: str | None = None) -> Frame:
         from gpuagent.compare.query import reading
 
@@ -188,7 +191,8 @@ class PromFleet(FleetSource):
             self.client.detect_engine(at)
             self.names.at = at
             self.names._detect_scheme()
-        calls, keys = [], []
+        calls: list[tuple[str, float, str]] = []
+        keys: list[tuple[str, float | None]] = []  # (field, scale); the verdict has none
         for measurement, fields in FIELDS.items():
             for f in fields:
                 name, scale = self.names.name(measurement, f)
@@ -208,7 +212,7 @@ class PromFleet(FleetSource):
             calls.append((f"last_over_time({self._sel(name, host)}[{self.window}])", at, "newest lost flag"))
         keys.append(("verdict", None))
         by_gpu: dict[tuple, dict] = {}
-        for (f, scale), result in zip(keys, self.client.many(calls), strict=True):
+        for (f, divisor), result in zip(keys, self.client.many(calls), strict=True):
             for r in result:
                 m = r["metric"]
                 key = (m.get("host", ""), m.get("gpu", ""))
@@ -223,7 +227,7 @@ class PromFleet(FleetSource):
                     elif value:
                         entry["verdict"] = "lost"
                 else:
-                    entry[f] = value / scale if scale else value
+                    entry[f] = value / divisor if divisor else value
         self._pace(by_gpu, at)
         return list(by_gpu.values())
 

@@ -30,7 +30,7 @@ class NodeSource:
         nvml = self.agent.nvml
         self.hostname = config.hostname or socket.gethostname()
         self.simulated = bool(nvml and nvml.simulated)
-        self.spec = nvml.spec if self.simulated else None
+        self.spec = nvml.spec if nvml is not None and nvml.simulated else None
         self.unavailable = list(getattr(nvml, "unavailable", None) or ())
         self.interval = 2.0
 

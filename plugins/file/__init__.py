@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
 from pydantic import Field
 
@@ -40,7 +41,7 @@ class FileSink(gpuagent.Sink):
     def __init__(self, config: FileSinkConfig, context):
         super().__init__(config, context)
         self._lock = threading.Lock()
-        self._fh = None
+        self._fh: TextIO | None = None
         self._size = 0
         self.points_written = 0
         self.bytes_written = 0
@@ -77,6 +78,7 @@ class FileSink(gpuagent.Sink):
 
     def _open(self) -> None:
         path = self.path
+        assert path is not None, "stdout (path '-') is not opened"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -110,15 +112,18 @@ class FileSink(gpuagent.Sink):
             self.refused = problem
             return
         self.refused = None
+        assert fd is not None  # no problem: the open above succeeded
         os.set_blocking(fd, True)
         self._fh = open(fd, "a", encoding="utf-8")
         self._size = self._fh.tell()
 
     def _rotate(self) -> None:
         """PATH -> PATH.1 -> PATH.2 …; the oldest beyond `keep` is removed."""
-        self._fh.close()
+        if self._fh is not None:
+            self._fh.close()
         self._fh = None
         path, keep = self.path, self.config.keep
+        assert path is not None, "stdout (path '-') is not rotated"
         if keep == 0:
             path.unlink(missing_ok=True)
         else:

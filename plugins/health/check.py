@@ -74,6 +74,7 @@ def evaluate(state: dict[str, Any], fail_on: str, source: str = "", limit: int =
         # NVML renumbers the GPUs it lists from 0: a missing one has no index; it is named after them.
         line = f"GPU {inventory.get('gpus_present', len(gpus))} lost: {inventory.get('reason', 'GPUs missing')}"
     else:
+        assert worst is not None  # no GPU and none missing returned above
         line = f"GPU {worst['gpu']} {worst['verdict']}: {worst['reason']}"
         others = len(failing) - (1 if worst in failing else 0)
         if others:

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING, cast
 
 import click
 
 from gpuagent.service.logsetup import setup_logging
 from gpuagent.units import parse_duration
+
+if TYPE_CHECKING:
+    from gpuagent.plugins.health import HealthCollector
 
 
 @click.command()
@@ -91,7 +95,8 @@ def judge(config_path, simulate, seed, watch: float, max_length: int):
     from gpuagent.service.state_file import read_fresh
 
     config, host = load(Options(config_path=config_path, simulate=simulate, seed=seed))
-    cfg = config.collectors.get("health")
+    # bound with the health plugin's own model (gpuagent.config.bind)
+    cfg = cast("HealthCollector.Config | None", config.collectors.get("health"))
     if cfg is None or "health" not in host.collectors:
         return unknown("the health plugin is not loaded"), None
     if not simulate:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pynvml
@@ -50,7 +51,7 @@ def clock_text(wall_ns: int) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(wall_ns / 1e9))
 
 
-def decide(findings: list[Finding], notes: list[str] = ()) -> tuple[str, str]:
+def decide(findings: list[Finding], notes: Sequence[str] = ()) -> tuple[str, str]:
     """The worst finding's verdict, and a sentence naming every finding (worst first) and note."""
     ranked = sorted(findings, key=lambda f: -SEVERITY[f.verdict])
     verdict = ranked[0].verdict if ranked else "ok"

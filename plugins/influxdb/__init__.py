@@ -202,13 +202,15 @@ class _HTTPTransport:
         }
         if cfg.gzip:
             self._headers["Content-Encoding"] = "gzip"
+        # A username comes with its password (the config's validator).
+        password = cfg.password.get_secret_value() if cfg.password is not None else ""
         if self._v2 and not token and cfg.username:  # InfluxDB 1.8's v2 compatibility takes "user:password"
-            token = f"{cfg.username}:{cfg.password.get_secret_value()}"
+            token = f"{cfg.username}:{password}"
         if token:
             self._headers["Authorization"] = f"Token {token}"
         elif cfg.username:
-            pair = f"{cfg.username}:{cfg.password.get_secret_value()}".encode()
-            self._headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+            pair = f"{cfg.username}:{password}"
+            self._headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
         elif parts.username:  # http://user:password@host: http.client ignores credentials in a URL
             pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
             self._headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
@@ -376,6 +378,7 @@ class InfluxDBSink(gpuagent.Sink):
         self.delivery.start()
 
     def write(self, points: Sequence[Point]) -> None:
+        assert self.delivery is not None, "write() before start()"
         self.delivery.put([p.to_line() for p in points])
 
     def flush(self, timeout: float) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 
 import pynvml
@@ -129,7 +130,7 @@ def read_gpu(
         fields: dict[str, object] = {"active": is_active, "state": "active" if is_active else "inactive"}
         if is_active:
             # Version, far end and capabilities hold while the link stays up: read once.
-            fields.update(gpu.remember(f"nvlink_link:{link}", lambda link=link: link_facts(gpu, link)))
+            fields.update(gpu.remember(f"nvlink_link:{link}", functools.partial(link_facts, gpu, link)))
         if counter_rate is not None:
             fields["rx_bytes_per_sec"] = counter_rate.get(("rx", link))
             fields["tx_bytes_per_sec"] = counter_rate.get(("tx", link))

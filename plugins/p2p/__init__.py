@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import pynvml
@@ -96,9 +97,7 @@ def map_nvlinks(gpus: Iterable[Gpu]) -> NvlinkMap:
                 if states.get(link) != pynvml.NVML_FEATURE_ENABLED:
                     continue
                 # The far end of a link holds while it stays up: read once.
-                bus_id, remote_type = gpu.remember(
-                    f"p2p.remote:{link}", lambda gpu=gpu, link=link: remote_end(gpu, link)
-                )
+                bus_id, remote_type = gpu.remember(f"p2p.remote:{link}", functools.partial(remote_end, gpu, link))
                 if remote_type == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH or (
                     remote_type is None and bus_id and bus_id not in gpu_bus_ids
                 ):

@@ -43,9 +43,9 @@ class WrappedCounters:
     More than one wrap between two reads cannot be seen (the total then undercounts)."""
 
     def __init__(self) -> None:
-        self._last: dict[tuple[str, str], tuple[int, int]] = {}  # (GPU, field) -> (raw, offset)
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}  # (GPU, field) -> (raw, offset)
 
-    def total(self, uuid: str, name: str, raw: int) -> int:
+    def total(self, uuid: str, name: str, raw: float) -> float:  # float: NVML's counters come as int or float
         last, offset = self._last.get((uuid, name), (raw, 0))
         if raw < last:
             offset += COUNTER_WRAP
@@ -63,9 +63,9 @@ def link_value(value: int | None) -> int | None:
     return valid(value, zero=False)
 
 
-def read_gpu(gpu: gpuagent.Gpu, throughput: bool = True) -> dict[str, int | None]:
+def read_gpu(gpu: gpuagent.Gpu, throughput: bool = True) -> dict[str, int | float | None]:
     """One GPU's gpu_pcie fields; ``throughput`` samples the link (about 20 ms per direction)."""
-    fields: dict[str, int | None] = {
+    fields: dict[str, int | float | None] = {
         "link_gen": link_value(gpu.query(pynvml.nvmlDeviceGetCurrPcieLinkGeneration)),
         "link_width": link_value(gpu.query(pynvml.nvmlDeviceGetCurrPcieLinkWidth)),
         "max_link_gen": link_value(gpu.static("pcie.max_gen", pynvml.nvmlDeviceGetMaxPcieLinkGeneration)),
@@ -98,8 +98,9 @@ class PcieCollector(gpuagent.Collector):
     def collect_gpu(self, acc: gpuagent.Accumulator, gpu: gpuagent.Gpu) -> None:
         fields = read_gpu(gpu, self.config.throughput)
         for name in WRAPPING_COUNTERS:
-            if fields.get(name) is not None:
-                fields[name] = self._byte_counters.total(gpu.uuid, name, fields[name])
+            raw = fields.get(name)
+            if raw is not None:
+                fields[name] = self._byte_counters.total(gpu.uuid, name, raw)
         acc.add_fields(MEASUREMENT, fields, tags=gpu.tags)
 
 

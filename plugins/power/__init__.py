@@ -76,7 +76,7 @@ THRESHOLDS = (
 )
 
 
-def watts(milliwatts: int | None) -> float | None:
+def watts(milliwatts: float | None) -> float | None:
     milliwatts = valid(milliwatts)
     return None if milliwatts is None else milliwatts / 1000.0
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import psutil
 import pynvml
@@ -161,7 +161,7 @@ class ProcessesCollector(gpuagent.Collector):
     requires_gpus = True
     Config = ProcessesConfig
     # What `host.describe(pid)` returns beside the process: a stand-in host (the simulated jobs) builds these too.
-    Owner = Owner
+    Owner: TypeAlias = Owner
 
     def __init__(self, config, context):
         super().__init__(config, context)

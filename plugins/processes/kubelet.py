@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger("gpuagent.collector.processes")
 
@@ -45,7 +46,7 @@ class PodDevice:
 # (message, [(field name, number, type, label, message type)]) of podresources v1.
 _STRING, _MESSAGE = 9, 11
 _OPTIONAL, _REPEATED = 1, 3
-_MESSAGES = (
+_MESSAGES: tuple[tuple[str, list[tuple[str, int, int, int, str | None]]], ...] = (
     ("ListPodResourcesRequest", []),
     ("ListPodResourcesResponse", [("pod_resources", 1, _MESSAGE, _REPEATED, "PodResources")]),
     (
@@ -72,10 +73,10 @@ _MESSAGES = (
     ),
 )
 
-_classes: dict[str, type] | None = None
+_classes: dict[str, Any] | None = None
 
 
-def message_classes() -> dict[str, type]:
+def message_classes() -> dict[str, Any]:  # Any: protobuf's message classes are built at run time
     """The v1 messages `List` uses, built once from descriptors (protobuf comes with grpcio)."""
     global _classes
     if _classes is None:

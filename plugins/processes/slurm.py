@@ -40,9 +40,9 @@ def from_environ(data: bytes) -> dict[str, str]:
             env[key.decode(errors="replace")] = value.decode(errors="replace")
     tags: dict[str, str] = {}
     for var, tag in ENV_TAGS:
-        value = env.get(var, "").strip()
-        if value and tag not in tags:
-            tags[tag] = value
+        text = env.get(var, "").strip()
+        if text and tag not in tags:
+            tags[tag] = text
     return tags
 
 
@@ -105,9 +105,11 @@ class ListPids:
                     check=False,
                 )
             except (OSError, subprocess.TimeoutExpired) as exc:
-                return self._failed(str(exc))
+                self._failed(str(exc))
+                return None
             if done.returncode != 0:
-                return self._failed((done.stderr or done.stdout).strip()[:200])
+                self._failed((done.stderr or done.stdout).strip()[:200])
+                return None
             self._cache = parse_listpids(done.stdout)
         return self._cache.get(pid)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BeforeValidator, Field, field_validator
 
@@ -21,6 +21,9 @@ from gpuagent.plugins.prometheus.exposition import CONTENT_TYPE, LatestValues, l
 from gpuagent.plugins.prometheus.naming import metric_for, sanitize
 from gpuagent.plugins.prometheus.web import BasicAuth, CertReloader, TlsServerConfig, validate_users
 from gpuagent.units import parse_duration
+
+if TYPE_CHECKING:  # imported by start(): a config check needs no server
+    from gpuagent.plugins.prometheus.server import MetricsServer
 
 __all__ = ["DEFAULT_PORT", "PrometheusSink", "PrometheusSinkConfig", "label_name", "metric_for", "metric_name"]
 
@@ -92,7 +95,7 @@ class PrometheusSink(gpuagent.Sink):
         self.values = LatestValues(
             config.namespace, config.expire_after, config.string_fields, config.max_series_per_metric, config.max_series
         )
-        self._server = None
+        self._server: MetricsServer | None = None
         self.address: tuple[str, int] | None = None
 
     def start(self) -> None:
@@ -138,7 +141,7 @@ class PrometheusSink(gpuagent.Sink):
             self._server = None
 
     def stats(self) -> dict[str, int | float]:
-        out = {
+        out: dict[str, int | float] = {
             "points_written_total": self.values.points_total,
             "series": len(self.values),
             "renders_total": self.values.renders_total,

@@ -113,7 +113,7 @@ class LatestValues:
                     series_key = (spec.name, text)
                     if series_key not in self._series and not self._admit(spec.name):
                         continue
-                    if is_string:
+                    if isinstance(value, str):  # is_string, narrowed for mypy
                         label = spec.label if spec.label not in labels else "field_" + spec.label
                         extra = f'{label}="{_escape_label(value)}"'
                         self._series[series_key] = [1.0, now + keep, f"{text},{extra}" if text else extra]

@@ -134,7 +134,7 @@ class MetricsServer:
             deadline = accepted + self.request_timeout
             try:
                 if self.tls is not None:
-                    self._handshake(held, deadline)
+                    self._handshake(self.tls, held, deadline)
                 self._serve(held[0], deadline)
             except DeadlineExceeded:
                 self.timeouts_total += 1
@@ -147,10 +147,10 @@ class MetricsServer:
                     self._serving.discard(held[0])
                 held[0].close()
 
-    def _handshake(self, held: list, deadline: float) -> None:
+    def _handshake(self, tls: Callable[[], ssl.SSLContext], held: list, deadline: float) -> None:
         with self._lock:  # close() must find the socket that now owns the descriptor
             raw = held[0]
-            conn = self.tls().wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+            conn = tls().wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
             self._serving.discard(raw)
             self._serving.add(conn)
             held[0] = conn

@@ -131,6 +131,7 @@ class CertReloader:
                     if self._context is None:
                         raise
                 self._stamp = stamp
+            assert self._context is not None  # built once, or the AgentError above
             return self._context
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import sysconfig
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,11 @@ def test_sdist_and_wheel_are_named_after_the_one_version(dist):
     ]
     top = re.search(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
     assert top and top.group(1) == version, "CHANGELOG.md's newest entry is not the package's version"
+
+
+def test_the_wheel_ships_py_typed_so_plugin_authors_type_check_against_gpuagent(dist):
+    names = zipfile.ZipFile(next(dist.glob("*.whl"))).namelist()
+    assert "gpuagent/py.typed" in names  # PEP 561: without it mypy treats gpuagent as untyped
 
 
 def test_the_wheel_in_a_fresh_venv_prints_the_version_and_runs(dist, tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+from typing import ClassVar
 
 import pynvml
 
@@ -92,6 +93,10 @@ _PACK_SI = struct.Struct("=qqIIi").pack_into
 
 
 class FieldValueCalls(NvmlCalls):
+    # Set below the class, once its handlers are defined; merged per class by _field_handlers.
+    FIELD_HANDLERS: ClassVar[dict]
+    _merged_field_handlers: ClassVar[dict]
+
     @device_call
     def nvmlDeviceGetFieldValues(self, dev, count=None, values=None):
         n = _int(count)

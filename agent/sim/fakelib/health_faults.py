@@ -14,6 +14,7 @@ field ids above ahead of FieldValueCalls' own.
 from __future__ import annotations
 
 import ctypes
+from typing import ClassVar
 
 import pynvml
 
@@ -58,6 +59,8 @@ NEWER_PCIE_COUNTERS = ("Hopper", "Blackwell")
 
 
 class HealthFaultCalls(NvmlCalls):
+    FIELD_HANDLERS: ClassVar[dict]  # set below the class, once its handlers are defined
+
     @device_call
     def nvmlDeviceGetGpuFabricInfoV(self, dev, info=None):
         o = _out(info)

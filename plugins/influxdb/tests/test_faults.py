@@ -34,6 +34,7 @@ def _sibling(name: str):
     key = f"gpuagent_influxdb_{name}"
     if key not in sys.modules:
         spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
+        assert spec is not None and spec.loader is not None
         sys.modules[key] = module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     return sys.modules[key]

@@ -140,7 +140,7 @@ def _h100_capture_devices(text: str) -> list[tuple[int, int]]:
 def _a100_capture_devices(text: str) -> list[tuple[int, int]]:
     root = ET.fromstring(text)
     return [
-        (int(m.findtext("gpu_instance_id")), int(m.findtext("fb_memory_usage/total").split()[0]))
+        (int(m.findtext("gpu_instance_id", "")), int(m.findtext("fb_memory_usage/total", "").split()[0]))
         for m in root.iter("mig_device")
     ]
 

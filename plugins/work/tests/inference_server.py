@@ -42,7 +42,7 @@ MODEL = {
 class Counts:
     def __init__(self, kind: str, engines: int = 0):
         self.kind = kind
-        self.engines = [str(e) for e in range(engines)] or [None]
+        self.engines: list[str | None] = [str(e) for e in range(engines)] or [None]
         self.lock = threading.Lock()
         self.values = {"requests": 0, "tokens_in": 0, "tokens_out": 0, "inferences": 0, "executions": 0}
         if kind == "vllm":

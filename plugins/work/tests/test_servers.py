@@ -54,7 +54,7 @@ class Agent:
     def wait_for(self, check, what: str, timeout: float = 60):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"the agent exited: {self.proc.stderr.read()[-3000:]}"
+            assert self.proc.poll() is None, f"the agent exited: {self.proc.stderr and self.proc.stderr.read()[-3000:]}"
             points = self.work_points()
             got = check(points)
             if got:
