@@ -6,7 +6,6 @@ charge the two servers together at most the GPU's own hours and energy."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,30 +17,20 @@ from pathlib import Path
 
 import pytest
 from compare_helpers import compare_json
+from inference_stand_in import call, start_server
 from lineprotocol_parser import parse
 
 pytestmark = [pytest.mark.servers, pytest.mark.slow]
 
-SERVER = Path(__file__).resolve().parents[2] / "plugins" / "work" / "tests" / "inference_server.py"
 WORKLOAD = "meta-llama/Llama-3.1-8B-Instruct"
 
 
 def _server(tmp_path: Path, name: str, *args: str) -> tuple[subprocess.Popen, dict]:
-    state = tmp_path / f"{name}.json"
-    proc = subprocess.Popen([sys.executable, str(SERVER), "vllm", str(state), *args])
-    deadline = time.monotonic() + 30
-    while not state.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "the vLLM stand-in did not start"
-        time.sleep(0.05)
-    return proc, json.loads(state.read_text())
+    return start_server(tmp_path, "vllm", *args, name=name)
 
 
 def _call(port: int, path: str, method: str = "POST") -> dict:
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}", method=method, data=b"" if method == "POST" else None
-    )
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read())
+    return call(port, path, method)
 
 
 def _agent(tmp_path: Path, spec: str, out: Path) -> subprocess.Popen:
