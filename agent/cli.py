@@ -52,6 +52,11 @@ def interrupted(at_once: bool = True, note: str = "") -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the exit short
     click.echo(f"gpuagent: interrupted: {note}" if note else "gpuagent: interrupted", err=True)
     if not at_once:
+        import atexit
+
+        # After the worker pools' own exits (threading's, which run before atexit's), 130 for sure:
+        # an interrupt caught inside a command's lazy import can otherwise end it by SIGINT (-2).
+        atexit.register(exit_interrupted)
         sys.exit(130)
     exit_interrupted()
 
@@ -61,6 +66,8 @@ def exit_interrupted() -> None:
     import can otherwise turn the status into death by SIGINT (exit -2)."""
     import os
 
+    if "logging" in sys.modules:  # its handlers flushed, as the interpreter's shutdown would
+        sys.modules["logging"].shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
