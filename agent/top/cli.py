@@ -135,11 +135,10 @@ def _duration(option: str, text: str) -> float:
 def fleet_source(config_path, url, database, token, username, password, promql_url, by, window_s, where):
     import dataclasses
 
-    from gpuagent.compare import where as where_rule
     from gpuagent.compare.promql import promql_url_from
 
+    # --where is checked by the fleet source as it is made (FleetSource.__init__), before anything is sent.
     promql = promql_url_from(config_path, promql_url, url)
-    where = where_rule.promql(where) if promql else where_rule.influxql(where)  # before anything is sent
     if promql:
         from gpuagent.compare.promql import PromQL, prom_connection_from
         from gpuagent.top.fleet import PromFleet
