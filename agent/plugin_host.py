@@ -7,7 +7,6 @@ import importlib.metadata
 import importlib.util
 import logging
 import os
-import stat
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -274,9 +273,10 @@ def plugins_dir_problem(folder: Path) -> str | None:
     """Why the agent must not import from ``folder``, or None. Its code runs as the agent's user
     (root, often): the folder and each .py in it must be owned by root or that user and writable
     by no one else (a sticky bit does not help: others could still add a plugin)."""
-    from gpuagent.service.ownership import describe
+    from gpuagent.service.ownership import OTHERS_WRITE, describe
+    from gpuagent.service.safe_files import trusted_owners
 
-    trusted = {0, os.geteuid()}
+    trusted = trusted_owners()
     try:
         st = os.stat(folder)
     except FileNotFoundError:
@@ -291,7 +291,7 @@ def plugins_dir_problem(folder: Path) -> str | None:
     for path, st in entries:
         if st.st_uid not in trusted:
             return f"{describe(path, st)} is owned by another user than root or the agent's"
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if st.st_mode & OTHERS_WRITE:
             return f"{describe(path, st)} is writable by other users"
     return None
 

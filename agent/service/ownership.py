@@ -25,7 +25,7 @@ import pwd
 import stat
 from pathlib import Path
 
-_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH  # group or others may write
 
 
 def _owner(uid: int) -> str:
@@ -51,7 +51,7 @@ def own_directory_problem(path: Path) -> str | None:
         return f"{describe(path, st)} is not a directory"
     if st.st_uid != os.geteuid():
         return f"{describe(path, st)} is owned by another user than the agent's ({_owner(os.geteuid())})"
-    if st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
+    if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
         return f"{describe(path, st)} is writable by other users without the sticky bit"
     return None
 

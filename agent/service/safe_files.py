@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Collection
 from pathlib import Path
 
-from gpuagent.service.ownership import _owner, describe
+from gpuagent.service.ownership import OTHERS_WRITE, _owner, describe
 
 _KINDS = {
     stat.S_IFIFO: "a FIFO",
@@ -96,7 +96,7 @@ def directory_problem(directory: str | Path) -> str | None:
         return f"cannot read {directory}: {exc.strerror or exc}"
     if not stat.S_ISDIR(st.st_mode):
         return f"{describe(Path(directory), st)} is not a directory"
-    if st.st_uid not in trusted_owners() and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if st.st_uid not in trusted_owners() and st.st_mode & OTHERS_WRITE:
         return f"{describe(Path(directory), st)} is another user's and writable by others"
     return None
 

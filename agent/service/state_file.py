@@ -16,7 +16,6 @@ import json
 import logging
 import math
 import os
-import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import psutil
 
 from gpuagent.pipeline.metric import Point
 from gpuagent.service import safe_files
+from gpuagent.service.ownership import OTHERS_WRITE
 
 log = logging.getLogger("gpuagent.state")
 
@@ -104,7 +104,7 @@ def trusted_writers(state_dir: Path) -> set[int]:
         st = os.stat(state_dir)
     except OSError:
         return owners
-    if not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if not st.st_mode & OTHERS_WRITE:
         owners.add(st.st_uid)
     return owners
 
