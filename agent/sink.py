@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 if TYPE_CHECKING:
     from gpuagent.context import AgentContext
     from gpuagent.pipeline.metric import Point
+    from gpuagent.schema.fields import Measurement
 
 
 class SinkConfig(BaseModel):
@@ -35,6 +36,8 @@ class Sink:
     name: ClassVar[str] = ""
     Config: ClassVar[type[SinkConfig]] = SinkConfig
     nonblocking: ClassVar[bool] = False  # True: write() only buffers (see the class docstring)
+    # The fields its stats() adds to the gpuagent measurement (tag sink=NAME), as Collector.schema.
+    schema: ClassVar[tuple[Measurement, ...]] = ()
 
     def __init__(self, config: SinkConfig, context: AgentContext):
         self.config = config

@@ -12,6 +12,7 @@ import pynvml
 
 import gpuagent
 from gpuagent.gpus.nvml_read import CYCLE, Field, FieldReader, poll_first, valid
+from gpuagent.plugins.clocks.schema import SCHEMA
 
 # (clock type, field stem) for nvmlDeviceGetClockInfo / nvmlDeviceGetMaxClockInfo.
 CLOCKS = (
@@ -121,6 +122,7 @@ def read_gpu(gpu: gpuagent.Gpu) -> dict[str, int | float | bool | None]:
 
 class ClocksCollector(gpuagent.Collector):
     name = "clocks"
+    schema = SCHEMA
     requires_gpus = True
 
     def read_gpu(self, gpu: gpuagent.Gpu) -> dict:

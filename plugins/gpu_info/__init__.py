@@ -16,6 +16,7 @@ from collections.abc import Callable
 import pynvml
 
 import gpuagent
+from gpuagent.plugins.gpu_info.schema import SCHEMA
 
 MEASUREMENT = "gpu_info"
 
@@ -76,6 +77,7 @@ def read_gpu(gpu: gpuagent.Gpu, session) -> dict[str, str | bool | None]:
 
 class GpuInfoCollector(gpuagent.Collector):
     name = "gpu_info"
+    schema = SCHEMA
     Config = GpuInfoConfig
     default_interval = 300.0
     requires_gpus = True

@@ -33,6 +33,7 @@ from gpuagent.gpus.nvml_read import (
 from gpuagent.plugins.health.catalog import LOST_XID, SEVERITY, load_catalog
 from gpuagent.plugins.health.inventory import AT_FIRST_START, expected_count, inventory_fields
 from gpuagent.plugins.health.levels import Level, reaches
+from gpuagent.plugins.health.schema import SCHEMA
 from gpuagent.plugins.health.slurm_drain import SlurmDrain
 from gpuagent.plugins.health.verdict import (
     CounterWindow,
@@ -374,6 +375,7 @@ class HealthCollector(gpuagent.Collector):
     """XID events (as they happen), ECC, memory repair, error counters, fabric state, lost GPUs, and a verdict."""
 
     name = "health"
+    schema = SCHEMA
     requires_gpus = True
 
     class Config(gpuagent.CollectorConfig):

@@ -8,6 +8,7 @@ import time
 import psutil
 
 import gpuagent
+from gpuagent.plugins.host.schema import SCHEMA
 
 
 class HostConfig(gpuagent.CollectorConfig):
@@ -16,6 +17,7 @@ class HostConfig(gpuagent.CollectorConfig):
 
 class HostCollector(gpuagent.Collector):
     name = "host"
+    schema = SCHEMA
     Config = HostConfig
 
     def __init__(self, config, context):

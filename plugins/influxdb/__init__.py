@@ -26,6 +26,7 @@ from gpuagent.pipeline.batch_sender import Outcome, Result
 from gpuagent.pipeline.delivery import Delivery, classify_http
 from gpuagent.pipeline.metric import Point
 from gpuagent.pipeline.spool import Spool
+from gpuagent.plugins.influxdb.schema import SCHEMA
 from gpuagent.service.logsetup import mask_url
 from gpuagent.units import ByteSize, Duration, Interval, parse_duration
 
@@ -297,6 +298,7 @@ class _HTTPTransport:
 
 class InfluxDBSink(gpuagent.Sink):
     name = "influxdb"
+    schema = SCHEMA
     nonblocking = True  # write() only buffers; its own thread sends
     Config = InfluxDBSinkConfig
 

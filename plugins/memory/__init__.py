@@ -21,6 +21,7 @@ import gpuagent
 from gpuagent.gpus import cuda_attrs, specs
 from gpuagent.gpus.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported, whole_gpus
 from gpuagent.gpus.nvml_read import due, valid
+from gpuagent.plugins.memory.schema import SCHEMA
 
 log = logging.getLogger("gpuagent.collector.memory")
 
@@ -179,6 +180,7 @@ def read_gpu(
 
 class MemoryCollector(gpuagent.Collector):
     name = "memory"
+    schema = SCHEMA
     requires_gpus = True
     Config = MemoryConfig
 

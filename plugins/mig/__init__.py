@@ -10,6 +10,7 @@ import gpuagent
 from gpuagent.gpus.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported
 from gpuagent.gpus.gpu import Gpu, GpuLost, as_str
 from gpuagent.plugins.mig.names import mig_profile_name
+from gpuagent.plugins.mig.schema import SCHEMA
 
 MEASUREMENT = "gpu_mig"
 # Published each cycle on the agent's shared board (gpuagent.service.shared) for the work collector:
@@ -148,6 +149,7 @@ class MigCollector(gpuagent.Collector):
     """
 
     name = "mig"
+    schema = SCHEMA
     requires_gpus = True
 
     class Config(gpuagent.CollectorConfig):

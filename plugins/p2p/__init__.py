@@ -10,6 +10,7 @@ import pynvml
 import gpuagent
 from gpuagent.gpus.gpu import Gpu, GpuLost, as_str
 from gpuagent.gpus.nvlinks import card_links, link_states
+from gpuagent.plugins.p2p.schema import SCHEMA
 
 MEASUREMENT = "gpu_p2p"
 
@@ -181,6 +182,7 @@ class P2pCollector(gpuagent.Collector):
     """
 
     name = "p2p"
+    schema = SCHEMA
     requires_gpus = True
     default_interval = 300.0
 

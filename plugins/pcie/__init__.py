@@ -13,6 +13,7 @@ import pynvml
 
 import gpuagent
 from gpuagent.gpus.nvml_read import CYCLE, Field, FieldReader, valid
+from gpuagent.plugins.pcie.schema import SCHEMA
 
 # NVML reports throughput in KB/s, KB being 1024 bytes as everywhere in nvidia-smi.
 KIB = 1024
@@ -84,6 +85,7 @@ def read_gpu(gpu: gpuagent.Gpu, throughput: bool = True) -> dict[str, int | floa
 
 class PcieCollector(gpuagent.Collector):
     name = "pcie"
+    schema = SCHEMA
     requires_gpus = True
     Config = PcieConfig
     default_interval = 30.0

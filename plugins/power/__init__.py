@@ -21,6 +21,7 @@ from gpuagent.gpus.nvml_read import (
     thermal_margin,
     valid,
 )
+from gpuagent.plugins.power.schema import SCHEMA
 
 MEASUREMENT = "gpu_power"
 
@@ -158,6 +159,7 @@ def read_gpu(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
 
 class PowerCollector(gpuagent.Collector):
     name = "power"
+    schema = SCHEMA
     requires_gpus = True
 
     def read_gpu(self, gpu: gpuagent.Gpu) -> dict:

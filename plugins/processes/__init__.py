@@ -32,6 +32,7 @@ from gpuagent.gpus.nvml_read import valid
 from gpuagent.plugins.processes import kubelet as kubelet_api
 from gpuagent.plugins.processes import slurm
 from gpuagent.plugins.processes.attribution import OWNER_TAGS, PID_VANISHED, Attributor, Owner
+from gpuagent.plugins.processes.schema import SCHEMA
 from gpuagent.plugins.processes.usage import ProcessUsage
 from gpuagent.service.timebase import monotonic_clock
 
@@ -158,6 +159,7 @@ class HostProcesses:
 
 class ProcessesCollector(gpuagent.Collector):
     name = "processes"
+    schema = SCHEMA
     requires_gpus = True
     Config = ProcessesConfig
     # What `host.describe(pid)` returns beside the process: a stand-in host (the simulated jobs) builds these too.

@@ -10,6 +10,7 @@ import pynvml
 
 import gpuagent
 from gpuagent.gpus.gpu import Gpu, as_str
+from gpuagent.plugins.vgpu.schema import SCHEMA
 
 MEASUREMENT = "gpu_vgpu"
 
@@ -151,6 +152,7 @@ class VgpuCollector(gpuagent.Collector):
     """Virtualisation mode of every GPU; type, VM, FB, utilisation and licence of each vGPU instance."""
 
     name = "vgpu"
+    schema = SCHEMA
     requires_gpus = True
 
     def read_gpu(self, gpu: Gpu) -> dict:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 import gpuagent
 from gpuagent.plugins.work import families, jobfiles, scrape
 from gpuagent.plugins.work.discovery import Discovery, Endpoint
+from gpuagent.plugins.work.schema import SCHEMA
 
 if TYPE_CHECKING:
     from gpuagent.plugins.processes import GpuProcess
@@ -107,6 +108,7 @@ class Work:
 
 class WorkCollector(gpuagent.Collector):
     name = "work"
+    schema = SCHEMA
     Config = WorkConfig
 
     def __init__(self, config: WorkConfig, context):
