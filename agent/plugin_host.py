@@ -134,8 +134,8 @@ class PluginHost:
             for sname in info.sinks:
                 self.sinks.pop(sname, None)
         # What they write, for the readers of declarations (the Prometheus sink's HELP and TYPE).
-        for cls in (*self.collectors.values(), *self.sinks.values()):
-            catalog.declare(cls.schema)
+        for schema in (*(c.schema for c in self.collectors.values()), *(s.schema for s in self.sinks.values())):
+            catalog.declare(schema)
         return self
 
     def _load(self, name, module, loader, *, source, distribution=None, version=None) -> None:

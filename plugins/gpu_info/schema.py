@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpuagent.schema import measurements
 from gpuagent.schema.fields import Measurement, gauge
 
-SCHEMA = (
+SCHEMA: tuple[Measurement, ...] = (
     Measurement(
         measurements.GPU_INFO,
         (
