@@ -13,6 +13,7 @@ import pynvml
 import gpuagent
 from gpuagent.gpus.nvml_read import CYCLE, Field, FieldReader, poll_first, valid
 from gpuagent.plugins.clocks.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_CLOCKS
 
 # (clock type, field stem) for nvmlDeviceGetClockInfo / nvmlDeviceGetMaxClockInfo.
 CLOCKS = (
@@ -54,7 +55,7 @@ REASON_TIME_FIELDS = FieldReader(
     group=CYCLE,  # one field-values call per GPU per cycle with power's readings
 )
 
-MEASUREMENT = "gpu_clocks"
+MEASUREMENT = GPU_CLOCKS
 
 PSTATE_UNKNOWN = pynvml.NVML_PSTATE_UNKNOWN
 

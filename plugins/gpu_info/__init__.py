@@ -17,8 +17,9 @@ import pynvml
 
 import gpuagent
 from gpuagent.plugins.gpu_info.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_INFO
 
-MEASUREMENT = "gpu_info"
+MEASUREMENT = GPU_INFO
 
 # field -> (NVML call, its arguments): strings the card may not offer (then left out).
 STRING_CALLS: dict[str, tuple[Callable, tuple]] = {

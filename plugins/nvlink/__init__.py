@@ -12,8 +12,9 @@ from gpuagent.gpus.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported, whole_gp
 from gpuagent.gpus.gpu import Gpu, as_str
 from gpuagent.gpus.nvlinks import card_links, link_states
 from gpuagent.plugins.nvlink.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_NVLINK
 
-MEASUREMENT = "gpu_nvlink"
+MEASUREMENT = GPU_NVLINK
 
 MIB = 1024 * 1024
 

@@ -11,8 +11,9 @@ import gpuagent
 from gpuagent.gpus.gpu import Gpu, GpuLost, as_str
 from gpuagent.gpus.nvlinks import card_links, link_states
 from gpuagent.plugins.p2p.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_P2P
 
-MEASUREMENT = "gpu_p2p"
+MEASUREMENT = GPU_P2P
 
 # The P2P capability indices, as plain ints. In current nvidia-ml-py
 # NVML_P2P_CAPS_INDEX_READ is the tuple (0,) (a stray trailing comma), which

@@ -14,11 +14,12 @@ import pynvml
 import gpuagent
 from gpuagent.gpus.nvml_read import CYCLE, Field, FieldReader, valid
 from gpuagent.plugins.pcie.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_PCIE
 
 # NVML reports throughput in KB/s, KB being 1024 bytes as everywhere in nvidia-smi.
 KIB = 1024
 
-MEASUREMENT = "gpu_pcie"
+MEASUREMENT = GPU_PCIE
 
 FIELDS = FieldReader(
     {

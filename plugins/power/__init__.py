@@ -22,8 +22,9 @@ from gpuagent.gpus.nvml_read import (
     valid,
 )
 from gpuagent.plugins.power.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_POWER
 
-MEASUREMENT = "gpu_power"
+MEASUREMENT = GPU_POWER
 
 
 def _fields(power_field: int) -> FieldReader:

@@ -11,8 +11,9 @@ import pynvml
 import gpuagent
 from gpuagent.gpus.gpu import Gpu, as_str
 from gpuagent.plugins.vgpu.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_VGPU
 
-MEASUREMENT = "gpu_vgpu"
+MEASUREMENT = GPU_VGPU
 
 VIRTUALIZATION_MODES = {
     pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE: "none",

@@ -25,6 +25,7 @@ import gpuagent
 from gpuagent.plugins.work import families, jobfiles, scrape
 from gpuagent.plugins.work.discovery import Discovery, Endpoint
 from gpuagent.plugins.work.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_WORK
 
 if TYPE_CHECKING:
     from gpuagent.plugins.processes import GpuProcess
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 PROCESSES = "processes"
 MIG_DEVICES = "mig"
 
-MEASUREMENT = "gpu_work"
+MEASUREMENT = GPU_WORK
 JOB_TAGS = ("slurm_job_id", "k8s_pod_uid")
 
 
