@@ -126,6 +126,25 @@ def test_a_schema_that_is_not_declarations_fails_its_plugin(tmp_path):
     assert info.status == "failed" and "schema must be a tuple" in (info.error or "")
 
 
+def test_every_field_of_the_agent_s_own_points_is_declared(tmp_path, monkeypatch):
+    """The gpuagent measurement: per collector, per sink (the sinks' own statistics), the agent's."""
+    monkeypatch.delenv("GPUAGENT_CONFIG", raising=False)
+    config = tmp_path / "gpuagent.toml"
+    config.write_text(
+        f'[agent]\nhostname = "own"\n[sinks.file]\npath = "{tmp_path / "out.lp"}"\n'
+        '[sinks.influxdb]\nurl = "http://127.0.0.1:9"\nbucket = "b"\nwrite_ahead = false\n'
+    )
+    agent = build(Options(config_path=config, simulate="h100-sxm:1"))
+    try:
+        agent.scheduler.run_once()
+        points = agent.scheduler.self_points()
+    finally:
+        agent.close(flush_timeout=0.1)
+    assert {p.tags.get("sink") for p in points} >= {"file", "influxdb"}
+    undeclared = {(p.measurement, f) for p in points for f in p.fields if catalog.lookup(p.measurement, f) is None}
+    assert not undeclared, sorted(undeclared)
+
+
 @pytest.mark.parametrize("profile", builtin_profiles())
 @pytest.mark.slow
 def test_every_emitted_field_and_tag_is_declared(profile, tmp_path, monkeypatch):

@@ -42,6 +42,20 @@ SCHEMA: tuple[Measurement, ...] = (
                 help="counter: integer field values outside InfluxDB's int64 range dropped (the server would refuse the whole line)",
             ),
             gauge("last_error", str, help="the collector's last error message (absent when it never failed)"),
+            gauge(
+                "nvml_calls",
+                int,
+                unit="calls",
+                help="NVML calls of the last run (through `Gpu.query`; a field-values batch counts one)",
+            ),
+            gauge("cpu_time_ms", float, unit="ms", help="CPU time of the collector's thread in its last run"),
+            counter("nvml_calls_total", int, unit="calls", help="counter: NVML calls since the agent started"),
+            counter(
+                "collector_cpu_seconds_total",
+                float,
+                unit="s",
+                help="counter: CPU time of the collector's runs since the agent started",
+            ),
             counter(
                 "lines_cut_total",
                 int,
