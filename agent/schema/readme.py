@@ -99,9 +99,7 @@ def builtin_readmes(root: Path) -> list[tuple[Path, tuple[Measurement, ...]]]:
     out = [(root / "agent" / "service" / "measurement.md", agent_health.SCHEMA)]
     for plugin in catalog.builtin_plugins():
         out.append((root / "plugins" / plugin / "README.md", catalog.plugin_schema(plugin)))
-    if root != Path.cwd():
-        return out
-    return [(readme.relative_to(root), schema) for readme, schema in out]
+    return out
     return out
 
 
@@ -145,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         text = readme.read_text()
         try:
-            new = render(text, schema, str(readme))
+            new = render(text, schema, readme.name if args.plugin else str(readme.relative_to(args.root)))
         except Mismatch as exc:
             print(exc, file=sys.stderr)
             return 2
@@ -154,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.write:
                 readme.write_text(new)
     for readme in differ:
-        print(f"{'rewrote' if args.write else 'differs'}: {readme}")
+        shown = readme.relative_to(args.root) if readme.is_relative_to(args.root) else readme
+        print(f"{'rewrote' if args.write else 'differs'}: {shown}")
     return 0 if args.write or not differ else 1
 
 
