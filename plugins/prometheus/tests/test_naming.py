@@ -7,7 +7,7 @@ import re
 import pytest
 
 from gpuagent.plugins.prometheus.exposition import label_name
-from gpuagent.plugins.prometheus.naming import influx_to_prometheus, metric_for, sanitize
+from gpuagent.plugins.prometheus.naming import influx_to_prometheus, markdown_table, metric_for, sanitize
 from gpuagent.schema import catalog
 from gpuagent.schema.fields import Measurement, counter, gauge, plain
 
@@ -151,14 +151,15 @@ def test_a_plugin_s_declared_fields_are_found_once_its_host_declares_them(monkey
 
 
 def test_the_table_in_docs_prometheus_md_is_the_rule():
-    """Every row of the generated listing is what the rule gives for a declared field.
-    (A field declared later maps by the rule at once; the listing is regenerated at leisure.)"""
+    """Every row of the generated listing is what the rule gives for a declared field, and the
+    listing is the whole of markdown_table() (a field declared later is listed at once)."""
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[3] / "docs" / "prometheus.md").read_text()
     body = text.split("<!-- mapping table: begin -->")[1].split("<!-- mapping table: end -->")[0]
     rows = re.findall(r"^\| `(\w+)\.(\w+)` \| `([\w{}=…]+)` \| (\w+) \| ([\d.e+-]+) \|$", body, re.M)
     assert len(rows) > 150
+    assert body.strip() == markdown_table().strip(), "regenerate the table (the command above it in docs/prometheus.md)"
     docs = catalog.builtin()
     for measurement, field, name, kind, scale in rows:
         doc = docs[(measurement, field)]  # KeyError: the schema no longer declares it
