@@ -1,4 +1,4 @@
-"""The durable spool (gpuagent.pipeline.spool) and the HTTP answer classification (gpuagent.pipeline.delivery)."""
+"""The durable spool (gpuagent.pipeline.spool) and the HTTP answer classification (gpuagent.pipeline.http_write)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import time
 
 import pytest
 
-from gpuagent.pipeline.delivery import Outcome, classify_http, parse_retry_after
+from gpuagent.pipeline.backoff import parse_retry_after
+from gpuagent.pipeline.batch_sender import Outcome
+from gpuagent.pipeline.http_write import classify_http
 from gpuagent.pipeline.spool import Spool
 from gpuagent.units import parse_bytes
 
