@@ -41,6 +41,7 @@ import random
 import threading
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from gpuagent.pipeline.backoff import Outage
 from gpuagent.pipeline.batch_sender import BatchSender, Outcome, Sent, Transport, encode
@@ -125,6 +126,48 @@ class Delivery:
         self._next_flush = time.monotonic() + self._interval()
         self.points_written_total = 0
         self.replayed_total = 0
+
+    @classmethod
+    def open(
+        cls,
+        name: str,
+        transport: Transport,
+        spool_dir: Path,
+        *,
+        max_spool_bytes: int,
+        spool_sync: str = "normal",
+        max_buffer_points: int = 100_000,
+        log: logging.Logger | None = None,
+        **options,
+    ) -> Delivery:
+        """A Delivery over the spool in `spool_dir` (made if need be), its state said once. Never refuses
+        to start: a damaged file heals itself, and a spool that cannot be opened at all leaves delivery
+        in memory (said once here, retried now and then). `options`: the constructor's."""
+        log = log or logging.getLogger(f"gpuagent.pipeline.delivery.{name}")
+        spool = Spool(spool_dir, max_spool_bytes, sync=spool_sync, log=log)
+        delivery = cls(name, transport, spool, max_buffer_points=max_buffer_points, log=log, **options)
+        if spool.available and not spool.writable:
+            log.error(
+                "%s: the spool in %s cannot be written (%s): its %d points are replayed, new points wait in "
+                "memory (at most %d; a restart loses them) until it can",
+                name,
+                spool_dir,
+                spool.problem,
+                spool.points,
+                max_buffer_points,
+            )
+        elif not spool.available:
+            log.error(
+                "%s: no spool (%s): delivering from memory only (at most %d points wait for the server; "
+                "a restart loses them) until %s can be written",
+                name,
+                spool.problem,
+                max_buffer_points,
+                spool_dir,
+            )
+        if spool.points:
+            log.info("%s: %d points in the spool from an earlier run; replaying", name, spool.points)
+        return delivery
 
     # -- API used by the sink ---------------------------------------------------
 

@@ -22,7 +22,6 @@ from gpuagent.errors import ConfigError
 from gpuagent.pipeline.delivery import Delivery
 from gpuagent.pipeline.http_write import HTTPWrite, authorization
 from gpuagent.pipeline.metric import Point
-from gpuagent.pipeline.spool import Spool
 from gpuagent.service.logsetup import mask_url
 from gpuagent.units import ByteSize, Duration, Interval, parse_duration
 
@@ -205,33 +204,12 @@ class InfluxDBSink(gpuagent.Sink):
             verify_tls=c.verify_tls,
             gzip=c.gzip,
         )
-        spool_dir = Path(self.context.state_dir) / "spool" / self.name
-        # Never refuses to start: a damaged file heals itself, and a spool that cannot be
-        # opened at all leaves delivery in memory (said once here, retried now and then).
-        spool = Spool(spool_dir, c.max_spool_bytes, sync=c.spool_sync, log=self.log)
-        if spool.available and not spool.writable:
-            self.log.error(
-                "%s: the spool in %s cannot be written (%s): its %d points are replayed, new points wait in "
-                "memory (at most %d; a restart loses them) until it can",
-                self.name,
-                spool_dir,
-                spool.problem,
-                spool.points,
-                c.max_buffer_points,
-            )
-        elif not spool.available:
-            self.log.error(
-                "%s: no spool (%s): delivering from memory only (at most %d points wait for the server; "
-                "a restart loses them) until %s can be written",
-                self.name,
-                spool.problem,
-                c.max_buffer_points,
-                spool_dir,
-            )
-        self.delivery = Delivery(
+        self.delivery = Delivery.open(
             self.name,
             transport,
-            spool,
+            Path(self.context.state_dir) / "spool" / self.name,
+            max_spool_bytes=c.max_spool_bytes,
+            spool_sync=c.spool_sync,
             batch_size=c.batch_size,
             flush_interval=c.flush_interval,
             flush_jitter=c.flush_jitter,
@@ -242,8 +220,6 @@ class InfluxDBSink(gpuagent.Sink):
             log=self.log,
             target=mask_url(c.url),
         )
-        if spool.points:
-            self.log.info("%s: %d points in the spool from an earlier run; replaying", self.name, spool.points)
         self.delivery.start()
 
     def write(self, points: Sequence[Point]) -> None:
