@@ -223,7 +223,7 @@ class Gpu:
         }
 
     @classmethod
-    def _lost_at_start(cls, index: int, reason: str, errors: NvmlErrors | None = None) -> Gpu:
+    def lost_at_start(cls, index: int, reason: str, errors: NvmlErrors | None = None) -> Gpu:
         """A GPU that NVML lists but that is already lost: kept so it is reported, never read."""
         gpu = cls.__new__(cls)
         gpu.index, gpu.handle = index, None

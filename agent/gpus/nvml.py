@@ -102,7 +102,7 @@ def open_gpus(errors: NvmlErrors | None = None) -> tuple[list[Gpu], list[Unavail
             gpus.append(Gpu(index, handle, errors=errors))
             continue
         except pynvml.NVMLError_GpuIsLost as exc:
-            gpus.append(Gpu._lost_at_start(index, str(exc), errors=errors))
+            gpus.append(Gpu.lost_at_start(index, str(exc), errors=errors))
             continue
         except pynvml.NVMLError:
             pass
