@@ -176,7 +176,8 @@ class Delivery:
 
     def put(self, lines: Iterable[str]) -> None:
         """Queue lines (no newline) for delivery; with write_ahead they are committed to the spool first.
-        Never does network I/O, never waits for the worker.
+        Never does network I/O nor waits on it: what it shares with the worker (the spool, the memory
+        buffer) the worker locks for local work alone, never across a request.
 
         The commit is made here, in the caller's thread (the scheduler's, for the influxdb sink), and
         not handed to the worker, by choice: the spool is the durability guarantee, and a line counts
