@@ -206,12 +206,18 @@ def render(facts: dict[str, Any], console: Console) -> None:
     # pasted view (or a snapshot) has none.
     with console.capture() as captured:
         _render(facts, console)
-    console.file.write(_TRAILING_BLANKS.sub(_keep_reset, captured.get()))
+    console.file.write(without_trailing_blanks(captured.get()))
     console.file.flush()
 
 
 # Blanks (and the style codes around them) at the end of a line.
 _TRAILING_BLANKS = re.compile(r"(?:\x1b\[[0-9;]*m| )+$", re.MULTILINE)
+
+
+def without_trailing_blanks(text: str) -> str:
+    """`text` (a captured console's) without the blanks that pad grid cells at line ends; a style
+    that ended there is still reset."""
+    return _TRAILING_BLANKS.sub(_keep_reset, text)
 
 
 def _keep_reset(match: re.Match) -> str:

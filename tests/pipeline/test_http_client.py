@@ -119,7 +119,7 @@ def test_no_module_but_http_client_opens_http_connections():
     import ast
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     opening = {"HTTPConnection", "HTTPSConnection", "urlopen", "PoolManager", "create_connection"}
     found = []
     for path in [*repo.glob("agent/**/*.py"), *repo.glob("plugins/**/*.py")]:

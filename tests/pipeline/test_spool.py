@@ -1,13 +1,9 @@
-"""The durable spool (gpuagent.pipeline.spool) and the HTTP answer classification (gpuagent.pipeline.delivery)."""
+"""The durable spool (gpuagent.pipeline.spool)."""
 
 from __future__ import annotations
 
-import email.utils
-import time
-
 import pytest
 
-from gpuagent.pipeline.delivery import Outcome, classify_http, parse_retry_after
 from gpuagent.pipeline.spool import Spool
 from gpuagent.units import parse_bytes
 
@@ -64,55 +60,6 @@ def test_sizes(text, size):
 def test_bad_sizes(text):
     with pytest.raises(ValueError):
         parse_bytes(text)
-
-
-@pytest.mark.parametrize(
-    "status, body, outcome, rejected",
-    [
-        (204, b"", Outcome.ACCEPTED, 0),
-        (
-            400,
-            b'{"error":"partial write: unable to parse \'x y\': invalid field format dropped=0"}',
-            Outcome.PARTIAL,
-            1,
-        ),
-        (400, b'{"error":"partial write: field type conflict: input field \\"v\\" dropped=3"}', Outcome.PARTIAL, 3),
-        (400, b'{"error":"field type conflict"}', Outcome.REJECTED, 0),
-        (422, b'{"code":"unprocessable entity"}', Outcome.REJECTED, 0),
-        (400, b'{"error":"unable to parse \'x y\': invalid field format"}', Outcome.REJECTED, 0),
-        # Not InfluxDB's line error: a server problem, nothing dropped (issue 28).
-        (400, b"<html><title>400 The plain HTTP request was sent to HTTPS port</title></html>", Outcome.FATAL, 0),
-        (400, b"", Outcome.FATAL, 0),
-        (413, b"", Outcome.TOO_LARGE, 0),
-        (401, b"", Outcome.FATAL, 0),
-        (403, b"", Outcome.FATAL, 0),
-        (404, b'{"error":"database not found"}', Outcome.FATAL, 0),
-        (429, b"", Outcome.RETRY, 0),
-        (500, b"", Outcome.RETRY, 0),
-        (503, b"", Outcome.RETRY, 0),
-    ],
-)
-def test_http_answers(status, body, outcome, rejected):
-    result = classify_http(status, body, {})
-    assert result.outcome is outcome and result.rejected == rejected
-
-
-def test_a_partial_write_is_counted_from_the_whole_message_and_a_redirect_names_its_location():
-    refused = "\n".join(
-        f"unable to parse 'gpu_power,gpu={i},host=node-1 {'x' * 300}': bad timestamp" for i in range(40)
-    )
-    result = classify_http(400, f'{{"error":"partial write: {refused} dropped=0"}}'.encode(), {})
-    assert result.rejected == 40 and len(result.message) == 2000  # before: 6, counted after the cut
-    moved = classify_http(307, b"", {"Location": "https://influx:8086/write"})
-    assert moved.outcome is Outcome.RETRY and "redirected to https://influx:8086/write" in moved.message
-
-
-def test_retry_after_seconds_and_http_date():
-    assert classify_http(429, b"", {"Retry-After": "7"}).retry_after == 7.0
-    when = email.utils.formatdate(time.time() + 30, usegmt=True)
-    assert 25 <= parse_retry_after({"Retry-After": when}) <= 31
-    assert parse_retry_after({"Retry-After": "soon"}) is None
-    assert parse_retry_after({}) is None
 
 
 # -- a spool that heals, a spool that cannot be written ------------------------------------------

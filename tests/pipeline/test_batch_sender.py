@@ -45,16 +45,8 @@ class Server:
         pass
 
 
-def sender(server: Server):
-    heard = []
-    s = BatchSender(
-        "influxdb",
-        server,
-        Notes(),
-        lambda n, replay: heard.append(("stored", n, replay)),
-        lambda result, n: heard.append(("failed", n, result)),
-    )
-    return s, heard
+def sender(server: Server) -> BatchSender:
+    return BatchSender("influxdb", server, Notes())
 
 
 def lines(n: int, bad: tuple[int, ...] = ()) -> list[str]:
@@ -63,31 +55,33 @@ def lines(n: int, bad: tuple[int, ...] = ()) -> list[str]:
 
 def test_a_refused_request_is_split_until_the_bad_lines_are_alone_and_only_they_are_dropped():
     server = Server()
-    s, heard = sender(server)
+    s = sender(server)
     batch = lines(16, bad=(3, 11))
-    assert s.deliver(encode(batch), 16, replay=True)
+    sent = s.deliver(encode(batch), 16)
+    assert sent.done == 1 and sent.answered and sent.failure is None
     assert sorted(server.stored) == sorted(line for line in batch if "bad" not in line)
     assert s.rejected_total == 2
-    assert sum(n for kind, n, _ in heard if kind == "stored") == 14
-    assert all(kind == "stored" and replay for kind, _, replay in heard)
+    assert sent.stored == 14
     assert [key for key, _, _ in s.every_minute.notes] == ["refused:line", "refused:line"]
     assert "m,i=3 v=bad" in s.every_minute.notes[0][2]
 
 
 def test_a_request_too_large_is_split_and_nothing_is_dropped():
     server = Server(max_lines=3)
-    s, heard = sender(server)
-    assert s.deliver(encode(lines(10)), 10)
+    s = sender(server)
+    sent = s.deliver(encode(lines(10)), 10)
+    assert sent.done == 1 and sent.stored == 10
     assert server.stored == lines(10) and s.rejected_total == 0
 
 
 def test_both_halves_refused_in_the_words_of_the_whole_keep_everything_as_a_server_problem():
     server = Server(refuse_all="unable to parse: everything (a gateway that says so for every request)")
-    s, heard = sender(server)
-    assert not s.deliver(encode(lines(8)), 8)
+    s = sender(server)
+    sent = s.deliver(encode(lines(8)), 8)
+    assert not sent.done and not sent.answered and sent.stored == 0
     assert server.requests == 3 and s.rejected_total == 0
-    ((kind, n, result),) = heard
-    assert kind == "failed" and n == 8 and result.outcome is Outcome.FATAL and result.hint == BAD_REQUEST_HINT
+    result = sent.failure
+    assert sent.kept == 8 and result is not None and result.outcome is Outcome.FATAL and result.hint == BAD_REQUEST_HINT
 
 
 def test_a_partial_write_drops_only_the_refused_lines_and_counts_them():
@@ -95,31 +89,42 @@ def test_a_partial_write_drops_only_the_refused_lines_and_counts_them():
         def send(self, body, lines):
             return Result(Outcome.PARTIAL, 400, "partial write: dropped=2", rejected=2)
 
-    s, heard = sender(Partial())
-    assert s.deliver(encode(lines(5)), 5)
-    assert heard == [("stored", 3, False)] and s.rejected_total == 2
+    s = sender(Partial())
+    sent = s.deliver(encode(lines(5)), 5)
+    assert (sent.done, sent.stored, sent.answered, sent.failure) == (1, 3, True, None) and s.rejected_total == 2
     assert s.every_minute.notes[0][:2] == ("refused:partial", 2)
 
 
 def test_a_transport_that_raises_is_a_transient_failure_that_keeps_the_lines():
-    s, heard = sender(Server(fail=OSError("connection reset")))
-    assert not s.deliver(encode(lines(2)), 2)
-    ((kind, n, result),) = heard
-    assert kind == "failed" and n == 2 and result.outcome is Outcome.RETRY
+    s = sender(Server(fail=OSError("connection reset")))
+    sent = s.deliver(encode(lines(2)), 2)
+    assert not sent.done and not sent.answered
+    result = sent.failure
+    assert sent.kept == 2 and result is not None and result.outcome is Outcome.RETRY
     assert result.message == "OSError: connection reset"
 
 
 def test_two_batches_at_once_stop_at_the_first_failure():
     server = Server()
-    s, heard = sender(server)
+    s = sender(server)
     good = (encode(lines(3)), 3)
-    assert s.deliver_two(good, good) == 2 and len(server.stored) == 6
+    sent = s.deliver_two(good, good)
+    assert (sent.done, sent.stored) == (2, 6) and len(server.stored) == 6
 
     class SecondFails(Server):
         def send(self, body, lines):
             return Result(Outcome.RETRY, 503, "busy") if b"i=9" in body else super().send(body, lines)
 
-    s, heard = sender(SecondFails())
-    assert s.deliver_two(good, (encode(lines(10)), 10)) == 1
-    assert s.deliver_two((encode(lines(10)), 10), good) == 0  # what follows a failure is sent again later
+    s = sender(SecondFails())
+    sent = s.deliver_two(good, (encode(lines(10)), 10))
+    assert (sent.done, sent.stored, sent.kept) == (1, 3, 10) and sent.failure is not None
+    sent = s.deliver_two((encode(lines(10)), 10), good)
+    assert (sent.done, sent.stored, sent.answered) == (0, 0, False)  # what follows a failure is sent again later
     s.close()
+
+
+def test_a_lone_refused_line_is_done_with_and_says_the_server_answered():
+    s = sender(Server())
+    sent = s.deliver(encode(lines(1, bad=(0,))), 1)
+    # Nothing stored, yet the server is up: the owner ends an outage on `answered`, not on `stored`.
+    assert (sent.done, sent.stored, sent.answered, sent.failure) == (1, 0, True, None) and s.rejected_total == 1
