@@ -23,11 +23,7 @@ from collections import defaultdict
 from typing import Any
 
 from gpuagent.compare import where as where_rule
-from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
-from gpuagent.compare.prices import Prices
-from gpuagent.compare.promql import PromQL
-from gpuagent.compare.report import (
-    DEFINITIONS,
+from gpuagent.compare.core import (
     GROUP_TAGS,
     REASONS,
     NoData,
@@ -36,8 +32,11 @@ from gpuagent.compare.report import (
     p2p_summary,
     report_document,
     rfc3339,
-    work_definitions,
 )
+from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
+from gpuagent.compare.prices import Prices
+from gpuagent.compare.promql import PromQL
+from gpuagent.compare.report import DEFINITIONS, work_definitions
 from gpuagent.errors import AgentError
 
 GPU = "host, uuid, model, gpu"

@@ -7,9 +7,9 @@ import io
 import json
 from typing import Any
 
+from gpuagent.compare.core import THROTTLE_REASONS
 from gpuagent.compare.health import VERDICTS as HEALTH_VERDICTS
 from gpuagent.compare.health import health_text
-from gpuagent.compare.report import THROTTLE_REASONS
 
 GIB = 2**30
 MIB = 2**20
