@@ -1,17 +1,12 @@
-"""`gpuagent compare`: the fleet side by side, by GPU model, host or GPU, from InfluxDB.
-
-Importing this module also registers `gpuagent sim fleet` (gpuagent.compare.fleet)
-on the `sim` group, so the backfill lives beside the report that reads it.
-"""
+"""`gpuagent compare`: the fleet side by side, by GPU model, host or GPU, from InfluxDB or a
+Prometheus-compatible server (PromQL: Prometheus, VictoriaMetrics)."""
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import re
 import sys
 import time
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,22 +23,8 @@ if TYPE_CHECKING:  # the engines' modules are imported by the command that uses 
     from gpuagent.compare.work import InfluxWork, PromWork
 
 
-def parse_time(text: str) -> int:
-    """RFC 3339 ('2026-01-31T12:00:00Z', a date alone is midnight UTC) or epoch seconds -> ns."""
-    text = str(text).strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return int(Decimal(text) * 1_000_000_000)  # exact to the nanosecond, unlike a float
-    try:
-        stamp = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise AgentError(f"not a time: {text!r} (RFC 3339 such as 2026-01-31T12:00:00Z, or epoch seconds)") from None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=dt.UTC)
-    return int(stamp.timestamp()) * 1_000_000_000 + stamp.microsecond * 1000
-
-
 def time_range(since: str | None, start: str | None, end: str | None):
-    from gpuagent.compare.core import Range
+    from gpuagent.compare.core import Range, parse_time
 
     if since and start:
         raise click.UsageError("give --since or --start, not both")

@@ -10,7 +10,7 @@ import signal
 from gpuagent.compare import health, jobs, render, work, work_render
 from gpuagent.compare.core import Range, report_document
 from gpuagent.compare.drivers import _uuid_condition
-from gpuagent.compare.workers import worker_pool
+from gpuagent.sim.workers import worker_pool
 
 S = 10**9
 START = 1_700_000_010 * S  # 30 s past a minute's edge
