@@ -32,6 +32,7 @@ from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
 from gpuagent.compare.health import health_hours
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.query import InfluxQL
+from gpuagent.compare.work import WORK_DEFINITIONS, InfluxWork, work_section
 from gpuagent.errors import AgentError
 
 DEFINITIONS = {
@@ -88,8 +89,6 @@ def check_where(client: InfluxQL, where: str | None) -> None:
 
 
 def work_definitions() -> dict[str, str]:
-    from gpuagent.compare.work import WORK_DEFINITIONS
-
     return WORK_DEFINITIONS
 
 
@@ -184,8 +183,6 @@ class Report:
 
     def _work(self, groups) -> None:
         """Per unit of work and what limits it, from gpu_work (gpuagent.compare.work)."""
-        from gpuagent.compare.work import InfluxWork, work_section
-
         source = InfluxWork(self.client, self.range, self.where, gpu_where=True)
         work_section(source, self.range, self.by, self.prices, self.where, groups)
 

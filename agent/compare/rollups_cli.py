@@ -8,11 +8,17 @@ into vmalert or Prometheus; with `--promql-url`, `backfill` replays them over hi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
 import click
 
+from gpuagent.commands.cli_options import influx_options, query_timeout
+from gpuagent.compare import promql_rollups
+from gpuagent.compare import rollups as r
+from gpuagent.compare.promql import PromQL, prom_connection_from
+from gpuagent.compare.query import InfluxQL, connection_from
 from gpuagent.errors import AgentError
 from gpuagent.units import parse_duration
 
@@ -25,9 +31,6 @@ def _connection_options(f):
         help="Longest wait for one query's answer (default: the config's, else 30s); a "
         "backfill of a large fleet may need longer, or a shorter --chunk.",
     )(f)
-    f = click.option("--password", default=None, envvar="INFLUX_PASSWORD", help="1.x password ($INFLUX_PASSWORD).")(f)
-    f = click.option("--username", default=None, help="1.x user (Basic auth), with --password.")(f)
-    f = click.option("--database", default=None, help="Database.")(f)
     f = click.option(
         "--promql-url",
         default=None,
@@ -35,35 +38,18 @@ def _connection_options(f):
         help="VictoriaMetrics (Prometheus query API) whose recording rules to backfill or "
         "report on, instead of InfluxDB.",
     )(f)
-    f = click.option("--url", default=None, help="InfluxDB 1.x URL (overrides the config).")(f)
-    f = click.option(
-        "-c",
-        "--config",
-        "config_path",
-        type=click.Path(dir_okay=False),
-        default=None,
-        help="Connection from its [sinks.influxdb] (default: $GPUAGENT_CONFIG or /etc/gpuagent/gpuagent.toml).",
-    )(f)
-    return f
+    return influx_options()(f)
 
 
 def _prom_client(config_path, promql_url, timeout=None):
-    import dataclasses
-
-    from gpuagent.compare.cli import _timeout
-    from gpuagent.compare.promql import PromQL, prom_connection_from
-
     conn = prom_connection_from(config_path, promql_url)
-    wait = _timeout(timeout)
+    wait = query_timeout(timeout)
     return PromQL(conn if wait is None else dataclasses.replace(conn, timeout=wait))
 
 
-def _client(config_path, url, database, username, password, timeout=None):
-    from gpuagent.compare.cli import _timeout
-    from gpuagent.compare.query import InfluxQL, connection_from
-
-    conn = connection_from(config_path, url, database, None, username, password)
-    wait = _timeout(timeout)
+def _client(config_path, url, database, token, username, password, timeout=None):
+    conn = connection_from(config_path, url, database, token, username, password)
+    wait = query_timeout(timeout)
     if wait is not None:
         conn.timeout = wait
     conn.retention_policy = ""  # the raw points: the database's default retention policy
@@ -72,22 +58,21 @@ def _client(config_path, url, database, username, password, timeout=None):
 
 @click.group("rollups")
 def rollups() -> None:
-    """Rollups (1-minute and 1-hour) on InfluxDB 1.x that compare reads when they cover its range."""
+    """Rollups (1-minute and 1-hour) that compare reads where they cover its range: on InfluxDB 1.x,
+    or as recording rules on VictoriaMetrics or Prometheus (--promql-url)."""
 
 
 @rollups.command("init")
 @_connection_options
-def init(config_path, url, database, username, password, timeout, promql_url) -> None:
+def init(config_path, url, database, token, username, password, timeout, promql_url) -> None:
     """Create the retention policies and continuous queries (what exists is left as it is)."""
-    from gpuagent.compare import rollups as r
-
     if promql_url:
         raise AgentError(
             "over PromQL there is nothing to create: load deploy/rollups/gpuagent-rollups-influx.rules.yml "
             "(line protocol) or -prometheus.rules.yml (/metrics) into vmalert or Prometheus, then "
             "gpuagent rollups backfill --promql-url URL (docs/compare.md)"
         )
-    client = _client(config_path, url, database, username, password, timeout)
+    client = _client(config_path, url, database, token, username, password, timeout)
     try:
         made = r.init(client)
     finally:
@@ -139,12 +124,10 @@ def _made_summary(made: list[str]) -> str:
 )
 @_connection_options
 def backfill(
-    since, chunk, write_url, vmalert, config_path, url, database, username, password, timeout, promql_url
+    since, chunk, write_url, vmalert, config_path, url, database, token, username, password, timeout, promql_url
 ) -> None:
     """Roll up history already stored (the continuous queries' statements over the past; over PromQL,
     the recording rules replayed by vmalert for the buckets not recorded yet)."""
-    from gpuagent.compare import rollups as r
-
     try:
         seconds, chunk_s = parse_duration(since), parse_duration(chunk)
     except ValueError as exc:
@@ -153,15 +136,13 @@ def backfill(
         raise AgentError("--since must be more than 0 and --chunk at least 1m")
     end = time.time_ns()
     if promql_url:
-        from gpuagent.compare import promql_rollups
-
         prom = _prom_client(config_path, promql_url, timeout)
         stamps = promql_rollups.backfill(
             prom, end - int(seconds * 1e9), end, write_url, vmalert, prom.conn.scheme, echo=click.echo
         )
         click.echo(f"replayed {stamps} bucket(s) of the recording rules")
         return
-    client = _client(config_path, url, database, username, password, timeout)
+    client = _client(config_path, url, database, token, username, password, timeout)
     try:
         written = r.backfill(client, end - int(seconds * 1e9), end, int(chunk_s), echo=click.echo)
     finally:
@@ -179,13 +160,9 @@ def backfill(
     help="With --promql-url: how far back to look for recorded buckets.",
 )
 @_connection_options
-def status(as_json, since, config_path, url, database, username, password, timeout, promql_url) -> None:
+def status(as_json, since, config_path, url, database, token, username, password, timeout, promql_url) -> None:
     """What exists and how far each level reaches."""
-    from gpuagent.compare import rollups as r
-
     if promql_url:
-        from gpuagent.compare import promql_rollups
-
         try:
             seconds = parse_duration(since)
         except ValueError as exc:
@@ -200,7 +177,7 @@ def status(as_json, since, config_path, url, database, username, password, timeo
             reach = f"{lv['from']} to {lv['to']}" if lv["from"] else "no points (gpuagent rollups backfill)"
             click.echo(f"{lv['record']} ({lv['resolution_s']}s): {lv['series']} series, {reach}")
         return
-    client = _client(config_path, url, database, username, password, timeout)
+    client = _client(config_path, url, database, token, username, password, timeout)
     try:
         doc = r.status(client)
     finally:

@@ -9,6 +9,7 @@ import time
 
 import click
 
+from gpuagent.commands.cli_options import influx_options
 from gpuagent.compare.core import parse_time
 from gpuagent.compare.progress import Progress
 from gpuagent.compare.query import connection_from
@@ -62,17 +63,7 @@ def _steps_text(n_hosts: int, n_specs: int, distinct: int) -> str:
     metavar="TIME",
     help="End of the history (RFC 3339 or epoch s; default: now).",
 )
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Read url, database/bucket and credentials from its [sinks.influxdb].",
-)
-@click.option("--url", default=None, help="InfluxDB URL (overrides the config).")
-@click.option("--database", default=None, help="Database (1.x) or bucket (2.x/3.x) to write to.")
-@click.option("--token", default=None, envvar="INFLUX_TOKEN", help="API token (or $INFLUX_TOKEN).")
+@influx_options(config_help="Read url, database/bucket and credentials from its [sinks.influxdb].")
 @click.option(
     "--seed",
     type=int,
@@ -124,6 +115,8 @@ def fleet(
     url,
     database,
     token,
+    username,
+    password,
     seed,
     scenario,
     collector_names,
@@ -159,7 +152,7 @@ def fleet(
         raise AgentError(
             f"--collectors: unknown GPU collector {', '.join(unknown) or '(none given)'}; known: {', '.join(sorted(known))}"
         )
-    conn = connection_from(config_path, url, database, token)
+    conn = connection_from(config_path, url, database, token, username, password)
     check_database(conn)
     step_ns = int(round(step_s * 1e9))
     end_ns = parse_time(end) if end else time.time_ns()
