@@ -11,10 +11,13 @@ level (tests/compare/test_layers.py checks there is no cycle and few imports ins
    PromWork, build_work), promql_report, rollups (rollups administration: levels, init, backfill,
    coverage), rollup_report, rollup_work, rollup_rules, promql_rollups, jobs, drivers.
 4. renderers: render (table, JSON, CSV), work_render, html_report, jobs_render.
-5. commands: cli (`compare`), rollups_cli (`rollups`).
+5. commands: command (what `compare` does), rollups_command (`rollups init|backfill|status`).
+6. options: cli and rollups_cli, the click commands; each imports its command module when it runs
+   (`gpuagent --help` lists them without the engines: the start-up imports a test checks).
 
-Two edges go back up and are imported inside the function that needs them: PromWork borrows a
-PromReport's names (work -> promql_report), and a RollupReport's work section is a RollupWork, which
-reads RollupReports (rollup_report -> rollup_work). The simulated fleet's backfill that writes what
-compare reads is gpuagent.sim's (`gpuagent sim fleet`); compare never imports it.
+Besides those command boundaries, two edges go back up, imported inside the function that needs
+them: PromWork borrows a PromReport's names (work -> promql_report), and a RollupReport's work
+section is a RollupWork, which reads RollupReports (rollup_report -> rollup_work). The simulated
+fleet's backfill that writes what compare reads is gpuagent.sim's (`gpuagent sim fleet`); compare
+never imports it.
 """

@@ -8,6 +8,8 @@ not imported by compare."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,16 @@ PACKAGE = "gpuagent.compare"
 FUNCTION_LEVEL_LIMIT = 12
 BACKFILL = ("gpuagent.sim.fleet_backfill", "gpuagent.sim.fleet_replay", "gpuagent.sim.fleet_cli")
 BACKFILL_NAMES = {m.rsplit(".", 1)[1] for m in BACKFILL}
+# The layers of agent/compare/__init__.py, lowest first: a module-level import goes to its own layer or below.
+LAYERS = (
+    {"__init__", "core", "where", "health", "limits", "sharing", "placement", "prices", "progress", "tables"},
+    {"query", "promql"},
+    {"report", "work", "promql_report", "rollups", "rollup_report", "rollup_work", "rollup_rules", "promql_rollups"}
+    | {"jobs", "drivers"},
+    {"render", "work_render", "html_report", "jobs_render"},
+    {"command", "rollups_command"},
+    {"cli", "rollups_cli"},
+)
 
 
 def _modules() -> dict[str, ast.Module]:
@@ -132,6 +144,22 @@ def test_module_level_imports_form_no_cycle(graph):
     assert not cycles, f"import cycles among agent/compare modules: {detail}"
 
 
+def test_imports_go_down_the_layers(graph):
+    edges = graph[0]
+    layer = {m: i for i, names in enumerate(LAYERS) for m in names}
+    unplaced = sorted(set(edges) - set(layer))
+    assert not unplaced, (
+        f"agent/compare modules in no layer (add them to LAYERS and to agent/compare/__init__.py): {unplaced}"
+    )
+    upward = [
+        f"{m} (layer {layer[m]}) -> {t} (layer {layer[t]})"
+        for m in sorted(edges)
+        for t in sorted(edges[m])
+        if layer[t] > layer[m]
+    ]
+    assert not upward, "module-level imports up the layers:\n" + "\n".join(upward)
+
+
 def test_few_imports_sit_inside_functions(graph):
     inside = graph[1]
     assert len(inside) <= FUNCTION_LEVEL_LIMIT, (
@@ -167,3 +195,19 @@ def test_the_checks_see_what_they_look_for(tmp_path, monkeypatch):
     assert inside == ["c.py:5 imports gpuagent.sim.fleet_backfill"]
     assert private == ["a.py:1 imports gpuagent.compare.b: _hidden"]
     assert backfill == ["c.py:5 imports gpuagent.sim.fleet_backfill"]
+
+
+def test_the_command_line_lists_compare_without_importing_its_engines():
+    # `gpuagent --help` imports every command's module for its one-line help: compare's and rollups'
+    # hold their options only; the engines load when the command runs (gpuagent.compare.command).
+    script = (
+        "import sys, atexit\n"
+        "atexit.register(lambda: print(' '.join(m for m in sys.modules if m.startswith('gpuagent.compare'))))\n"
+        "sys.argv = ['gpuagent', '--help']\n"
+        "from gpuagent.cli import main\n"
+        "main()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    loaded = set(out.stdout.split("\n")[-2].split())
+    assert {"gpuagent.compare.cli", "gpuagent.compare.rollups_cli"} <= loaded  # the check sees them
+    assert loaded == {"gpuagent.compare", "gpuagent.compare.cli", "gpuagent.compare.rollups_cli"}, sorted(loaded)

@@ -210,13 +210,13 @@ def test_only_the_best_reads_100_percent_and_short_ranges_read_in_minutes():
 def test_rollups_init_says_what_it_created_in_one_line_and_the_docs_count_the_queries():
     from conftest import REPO
     from gpuagent.compare.rollups import EVERY, LEVELS
-    from gpuagent.compare.rollups_cli import _made_summary
+    from gpuagent.compare.rollups_command import made_summary
 
     made = [f"retention policy {lv.name}" for lv in LEVELS]
     made += [f"continuous query q{i}" for i in range(len(LEVELS) * len(EVERY))]
     n = len(LEVELS) * len(EVERY)
-    assert _made_summary(made) == f"retention policies gpuagent_1m, gpuagent_1h and {n} continuous queries"
-    assert _made_summary(made[-1:]) == "1 continuous query" and _made_summary([]) == ""
+    assert made_summary(made) == f"retention policies gpuagent_1m, gpuagent_1h and {n} continuous queries"
+    assert made_summary(made[-1:]) == "1 continuous query" and made_summary([]) == ""
     doc = " ".join((REPO / "docs" / "compare.md").read_text().split())
     assert f"{len(EVERY)} rollups × {len(LEVELS)} levels, {n} continuous queries" in doc
 
