@@ -7,9 +7,13 @@ from __future__ import annotations
 import re
 import signal
 
+import pytest
+
 from gpuagent.compare import health, jobs_render, render, work, work_render
 from gpuagent.compare.core import Range, report_document
 from gpuagent.compare.drivers import _uuid_condition
+from gpuagent.compare.jobs import JobReport
+from gpuagent.errors import AgentError
 from gpuagent.sim.workers import worker_pool
 
 S = 10**9
@@ -63,6 +67,14 @@ def _job_doc() -> dict:
         "peak_memory_bytes": 3 * 2**30,
     }
     return report_document(rng, "job", None, {"url": "http://db", "database": "gpu"}, {}, {("4242",): group})
+
+
+def test_the_job_report_reads_only_its_grouping_s_points():
+    # --by pod reads the points that carry a pod's tags (a job's have none), within the user's --where.
+    where = JobReport(None, Range(0, 10**9), by="pod", where="host = 'a'")._where()  # type: ignore[arg-type]
+    assert "(host = 'a')" in where and "\"k8s_pod_uid\" != ''" in where and "slurm_job_id" not in where
+    with pytest.raises(AgentError, match="--by 'model': expected one of job, pod"):
+        JobReport(None, Range(0, 10**9), by="model")  # type: ignore[arg-type]
 
 
 def test_the_job_report_renders_each_format():
