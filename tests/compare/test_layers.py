@@ -1,9 +1,10 @@
 """agent/compare in layers (its __init__ says which imports which): read with ast, no import run.
 
-Module-level imports among its modules form no cycle; at most FUNCTION_LEVEL_LIMIT imports of
-gpuagent modules sit inside functions (each one a cycle or a start-up cost hidden, not solved);
-no module imports another's `_private` names; the simulated fleet's backfill (gpuagent.sim) is
-not imported by compare."""
+Module-level imports among its modules form no cycle and go down the LAYERS; at most
+FUNCTION_LEVEL_LIMIT imports of gpuagent modules sit inside functions (the command boundaries, and
+each other one a cycle hidden, not solved); no module imports another's `_private` names; the
+simulated fleet's backfill (gpuagent.sim) is not imported by compare; `gpuagent --help` imports
+compare's option modules only."""
 
 from __future__ import annotations
 
