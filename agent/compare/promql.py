@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuagent.compare.query import BadAnswer, json_doc, one_line, send
+from gpuagent.config import CompareSection, read_config, resolve_path
 from gpuagent.errors import AgentError
 
 
@@ -42,8 +43,6 @@ def promql_url_from(config_path: str | None, url: str | None, influx_url: str | 
         raise AgentError("give --url (InfluxQL) or --promql-url (PromQL), not both")
     if url or influx_url:
         return url
-    from gpuagent.config import read_config, resolve_path
-
     if resolve_path(config_path) is None:
         return None
     return read_config(config_path).compare.promql_url or None
@@ -52,8 +51,6 @@ def promql_url_from(config_path: str | None, url: str | None, influx_url: str | 
 def prom_connection_from(config_path: str | None, url: str | None) -> PromConnection:
     """`--promql-url` over `[compare] promql_url` of the config (with scheme, namespace, timeout):
     the table as gpuagent.config.CompareSection typed it (a wrong key or type is one line there)."""
-    from gpuagent.config import CompareSection, read_config, resolve_path
-
     cfg = CompareSection()
     if (config_path or not url) and resolve_path(config_path) is not None:
         cfg = read_config(config_path).compare

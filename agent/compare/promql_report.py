@@ -23,11 +23,7 @@ from collections import defaultdict
 from typing import Any
 
 from gpuagent.compare import where as where_rule
-from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
-from gpuagent.compare.prices import Prices
-from gpuagent.compare.promql import PromQL
-from gpuagent.compare.report import (
-    DEFINITIONS,
+from gpuagent.compare.core import (
     GROUP_TAGS,
     REASONS,
     NoData,
@@ -36,9 +32,15 @@ from gpuagent.compare.report import (
     p2p_summary,
     report_document,
     rfc3339,
-    work_definitions,
 )
+from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
+from gpuagent.compare.health import VERDICTS, bucket_for, pieces
+from gpuagent.compare.prices import Prices
+from gpuagent.compare.promql import PromQL
+from gpuagent.compare.report import DEFINITIONS, work_definitions
+from gpuagent.compare.work import PromWork, work_section
 from gpuagent.errors import AgentError
+from gpuagent.plugin_host import registered
 
 GPU = "host, uuid, model, gpu"
 MERGE = {"sum": "sum", "count": "sum", "max": "max", "min": "min"}  # how values of one figure combine
@@ -90,8 +92,6 @@ class PromReport:
     def name(self, measurement: str, field: str, is_string: bool = False) -> tuple[str, float]:
         if self.scheme == "influx":
             return f"{measurement}_{field}", 1.0
-        from gpuagent.plugin_host import registered
-
         spec = registered("sinks", "prometheus").metric_for(self.namespace, measurement, field, is_string)
         return spec.name, spec.scale
 
@@ -201,8 +201,6 @@ class PromReport:
 
     def _work(self, groups) -> None:
         """Per unit of work and what limits it, from gpu_work (gpuagent.compare.work)."""
-        from gpuagent.compare.work import PromWork, work_section
-
         shadow: dict[tuple, dict] = {gkey: {} for gkey in groups}
         work_section(
             PromWork(self.client, self.range, self.where, gpu_where=True),
@@ -220,14 +218,10 @@ class PromReport:
         (gpuagent.compare.health): epoch-aligned buckets cut at the range's edges, each shared among
         the verdicts of a GPU by their samples in it. Whole buckets in one range query; the partial
         first and last ones each in an instant query over their own part."""
-        from gpuagent.compare.health import VERDICTS, bucket_for, pieces
-
         for g in groups.values():
             g["health_gpu_hours"] = {}
         if self.scheme != "prometheus":  # strings are not kept by VictoriaMetrics' line protocol
             return
-        from gpuagent.plugin_host import registered
-
         spec = registered("sinks", "prometheus").metric_for(self.namespace, "gpu_health", "verdict", True)
         for g in groups.values():
             g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)

@@ -7,9 +7,10 @@ import io
 import json
 from typing import Any
 
+from gpuagent.compare import tables
+from gpuagent.compare.core import THROTTLE_REASONS
 from gpuagent.compare.health import VERDICTS as HEALTH_VERDICTS
 from gpuagent.compare.health import health_text
-from gpuagent.compare.report import THROTTLE_REASONS
 
 GIB = 2**30
 MIB = 2**20
@@ -123,8 +124,6 @@ def render_json(doc: dict) -> str:
 def render_table(doc: dict, width: int | None = None) -> str:
     """Groups side by side (a column each) when there are few; a row per group otherwise. Split to the
     terminal's width (gpuagent.compare.tables), the definitions under it; --by host names each host's model."""
-    from gpuagent.compare import tables
-
     groups = doc["groups"]
     # The terminal's energy in Wh below 1 kWh (the HTML page and the CSV keep kWh).
     columns = [("energy", lambda g: _energy(g["energy_kwh"])) if t == "energy kWh" else (t, f) for t, f in COLUMNS]
@@ -135,7 +134,7 @@ def render_table(doc: dict, width: int | None = None) -> str:
         rows = [[title, *(fn(g) for g in groups)] for title, fn in columns[1:]]
     else:
         heads = [
-            tables.Column(title, right=not (i == 0 or title in _TEXT_COLUMNS or title == "model"))
+            tables.Column(title, right=not (i == 0 or title in TEXT_COLUMNS or title == "model"))
             for i, (title, _) in enumerate(columns)
         ]
         rows = [[fn(g) for _, fn in columns] for g in groups]
@@ -144,7 +143,7 @@ def render_table(doc: dict, width: int | None = None) -> str:
     )
 
 
-_TEXT_COLUMNS = {"group", "throttled", "P2P", "MIG", "vGPU", "L2 probe"}
+TEXT_COLUMNS = {"group", "throttled", "P2P", "MIG", "vGPU", "L2 probe"}
 
 
 CSV_FIELDS = (
@@ -220,12 +219,3 @@ def render_csv(doc: dict) -> str:
         row += [(g.get("health_gpu_hours") or {}).get(v) for v in HEALTH_VERDICTS]
         w.writerow(["" if v is None else v for v in row])
     return buf.getvalue()
-
-
-def render_html(doc: dict) -> str:
-    from gpuagent.compare.html_report import render_html as page  # only the html format needs it
-
-    return page(doc)
-
-
-RENDERERS = {"table": render_table, "json": render_json, "csv": render_csv, "html": render_html}

@@ -22,18 +22,18 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpuagent.compare.health import VERDICTS, add_hours, bucket_for, health_hours
-from gpuagent.compare.query import quote_ident
-from gpuagent.compare.report import (
+from gpuagent.compare.core import (
     GPU_TAGS,
     WORKERS,
     Range,
-    Report,
-    _gpu_key,
     add_p2p,
     bucket_seconds,
+    gpu_key,
     rfc3339,
 )
+from gpuagent.compare.health import VERDICTS, add_hours, bucket_for, health_hours
+from gpuagent.compare.query import NoAnswer, quote_ident
+from gpuagent.compare.report import Report
 from gpuagent.compare.rollups import (
     BY_HOST,
     BY_NAME,
@@ -49,6 +49,8 @@ from gpuagent.compare.rollups import (
     coverage,
     hist_field,
 )
+from gpuagent.compare.work import work_section
+from gpuagent.errors import AgentError
 
 FROM_RAW = ("power_p95_w", "l2_probe", "work")
 
@@ -421,22 +423,22 @@ class RollupReport(Report):
         source, _ = self._from(level, "gpu_power")
         first_field, last_field = ("energy_j", "energy_j") if level is None else ("energy_first", "energy_last")
         first = {
-            _gpu_key(r): r
+            gpu_key(r): r
             for r in self.client.rows(f'SELECT FIRST("{first_field}") FROM {source} WHERE {where} GROUP BY {tags}')
         }
         last = {
-            _gpu_key(r): r
+            gpu_key(r): r
             for r in self.client.rows(f'SELECT LAST("{last_field}") FROM {source} WHERE {where} GROUP BY {tags}')
         }
         inner = f'SELECT NON_NEGATIVE_DIFFERENCE("{last_field}") AS d FROM {source} WHERE {where} GROUP BY {tags}'
         steps = {
-            _gpu_key(r): r["sum"] or 0.0
+            gpu_key(r): r["sum"] or 0.0
             for r in self.client.rows(f"SELECT SUM(d) FROM ({inner}) WHERE {where} GROUP BY {tags}")
         }
         inside = {}
         if level is not None:  # the first bucket's own increase (its first to its last value)
             inside = {
-                _gpu_key(r): r
+                gpu_key(r): r
                 for r in self.client.rows(f'SELECT FIRST("energy_last") FROM {source} WHERE {where} GROUP BY {tags}')
             }
         out = {}
@@ -516,7 +518,7 @@ class RollupReport(Report):
             rows = self.client.rows(
                 f'SELECT {fn}("{field}") FROM {source} WHERE {self._piece_where(a, b)} GROUP BY {", ".join(GPU_TAGS)}'
             )
-            return {_gpu_key(r): r["time"] for r in rows}
+            return {gpu_key(r): r["time"] for r in rows}
 
         return self._once(("sample times", which, level, a, b), ask)
 
@@ -696,8 +698,7 @@ class RollupReport(Report):
     def _work(self, groups) -> None:
         """The work figures: limits and the energy of each span from rollups where they cover them
         (gpuagent.compare.rollup_work), the work counters from raw points."""
-        from gpuagent.compare.rollup_work import RollupWork
-        from gpuagent.compare.work import work_section
+        from gpuagent.compare.rollup_work import RollupWork  # the one edge back up: RollupWork reads a RollupReport
 
         source = RollupWork(self, self.range, self.where, gpu_where=True)
         work_section(source, self.range, self.by, self.prices, self.where, groups)
@@ -724,7 +725,7 @@ class RollupReport(Report):
                         f'SELECT SUM("{field}") AS "{field}" FROM {source} WHERE {where} '
                         f"GROUP BY {', '.join(GPU_TAGS)}{tail}"
                     )
-                return {(_gpu_key(r), r["time"]): r[field] for r in rows if r.get(field)}
+                return {(gpu_key(r), r["time"]): r[field] for r in rows if r.get(field)}
             return {
                 (k[:-1], k[-1]): r[field]
                 for k, r in self._agg(name, (field,), GPU_TAGS, pieces, tail).items()
@@ -864,9 +865,6 @@ def pieces_source(pieces: list[Piece]) -> dict[str, Any]:
 
 def rollup_report_or_none(client, rng: Range, by: str, where: str | None) -> RollupReport | None:
     """The report from rollups when some level's whole buckets fall in the range; None otherwise."""
-    from gpuagent.compare.query import NoAnswer
-    from gpuagent.errors import AgentError
-
     try:
         reach = coverage(client)
     except NoAnswer:
