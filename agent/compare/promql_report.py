@@ -22,12 +22,11 @@ import re
 from collections import defaultdict
 from typing import Any
 
+from gpuagent.compare import figures
 from gpuagent.compare import where as where_rule
-from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.promql import PromQL
 from gpuagent.compare.report import (
-    DEFINITIONS,
     GROUP_TAGS,
     REASONS,
     NoData,
@@ -43,24 +42,7 @@ from gpuagent.errors import AgentError
 GPU = "host, uuid, model, gpu"
 MERGE = {"sum": "sum", "count": "sum", "max": "max", "min": "min"}  # how values of one figure combine
 
-PROMQL_DEFINITIONS = {
-    **DEFINITIONS,
-    "health_gpu_hours": HEALTH_DEFINITION + "; from the verdict _info series (count_over_time per bucket; "
-    "/metrics names only: line protocol in VictoriaMetrics keeps no string fields, so there it is {})",
-    "power_p95_w": "the highest of the group's per-GPU 95th percentiles of power_w (quantile_over_time, "
-    "interpolated): an upper bound of the 95th percentile over all the group's samples, which PromQL "
-    "cannot compute across series",
-    "energy_kwh": "energy the group's GPUs used in the range: per GPU, last - first energy_j sample "
-    "(max_over_time - min_over_time); for a GPU whose counter reset in the range, PromQL increase()",
-    "gpu_hours": "per GPU, the time from its first to its last energy_j sample in the range, summed "
-    "(VictoriaMetrics tfirst/tlast_over_time; Prometheus: timestamps read through a subquery at "
-    "range/1000 resolution)",
-    "vgpu": "modes: GPUs by virtualization_mode (the _info series of /metrics; line protocol in "
-    "VictoriaMetrics keeps no strings, so none there); instances: sum over GPUs of their largest "
-    "active_instances",
-    "series": "mean power_w per group in each time bucket (query_range, step = bucket, each point "
-    "covering the bucket before it, aligned to the epoch)",
-}
+PROMQL_DEFINITIONS = figures.PROMQL_DEFINITIONS
 
 _MATCHERS = re.compile(
     r'\s*[a-zA-Z_]\w*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*(,\s*[a-zA-Z_]\w*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*)*,?\s*'

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from gpuagent.commands.facts import REASON_WORDS
+from gpuagent.compare import figures
 from gpuagent.compare import where as where_rule
-from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
 from gpuagent.compare.health import health_hours
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.query import InfluxQL
@@ -44,34 +44,7 @@ THROTTLE_REASONS = (
     "sync_boost",
 )
 
-DEFINITIONS = {
-    "power_mean_w": "mean of the group's power_w samples (gpu_power)",
-    "power_p95_w": "95th percentile of the group's power_w samples, nearest rank (InfluxQL PERCENTILE)",
-    "energy_kwh": "energy the group's GPUs used in the range: per GPU, the sum of the non-negative "
-    "increases of the energy_j counter between consecutive samples (a counter reset costs one interval)",
-    "gpu_hours": "per GPU, the time from its first to its last energy_j sample in the range, summed",
-    "energy_wh_per_gpu_hour": "energy per hour: energy (Wh) / GPU-hours, i.e. the mean draw of one GPU",
-    "energy_wh_per_busy_gpu_hour": "efficiency: energy (Wh) divided by busy GPU-hours, where a GPU's busy "
-    "time is its observed time × its mean gpu_util_pct / 100 (GPUs that report no utilisation, e.g. "
-    "with MIG on, are left out of both); idle draw is charged to the busy time, so lower is better",
-    "sm_clock_pct_of_max": "mean sm_clock_mhz / mean max_sm_clock_mhz × 100 (gpu_clocks)",
-    "throttle_share_pct": "per clock-event reason: samples with the reason set / samples that report the reason × 100",
-    "gpu_util_mean_pct": "mean gpu_util_pct (gpu_memory)",
-    "dram_bw_util_mean_pct": "mean dram_bw_util_pct: GPM DRAM bandwidth (Hopper and newer) only; "
-    "none for cards without GPM (their memory busy time, memory_util_pct, is not bandwidth)",
-    "dram_bw_mean_gbps": "mean dram_bw_gbps; dram_peak_gbps is the largest peak reported in the group",
-    "fb_used_mean_bytes": "mean fb_used_bytes per GPU sample; fb_total_bytes is the largest total",
-    "l2_cache_bytes": "largest l2_cache_bytes in the group",
-    "p2p": "per GPU, its best P2P link to any peer seen in the range (gpu_p2p): nvlink (nvlink_ok), "
-    "pcie (read_ok over PCIe), none (no peer reachable, or no gpu_p2p point)",
-    "mig": "capable: GPUs with gpu_mig points; enabled: GPUs with mig_mode_current true at some point; "
-    "devices: sum over GPUs of their largest mig_devices",
-    "vgpu": "modes: GPUs by their last virtualization_mode; instances: sum over GPUs of their largest active_instances",
-    "l2_probe": "means over gpu_l2_probe summary points in the range (gpuagent probe l2 --send): "
-    "l2_effective_bytes, l2_bw_gbps, dram_bw_gbps, l2_dram_ratio",
-    "series": "mean power_w per group in each time bucket (GROUP BY time, aligned to the epoch)",
-    "health_gpu_hours": HEALTH_DEFINITION,
-}
+DEFINITIONS = figures.DEFINITIONS  # the definitions every document carries (gpuagent.compare.figures)
 
 _NICE_BUCKETS_S = (10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
 
@@ -151,9 +124,7 @@ def bucket_seconds(span_s: float, target: int = 100) -> int:
 
 
 def work_definitions() -> dict[str, str]:
-    from gpuagent.compare.work import WORK_DEFINITIONS
-
-    return WORK_DEFINITIONS
+    return figures.WORK_DEFINITIONS
 
 
 class NoData(AgentError):

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from gpuagent.compare import figures
 from gpuagent.compare import limits as lim
 from gpuagent.compare import where as where_rule
 from gpuagent.compare.placement import placement
@@ -58,34 +59,7 @@ CELLS_TARGET = 50_000  # GPU × bucket cells of the limits at most (each bucket 
 WORKERS = 4
 ABSENT_INTERVALS = 3  # a series absent this many of its mean sampling intervals (or more) was not working
 
-WORK_DEFINITIONS = {
-    "work.units": "per work series (a piece of work on one GPU), the increase of units_total from its first "
-    "to its last sample in the range (a decrease is a restart: that interval adds the new value), / gpus; summed",
-    "work.gpu_hours": "per work series, its last - first sample time less its absences (runs of the limits' buckets "
-    "without a sample, 3 or more of its mean sampling intervals long) × its gpu_share (a MIG slice's share of the GPU; "
-    "absent: 1), shared with the other work on its GPU at the same time (by the pieces' mean sm_util_pct where "
-    "each has one, evenly otherwise); summed (a piece of work on N GPUs "
-    "counts N)",
-    "work.units_per_gpu_hour": "units / gpu_hours",
-    "work.wh_per_unit": "energy / units, the energy per work series being the GPU's energy_j increase "
-    "(non-negative steps) between the series' first and last sample (less its absences) × its gpu_share and its "
-    "part of a shared GPU: exactly its GPUs (or MIG slices' shares of them) over exactly its time; null where a "
-    "GPU has no energy_j",
-    "work.cost_per_million_units": "1e6 × cost / units; cost per work series = gpu_hours × [compare.prices] "
-    "gpu_hour of its model (else default) + energy kWh × pue × kwh; null without prices, for a model without a "
-    "GPU-hour price (unpriced) and where kwh is priced but a GPU has no energy_j",
-    "work.spread": "units_per_gpu_hour of each GPU of the group: min, max and the number of GPUs",
-    "limits": "share of the group's GPU-hours in each class, bucket by bucket per GPU (docs/compare.md, "
-    "'What limits the work'); limits_proxy: the class was reached through a proxy field in some bucket",
-    "unpriced": "the work's models without a GPU-hour price in [compare.prices] (no default): their cost, "
-    "cost_per_million_units and units_per_dollar are null, never priced at energy only",
-    "placement": "per workload and unit seen on two or more priced models: the cheapest model per unit at the "
-    "measured rates; saving = sum of the models' cost of their units - all the units × the cheapest's cost per unit "
-    "(saving_pct: over the first), with each model's units and GPU-hours and caveats",
-    "cross_model": "per workload and unit seen on two or more models, per model: units/s per GPU (units / "
-    "GPU-seconds), units/s per kW drawn (units / kJ, the same thing) and units per $ (units / cost), each with "
-    "its _best_pct (the figure / the best model's × 100), the GPU-hours behind it and its spread across GPUs",
-}
+WORK_DEFINITIONS = figures.WORK_DEFINITIONS
 
 
 @dataclass
@@ -318,20 +292,10 @@ def unpriced_models(series: list[WorkSeries], prices: Prices) -> list[str]:
 
 
 def _unit_figures(u: dict, prices: Prices) -> dict[str, Any]:
-    units, hours = u["units"], u["seconds"] / 3600
-    wh = u["joules"] / 3600 if u["metered"] else None
     rates = [a / (b / 3600) for a, b in u["per_gpu"].values() if b > 0]
     priced = u["priced"] and prices.any
-    return {
-        "units": units,
-        "gpu_hours": hours,
-        "energy_wh": wh,
-        "units_per_gpu_hour": units / hours if hours > 0 else None,
-        "wh_per_unit": wh / units if wh is not None and units > 0 else None,
-        "cost": u["cost"] if priced else None,
-        "cost_per_million_units": 1e6 * u["cost"] / units if priced and units > 0 else None,
-        "spread": {"gpus": len(rates), "min": min(rates), "max": max(rates)} if rates else None,
-    }
+    joules = u["joules"] if u["metered"] else None
+    return figures.unit_figures(u["units"], u["seconds"], joules, u["cost"] if priced else None, rates)
 
 
 def cross_model(series: list[WorkSeries], energies: dict, prices: Prices, metered: set) -> list[dict[str, Any]]:
