@@ -43,7 +43,7 @@ def parse_time(text: str) -> int:
 
 
 def time_range(since: str | None, start: str | None, end: str | None):
-    from gpuagent.compare.report import Range
+    from gpuagent.compare.core import Range
 
     if since and start:
         raise click.UsageError("give --since or --start, not both")

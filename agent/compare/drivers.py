@@ -13,7 +13,8 @@ import re
 from typing import Any
 
 from gpuagent.compare import where as where_rule
-from gpuagent.compare.report import NoData, Range, Report, report_document, rfc3339
+from gpuagent.compare.core import NoData, Range, report_document, rfc3339
+from gpuagent.compare.report import Report
 
 # gpu_info is resent at least hourly: a record this long before the range still names its driver.
 LOOKBACK_NS = 2 * 3600 * 10**9

@@ -50,7 +50,7 @@ def _literal(word: str) -> str:
 
 def health_hours(report: Any, groups: dict[tuple, dict[str, Any]]) -> int:
     """Add ``health_gpu_hours`` ({verdict: GPU-hours}, every verdict listed) to each group; the bucket (s)."""
-    from gpuagent.compare.report import GPU_TAGS, _gpu_key
+    from gpuagent.compare.core import GPU_TAGS, gpu_key
 
     rng = report.range
     bucket = bucket_for((rng.end_ns - rng.start_ns) / 1e9)
@@ -69,7 +69,7 @@ def health_hours(report: Any, groups: dict[tuple, dict[str, Any]]) -> int:
 
     def counts(extra: str = "") -> dict[tuple, float]:
         rows = report._rows('COUNT("verdict")', "gpu_health", GPU_TAGS, extra, tail=tail)
-        return {(_gpu_key(r), r["time"]): r["count"] for r in rows if r.get("count")}
+        return {(gpu_key(r), r["time"]): r["count"] for r in rows if r.get("count")}
 
     total = counts()
     # Samples per verdict per GPU and bucket; one word alone has them all (no query for it).

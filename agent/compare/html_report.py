@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuagent.compare.core import THROTTLE_REASONS, finite
 from gpuagent.compare.render import _TEXT_COLUMNS, COLUMNS, EFFICIENCY_NOTE
-from gpuagent.compare.report import THROTTLE_REASONS, finite
 
 esc = html.escape
 

@@ -13,9 +13,9 @@ from collections import defaultdict
 from typing import Any
 
 from gpuagent.compare import where as where_rule
+from gpuagent.compare.core import NoData, Range, report_document, rfc3339
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.query import InfluxQL
-from gpuagent.compare.report import NoData, Range, report_document, rfc3339
 from gpuagent.errors import AgentError
 
 GPU_TAGS = ("host", "uuid", "model", "gpu")

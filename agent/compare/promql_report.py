@@ -24,9 +24,7 @@ from typing import Any
 
 from gpuagent.compare import figures
 from gpuagent.compare import where as where_rule
-from gpuagent.compare.prices import Prices
-from gpuagent.compare.promql import PromQL
-from gpuagent.compare.report import (
+from gpuagent.compare.core import (
     GROUP_TAGS,
     REASONS,
     NoData,
@@ -35,8 +33,9 @@ from gpuagent.compare.report import (
     p2p_summary,
     report_document,
     rfc3339,
-    work_definitions,
 )
+from gpuagent.compare.prices import Prices
+from gpuagent.compare.promql import PromQL
 from gpuagent.errors import AgentError
 
 GPU = "host, uuid, model, gpu"
@@ -178,7 +177,13 @@ class PromReport:
             "resolution": None,
         }
         return report_document(
-            self.range, self.by, self.where, source, {**PROMQL_DEFINITIONS, **work_definitions()}, groups, series=series
+            self.range,
+            self.by,
+            self.where,
+            source,
+            {**PROMQL_DEFINITIONS, **figures.WORK_DEFINITIONS},
+            groups,
+            series=series,
         )
 
     def _work(self, groups) -> None:

@@ -25,9 +25,9 @@ import re
 from collections import defaultdict
 from typing import Any
 
+from gpuagent.compare.core import GPU_TAGS, GROUP_TAGS, Range, bucket_seconds, rfc3339
 from gpuagent.compare.promql_report import GPU, MERGE, PromReport
 from gpuagent.compare.query import NoAnswer
-from gpuagent.compare.report import GPU_TAGS, GROUP_TAGS, Range, bucket_seconds, rfc3339
 from gpuagent.compare.rollup_report import pieces_source, plan, usable
 from gpuagent.compare.rollup_rules import record
 from gpuagent.compare.rollups import LEVELS, ROLLUPS, Level

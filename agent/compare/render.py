@@ -8,8 +8,8 @@ import json
 from typing import Any
 
 from gpuagent.compare import figures
+from gpuagent.compare.core import THROTTLE_REASONS
 from gpuagent.compare.health import health_text
-from gpuagent.compare.report import THROTTLE_REASONS
 
 GIB = figures.GIB
 MIB = figures.MIB

@@ -9,60 +9,32 @@ tallies). The definitions printed with every report are in DEFINITIONS.
 
 from __future__ import annotations
 
-import datetime as dt
-import math
 import re
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 
-from gpuagent.commands.facts import REASON_WORDS
 from gpuagent.compare import figures
 from gpuagent.compare import where as where_rule
+from gpuagent.compare.core import (
+    GPU_TAGS,
+    GROUP_TAGS,
+    REASONS,
+    WORKERS,
+    NoData,
+    Range,
+    add_p2p,
+    bucket_seconds,
+    gpu_key,
+    report_document,
+    rfc3339,
+)
 from gpuagent.compare.health import health_hours
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.query import InfluxQL
 from gpuagent.errors import AgentError
 
-GPU_TAGS = ("host", "uuid", "model", "gpu")
-# Queries asked at once: each runs on one of the server's cores, so a report takes about the time
-# of its longest queries rather than their sum (bench/RESULTS.md, compare at fleet scale).
-WORKERS = 4
-GROUP_TAGS = {"model": ("model",), "host": ("host",), "gpu": ("host", "uuid")}
-
-# The clock-event reason booleans of gpu_clocks, in NVML bit order: the stream's field names
-# (what a fleet wrote, whichever plugins this machine loads).
-REASONS = tuple(REASON_WORDS)
-# The ones that hold clocks below what the work asks for (the chart shows these).
-THROTTLE_REASONS = (
-    "sw_power_cap",
-    "hw_slowdown",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-    "sync_boost",
-)
-
 DEFINITIONS = figures.DEFINITIONS  # the definitions every document carries (gpuagent.compare.figures)
-
-_NICE_BUCKETS_S = (10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
-
-
-@dataclass
-class Range:
-    start_ns: int
-    end_ns: int
-
-    def clause(self) -> str:
-        return f"time >= '{rfc3339(self.start_ns)}' AND time < '{rfc3339(self.end_ns)}'"
-
-
-def rfc3339(ns: int) -> str:
-    seconds, rest = divmod(int(ns), 1_000_000_000)
-    stamp = dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{stamp}.{rest:09d}Z"
-
 
 _PARSE_ERROR = re.compile(r"^error parsing query: (?P<what>.*) at line 1, char (?P<char>\d+)$")
 
@@ -86,49 +58,6 @@ def check_where(client: InfluxQL, where: str | None) -> None:
             raise AgentError(f"--where {where!r}: at character {at} ({where[at - 1 : at + 9]!r}): {what}") from None
         expected = what.partition("expected ")[2] or what  # what was "found" is this query's, not the user's
         raise AgentError(f"--where {where!r}: it ends where InfluxQL expects {expected}") from None
-
-
-def report_document(
-    rng: Range, by: str, where: str | None, source: dict, definitions: dict, groups: dict[tuple, dict], **extra: Any
-) -> dict[str, Any]:
-    """The compare JSON document every report shape shares (groups ordered by label; Slurm job ids
-    and pods by the numbers in them: job 9 before job 10)."""
-    order = _natural if by in ("job", "pod") else str
-    return {
-        "range": {
-            "start": rfc3339(rng.start_ns),
-            "end": rfc3339(rng.end_ns),
-            "start_ns": rng.start_ns,
-            "end_ns": rng.end_ns,
-        },
-        "by": by,
-        "where": where or None,
-        "source": source,
-        "definitions": definitions,
-        "groups": [groups[k] for k in sorted(groups, key=lambda k: order(groups[k]["label"]))],
-        **extra,
-    }
-
-
-def _natural(label: str) -> list:
-    """A sort key that orders the runs of digits in a label by their value."""
-    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", label) if part]
-
-
-def bucket_seconds(span_s: float, target: int = 100) -> int:
-    """A round bucket that cuts the range into at most about `target` pieces."""
-    for b in _NICE_BUCKETS_S:
-        if span_s / b <= target:
-            return b
-    return _NICE_BUCKETS_S[-1]
-
-
-def work_definitions() -> dict[str, str]:
-    return figures.WORK_DEFINITIONS
-
-
-class NoData(AgentError):
-    """Nothing in the range: one line, exit 1."""
 
 
 class Report:
@@ -157,7 +86,7 @@ class Report:
         return self.client.rows(q)
 
     def _per_gpu(self, select: str, measurement: str, extra: str = "") -> dict[tuple, dict]:
-        return {_gpu_key(r): r for r in self._rows(select, measurement, GPU_TAGS, extra)}
+        return {gpu_key(r): r for r in self._rows(select, measurement, GPU_TAGS, extra)}
 
     def _per_group(self, select: str, measurement: str, extra: str = "") -> dict[tuple, dict]:
         return {
@@ -214,7 +143,7 @@ class Report:
                 groups[gkey].update(fields)
         source = {"url": self.client.conn.url, "database": self.client.conn.database, "kind": "raw", "resolution": None}
         return report_document(
-            self.range, self.by, self.where, source, {**DEFINITIONS, **work_definitions()}, groups, series=series
+            self.range, self.by, self.where, source, {**DEFINITIONS, **figures.WORK_DEFINITIONS}, groups, series=series
         )
 
     def _health(self, groups) -> None:
@@ -262,7 +191,7 @@ class Report:
                 self.client.rows, f"SELECT SUM(d) FROM ({inner}) WHERE {self._where()} GROUP BY {', '.join(GPU_TAGS)}"
             )
             samples, util, clocks, memory, first, last = (a.result() for a in asked)
-            energy = {_gpu_key(r): r for r in energy_rows.result()}
+            energy = {gpu_key(r): r for r in energy_rows.result()}
         for key, row in samples.items():
             gpus[key]["power_samples"] = row["count"]
         for key, row in util.items():
@@ -359,7 +288,7 @@ class Report:
         profiles = defaultdict(set)
         for r in self._rows('COUNT("mig_index")', "gpu_mig", (*GPU_TAGS, "mig_profile")):
             if r.get("mig_profile"):
-                profiles[self._group_of(_gpu_key(r))].add(r["mig_profile"])
+                profiles[self._group_of(gpu_key(r))].add(r["mig_profile"])
         for gkey, g in groups.items():
             g["mig"] = {
                 "capable_gpus": 0,
@@ -381,7 +310,7 @@ class Report:
         types = defaultdict(set)
         for r in self._rows('COUNT("vgpu_type_id")', "gpu_vgpu", (*GPU_TAGS, "vgpu_type")):
             if r.get("vgpu_type"):
-                types[self._group_of(_gpu_key(r))].add(r["vgpu_type"])
+                types[self._group_of(gpu_key(r))].add(r["vgpu_type"])
         for gkey, g in groups.items():
             g["vgpu"] = {"modes": {}, "instances": 0, "types": sorted(types.get(gkey, ()))}
         for key in gpus:
@@ -430,32 +359,3 @@ class Report:
             "bucket_s": bucket,
             "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())},
         }
-
-
-def _gpu_key(row: dict) -> tuple:
-    return tuple(row.get(t, "") for t in GPU_TAGS)
-
-
-def add_p2p(groups, gpus, nvlink, pcie, group_of) -> None:
-    """Each group's GPUs by their best P2P path (NVLink, else PCIe, else none), and its summary;
-    `nvlink` and `pcie` are the GPU keys that reached a peer that way (raw points or rollups)."""
-    tally: dict[tuple, dict[str, int]] = {k: {"nvlink": 0, "pcie": 0, "none": 0} for k in groups}
-    for key in gpus:
-        kind = "nvlink" if key in nvlink else "pcie" if key in pcie else "none"
-        tally[group_of(key)][kind] += 1
-    for gkey, g in groups.items():
-        g["p2p"] = tally[gkey]
-        g["p2p_summary"] = p2p_summary(tally[gkey])
-
-
-def p2p_summary(tally: dict[str, int]) -> str:
-    names = {"nvlink": "NVLink", "pcie": "PCIe", "none": "none"}
-    present = [k for k in ("nvlink", "pcie", "none") if tally.get(k)]
-    if len(present) == 1:
-        return names[present[0]]
-    return ", ".join(f"{names[k]} {tally[k]}" for k in present) or "none"
-
-
-def finite(value: object) -> TypeGuard[float]:
-    """A real number to show: not None, NaN, an infinity or a bool."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

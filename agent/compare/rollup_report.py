@@ -22,18 +22,18 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpuagent.compare.health import VERDICTS, add_hours, bucket_for, health_hours
-from gpuagent.compare.query import quote_ident
-from gpuagent.compare.report import (
+from gpuagent.compare.core import (
     GPU_TAGS,
     WORKERS,
     Range,
-    Report,
-    _gpu_key,
     add_p2p,
     bucket_seconds,
+    gpu_key,
     rfc3339,
 )
+from gpuagent.compare.health import VERDICTS, add_hours, bucket_for, health_hours
+from gpuagent.compare.query import quote_ident
+from gpuagent.compare.report import Report
 from gpuagent.compare.rollups import (
     BY_HOST,
     BY_NAME,
@@ -421,22 +421,22 @@ class RollupReport(Report):
         source, _ = self._from(level, "gpu_power")
         first_field, last_field = ("energy_j", "energy_j") if level is None else ("energy_first", "energy_last")
         first = {
-            _gpu_key(r): r
+            gpu_key(r): r
             for r in self.client.rows(f'SELECT FIRST("{first_field}") FROM {source} WHERE {where} GROUP BY {tags}')
         }
         last = {
-            _gpu_key(r): r
+            gpu_key(r): r
             for r in self.client.rows(f'SELECT LAST("{last_field}") FROM {source} WHERE {where} GROUP BY {tags}')
         }
         inner = f'SELECT NON_NEGATIVE_DIFFERENCE("{last_field}") AS d FROM {source} WHERE {where} GROUP BY {tags}'
         steps = {
-            _gpu_key(r): r["sum"] or 0.0
+            gpu_key(r): r["sum"] or 0.0
             for r in self.client.rows(f"SELECT SUM(d) FROM ({inner}) WHERE {where} GROUP BY {tags}")
         }
         inside = {}
         if level is not None:  # the first bucket's own increase (its first to its last value)
             inside = {
-                _gpu_key(r): r
+                gpu_key(r): r
                 for r in self.client.rows(f'SELECT FIRST("energy_last") FROM {source} WHERE {where} GROUP BY {tags}')
             }
         out = {}
@@ -516,7 +516,7 @@ class RollupReport(Report):
             rows = self.client.rows(
                 f'SELECT {fn}("{field}") FROM {source} WHERE {self._piece_where(a, b)} GROUP BY {", ".join(GPU_TAGS)}'
             )
-            return {_gpu_key(r): r["time"] for r in rows}
+            return {gpu_key(r): r["time"] for r in rows}
 
         return self._once(("sample times", which, level, a, b), ask)
 
@@ -724,7 +724,7 @@ class RollupReport(Report):
                         f'SELECT SUM("{field}") AS "{field}" FROM {source} WHERE {where} '
                         f"GROUP BY {', '.join(GPU_TAGS)}{tail}"
                     )
-                return {(_gpu_key(r), r["time"]): r[field] for r in rows if r.get(field)}
+                return {(gpu_key(r), r["time"]): r[field] for r in rows if r.get(field)}
             return {
                 (k[:-1], k[-1]): r[field]
                 for k, r in self._agg(name, (field,), GPU_TAGS, pieces, tail).items()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from gpuagent.compare.core import WORKERS, Range
 from gpuagent.compare.query import quote_ident
-from gpuagent.compare.report import WORKERS, Range
 from gpuagent.compare.rollups import GPU_ONLY, LEVELS, Level, coverage
 from gpuagent.compare.work import _PLAIN_UUID, CELL_REASONS, InfluxWork
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Throttle reasons, as gpu_clocks writes them (the booleans the report counts).
+from gpuagent.compare.core import REASONS, rfc3339
 from gpuagent.compare.health import VERDICTS
 from gpuagent.compare.query import InfluxQL, quote_ident
-
-# Throttle reasons, as gpu_clocks writes them (the booleans the report counts).
-from gpuagent.compare.report import REASONS, rfc3339
 from gpuagent.compare.work import CELL_REASONS
 from gpuagent.errors import AgentError
 

@@ -35,9 +35,9 @@ from typing import Any
 from gpuagent.compare import figures
 from gpuagent.compare import limits as lim
 from gpuagent.compare import where as where_rule
+from gpuagent.compare.core import NoData, Range, bucket_seconds, report_document, rfc3339
 from gpuagent.compare.placement import placement
 from gpuagent.compare.prices import Prices
-from gpuagent.compare.report import NoData, Range, bucket_seconds, report_document, rfc3339
 from gpuagent.compare.sharing import cut_absences, share_gpus
 
 GPU = ("host", "uuid")

@@ -172,8 +172,8 @@ class PromFleet(FleetSource):
     promql = True
 
     def __init__(self, client, by: str = "host", window_s: float = 300.0, where: str | None = None):
+        from gpuagent.compare.core import Range
         from gpuagent.compare.promql_report import PromReport
-        from gpuagent.compare.report import Range
 
         super().__init__(client, by, window_s, where)
         now = time.time_ns()

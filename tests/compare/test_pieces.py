@@ -8,8 +8,8 @@ import re
 import signal
 
 from gpuagent.compare import health, jobs, render, work, work_render
+from gpuagent.compare.core import Range, report_document
 from gpuagent.compare.drivers import _uuid_condition
-from gpuagent.compare.report import Range, report_document
 from gpuagent.compare.workers import worker_pool
 
 S = 10**9
