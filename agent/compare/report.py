@@ -116,7 +116,7 @@ class Report:
             g["models"] = models
             g["gpus"] = len(members)
             g["hosts"] = hosts
-            g.update(self._energy(members))
+            figures.derive(figures.ENERGY, {gkey: self._energy(members)}, {gkey: g})
         # The sections are independent: each asks its own queries at once and writes its own keys
         # into a fresh dict per group, merged afterwards in this order (the document's key order).
         sections = (
@@ -204,39 +204,41 @@ class Report:
                 gpus[key]["energy_j"] = energy[key]["sum"] if key in energy else 0.0
         return dict(gpus)
 
-    def _energy(self, members) -> dict[str, Any]:
-        energy = sum(i["energy_j"] for _, i in members if "energy_j" in i)
-        seconds = sum(i["observed_s"] for _, i in members if "energy_j" in i)
-        busy_energy = sum(i["energy_j"] for _, i in members if "energy_j" in i and i.get("util_mean_pct") is not None)
-        busy_s = sum(
-            i["observed_s"] * i["util_mean_pct"] / 100.0
-            for _, i in members
-            if "energy_j" in i and i.get("util_mean_pct") is not None
-        )
+    def _energy(self, members) -> dict[str, float]:
+        """The group's energy sums (figures.ENERGY_SUMS) of its GPUs' figures."""
+        metered = [i for _, i in members if "energy_j" in i]
+        busy = [i for i in metered if i.get("util_mean_pct") is not None]
         return {
-            "energy_kwh": energy / 3.6e6,
-            "gpu_hours": seconds / 3600.0,
-            "energy_wh_per_gpu_hour": (energy / 3600.0) / (seconds / 3600.0) if seconds > 0 else None,
-            "busy_gpu_hours": busy_s / 3600.0,
-            "energy_wh_per_busy_gpu_hour": (busy_energy / 3600.0) / (busy_s / 3600.0) if busy_s > 0 else None,
+            figures.ENERGY_J: sum(i["energy_j"] for i in metered),
+            figures.OBSERVED_S: sum(i["observed_s"] for i in metered),
+            figures.BUSY_ENERGY_J: sum(i["energy_j"] for i in busy),
+            figures.BUSY_S: sum(i["observed_s"] * i["util_mean_pct"] / 100.0 for i in busy),
         }
 
+    # -- the registry's aggregates (gpuagent.compare.figures), one query per measurement ---------------
+    _SELECT = {"mean": 'MEAN("{}")', "max": 'MAX("{}")', "count": 'COUNT("{}")', "p95": 'PERCENTILE("{}", 95)'}
+    _ONLY = {figures.GPM: "\"dram_bw_source\" = 'gpm'"}
+
+    def group_aggregates(self, wanted: tuple[figures.Aggregate, ...]) -> dict[tuple, dict[figures.Aggregate, Any]]:
+        """Per group, each aggregate as InfluxDB computes it over the raw points."""
+        out: dict[tuple, dict[figures.Aggregate, Any]] = defaultdict(dict)
+        by_source: dict[tuple[str, str], list[figures.Aggregate]] = defaultdict(list)
+        for agg in wanted:
+            by_source[(agg.measurement, agg.only)].append(agg)
+        for (measurement, only), aggs in by_source.items():
+            select = ", ".join(f'{self._SELECT[a.op].format(a.field)} AS "a{i}"' for i, a in enumerate(aggs))
+            for gkey, row in self._per_group(select, measurement, self._ONLY.get(only, "")).items():
+                out[gkey].update({a: row.get(f"a{i}") for i, a in enumerate(aggs)})
+        return out
+
+    def _figures(self, section: tuple[figures.Figure, ...], groups) -> None:
+        figures.derive(section, self.group_aggregates(figures.aggregates(section)), groups)
+
     def _power(self, groups) -> None:
-        rows = self._per_group('MEAN("power_w"), PERCENTILE("power_w", 95), COUNT("power_w")', "gpu_power")
-        for gkey, g in groups.items():
-            r = rows.get(gkey, {})
-            g["power_samples"] = r.get("count", 0)
-            g["power_mean_w"] = r.get("mean")
-            g["power_p95_w"] = r.get("percentile")
+        self._figures(figures.POWER, groups)
 
     def _clocks(self, groups) -> None:
-        rows = self._per_group('MEAN("sm_clock_mhz"), MEAN("max_sm_clock_mhz")', "gpu_clocks")
-        for gkey, g in groups.items():
-            r = rows.get(gkey, {})
-            mean, peak = r.get("mean"), r.get("mean_1")
-            g["sm_clock_mean_mhz"] = mean
-            g["sm_clock_max_mhz"] = peak
-            g["sm_clock_pct_of_max"] = 100.0 * mean / peak if mean is not None and peak else None
+        self._figures(figures.CLOCKS, groups)
 
     def _throttle(self, groups) -> None:
         totals = self._per_group(", ".join(f'COUNT("{r}") AS "{r}"' for r in REASONS), "gpu_clocks")
@@ -253,29 +255,9 @@ class Report:
             g["throttle_share_pct"] = dict(shares.get(gkey, {}))
 
     def _memory(self, groups) -> None:
-        select = (
-            'MEAN("gpu_util_pct") AS util, '
-            'MAX("dram_peak_gbps") AS dram_peak, MEAN("fb_used_bytes") AS fb_used, MAX("fb_used_bytes") AS fb_used_max, '
-            'MAX("fb_total_bytes") AS fb_total, MAX("l2_cache_bytes") AS l2'
-        )
-        rows = self._per_group(select, "gpu_memory")
-        # DRAM bandwidth only as GPM measured it: older agents wrote NVML's memory busy time under
-        # the same name (dram_bw_source = "utilization"); it is not bandwidth and is never mixed in.
-        dram = self._per_group(
-            'MEAN("dram_bw_util_pct") AS dram_util, MEAN("dram_bw_gbps") AS dram_gbps',
-            "gpu_memory",
-            "\"dram_bw_source\" = 'gpm'",
-        )
-        for gkey, g in groups.items():
-            r = rows.get(gkey, {})
-            g["gpu_util_mean_pct"] = r.get("util")
-            g["dram_bw_util_mean_pct"] = dram.get(gkey, {}).get("dram_util")
-            g["dram_bw_mean_gbps"] = dram.get(gkey, {}).get("dram_gbps")
-            g["dram_peak_gbps"] = r.get("dram_peak")
-            g["fb_used_mean_bytes"] = r.get("fb_used")
-            g["fb_used_max_bytes"] = r.get("fb_used_max")
-            g["fb_total_bytes"] = r.get("fb_total")
-            g["l2_cache_bytes"] = r.get("l2")
+        # DRAM bandwidth only as GPM measured it (figures.GPM): older agents wrote NVML's memory busy
+        # time under the same name (dram_bw_source = "utilization"); it is not bandwidth, never mixed in.
+        self._figures(figures.MEMORY, groups)
 
     def _p2p(self, groups, gpus) -> None:
         nvlink = self._per_gpu('COUNT("nvlink_ok")', "gpu_p2p", '"nvlink_ok" = true')
