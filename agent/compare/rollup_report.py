@@ -22,6 +22,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from gpuagent.compare import figures
 from gpuagent.compare.core import (
     GPU_TAGS,
     WORKERS,
@@ -45,6 +46,7 @@ from gpuagent.compare.rollups import (
     LEVELS,
     POWER_BY_HOST,
     REASONS,
+    ROLLUPS,
     Level,
     coverage,
     hist_field,
@@ -127,6 +129,19 @@ def _reduce(op: str, values: list):
     if op == "LAST":
         return values[-1]
     return 1  # ONE
+
+
+def _rollup_fields(agg: figures.Aggregate) -> tuple[str, tuple[str, ...]]:
+    """The rollup that records an aggregate of raw points, and its fields: (sum, count) for a mean,
+    the one field for a count or max."""
+    where = "\"dram_bw_source\" = 'gpm'" if agg.only == figures.GPM else ""
+    ops = {"mean": ("SUM", "COUNT"), "count": ("COUNT",), "max": ("MAX",)}[agg.op]
+    for rollup in ROLLUPS:
+        if rollup.source == agg.measurement and rollup.where == where:
+            found = {f.raw: f.name for f in rollup.fields}
+            if all(f'{op}("{agg.field}")' in found for op in ops):
+                return rollup.name, tuple(found[f'{op}("{agg.field}")'] for op in ops)
+    raise LookupError(f"no rollup records {agg}")
 
 
 Piece = tuple  # (Level | None, start_ns, end_ns): None is raw points
@@ -520,20 +535,41 @@ class RollupReport(Report):
 
         return self._once(("sample times", which, level, a, b), ask)
 
-    def _power(self, groups) -> None:
-        rows = self._group_agg("gpu_power", ("power_sum", "power_count", "power_max", "power_min"))
-        p95 = self._p95_from_histogram(rows)
-        if p95 is None:  # exact, from raw points: percentiles do not roll up
-            p95 = {k: r.get("percentile") for k, r in self._per_group('PERCENTILE("power_w", 95)', "gpu_power").items()}
-        else:
-            self.from_raw.remove("power_p95_w")
-            self.approximate["power_p95_w"] = {"method": "histogram", "bin_w": HIST_W, "bound_w": HIST_W / 2}
-        for gkey, g in groups.items():
-            r = rows.get(gkey, {})
-            n = r.get("power_count") or 0
-            g["power_samples"] = n
-            g["power_mean_w"] = r["power_sum"] / n if n else None
-            g["power_p95_w"] = p95.get(gkey)
+    def group_aggregates(self, wanted: tuple[figures.Aggregate, ...]) -> dict[tuple, dict[figures.Aggregate, Any]]:
+        """Per group, each aggregate merged over the rollups' pieces: a mean of the sums and counts, a
+        count or max of its field; the 95th percentile from the power histograms where they serve it
+        (source.approximate), else from raw points."""
+        fields = {a: _rollup_fields(a) for a in wanted if a.op != "p95"}
+        percentile = [a for a in wanted if a.op == "p95"]
+        if percentile:  # the histogram's rank needs the samples and their range
+            fields[percentile[0]] = ("gpu_power", ("power_count", "power_max", "power_min"))
+        names: dict[str, set[str]] = defaultdict(set)
+        for rollup, needed in fields.values():
+            names[rollup].update(needed)
+        rows = {
+            rollup: self._group_agg(rollup, tuple(f.name for f in BY_NAME[rollup].fields if f.name in needed))
+            for rollup, needed in names.items()
+        }
+        out: dict[tuple, dict[figures.Aggregate, Any]] = defaultdict(dict)
+        for agg, (rollup, needed) in fields.items():
+            if agg.op == "p95":
+                continue
+            for gkey, r in rows[rollup].items():
+                if agg.op == "mean":
+                    total, n = needed
+                    out[gkey][agg] = r[total] / r[n] if r.get(n) else None
+                else:
+                    out[gkey][agg] = r.get(needed[0])
+        for agg in percentile:
+            p95 = self._p95_from_histogram(rows["gpu_power"])
+            if p95 is None:  # exact, from raw points: percentiles do not roll up
+                p95 = {gkey: got[agg] for gkey, got in Report.group_aggregates(self, (agg,)).items()}
+            else:
+                self.from_raw.remove("power_p95_w")
+                self.approximate["power_p95_w"] = {"method": "histogram", "bin_w": HIST_W, "bound_w": HIST_W / 2}
+            for gkey, value in p95.items():
+                out[gkey][agg] = value
+        return out
 
     def _p95_from_histogram(self, rows: dict[tuple, dict]) -> dict[tuple, float | None] | None:
         """Per group, the 95th percentile (nearest rank, as InfluxQL's PERCENTILE) from the power
@@ -587,18 +623,6 @@ class RollupReport(Report):
             out[gkey] = (lo + hi) / 2
         return out
 
-    def _clocks(self, groups) -> None:
-        rows = self._group_agg(
-            "gpu_clocks", ("sm_clock_sum", "sm_clock_count", "max_sm_clock_sum", "max_sm_clock_count")
-        )
-        for gkey, g in groups.items():
-            r = rows.get(gkey, {})
-            mean = r["sm_clock_sum"] / r["sm_clock_count"] if r.get("sm_clock_count") else None
-            peak = r["max_sm_clock_sum"] / r["max_sm_clock_count"] if r.get("max_sm_clock_count") else None
-            g["sm_clock_mean_mhz"] = mean
-            g["sm_clock_max_mhz"] = peak
-            g["sm_clock_pct_of_max"] = 100.0 * mean / peak if mean is not None and peak else None
-
     def _throttle(self, groups) -> None:
         totals = self._group_agg("gpu_clocks", tuple(f"{r}_n" for r in REASONS))
         shares: dict[tuple, dict[str, float]] = defaultdict(dict)
@@ -612,38 +636,6 @@ class RollupReport(Report):
                     shares[gkey][reason] = 100.0 * (hits.get(gkey, {}).get("hits") or 0) / n
         for gkey, g in groups.items():
             g["throttle_share_pct"] = dict(shares.get(gkey, {}))
-
-    def _memory(self, groups) -> None:
-        rows = self._group_agg(
-            "gpu_memory",
-            (
-                "util_sum",
-                "util_count",
-                "fb_used_sum",
-                "fb_used_count",
-                "fb_used_max",
-                "fb_total_max",
-                "dram_peak_max",
-                "l2_max",
-            ),
-        )
-        dram = self._group_agg(
-            "gpu_memory_gpm", ("dram_util_sum", "dram_util_count", "dram_gbps_sum", "dram_gbps_count")
-        )
-
-        def mean(r, name):
-            return r[f"{name}_sum"] / r[f"{name}_count"] if r.get(f"{name}_count") else None
-
-        for gkey, g in groups.items():
-            r, d = rows.get(gkey, {}), dram.get(gkey, {})
-            g["gpu_util_mean_pct"] = mean(r, "util")
-            g["dram_bw_util_mean_pct"] = mean(d, "dram_util")
-            g["dram_bw_mean_gbps"] = mean(d, "dram_gbps")
-            g["dram_peak_gbps"] = r.get("dram_peak_max")
-            g["fb_used_mean_bytes"] = mean(r, "fb_used")
-            g["fb_used_max_bytes"] = r.get("fb_used_max")
-            g["fb_total_bytes"] = r.get("fb_total_max")
-            g["l2_cache_bytes"] = r.get("l2_max")
 
     def _health(self, groups) -> None:
         """health_gpu_hours from the per-verdict sample counts of the rollups, in the raw report's buckets
