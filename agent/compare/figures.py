@@ -390,6 +390,8 @@ MEMORY = section(
     "l2_cache_bytes",
 )
 PLAIN = (*POWER, *CLOCKS, *MEMORY)  # the figures derived from Aggregates alone
+# The PromQL documents' order of them (the corpus compares the text): those one aggregate gives first.
+PROMQL_ORDER = tuple(sorted(PLAIN, key=lambda f: f.derive is not _itself))
 
 
 def aggregates(figures: Iterable[Figure]) -> tuple[Aggregate, ...]:

@@ -25,7 +25,9 @@ import re
 from collections import defaultdict
 from typing import Any
 
+from gpuagent.compare import figures
 from gpuagent.compare.core import GPU_TAGS, GROUP_TAGS, Range, bucket_seconds, rfc3339
+from gpuagent.compare.promql import PromNames
 from gpuagent.compare.promql_report import GPU, MERGE, PromReport
 from gpuagent.compare.query import NoAnswer
 from gpuagent.compare.rollup_report import pieces_source, plan, usable
@@ -113,21 +115,22 @@ class PromRollupReport(PromReport):
         self.from_raw = ["power_p95_w", "l2_probe", "work"]
 
     # -- the union of the pieces -------------------------------------------------------------------
-    def rec(self, level: Level, measurement: str, field: str, fn: str) -> str:
+    def recorded(self, level: Level, measurement: str, field: str, fn: str) -> str:
+        """The recording rule's series holding `fn` of the field per bucket of the level, with --where's matchers."""
         rollup, name = RECORDS[(measurement, field, fn)]
-        rec = record(_rollup(rollup), _field(rollup, name), level.name)
-        return f"{rec}{{{self.where}}}" if self.where else rec
+        series = record(_rollup(rollup), _field(rollup, name), level.name)
+        return f"{series}{{{self.where}}}" if self.where else series
 
     def piece_term(self, fn: str, measurement: str, field: str, piece) -> str:
         """`fn_over_time` of one piece: raw samples of [a, b) at b - 1 ms, or the buckets stamped in (a, b]."""
         level, a, b = piece
         if level is None:
-            return f"{fn}_over_time({self.sel(measurement, field)}[{_ms(b - a)}] @ {_at(b - 1_000_000)})"
-        return f"{MERGE[fn]}_over_time({self.rec(level, measurement, field, fn)}[{_ms(b - a)}] @ {_at(b)})"
+            return f"{fn}_over_time({self.selector(measurement, field)}[{_ms(b - a)}] @ {_at(b - 1_000_000)})"
+        return f"{MERGE[fn]}_over_time({self.recorded(level, measurement, field, fn)}[{_ms(b - a)}] @ {_at(b)})"
 
-    def agg(self, fn: str, measurement: str, field: str, by: str) -> str:
+    def over_range(self, fn: str, measurement: str, field: str, by: str) -> str:
         if (measurement, field, fn) not in RECORDS:
-            return super().agg(fn, measurement, field, by)  # nothing recorded (the L2 probe): raw samples
+            return super().over_range(fn, measurement, field, by)  # nothing recorded (the L2 probe): raw samples
         # Each piece merged `by` before the union: the union (label_replace, or) costs per series.
         merge = MERGE[fn]
         terms = [
@@ -142,7 +145,10 @@ class PromRollupReport(PromReport):
 
     def _energy(self, groups, a) -> None:
         escale = self.name("gpu_power", "energy_j")[1]
-        top, low = self.agg("max", "gpu_power", "energy_j", GPU), self.agg("min", "gpu_power", "energy_j", GPU)
+        top, low = (
+            self.over_range("max", "gpu_power", "energy_j", GPU),
+            self.over_range("min", "gpu_power", "energy_j", GPU),
+        )
         found = self.client.many(
             [
                 (f"{top} - {low}", self.at, "energy per GPU"),
@@ -166,13 +172,9 @@ class PromRollupReport(PromReport):
             if key in util:
                 s[2] += joules
                 s[3] += seconds * util[key] / 100
-        for gkey, g in groups.items():
-            joules, seconds, busy_joules, busy_s = sums.get(gkey, (0.0, 0.0, 0.0, 0.0))
-            g["energy_kwh"] = joules / 3.6e6
-            g["gpu_hours"] = seconds / 3600.0
-            g["energy_wh_per_gpu_hour"] = joules / seconds if seconds > 0 else None
-            g["busy_gpu_hours"] = busy_s / 3600.0
-            g["energy_wh_per_busy_gpu_hour"] = busy_joules / busy_s if busy_s > 0 else None
+        figures.derive(
+            figures.ENERGY, {gkey: dict(zip(figures.ENERGY_SUMS, s, strict=True)) for gkey, s in sums.items()}, groups
+        )
 
     def _sample_times(self, which: str, gpus: set[tuple]) -> dict[tuple, int]:
         """Per GPU the time (ns) of its first or last energy_j sample in the range: the first (last)
@@ -185,9 +187,9 @@ class PromRollupReport(PromReport):
             if not left:
                 break
             if level is None:
-                term = f"{self.sel('gpu_power', 'energy_j')}[{_ms(b - a)}] @ {_at(b - 1_000_000)}"
+                term = f"{self.selector('gpu_power', 'energy_j')}[{_ms(b - a)}] @ {_at(b - 1_000_000)}"
             else:
-                term = f"{self.rec(level, 'gpu_power', 'energy_j', 'count')}[{_ms(b - a)}] @ {_at(b)}"
+                term = f"{self.recorded(level, 'gpu_power', 'energy_j', 'count')}[{_ms(b - a)}] @ {_at(b)}"
             rows = self.client.query(f"{agg} by ({GPU}) ({fn}({term}))", self.at, f"{which} sample times")
             stamps = {}
             for r in rows:
@@ -208,9 +210,9 @@ class PromRollupReport(PromReport):
         out: dict[tuple, int] = {}
         for t, keys in sorted(by_stamp.items()):  # one query per bucket, shared by its GPUs
             if finer is None:
-                term = f"{self.sel('gpu_power', 'energy_j')}[{_ms(level.ns)}] @ {_at(t - 1_000_000)}"
+                term = f"{self.selector('gpu_power', 'energy_j')}[{_ms(level.ns)}] @ {_at(t - 1_000_000)}"
             else:
-                term = f"{self.rec(finer, 'gpu_power', 'energy_j', 'count')}[{_ms(level.ns)}] @ {_at(t)}"
+                term = f"{self.recorded(finer, 'gpu_power', 'energy_j', 'count')}[{_ms(level.ns)}] @ {_at(t)}"
             rows = self.client.query(f"{agg} by ({GPU}) ({fn}({term}))", self.at, f"{which} sample times")
             inner = {_gpu(r["metric"]): round(float(r["value"][1]) * 1000) * 10**6 for r in rows}
             found = {k: inner[k] for k in keys if k in inner}
@@ -241,7 +243,7 @@ class PromRollupReport(PromReport):
         if level is None:
             return super()._series(groups)  # buckets the rollups do not tile: raw samples
         self.series_level = level
-        s, c = (f"{self.rec(level, 'gpu_power', 'power_w', fn)}[{bucket}s]" for fn in ("sum", "count"))
+        s, c = (f"{self.recorded(level, 'gpu_power', 'power_w', fn)}[{bucket}s]" for fn in ("sum", "count"))
         expr = f"sum by ({self.group}) (sum_over_time({s})) / sum by ({self.group}) (sum_over_time({c}))"
         scale = self.name("gpu_power", "power_w")[1]
         if scale != 1.0:
@@ -364,8 +366,8 @@ def backfill(
             "with promtool tsdb create-blocks-from rules (docs/compare.md)"
         )
     if scheme == "auto":
-        probe = PromReport(client, Range(start_ns, end_ns))
-        probe._detect_scheme()
+        probe = PromNames(client, Range(start_ns, end_ns))
+        probe.detect_scheme()
         scheme = probe.scheme
     stamps = 0
     with tempfile.TemporaryDirectory(prefix="gpuagent-rollups-") as tmp:

@@ -38,6 +38,7 @@ from gpuagent.compare import where as where_rule
 from gpuagent.compare.core import NoData, Range, bucket_seconds, report_document, rfc3339
 from gpuagent.compare.placement import placement
 from gpuagent.compare.prices import Prices
+from gpuagent.compare.promql import PromNames
 from gpuagent.compare.sharing import cut_absences, share_gpus
 
 GPU = ("host", "uuid")
@@ -372,9 +373,9 @@ class InfluxWork:
         return self._metered
 
     def series_exist(self) -> bool:
-        return bool(self.client.rows(f'SELECT FIRST("units_total") FROM "gpu_work" WHERE {self._w()}'))
+        return bool(self.client.rows(f'SELECT FIRST("units_total") FROM "gpu_work" WHERE {self._where_clause()}'))
 
-    def _w(self, work: bool = True) -> str:
+    def _where_clause(self, work: bool = True) -> str:
         parts = [self.range.clause()]
         if self.where and (work or self.gpu_where):
             parts.append(f"({self.where})")
@@ -382,7 +383,7 @@ class InfluxWork:
 
     def series(self) -> list[WorkSeries]:
         by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
-        base = f'FROM "gpu_work" WHERE {self._w()} GROUP BY {by}'
+        base = f'FROM "gpu_work" WHERE {self._where_clause()} GROUP BY {by}'
         diffs = f'SELECT NON_NEGATIVE_DIFFERENCE("units_total") AS d {base}'
         steps = f'SELECT DIFFERENCE("units_total") AS d {base}'
         queries = (
@@ -393,7 +394,7 @@ class InfluxWork:
             f"SELECT SUM(d) FROM ({diffs}) WHERE {self.range.clause()} GROUP BY {by}",
             f"SELECT d FROM ({steps}) WHERE {self.range.clause()} AND d < 0 GROUP BY {by}",
             # The GPUs, and which have an energy counter (two selectors: one scan, the time unused).
-            f'SELECT LAST("power_w") AS p, LAST("energy_j") AS e FROM "gpu_power" WHERE {self._w(work=False)} '
+            f'SELECT LAST("power_w") AS p, LAST("energy_j") AS e FROM "gpu_power" WHERE {self._where_clause(work=False)} '
             'GROUP BY "host", "uuid"',
             f'SELECT COUNT("units_total") AS n, MEAN("sm_util_pct") AS sm {base}',
         )
@@ -432,9 +433,7 @@ class InfluxWork:
         if not series:
             return {}
         by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
-        inner = (
-            f'SELECT COUNT("units_total") AS c FROM "gpu_work" WHERE {self._w()} GROUP BY {by}, time({bucket}s) fill(0)'
-        )
+        inner = f'SELECT COUNT("units_total") AS c FROM "gpu_work" WHERE {self._where_clause()} GROUP BY {by}, time({bucket}s) fill(0)'
         out: dict[tuple, set] = defaultdict(set)
         for r in self.client.rows(f"SELECT c FROM ({inner}) WHERE {self.range.clause()} AND c = 0 GROUP BY {by}"):
             out[tuple(r.get(t) or "" for t in SERIES_TAGS)].add(r["time"])
@@ -450,7 +449,7 @@ class InfluxWork:
         by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
         for i in range(0, len(times), 50):
             at = " OR ".join(f"time = {t}" for t in times[i : i + 50])
-            q = f'SELECT "units_total" FROM "gpu_work" WHERE {self._w()} AND ({at}) GROUP BY {by}'
+            q = f'SELECT "units_total" FROM "gpu_work" WHERE {self._where_clause()} AND ({at}) GROUP BY {by}'
             for r in self.client.rows(q):
                 k = tuple(r.get(t) or "" for t in SERIES_TAGS)
                 if (k, r["time"]) in wanted:
@@ -569,9 +568,7 @@ class PromWork:
     """The same rows over the Prometheus API; names and --where as gpuagent.compare.promql_report."""
 
     def __init__(self, client, rng: Range, where: str | None, gpu_where: bool):
-        from gpuagent.compare.promql_report import PromReport
-
-        self.names = PromReport(client, rng, by="model", where=where)  # its names, matchers and window
+        self.names = PromNames(client, rng, where)  # the report's names, matchers and window
         self.client, self.range = client, rng
         self.gpu_where = gpu_where
         self.label = client.conn.label
@@ -601,7 +598,7 @@ class PromWork:
     def _ready(self) -> None:
         if not self.client.engine:
             self.client.detect_engine(self.names.at)
-        self.names._detect_scheme()
+        self.names.detect_scheme()
 
     def series_exist(self) -> bool:
         self._ready()
@@ -620,7 +617,8 @@ class PromWork:
         # Prometheus: last - first where the counter did not restart; increase() (extrapolated) where it did
         return f"(max_over_time({r}) - min_over_time({r})) and (resets({r}) == 0) or increase({r})"
 
-    def _t(self, fn: str, sel: str, window: str) -> str:
+    def _sample_time(self, fn: str, sel: str, window: str) -> str:
+        """The time of each series' first or last (`fn`) sample in the window."""
         if self.client.engine == "victoriametrics":
             return f"t{fn}_over_time({sel}[{window}])"
         span_ms = (self.range.end_ns - self.range.start_ns) // 1_000_000
@@ -639,8 +637,8 @@ class PromWork:
         inc = f"sum by ({by}) ({self._increase(r)})"
         calls = [
             (inc, n.at, "work: the increase of each work counter"),
-            (f"min by ({by}) ({self._t('first', u, n.window)})", n.at, "work: first samples"),
-            (f"max by ({by}) ({self._t('last', u, n.window)})", n.at, "work: last samples"),
+            (f"min by ({by}) ({self._sample_time('first', u, n.window)})", n.at, "work: first samples"),
+            (f"max by ({by}) ({self._sample_time('last', u, n.window)})", n.at, "work: last samples"),
             (f"max by ({by}) (last_over_time({g}[{n.window}]))", n.at, "work: GPUs per piece of work"),
             (f"max by ({by}) (last_over_time({sh}[{n.window}]))", n.at, "work: MIG slices' shares of their GPU"),
             (
