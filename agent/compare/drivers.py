@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpuagent.compare import figures
 from gpuagent.compare import where as where_rule
 from gpuagent.compare.core import NoData, Range, report_document, rfc3339
 from gpuagent.compare.report import Report
@@ -61,14 +62,14 @@ def build_by_driver(client, rng: Range, where: str | None = None) -> dict[str, A
             g["key"] = {"driver_version": driver, "model": model}
             g["label"] = f"{driver} {model}"
             groups[(driver, model)] = g
-        part = doc.get("series")
+        part = doc.get(figures.SERIES)
         if part:
             if series is None:
-                series = {"bucket_s": part["bucket_s"], "power_mean_w": {}}
-            for label, values in part["power_mean_w"].items():
-                series["power_mean_w"][f"{driver} {label}"] = values
+                series = {"bucket_s": part["bucket_s"], figures.SERIES_POWER: {}}
+            for label, values in part[figures.SERIES_POWER].items():
+                series[figures.SERIES_POWER][f"{driver} {label}"] = values
     if not groups:
         raise NoData(f"no GPU readings between {rfc3339(rng.start_ns)} and {rfc3339(rng.end_ns)} for any driver")
     source = {"url": client.conn.url, "database": client.conn.database, "kind": "raw", "resolution": None}
-    extra = {"series": series} if series is not None else {}
+    extra = {figures.SERIES: series} if series is not None else {}
     return report_document(rng, "driver", where, source, definitions, groups, **extra)

@@ -33,9 +33,20 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuagent.compare import health
 from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
 from gpuagent.compare.health import VERDICTS
 from gpuagent.schema.measurements import GPU_CLOCKS, GPU_MEMORY, GPU_POWER
+
+# The keys of the figures the backends fill themselves (tallies and tables), and of the power series.
+THROTTLE = "throttle_share_pct"
+P2P, P2P_SUMMARY = "p2p", "p2p_summary"  # core.add_p2p writes them
+MIG, VGPU = "mig", "vgpu"
+L2_PROBE = "l2_probe"
+HEALTH = health.KEY
+POWER_MEAN, POWER_P95 = "power_mean_w", "power_p95_w"  # the renderers' charts and a rollup's source name them
+SERIES = "series"  # the document's power series ...
+SERIES_POWER = POWER_MEAN  # ... its lines: the mean power per group label
 
 GPM = "gpm"  # Aggregate.only: the points where dram_bw_source = 'gpm' (DRAM bandwidth as GPM measured it)
 
@@ -124,7 +135,7 @@ FIGURES: tuple[Figure, ...] = (
         csv=False,
     ),
     Figure(
-        "power_mean_w",
+        POWER_MEAN,
         "W",
         "mean of the group's power_w samples (gpu_power)",
         docs="mean of the group's `power_w` samples",
@@ -133,7 +144,7 @@ FIGURES: tuple[Figure, ...] = (
         derive=_itself,
     ),
     Figure(
-        "power_p95_w",
+        POWER_P95,
         "W",
         "95th percentile of the group's power_w samples, nearest rank (InfluxQL PERCENTILE)",
         promql="the highest of the group's per-GPU 95th percentiles of power_w (quantile_over_time, "
@@ -222,7 +233,7 @@ FIGURES: tuple[Figure, ...] = (
         derive=_ratio_pct,
     ),
     Figure(
-        "throttle_share_pct",
+        THROTTLE,
         "%",
         "per clock-event reason: samples with the reason set / samples that report the reason × 100",
         docs="per clock-event reason the group reports: samples with the boolean true / samples that carry it × 100 "
@@ -282,7 +293,7 @@ FIGURES: tuple[Figure, ...] = (
         derive=_itself,
     ),
     Figure(
-        "p2p",
+        P2P,
         "GPUs",
         "per GPU, its best P2P link to any peer seen in the range (gpu_p2p): nvlink (nvlink_ok), "
         "pcie (read_ok over PCIe), none (no peer reachable, or no gpu_p2p point)",
@@ -293,9 +304,9 @@ FIGURES: tuple[Figure, ...] = (
         influxql="`COUNT … WHERE nvlink_ok = true` / `read_ok = true` per GPU",
         csv=False,
     ),
-    Figure("p2p_summary", "", docs=SAME_ROW),
+    Figure(P2P_SUMMARY, "", docs=SAME_ROW),
     Figure(
-        "mig",
+        MIG,
         "GPUs",
         "capable: GPUs with gpu_mig points; enabled: GPUs with mig_mode_current true at some point; "
         "devices: sum over GPUs of their largest mig_devices",
@@ -305,7 +316,7 @@ FIGURES: tuple[Figure, ...] = (
         csv=False,
     ),
     Figure(
-        "vgpu",
+        VGPU,
         "GPUs",
         "modes: GPUs by their last virtualization_mode; instances: sum over GPUs of their largest active_instances",
         promql="modes: GPUs by virtualization_mode (the _info series of /metrics; line protocol in "
@@ -317,7 +328,7 @@ FIGURES: tuple[Figure, ...] = (
         csv=False,
     ),
     Figure(
-        "l2_probe",
+        L2_PROBE,
         "",
         "means over gpu_l2_probe summary points in the range (gpuagent probe l2 --send): "
         "l2_effective_bytes, l2_bw_gbps, dram_bw_gbps, l2_dram_ratio",
@@ -328,7 +339,7 @@ FIGURES: tuple[Figure, ...] = (
         csv=False,
     ),
     Figure(
-        "series",
+        SERIES,
         "W",
         "mean power_w per group in each time bucket (GROUP BY time, aligned to the epoch)",
         promql="mean power_w per group in each time bucket (query_range, step = bucket, each point "
@@ -336,7 +347,7 @@ FIGURES: tuple[Figure, ...] = (
         csv=False,
     ),
     Figure(
-        "health_gpu_hours",
+        HEALTH,
         "h",
         HEALTH_DEFINITION,
         promql=HEALTH_DEFINITION + "; from the verdict _info series (count_over_time per bucket; "
@@ -359,8 +370,6 @@ SERIES_ROW = (
     "`MEAN … GROUP BY time(B)`",
 )
 BY_KEY = {f.key: f for f in FIGURES}
-SERIES = "series"  # the document's power series ...
-SERIES_POWER = "power_mean_w"  # ... its lines, one per group label
 
 
 def _definitions(promql: bool) -> dict[str, str]:
@@ -392,6 +401,11 @@ MEMORY = section(
 PLAIN = (*POWER, *CLOCKS, *MEMORY)  # the figures derived from Aggregates alone
 # The PromQL documents' order of them (the corpus compares the text): those one aggregate gives first.
 PROMQL_ORDER = tuple(sorted(PLAIN, key=lambda f: f.derive is not _itself))
+
+
+def power_series(bucket_s: int, lines: Mapping[str, list]) -> dict[str, Any]:
+    """The document's `series`: per group label its [time_ns, W] pairs in time order."""
+    return {"bucket_s": bucket_s, SERIES_POWER: {k: sorted(v) for k, v in sorted(lines.items())}}
 
 
 def aggregates(figures: Iterable[Figure]) -> tuple[Aggregate, ...]:

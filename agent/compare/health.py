@@ -14,6 +14,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
+KEY = "health_gpu_hours"  # the figure (gpuagent.compare.figures.HEALTH)
 VERDICTS = ("ok", "degraded", "reset_required", "reboot_required", "drain", "lost")
 DEFINITION = (
     "per GPU, the range in buckets of whole minutes aligned to the epoch (GROUP BY time); each bucket "
@@ -55,7 +56,7 @@ def health_hours(report: Any, groups: dict[tuple, dict[str, Any]]) -> int:
     rng = report.range
     bucket = bucket_for((rng.end_ns - rng.start_ns) / 1e9)
     for g in groups.values():
-        g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
+        g[KEY] = dict.fromkeys(VERDICTS, 0.0)
     words = sorted(
         {
             r["distinct"]
@@ -93,7 +94,7 @@ def add_hours(
         group = groups.get(gkey)
         if group is not None:
             for word, h in sorted(by_word.items()):
-                group["health_gpu_hours"][word] = group["health_gpu_hours"].get(word, 0.0) + h  # unknown words kept
+                group[KEY][word] = group[KEY].get(word, 0.0) + h  # unknown words kept
 
 
 def health_text(hours: dict[str, float] | None) -> str:

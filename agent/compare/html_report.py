@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuagent.compare import figures
 from gpuagent.compare.core import THROTTLE_REASONS, finite
 from gpuagent.compare.render import _TEXT_COLUMNS, COLUMNS, EFFICIENCY_NOTE
 
@@ -290,7 +291,7 @@ def tables_section(doc: dict) -> str:
 
 
 def power_chart(doc: dict) -> str:
-    bars = bars_of(doc, lambda g: g["power_mean_w"], lambda g: g["power_p95_w"])
+    bars = bars_of(doc, lambda g: g[figures.POWER_MEAN], lambda g: g[figures.POWER_P95])
     return bar_chart("Mean power per GPU; the red tick is the p95", "W", bars, value_name="mean W", mark_name="p95 W")
 
 
@@ -312,14 +313,14 @@ def dram_chart(doc: dict) -> str:
 
 def throttle_chart(doc: dict) -> str:
     groups = doc["groups"]
-    reasons = [r for r in THROTTLE_REASONS if any(g["throttle_share_pct"].get(r) for g in groups)]
+    reasons = [r for r in THROTTLE_REASONS if any(g[figures.THROTTLE].get(r) for g in groups)]
     colors = {r: PALETTE[i % len(PALETTE)] for i, r in enumerate(reasons)}
     shown = display_labels(doc)
     bars = [
         Bar(
             shown[g["label"]],
-            sum(g["throttle_share_pct"].get(r) or 0.0 for r in reasons),
-            segments=[(r, g["throttle_share_pct"].get(r) or 0.0) for r in reasons],
+            sum(g[figures.THROTTLE].get(r) or 0.0 for r in reasons),
+            segments=[(r, g[figures.THROTTLE].get(r) or 0.0) for r in reasons],
         )
         for g in groups
     ]
@@ -337,8 +338,8 @@ def throttle_chart(doc: dict) -> str:
 def power_over_time(doc: dict) -> str:
     """Mean power per group per bucket, one SVG: a line per group up to LINES groups; beyond, the band
     from the lowest to the highest group in each bucket, the groups' mean and the HIGHEST groups."""
-    series: dict[str, list] = doc["series"]["power_mean_w"]
-    bucket = doc["series"]["bucket_s"]
+    series: dict[str, list] = doc[figures.SERIES][figures.SERIES_POWER]
+    bucket = doc[figures.SERIES]["bucket_s"]
     title = f"Power per {doc['by']} over time (mean per GPU, {bucket} s buckets, UTC)"
     if not series:
         return (

@@ -193,14 +193,14 @@ class PromReport(PromNames):
         from gpuagent.compare.health import VERDICTS, bucket_for, pieces
 
         for g in groups.values():
-            g["health_gpu_hours"] = {}
+            g[figures.HEALTH] = {}
         if self.scheme != "prometheus":  # strings are not kept by VictoriaMetrics' line protocol
             return
         from gpuagent.plugin_host import registered
 
         spec = registered("sinks", "prometheus").metric_for(self.namespace, "gpu_health", "verdict", True)
         for g in groups.values():
-            g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
+            g[figures.HEALTH] = dict.fromkeys(VERDICTS, 0.0)
         bucket = bucket_for((self.range.end_ns - self.range.start_ns) / 1e9)
         sel = f"{spec.name}{{{self.where}}}" if self.where else spec.name
 
@@ -229,7 +229,7 @@ class PromReport(PromNames):
                 verdict = metric.get(spec.label)
                 if group is None or not verdict or not math.isfinite(gpus):
                     continue
-                hours = group["health_gpu_hours"]
+                hours = group[figures.HEALTH]
                 hours[verdict] = hours.get(verdict, 0.0) + gpus * seconds / 3600
 
     def _span_per_gpu(self) -> str:
@@ -348,24 +348,24 @@ class PromReport(PromNames):
             if mode:
                 modes[tuple(r["metric"].get(t, "") for t in tags)][mode] = int(float(r["value"][1]))
         for gkey, g in groups.items():
-            g["throttle_share_pct"] = {r: throttle[r][gkey] for r in REASONS if gkey in throttle[r]}
+            g[figures.THROTTLE] = {r: throttle[r][gkey] for r in REASONS if gkey in throttle[r]}
             nvlink = int(counts["p2p:nvlink"].get(gkey, 0))
             pcie = int(counts["p2p:pcie"].get(gkey, 0))
-            g["p2p"] = {"nvlink": nvlink, "pcie": pcie, "none": g["gpus"] - nvlink - pcie}
-            g["p2p_summary"] = p2p_summary(g["p2p"])
-            g["mig"] = {
+            g[figures.P2P] = {"nvlink": nvlink, "pcie": pcie, "none": g["gpus"] - nvlink - pcie}
+            g[figures.P2P_SUMMARY] = p2p_summary(g[figures.P2P])
+            g[figures.MIG] = {
                 "capable_gpus": int(counts["mig:capable"].get(gkey, 0)),
                 "enabled_gpus": int(counts["mig:enabled"].get(gkey, 0)),
                 "devices": int(counts["mig:devices"].get(gkey, 0)),
                 "profiles": sorted(profiles.get(gkey, ())),
             }
-            g["vgpu"] = {
+            g[figures.VGPU] = {
                 "modes": dict(sorted(modes.get(gkey, {}).items())),
                 "instances": int(counts["vgpu:instances"].get(gkey, 0)),
                 "types": sorted(types.get(gkey, ())),
             }
             runs = counts["l2:runs"].get(gkey)
-            g["l2_probe"] = {"runs": int(runs), **{f: l2[f].get(gkey) for f in l2}} if runs else None
+            g[figures.L2_PROBE] = {"runs": int(runs), **{f: l2[f].get(gkey) for f in l2}} if runs else None
 
     def _series(self, groups) -> dict[str, Any]:
         span = (self.range.end_ns - self.range.start_ns) / 1e9
@@ -394,4 +394,4 @@ class PromReport(PromNames):
                 if math.isfinite(value):
                     # To the millisecond: t (seconds, 1.8e9) times 1e9 is past a float's precision.
                     lines[groups[gkey]["label"]].append([int(round((float(t) - lag_s) * 1000)) * 10**6, value])
-        return {"bucket_s": bucket, "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())}}
+        return figures.power_series(bucket, lines)

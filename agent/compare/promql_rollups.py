@@ -112,7 +112,7 @@ class PromRollupReport(PromReport):
         self.reach = reach if reach is not None else coverage(client, self.where, rng)
         self.series_level: Level | None = None  # the level the power series was read from (build)
         self.pieces = plan(rng.start_ns, rng.end_ns, self.reach)
-        self.from_raw = ["power_p95_w", "l2_probe", "work"]
+        self.from_raw = [figures.POWER_P95, figures.L2_PROBE, "work"]
 
     # -- the union of the pieces -------------------------------------------------------------------
     def recorded(self, level: Level, measurement: str, field: str, fn: str) -> str:
@@ -256,7 +256,7 @@ class PromRollupReport(PromReport):
         self.series_level = None
         doc = super().build()
         if self.scheme == "prometheus":
-            self.from_raw += ["health_gpu_hours", "vgpu.modes"]
+            self.from_raw += [figures.HEALTH, f"{figures.VGPU}.modes"]
         doc["source"].update(
             pieces_source(self.pieces),
             series_level=self.series_level.name if self.series_level else "raw",

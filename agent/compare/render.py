@@ -101,7 +101,7 @@ def _header(doc: dict) -> str:
 
 def _approximate_note(doc: dict) -> str:
     """What a rollup report computed approximately (its JSON's source.approximate), and by how much."""
-    p95 = (doc["source"].get("approximate") or {}).get("power_p95_w")
+    p95 = (doc["source"].get("approximate") or {}).get(figures.POWER_P95)
     if not p95:
         return ""
     return (

@@ -193,7 +193,7 @@ class Report:
             samples, util, clocks, memory, first, last = (a.result() for a in asked)
             energy = {gpu_key(r): r for r in energy_rows.result()}
         for key, row in samples.items():
-            gpus[key]["power_samples"] = row["count"]
+            gpus[key]["samples"] = row["count"]
         for key, row in util.items():
             gpus[key]["util_mean_pct"] = row["mean"]
         for key in (*clocks, *memory):
@@ -252,7 +252,7 @@ class Report:
                 if n:
                     shares[gkey][reason] = 100.0 * (hits.get(gkey, {}).get("count") or 0) / n
         for gkey, g in groups.items():
-            g["throttle_share_pct"] = dict(shares.get(gkey, {}))
+            g[figures.THROTTLE] = dict(shares.get(gkey, {}))
 
     def _memory(self, groups) -> None:
         # DRAM bandwidth only as GPM measured it (figures.GPM): older agents wrote NVML's memory busy
@@ -272,14 +272,14 @@ class Report:
             if r.get("mig_profile"):
                 profiles[self._group_of(gpu_key(r))].add(r["mig_profile"])
         for gkey, g in groups.items():
-            g["mig"] = {
+            g[figures.MIG] = {
                 "capable_gpus": 0,
                 "enabled_gpus": 0,
                 "devices": 0,
                 "profiles": sorted(profiles.get(gkey, ())),
             }
         for key in gpus:
-            m = groups[self._group_of(key)]["mig"]
+            m = groups[self._group_of(key)][figures.MIG]
             if key in capable:
                 m["capable_gpus"] += 1
                 m["devices"] += int(capable[key].get("max_1") or 0)
@@ -294,16 +294,16 @@ class Report:
             if r.get("vgpu_type"):
                 types[self._group_of(gpu_key(r))].add(r["vgpu_type"])
         for gkey, g in groups.items():
-            g["vgpu"] = {"modes": {}, "instances": 0, "types": sorted(types.get(gkey, ()))}
+            g[figures.VGPU] = {"modes": {}, "instances": 0, "types": sorted(types.get(gkey, ()))}
         for key in gpus:
-            v = groups[self._group_of(key)]["vgpu"]
+            v = groups[self._group_of(key)][figures.VGPU]
             if key in modes:
                 mode = modes[key]["last"]
                 v["modes"][mode] = v["modes"].get(mode, 0) + 1
             if key in instances:
                 v["instances"] += int(instances[key]["max"] or 0)
         for g in groups.values():
-            g["vgpu"]["modes"] = dict(sorted(g["vgpu"]["modes"].items()))
+            g[figures.VGPU]["modes"] = dict(sorted(g[figures.VGPU]["modes"].items()))
 
     def _l2_probe(self, groups) -> None:
         rows = self._per_group(
@@ -313,7 +313,7 @@ class Report:
         )
         for gkey, g in groups.items():
             r = rows.get(gkey)
-            g["l2_probe"] = (
+            g[figures.L2_PROBE] = (
                 {
                     k: r.get(k)
                     for k in (
@@ -337,7 +337,4 @@ class Report:
             gkey = tuple(r.get(t, "") for t in self.group_tags)
             if gkey in groups and r.get("mean") is not None:
                 lines[groups[gkey]["label"]].append([r["time"], r["mean"]])
-        return {
-            "bucket_s": bucket,
-            "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())},
-        }
+        return figures.power_series(bucket, lines)

@@ -52,7 +52,7 @@ from gpuagent.compare.rollups import (
     hist_field,
 )
 
-FROM_RAW = ("power_p95_w", "l2_probe", "work")
+FROM_RAW = (figures.POWER_P95, figures.L2_PROBE, "work")
 
 # Pieces with few points per series are read as points (no GROUP BY) and aggregated here: InfluxDB
 # 1.6 pays about 45 us per group and aggregate (8,000 GPUs x 20 fields: 5.7 s) but about 10 us per
@@ -396,7 +396,7 @@ class RollupReport(Report):
         util = memory
         for key, row in power.items():
             if row.get("power_count"):
-                gpus[key]["power_samples"] = row["power_count"]
+                gpus[key]["samples"] = row["power_count"]
         for key, row in util.items():
             if row.get("util_count"):
                 gpus[key]["util_mean_pct"] = row["util_sum"] / row["util_count"]
@@ -565,8 +565,8 @@ class RollupReport(Report):
             if p95 is None:  # exact, from raw points: percentiles do not roll up
                 p95 = {gkey: got[agg] for gkey, got in Report.group_aggregates(self, (agg,)).items()}
             else:
-                self.from_raw.remove("power_p95_w")
-                self.approximate["power_p95_w"] = {"method": "histogram", "bin_w": HIST_W, "bound_w": HIST_W / 2}
+                self.from_raw.remove(figures.POWER_P95)
+                self.approximate[figures.POWER_P95] = {"method": "histogram", "bin_w": HIST_W, "bound_w": HIST_W / 2}
             for gkey, value in p95.items():
                 out[gkey][agg] = value
         return out
@@ -635,7 +635,7 @@ class RollupReport(Report):
                 if n:
                     shares[gkey][reason] = 100.0 * (hits.get(gkey, {}).get("hits") or 0) / n
         for gkey, g in groups.items():
-            g["throttle_share_pct"] = dict(shares.get(gkey, {}))
+            g[figures.THROTTLE] = dict(shares.get(gkey, {}))
 
     def _health(self, groups) -> None:
         """health_gpu_hours from the per-verdict sample counts of the rollups, in the raw report's buckets
@@ -652,7 +652,7 @@ class RollupReport(Report):
         # not per GPU and bucket: one row per GPU instead of one per GPU and minute.
         fine = [p for p in pieces if p[0] is None or p[1] % step or p[2] % step or p[2] - p[1] <= step]
         for g in groups.values():
-            g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
+            g[figures.HEALTH] = dict.fromkeys(VERDICTS, 0.0)
         whole: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         detail: list[tuple[Piece, list[tuple]]] = []
         for piece in pieces:
@@ -683,7 +683,7 @@ class RollupReport(Report):
         for gkey, hours in whole.items():
             if gkey in groups:
                 for word, h in hours.items():
-                    groups[gkey]["health_gpu_hours"][word] += h
+                    groups[gkey][figures.HEALTH][word] += h
 
     def _work(self, groups) -> None:
         """The work figures: limits and the energy of each span from rollups where they cover them
@@ -698,7 +698,7 @@ class RollupReport(Report):
 
     def _health_raw(self, groups) -> None:
         health_hours(self, groups)  # another word among the verdicts: counted from raw points
-        self.from_raw.append("health_gpu_hours")
+        self.from_raw.append(figures.HEALTH)
 
     def _health_counts(self, pieces: list[Piece], bucket: int, extra: str) -> tuple[dict, dict[str, dict]]:
         """Sample counts per (gpu key, bucket time): all verdicts, and per verdict word."""
@@ -775,9 +775,14 @@ class RollupReport(Report):
                 profiles[self._group_of(gpu)].add(profile)
         enabled = {k for k, r in self._agg("gpu_mig_enabled", ("n",), GPU_TAGS).items() if r.get("n")}
         for gkey, g in groups.items():
-            g["mig"] = {"capable_gpus": 0, "enabled_gpus": 0, "devices": 0, "profiles": sorted(profiles.get(gkey, ()))}
+            g[figures.MIG] = {
+                "capable_gpus": 0,
+                "enabled_gpus": 0,
+                "devices": 0,
+                "profiles": sorted(profiles.get(gkey, ())),
+            }
         for key in gpus:
-            m = groups[self._group_of(key)]["mig"]
+            m = groups[self._group_of(key)][figures.MIG]
             if key in capable:
                 m["capable_gpus"] += 1
                 m["devices"] += capable[key]
@@ -800,15 +805,15 @@ class RollupReport(Report):
             if vgpu_type and r.get("vgpu_type_id_count"):
                 types[self._group_of(gpu)].add(vgpu_type)
         for gkey, g in groups.items():
-            g["vgpu"] = {"modes": {}, "instances": 0, "types": sorted(types.get(gkey, ()))}
+            g[figures.VGPU] = {"modes": {}, "instances": 0, "types": sorted(types.get(gkey, ()))}
         for key in gpus:
-            v = groups[self._group_of(key)]["vgpu"]
+            v = groups[self._group_of(key)][figures.VGPU]
             if key in modes:
                 v["modes"][modes[key]] = v["modes"].get(modes[key], 0) + 1
             if key in instances:
                 v["instances"] += instances[key]
         for g in groups.values():
-            g["vgpu"]["modes"] = dict(sorted(g["vgpu"]["modes"].items()))
+            g[figures.VGPU]["modes"] = dict(sorted(g[figures.VGPU]["modes"].items()))
 
     def _series(self, groups) -> dict[str, Any]:
         span = (self.range.end_ns - self.range.start_ns) / 1e9
@@ -827,7 +832,7 @@ class RollupReport(Report):
             gkey, t = key[:-1], key[-1]
             if gkey in groups and r.get("power_count"):
                 lines[groups[gkey]["label"]].append([t, r["power_sum"] / r["power_count"]])
-        return {"bucket_s": bucket, "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())}}
+        return figures.power_series(bucket, lines)
 
     def _series_rollup(self) -> str:
         """gpu_power_host (a series per host, not per GPU) where the groups and --where need only its
