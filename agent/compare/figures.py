@@ -433,15 +433,19 @@ class WorkFigure:
     definition: str = ""  # under definitions as work.<key> ("" for none)
 
 
+# The keys the work renderers, cross_model and placement read.
+UNITS, WORK_GPU_HOURS, UNITS_PER_GPU_HOUR = "units", "gpu_hours", "units_per_gpu_hour"
+WH_PER_UNIT, COST_PER_MILLION = "wh_per_unit", "cost_per_million_units"
+
 WORK_FIGURES = (
     WorkFigure(
-        "units",
+        UNITS,
         "units",
         "per work series (a piece of work on one GPU), the increase of units_total from its first "
         "to its last sample in the range (a decrease is a restart: that interval adds the new value), / gpus; summed",
     ),
     WorkFigure(
-        "gpu_hours",
+        WORK_GPU_HOURS,
         "h",
         "per work series, its last - first sample time less its absences (runs of the limits' buckets "
         "without a sample, 3 or more of its mean sampling intervals long) × its gpu_share (a MIG slice's share of "
@@ -449,9 +453,9 @@ WORK_FIGURES = (
         "sm_util_pct where each has one, evenly otherwise); summed (a piece of work on N GPUs counts N)",
     ),
     WorkFigure("energy_wh", "Wh"),
-    WorkFigure("units_per_gpu_hour", "units/h", "units / gpu_hours"),
+    WorkFigure(UNITS_PER_GPU_HOUR, "units/h", "units / gpu_hours"),
     WorkFigure(
-        "wh_per_unit",
+        WH_PER_UNIT,
         "Wh",
         "energy / units, the energy per work series being the GPU's energy_j increase "
         "(non-negative steps) between the series' first and last sample (less its absences) × its gpu_share and "
@@ -460,7 +464,7 @@ WORK_FIGURES = (
     ),
     WorkFigure("cost", "$"),
     WorkFigure(
-        "cost_per_million_units",
+        COST_PER_MILLION,
         "$",
         "1e6 × cost / units; cost per work series = gpu_hours × [compare.prices] "
         "gpu_hour of its model (else default) + energy kWh × pue × kwh; null without prices, for a model without "
@@ -500,13 +504,13 @@ def unit_figures(
     hours = seconds / 3600
     wh = joules / 3600 if joules is not None else None
     values = {
-        "units": units,
-        "gpu_hours": hours,
+        UNITS: units,
+        WORK_GPU_HOURS: hours,
         "energy_wh": wh,
-        "units_per_gpu_hour": units / hours if hours > 0 else None,
-        "wh_per_unit": wh / units if wh is not None and units > 0 else None,
+        UNITS_PER_GPU_HOUR: units / hours if hours > 0 else None,
+        WH_PER_UNIT: wh / units if wh is not None and units > 0 else None,
         "cost": cost,
-        "cost_per_million_units": 1e6 * cost / units if cost is not None and units > 0 else None,
+        COST_PER_MILLION: 1e6 * cost / units if cost is not None and units > 0 else None,
         "spread": {"gpus": len(rates), "min": min(rates), "max": max(rates)} if rates else None,
     }
     return {f.key: values[f.key] for f in WORK_FIGURES}
@@ -539,17 +543,17 @@ COLUMNS = (
     Column("Wh / busy GPU-h", ("energy_wh_per_busy_gpu_hour",)),
     Column("SM clock MHz", ("sm_clock_mean_mhz", "sm_clock_max_mhz"), digits=(0, 0), scale=(1.0, 1.0)),
     Column("SM % of max", ("sm_clock_pct_of_max",)),
-    Column("throttled", ("throttle_share_pct",), text="throttle"),
+    Column("throttled", (THROTTLE,), text="throttle"),
     Column("GPU util %", ("gpu_util_mean_pct",)),
     Column("DRAM util %", ("dram_bw_util_mean_pct",)),
     Column("DRAM GB/s", ("dram_bw_mean_gbps", "dram_peak_gbps"), digits=(0, 0), scale=(1.0, 1.0)),
     Column("mem used GiB", ("fb_used_mean_bytes", "fb_total_bytes"), digits=(1, 0), scale=(GIB, GIB)),
     Column("L2 MiB", ("l2_cache_bytes",), digits=(0,), scale=(MIB,)),
-    Column("P2P", ("p2p_summary",), text="label"),
-    Column("MIG", ("mig",), text="mig"),
-    Column("vGPU", ("vgpu",), text="vgpu"),
-    Column("L2 probe", ("l2_probe",), text="l2_probe"),
-    Column("health GPU-h", ("health_gpu_hours",), text="health"),
+    Column("P2P", (P2P_SUMMARY,), text="label"),
+    Column("MIG", (MIG,), text="mig_tally"),
+    Column("vGPU", (VGPU,), text="vgpu_tally"),
+    Column("L2 probe", (L2_PROBE,), text="l2_probe"),
+    Column("health GPU-h", (HEALTH,), text="health"),
 )
 ENERGY_COLUMN = "energy kWh"  # the terminal shows it in Wh below 1 kWh
 

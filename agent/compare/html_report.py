@@ -439,9 +439,9 @@ def work_section(doc: dict) -> str:
         body = ""
         for g in groups:
             for unit, w in g["work"].items():
-                wh = w.get("wh_per_unit")
-                cells = (unit, _n(w.get("units"), 0), _n(w.get("gpu_hours")), _n(w.get("units_per_gpu_hour"), 1),
-                         _n(wh * 1000 if wh is not None else None, 3), _n(w.get("cost_per_million_units"), 3))  # fmt: skip
+                wh = w.get(figures.WH_PER_UNIT)
+                cells = (unit, _n(w.get(figures.UNITS), 0), _n(w.get(figures.WORK_GPU_HOURS)), _n(w.get(figures.UNITS_PER_GPU_HOUR), 1),
+                         _n(wh * 1000 if wh is not None else None, 3), _n(w.get(figures.COST_PER_MILLION), 3))  # fmt: skip
                 body += (
                     f'<tr><th class="label">{esc(g["label"])}</th>'
                     + "".join(f"<td>{esc(c)}</td>" for c in cells)

@@ -284,7 +284,7 @@ class PromReport(PromNames):
         # booleans are 0/1: a sum above 0 is a sample set (what the rollups count).
         nv, rd = self.over_range("sum", "gpu_p2p", "nvlink_ok", GPU), self.over_range("sum", "gpu_p2p", "read_ok", GPU)
         link = f"max by ({GPU}) ((2 * (({nv}) > bool 0) > 0) or ((({rd}) > bool 0) > 0))"
-        q["p2p"] = (f'count_values by ({G}) ("p2p_class", {link})', "GPUs by P2P link")
+        q["p2p_class"] = (f'count_values by ({G}) ("p2p_class", {link})', "GPUs by P2P link")
         q["mig:capable"] = (
             f"count by ({G}) ({self.over_range('max', 'gpu_mig', 'max_mig_devices', GPU)})",
             "MIG-capable GPUs",
@@ -329,7 +329,7 @@ class PromReport(PromNames):
             k: self._by_group(a[k]) for k in ("mig:capable", "mig:devices", "mig:enabled", "vgpu:instances", "l2:runs")
         }
         for cls, name in (("2", "p2p:nvlink"), ("1", "p2p:pcie")):
-            counts[name] = self._by_group([r for r in a["p2p"] if r["metric"].get("p2p_class") == cls])
+            counts[name] = self._by_group([r for r in a["p2p_class"] if r["metric"].get("p2p_class") == cls])
         l2 = {
             f: self._by_group(a[f"l2:{f}"])
             for f in ("l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio")

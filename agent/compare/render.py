@@ -66,8 +66,8 @@ TEXT: dict[str, Any] = {
     "count": str,
     "length": lambda v: str(len(v)),
     "throttle": _throttle_text,
-    "mig": _mig_text,
-    "vgpu": _vgpu_text,
+    "mig_tally": _mig_text,
+    "vgpu_tally": _vgpu_text,
     "l2_probe": _l2_text,
     "health": health_text,
 }

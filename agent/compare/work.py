@@ -319,8 +319,8 @@ def cross_model(series: list[WorkSeries], energies: dict, prices: Prices, metere
                 {
                     "model": model,
                     "gpus": len(m["per_gpu"]),
-                    "gpu_hours": m["seconds"] / 3600,
-                    "units": m["units"],
+                    figures.WORK_GPU_HOURS: m["seconds"] / 3600,
+                    figures.UNITS: m["units"],
                     "units_per_s_per_gpu": m["units"] / m["seconds"] if m["seconds"] > 0 else None,
                     # units/s per kW of draw = units / kJ: the same figure, per joule scaled
                     "units_per_s_per_kw": 1000 * m["units"] / m["joules"] if m["metered"] and m["joules"] > 0 else None,

@@ -8,6 +8,7 @@ import io
 import json
 from typing import Any
 
+from gpuagent.compare import figures
 from gpuagent.compare.limits import CLASSES
 
 
@@ -26,7 +27,13 @@ def rows(doc: dict) -> list[dict[str, Any]]:
         units = g["work"] or {"": None}
         for unit, w in units.items():
             row = {"group": g["label"], "models": ", ".join(g["models"]), "gpus": g["gpus"], "unit": unit}
-            for k in ("units", "gpu_hours", "units_per_gpu_hour", "wh_per_unit", "cost_per_million_units"):
+            for k in (
+                figures.UNITS,
+                figures.WORK_GPU_HOURS,
+                figures.UNITS_PER_GPU_HOUR,
+                figures.WH_PER_UNIT,
+                figures.COST_PER_MILLION,
+            ):
                 row[k] = w.get(k) if w else None
             row["spread"] = w.get("spread") if w else None
             for c in CLASSES:
@@ -80,7 +87,7 @@ def _spread_text(spread: dict | None, digits: int = 0) -> str:
 
 
 def _cells(r: dict, terminal: bool = False) -> list[str]:
-    wh = r["wh_per_unit"]
+    wh = r[figures.WH_PER_UNIT]
     spread = r["spread"]
     if terminal:
         spread_text = _spread_text(spread)
@@ -90,11 +97,11 @@ def _cells(r: dict, terminal: bool = False) -> list[str]:
         _short(r["group"]) if terminal else r["group"],
         r["unit"] or "-",
         str(r["gpus"]),
-        _n(r["units"], 0),
-        _hours(r["gpu_hours"]) if terminal else _n(r["gpu_hours"]),
-        _n(r["units_per_gpu_hour"], 1),
+        _n(r[figures.UNITS], 0),
+        _hours(r[figures.WORK_GPU_HOURS]) if terminal else _n(r[figures.WORK_GPU_HOURS]),
+        _n(r[figures.UNITS_PER_GPU_HOUR], 1),
         _n(wh * 1000 if wh is not None else None, 3),
-        _n(r["cost_per_million_units"], 3),
+        _n(r[figures.COST_PER_MILLION], 3),
         spread_text,
         _limits_text(r),
     ]
@@ -143,7 +150,7 @@ def _cross_rows(doc: dict, terminal: bool = False) -> list[list[str]]:
                     c["unit"],
                     _short(m["model"]) if terminal else m["model"],
                     str(m["gpus"]),
-                    _hours(m["gpu_hours"]) if terminal else _n(m["gpu_hours"]),
+                    _hours(m[figures.WORK_GPU_HOURS]) if terminal else _n(m[figures.WORK_GPU_HOURS]),
                     of_best("units_per_s_per_gpu", 1),
                     of_best("units_per_s_per_kw", 1),
                     of_best("units_per_dollar", 0),
@@ -200,7 +207,8 @@ def _placement_rows(doc: dict) -> list[list[str]]:
             _n(p["saving"], 2),
             _n(p["saving_pct"], 1),
             "; ".join(
-                f"{m['model']} {_n(m['gpu_hours'])} h, {_n(m['cost_per_million_units'], 3)}" for m in p["models"]
+                f"{m['model']} {_n(m[figures.WORK_GPU_HOURS])} h, {_n(m[figures.COST_PER_MILLION], 3)}"
+                for m in p["models"]
             ),
             "; ".join(p["caveats"]) or "-",
         ]
@@ -316,8 +324,8 @@ def charts(doc: dict) -> list[tuple[str, str]]:
             continue
         labels = [m for m, _ in entries]
         for title, key, scale, unit in (
-            (f"{c['workload']}: energy per 1,000 {c['unit']}", "wh_per_unit", 1000, "Wh"),
-            (f"{c['workload']}: cost per million {c['unit']}", "cost_per_million_units", 1, "$"),
+            (f"{c['workload']}: energy per 1,000 {c['unit']}", figures.WH_PER_UNIT, 1000, "Wh"),
+            (f"{c['workload']}: cost per million {c['unit']}", figures.COST_PER_MILLION, 1, "$"),
         ):
             values = [w[key] * scale if w[key] is not None else None for _, w in entries]
             if any(v is not None for v in values):
