@@ -16,6 +16,7 @@ from gpuagent.compare import figures
 from gpuagent.compare import where as where_rule
 from gpuagent.compare.core import NoData, Range, report_document, rfc3339
 from gpuagent.compare.report import Report
+from gpuagent.schema.measurements import GPU_INFO
 
 # gpu_info is resent at least hourly: a record this long before the range still names its driver.
 LOOKBACK_NS = 2 * 3600 * 10**9
@@ -26,7 +27,7 @@ def drivers_of_gpus(client, rng: Range, where: str | None) -> dict[str, list[str
     clause = f"time >= '{rfc3339(rng.start_ns - LOOKBACK_NS)}' AND time < '{rfc3339(rng.end_ns)}'"
     if where:
         clause += f" AND ({where})"
-    rows = client.rows(f'SELECT LAST("driver_version") FROM "gpu_info" WHERE {clause} GROUP BY "uuid"')
+    rows = client.rows(f'SELECT LAST("driver_version") FROM "{GPU_INFO}" WHERE {clause} GROUP BY "uuid"')
     out: dict[str, list[str]] = {}
     for row in rows:
         if row.get("last") and row.get("uuid"):

@@ -14,6 +14,8 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from gpuagent.schema.measurements import GPU_HEALTH
+
 KEY = "health_gpu_hours"  # the figure (gpuagent.compare.figures.HEALTH)
 VERDICTS = ("ok", "degraded", "reset_required", "reboot_required", "drain", "lost")
 DEFINITION = (
@@ -60,7 +62,7 @@ def health_hours(report: Any, groups: dict[tuple, dict[str, Any]]) -> int:
     words = sorted(
         {
             r["distinct"]
-            for r in report.client.rows(f'SELECT DISTINCT("verdict") FROM "gpu_health" WHERE {report._where()}')
+            for r in report.client.rows(f'SELECT DISTINCT("verdict") FROM "{GPU_HEALTH}" WHERE {report._where()}')
             if r.get("distinct")
         }
     )
@@ -69,7 +71,7 @@ def health_hours(report: Any, groups: dict[tuple, dict[str, Any]]) -> int:
     tail = f", time({bucket}s) fill(none)"
 
     def counts(extra: str = "") -> dict[tuple, float]:
-        rows = report._rows('COUNT("verdict")', "gpu_health", GPU_TAGS, extra, tail=tail)
+        rows = report._rows('COUNT("verdict")', GPU_HEALTH, GPU_TAGS, extra, tail=tail)
         return {(gpu_key(r), r["time"]): r["count"] for r in rows if r.get("count")}
 
     total = counts()

@@ -35,6 +35,16 @@ from gpuagent.compare.core import (
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.promql import PromNames, PromQL
 from gpuagent.errors import AgentError
+from gpuagent.schema.measurements import (
+    GPU_CLOCKS,
+    GPU_HEALTH,
+    GPU_L2_PROBE,
+    GPU_MEMORY,
+    GPU_MIG,
+    GPU_P2P,
+    GPU_POWER,
+    GPU_VGPU,
+)
 
 GPU = "host, uuid, model, gpu"
 MERGE = {"sum": "sum", "count": "sum", "max": "max", "min": "min"}  # how values of one figure combine
@@ -121,7 +131,7 @@ class PromReport(PromNames):
         gpu_of = {"model": "host, model", "host": "host, model", "gpu": GPU}[self.by]
         any_gpu = " or ".join(
             f"group by ({GPU}) ({self.over_range('count', m, f, GPU)})"
-            for m, f in (("gpu_power", "power_w"), ("gpu_clocks", "sm_clock_mhz"), ("gpu_memory", "fb_used_bytes"))
+            for m, f in ((GPU_POWER, "power_w"), (GPU_CLOCKS, "sm_clock_mhz"), (GPU_MEMORY, "fb_used_bytes"))
         )
         inventory = self.client.query(f"count by ({gpu_of}) ({any_gpu})", self.at, "the GPU inventory")
         if not inventory:
@@ -198,7 +208,7 @@ class PromReport(PromNames):
             return
         from gpuagent.plugin_host import registered
 
-        spec = registered("sinks", "prometheus").metric_for(self.namespace, "gpu_health", "verdict", True)
+        spec = registered("sinks", "prometheus").metric_for(self.namespace, GPU_HEALTH, "verdict", True)
         for g in groups.values():
             g[figures.HEALTH] = dict.fromkeys(VERDICTS, 0.0)
         bucket = bucket_for((self.range.end_ns - self.range.start_ns) / 1e9)
@@ -233,12 +243,12 @@ class PromReport(PromNames):
                 hours[verdict] = hours.get(verdict, 0.0) + gpus * seconds / 3600
 
     def _span_per_gpu(self) -> str:
-        e = self.range_selector("gpu_power", "energy_j")
+        e = self.range_selector(GPU_POWER, "energy_j")
         if self.client.engine == "victoriametrics":
             return f"sum by ({GPU}) (tlast_over_time({e}) - tfirst_over_time({e}))"
         span_ms = (self.range.end_ns - self.range.start_ns) // 1_000_000
         res = f"{max(1, span_ms // 1000)}ms"
-        s = self.selector("gpu_power", "energy_j")
+        s = self.selector(GPU_POWER, "energy_j")
         start = self.range.start_ns / 1e9
         return (
             f"sum by ({GPU}) (max_over_time(timestamp({s})[{self.window}:{res}]) "
@@ -247,15 +257,15 @@ class PromReport(PromNames):
 
     def _energy_queries(self) -> dict[str, tuple[str, str]]:
         G = self.group
-        e = self.range_selector("gpu_power", "energy_j")
-        escale = self.name("gpu_power", "energy_j")[1]
+        e = self.range_selector(GPU_POWER, "energy_j")
+        escale = self.name(GPU_POWER, "energy_j")[1]
         energy_gpu = (
             f"sum by ({GPU}) ((max_over_time({e}) - min_over_time({e})) and (resets({e}) == 0) or increase({e}))"
         )
         if escale != 1.0:
             energy_gpu = f"({energy_gpu}) / {escale!r}"
         span_gpu = self._span_per_gpu()
-        util_gpu = self.mean("gpu_memory", "gpu_util_pct", by=GPU)
+        util_gpu = self.mean(GPU_MEMORY, "gpu_util_pct", by=GPU)
         return {
             figures.ENERGY_J: (f"sum by ({G}) ({energy_gpu})", "energy per group"),
             figures.OBSERVED_S: (f"sum by ({G}) ({span_gpu})", "observed time per group"),
@@ -273,7 +283,7 @@ class PromReport(PromNames):
             q[f"aggregate:{i}"] = (self.aggregate_query(agg), f"{agg.op} {agg.field}")
         for reason in REASONS:
             q[f"throttle:{reason}"] = (
-                f"100 * {self.over_range('sum', 'gpu_clocks', reason, G)} / {self.over_range('count', 'gpu_clocks', reason, G)}",
+                f"100 * {self.over_range('sum', GPU_CLOCKS, reason, G)} / {self.over_range('count', GPU_CLOCKS, reason, G)}",
                 f"share of time under {reason}",
             )
 
@@ -282,36 +292,36 @@ class PromReport(PromNames):
 
         # Per GPU its best link, 2 (NVLink) or 1 (PCIe read), counted per class in one query. The
         # booleans are 0/1: a sum above 0 is a sample set (what the rollups count).
-        nv, rd = self.over_range("sum", "gpu_p2p", "nvlink_ok", GPU), self.over_range("sum", "gpu_p2p", "read_ok", GPU)
+        nv, rd = self.over_range("sum", GPU_P2P, "nvlink_ok", GPU), self.over_range("sum", GPU_P2P, "read_ok", GPU)
         link = f"max by ({GPU}) ((2 * (({nv}) > bool 0) > 0) or ((({rd}) > bool 0) > 0))"
         q["p2p_class"] = (f'count_values by ({G}) ("p2p_class", {link})', "GPUs by P2P link")
         q["mig:capable"] = (
-            f"count by ({G}) ({self.over_range('max', 'gpu_mig', 'max_mig_devices', GPU)})",
+            f"count by ({G}) ({self.over_range('max', GPU_MIG, 'max_mig_devices', GPU)})",
             "MIG-capable GPUs",
         )
-        q["mig:devices"] = (f"sum by ({G}) ({best('gpu_mig', 'mig_devices')})", "MIG devices")
+        q["mig:devices"] = (f"sum by ({G}) ({best(GPU_MIG, 'mig_devices')})", "MIG devices")
         q["mig:enabled"] = (
-            f"count by ({G}) ({self.over_range('sum', 'gpu_mig', 'mig_mode_current', GPU)} > 0)",
+            f"count by ({G}) ({self.over_range('sum', GPU_MIG, 'mig_mode_current', GPU)} > 0)",
             "GPUs with MIG on",
         )
         q["mig:profiles"] = (
-            f"group by ({G}, mig_profile) ({self.over_range('count', 'gpu_mig', 'mig_index', f'{G}, mig_profile')})",
+            f"group by ({G}, mig_profile) ({self.over_range('count', GPU_MIG, 'mig_index', f'{G}, mig_profile')})",
             "MIG profiles",
         )
-        q["vgpu:instances"] = (f"sum by ({G}) ({best('gpu_vgpu', 'active_instances')})", "vGPU instances")
+        q["vgpu:instances"] = (f"sum by ({G}) ({best(GPU_VGPU, 'active_instances')})", "vGPU instances")
         q["vgpu:types"] = (
-            f"group by ({G}, vgpu_type) ({self.over_range('count', 'gpu_vgpu', 'vgpu_type_id', f'{G}, vgpu_type')})",
+            f"group by ({G}, vgpu_type) ({self.over_range('count', GPU_VGPU, 'vgpu_type_id', f'{G}, vgpu_type')})",
             "vGPU types",
         )
         if self.scheme == "prometheus":
-            mode = f"{self.selector('gpu_vgpu', 'virtualization_mode', True)}[{self.window}]"
+            mode = f"{self.selector(GPU_VGPU, 'virtualization_mode', True)}[{self.window}]"
             q["vgpu:modes"] = (
                 f"count by ({G}, virtualization_mode) (group by ({GPU}, virtualization_mode) (last_over_time({mode})))",
                 "virtualization modes",
             )
         for f in ("l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio"):
-            q[f"l2:{f}"] = (self.mean("gpu_l2_probe", f), f"L2 probe {f}")
-        q["l2:runs"] = (self.over_range("count", "gpu_l2_probe", "l2_dram_ratio", G), "L2 probe runs")
+            q[f"l2:{f}"] = (self.mean(GPU_L2_PROBE, f), f"L2 probe {f}")
+        q["l2:runs"] = (self.over_range("count", GPU_L2_PROBE, "l2_dram_ratio", G), "L2 probe runs")
         return q
 
     def _energy(self, groups, a) -> None:
@@ -372,8 +382,8 @@ class PromReport(PromNames):
         bucket = bucket_seconds(span)
         first = self.range.start_ns / 1e9 // bucket * bucket
         last = (self.range.end_ns / 1e9 - 0.001) // bucket * bucket
-        r = f"{self.selector('gpu_power', 'power_w')}[{bucket}s]"
-        scale = self.name("gpu_power", "power_w")[1]
+        r = f"{self.selector(GPU_POWER, 'power_w')}[{bucket}s]"
+        scale = self.name(GPU_POWER, "power_w")[1]
         expr = f"sum by ({self.group}) (sum_over_time({r})) / sum by ({self.group}) (count_over_time({r}))"
         if scale != 1.0:
             expr = f"({expr}) / {scale!r}"

@@ -34,6 +34,7 @@ from gpuagent.compare.rollup_report import pieces_source, plan, usable
 from gpuagent.compare.rollup_rules import record
 from gpuagent.compare.rollups import LEVELS, ROLLUPS, Level
 from gpuagent.errors import AgentError
+from gpuagent.schema.measurements import GPU_HEALTH, GPU_MEMORY, GPU_POWER
 
 PIECE = "gpuagent_piece"
 _TRUE = re.compile(r'^"(\w+)" = true$')
@@ -44,7 +45,7 @@ def _records() -> dict[tuple[str, str, str], tuple[str, str]]:
     """(measurement, field, fn) -> (rollup, rollup field) of the rule that records it per bucket."""
     out: dict[tuple[str, str, str], tuple[str, str]] = {}
     for r in ROLLUPS:
-        if r.source == "gpu_health":
+        if r.source == GPU_HEALTH:
             continue  # strings: raw samples
         true = _TRUE.match(r.where)
         for f in r.fields:
@@ -80,7 +81,7 @@ def coverage(client, where: str, rng: Range) -> dict[str, tuple[int, int] | None
     sel = f"{{{where}}}" if where else ""
     overhang = bucket_seconds((rng.end_ns - rng.start_ns) / 1e9) * 10**9
     for level in LEVELS:
-        name = record(_rollup("gpu_power"), _field("gpu_power", "power_count"), level.name)
+        name = record(_rollup(GPU_POWER), _field(GPU_POWER, "power_count"), level.name)
         at = rng.end_ns + level.ns + overhang
         window = _ms(at - rng.start_ns + level.ns + overhang)
         lo = client.query(
@@ -144,15 +145,15 @@ class PromRollupReport(PromReport):
         return {}  # per GPU below (_energy): the sample times come from the pieces
 
     def _energy(self, groups, a) -> None:
-        escale = self.name("gpu_power", "energy_j")[1]
+        escale = self.name(GPU_POWER, "energy_j")[1]
         top, low = (
-            self.over_range("max", "gpu_power", "energy_j", GPU),
-            self.over_range("min", "gpu_power", "energy_j", GPU),
+            self.over_range("max", GPU_POWER, "energy_j", GPU),
+            self.over_range("min", GPU_POWER, "energy_j", GPU),
         )
         found = self.client.many(
             [
                 (f"{top} - {low}", self.at, "energy per GPU"),
-                (self.mean("gpu_memory", "gpu_util_pct", by=GPU), self.at, "utilisation per GPU"),
+                (self.mean(GPU_MEMORY, "gpu_util_pct", by=GPU), self.at, "utilisation per GPU"),
             ]
         )
         energy = {_gpu(r["metric"]): float(r["value"][1]) / escale for r in found[0]}
@@ -187,9 +188,9 @@ class PromRollupReport(PromReport):
             if not left:
                 break
             if level is None:
-                term = f"{self.selector('gpu_power', 'energy_j')}[{_ms(b - a)}] @ {_at(b - 1_000_000)}"
+                term = f"{self.selector(GPU_POWER, 'energy_j')}[{_ms(b - a)}] @ {_at(b - 1_000_000)}"
             else:
-                term = f"{self.recorded(level, 'gpu_power', 'energy_j', 'count')}[{_ms(b - a)}] @ {_at(b)}"
+                term = f"{self.recorded(level, GPU_POWER, 'energy_j', 'count')}[{_ms(b - a)}] @ {_at(b)}"
             rows = self.client.query(f"{agg} by ({GPU}) ({fn}({term}))", self.at, f"{which} sample times")
             stamps = {}
             for r in rows:
@@ -210,9 +211,9 @@ class PromRollupReport(PromReport):
         out: dict[tuple, int] = {}
         for t, keys in sorted(by_stamp.items()):  # one query per bucket, shared by its GPUs
             if finer is None:
-                term = f"{self.selector('gpu_power', 'energy_j')}[{_ms(level.ns)}] @ {_at(t - 1_000_000)}"
+                term = f"{self.selector(GPU_POWER, 'energy_j')}[{_ms(level.ns)}] @ {_at(t - 1_000_000)}"
             else:
-                term = f"{self.recorded(finer, 'gpu_power', 'energy_j', 'count')}[{_ms(level.ns)}] @ {_at(t)}"
+                term = f"{self.recorded(finer, GPU_POWER, 'energy_j', 'count')}[{_ms(level.ns)}] @ {_at(t)}"
             rows = self.client.query(f"{agg} by ({GPU}) ({fn}({term}))", self.at, f"{which} sample times")
             inner = {_gpu(r["metric"]): round(float(r["value"][1]) * 1000) * 10**6 for r in rows}
             found = {k: inner[k] for k in keys if k in inner}
@@ -243,9 +244,9 @@ class PromRollupReport(PromReport):
         if level is None:
             return super()._series(groups)  # buckets the rollups do not tile: raw samples
         self.series_level = level
-        s, c = (f"{self.recorded(level, 'gpu_power', 'power_w', fn)}[{bucket}s]" for fn in ("sum", "count"))
+        s, c = (f"{self.recorded(level, GPU_POWER, 'power_w', fn)}[{bucket}s]" for fn in ("sum", "count"))
         expr = f"sum by ({self.group}) (sum_over_time({s})) / sum by ({self.group}) (sum_over_time({c}))"
-        scale = self.name("gpu_power", "power_w")[1]
+        scale = self.name(GPU_POWER, "power_w")[1]
         if scale != 1.0:
             expr = f"({expr}) / {scale!r}"
         # The point at t + bucket sums the buckets stamped in (t, t + bucket]: the raw samples of [t, t + bucket).
@@ -285,7 +286,7 @@ def prom_rollup_report_or_none(client, rng: Range, by: str, where: str | None) -
 # -- backfill and status ---------------------------------------------------------------------------
 def _stamps(client, level: Level, where: str, a_ns: int, b_ns: int) -> tuple[int, int] | None:
     """The first and last stamps (ns) of a level's power counts in [a, b]; None where there are none."""
-    name = record(_rollup("gpu_power"), _field("gpu_power", "power_count"), level.name)
+    name = record(_rollup(GPU_POWER), _field(GPU_POWER, "power_count"), level.name)
     sel = f"{name}{{{where}}}" if where else name
     window = _ms(b_ns - a_ns + 1_000_000)
     lo = client.query(f"min(tfirst_over_time({sel}[{window}]))", b_ns / 1e9, f"the {level.every} rollups' reach")
@@ -405,7 +406,7 @@ def status(client, since_ns: int, end_ns: int, where: str = "") -> dict:
         )
     levels = []
     for level in LEVELS:
-        name = record(_rollup("gpu_power"), _field("gpu_power", "power_count"), level.name)
+        name = record(_rollup(GPU_POWER), _field(GPU_POWER, "power_count"), level.name)
         held = _stamps(client, level, where, end_ns - since_ns, end_ns)
         sel = f"{name}{{{where}}}" if where else name
         series = client.query(f"count(last_over_time({sel}[{_ms(since_ns)}]))", end_ns / 1e9, "rollup series")

@@ -33,6 +33,7 @@ from gpuagent.compare.health import health_hours
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.query import InfluxQL
 from gpuagent.errors import AgentError
+from gpuagent.schema.measurements import GPU_CLOCKS, GPU_L2_PROBE, GPU_MEMORY, GPU_MIG, GPU_P2P, GPU_POWER, GPU_VGPU
 
 DEFINITIONS = figures.DEFINITIONS  # the definitions every document carries (gpuagent.compare.figures)
 
@@ -46,7 +47,7 @@ def check_where(client: InfluxQL, where: str | None) -> None:
     where = (where or "").strip()
     if not where:
         return
-    prefix = 'SELECT * FROM "gpu_power" WHERE '
+    prefix = f'SELECT * FROM "{GPU_POWER}" WHERE '
     try:
         client.query(f"{prefix}{where} LIMIT 1")
     except AgentError as exc:
@@ -170,21 +171,21 @@ class Report:
         """Every GPU (host, uuid, model, gpu) with readings in the range, with its per-GPU figures."""
         gpus: dict[tuple, dict] = defaultdict(dict)
         inner = (
-            f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "gpu_power" WHERE {self._where()} '
+            f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "{GPU_POWER}" WHERE {self._where()} '
             f"GROUP BY {', '.join(GPU_TAGS)}"
         )
         with ThreadPoolExecutor(WORKERS) as pool:
             asked = [
                 pool.submit(self._per_gpu, select, measurement)
                 for select, measurement in (
-                    ("COUNT(power_w)", "gpu_power"),
-                    ('MEAN("gpu_util_pct")', "gpu_memory"),
+                    ("COUNT(power_w)", GPU_POWER),
+                    ('MEAN("gpu_util_pct")', GPU_MEMORY),
                     # A GPU with any reading there counts. FIRST(*) says so as COUNT(*) does, at a
                     # third of the server's work (it need not read every value of every field).
-                    ("FIRST(*)", "gpu_clocks"),
-                    ("FIRST(*)", "gpu_memory"),
-                    ('FIRST("energy_j")', "gpu_power"),
-                    ('LAST("energy_j")', "gpu_power"),
+                    ("FIRST(*)", GPU_CLOCKS),
+                    ("FIRST(*)", GPU_MEMORY),
+                    ('FIRST("energy_j")', GPU_POWER),
+                    ('LAST("energy_j")', GPU_POWER),
                 )
             ]
             energy_rows = pool.submit(
@@ -241,12 +242,12 @@ class Report:
         self._figures(figures.CLOCKS, groups)
 
     def _throttle(self, groups) -> None:
-        totals = self._per_group(", ".join(f'COUNT("{r}") AS "{r}"' for r in REASONS), "gpu_clocks")
+        totals = self._per_group(", ".join(f'COUNT("{r}") AS "{r}"' for r in REASONS), GPU_CLOCKS)
         shares: dict[tuple, dict[str, float]] = defaultdict(dict)
         for reason in REASONS:
             if not any(t.get(reason) for t in totals.values()):
                 continue
-            hits = self._per_group(f'COUNT("{reason}")', "gpu_clocks", f'"{reason}" = true')
+            hits = self._per_group(f'COUNT("{reason}")', GPU_CLOCKS, f'"{reason}" = true')
             for gkey, total in totals.items():
                 n = total.get(reason) or 0
                 if n:
@@ -260,15 +261,15 @@ class Report:
         self._figures(figures.MEMORY, groups)
 
     def _p2p(self, groups, gpus) -> None:
-        nvlink = self._per_gpu('COUNT("nvlink_ok")', "gpu_p2p", '"nvlink_ok" = true')
-        pcie = self._per_gpu('COUNT("read_ok")', "gpu_p2p", '"read_ok" = true')
+        nvlink = self._per_gpu('COUNT("nvlink_ok")', GPU_P2P, '"nvlink_ok" = true')
+        pcie = self._per_gpu('COUNT("read_ok")', GPU_P2P, '"read_ok" = true')
         add_p2p(groups, gpus, nvlink, pcie, self._group_of)
 
     def _mig(self, groups, gpus) -> None:
-        capable = self._per_gpu('MAX("max_mig_devices"), MAX("mig_devices")', "gpu_mig")
-        enabled = self._per_gpu('COUNT("mig_mode_current")', "gpu_mig", '"mig_mode_current" = true')
+        capable = self._per_gpu('MAX("max_mig_devices"), MAX("mig_devices")', GPU_MIG)
+        enabled = self._per_gpu('COUNT("mig_mode_current")', GPU_MIG, '"mig_mode_current" = true')
         profiles = defaultdict(set)
-        for r in self._rows('COUNT("mig_index")', "gpu_mig", (*GPU_TAGS, "mig_profile")):
+        for r in self._rows('COUNT("mig_index")', GPU_MIG, (*GPU_TAGS, "mig_profile")):
             if r.get("mig_profile"):
                 profiles[self._group_of(gpu_key(r))].add(r["mig_profile"])
         for gkey, g in groups.items():
@@ -287,10 +288,10 @@ class Report:
                 m["enabled_gpus"] += 1
 
     def _vgpu(self, groups, gpus) -> None:
-        modes = self._per_gpu('LAST("virtualization_mode")', "gpu_vgpu")
-        instances = self._per_gpu('MAX("active_instances")', "gpu_vgpu")
+        modes = self._per_gpu('LAST("virtualization_mode")', GPU_VGPU)
+        instances = self._per_gpu('MAX("active_instances")', GPU_VGPU)
         types = defaultdict(set)
-        for r in self._rows('COUNT("vgpu_type_id")', "gpu_vgpu", (*GPU_TAGS, "vgpu_type")):
+        for r in self._rows('COUNT("vgpu_type_id")', GPU_VGPU, (*GPU_TAGS, "vgpu_type")):
             if r.get("vgpu_type"):
                 types[self._group_of(gpu_key(r))].add(r["vgpu_type"])
         for gkey, g in groups.items():
@@ -309,7 +310,7 @@ class Report:
         rows = self._per_group(
             'MEAN("l2_effective_bytes") AS l2_effective_bytes, MEAN("l2_bw_gbps") AS l2_bw_gbps, '
             'MEAN("dram_bw_gbps") AS dram_bw_gbps, MEAN("l2_dram_ratio") AS l2_dram_ratio, COUNT("l2_dram_ratio") AS runs',
-            "gpu_l2_probe",
+            GPU_L2_PROBE,
         )
         for gkey, g in groups.items():
             r = rows.get(gkey)
@@ -331,7 +332,7 @@ class Report:
     def _series(self, groups) -> dict[str, Any]:
         span = (self.range.end_ns - self.range.start_ns) / 1e9
         bucket = bucket_seconds(span)
-        rows = self._rows('MEAN("power_w")', "gpu_power", self.group_tags, tail=f", time({bucket}s) fill(none)")
+        rows = self._rows('MEAN("power_w")', GPU_POWER, self.group_tags, tail=f", time({bucket}s) fill(none)")
         lines: dict[str, list] = defaultdict(list)
         for r in rows:
             gkey = tuple(r.get(t, "") for t in self.group_tags)

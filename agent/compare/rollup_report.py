@@ -51,6 +51,7 @@ from gpuagent.compare.rollups import (
     coverage,
     hist_field,
 )
+from gpuagent.schema.measurements import GPU_CLOCKS, GPU_HEALTH, GPU_MEMORY, GPU_MIG, GPU_POWER, GPU_VGPU
 
 FROM_RAW = (figures.POWER_P95, figures.L2_PROBE, "work")
 
@@ -101,7 +102,7 @@ def raw_condition(where: str):
 
 
 # Tags some measurements' rollups are grouped by besides the GPU's (_mig, _vgpu).
-POINT_TAGS = {"gpu_mig": ("mig_profile",), "gpu_vgpu": ("vgpu_type",)}
+POINT_TAGS = {GPU_MIG: ("mig_profile",), GPU_VGPU: ("vgpu_type",)}
 
 
 def _reads(rollup, raw: bool) -> set[str]:
@@ -378,9 +379,9 @@ class RollupReport(Report):
             asked = [
                 pool.submit(self._agg, name, fields, GPU_TAGS)
                 for name, fields in (
-                    ("gpu_clocks", ("sm_clock_count", "max_sm_clock_count")),
-                    ("gpu_memory", ("util_sum", "util_count", "fb_used_count")),
-                    ("gpu_power", ("power_count",)),
+                    (GPU_CLOCKS, ("sm_clock_count", "max_sm_clock_count")),
+                    (GPU_MEMORY, ("util_sum", "util_count", "fb_used_count")),
+                    (GPU_POWER, ("power_count",)),
                 )
             ]
             energy_asked = pool.submit(self._energy_per_gpu)
@@ -429,11 +430,11 @@ class RollupReport(Report):
     def _energy_piece(self, piece: Piece) -> dict[tuple, tuple]:
         """Per GPU in the piece: (first value, last value, increase inside, first time, last time)."""
         level, a, b = piece
-        if self._as_points(piece, BY_NAME["gpu_power"]):
+        if self._as_points(piece, BY_NAME[GPU_POWER]):
             return self._energy_from_points(piece)
         tags = ", ".join(GPU_TAGS)
         where = self._piece_where(a, b)
-        source, _ = self._from(level, "gpu_power")
+        source, _ = self._from(level, GPU_POWER)
         first_field, last_field = ("energy_j", "energy_j") if level is None else ("energy_first", "energy_last")
         first = {
             gpu_key(r): r
@@ -469,7 +470,7 @@ class RollupReport(Report):
         level = piece[0]
         first_field, last_field = ("energy_j", "energy_j") if level is None else ("energy_first", "energy_last")
         per_gpu: dict[tuple, list[dict]] = defaultdict(list)
-        for row in self._source_points(level, "gpu_power", piece):
+        for row in self._source_points(level, GPU_POWER, piece):
             per_gpu[tuple(row.get(t) or "" for t in GPU_TAGS)].append(row)
         out = {}
         for key, rows in per_gpu.items():
@@ -527,7 +528,7 @@ class RollupReport(Report):
         fn = "FIRST" if which == "first" else "LAST"
 
         def ask():
-            source, _ = self._from(level, "gpu_power")
+            source, _ = self._from(level, GPU_POWER)
             rows = self.client.rows(
                 f'SELECT {fn}("{field}") FROM {source} WHERE {self._piece_where(a, b)} GROUP BY {", ".join(GPU_TAGS)}'
             )
@@ -542,7 +543,7 @@ class RollupReport(Report):
         fields = {a: _rollup_fields(a) for a in wanted if a.op != "p95"}
         percentile = [a for a in wanted if a.op == "p95"]
         if percentile:  # the histogram's rank needs the samples and their range
-            fields[percentile[0]] = ("gpu_power", ("power_count", "power_max", "power_min"))
+            fields[percentile[0]] = (GPU_POWER, ("power_count", "power_max", "power_min"))
         names: dict[str, set[str]] = defaultdict(set)
         for rollup, needed in fields.values():
             names[rollup].update(needed)
@@ -561,7 +562,7 @@ class RollupReport(Report):
                 else:
                     out[gkey][agg] = r.get(needed[0])
         for agg in percentile:
-            p95 = self._p95_from_histogram(rows["gpu_power"])
+            p95 = self._p95_from_histogram(rows[GPU_POWER])
             if p95 is None:  # exact, from raw points: percentiles do not roll up
                 p95 = {gkey: got[agg] for gkey, got in Report.group_aggregates(self, (agg,)).items()}
             else:
@@ -590,7 +591,7 @@ class RollupReport(Report):
         by = ", ".join(f'"{t}"' for t in self.group_tags)
         for level, a, b in self.pieces:
             if level is None:
-                for row in self._source_points(None, "gpu_power", (None, a, b)):
+                for row in self._source_points(None, GPU_POWER, (None, a, b)):
                     v = row.get("power_w")
                     if v is not None:
                         key = tuple(row.get(t) or "" for t in self.group_tags)
@@ -624,7 +625,7 @@ class RollupReport(Report):
         return out
 
     def _throttle(self, groups) -> None:
-        totals = self._group_agg("gpu_clocks", tuple(f"{r}_n" for r in REASONS))
+        totals = self._group_agg(GPU_CLOCKS, tuple(f"{r}_n" for r in REASONS))
         shares: dict[tuple, dict[str, float]] = defaultdict(dict)
         for reason in REASONS:
             if not any(t.get(f"{reason}_n") for t in totals.values()):
@@ -723,13 +724,13 @@ class RollupReport(Report):
                 if r.get(field)
             }
 
-        return counts("gpu_health", "verdict_count"), {w: counts(f"gpu_health_{w}", "n") for w in VERDICTS}
+        return counts(GPU_HEALTH, "verdict_count"), {w: counts(f"gpu_health_{w}", "n") for w in VERDICTS}
 
     def _whole_hours(self, piece: Piece, bucket: int, whole: dict) -> list[tuple] | None:
         """Add to `whole` (per group and verdict) the GPU-hours of the GPUs that held one verdict over a
         coarse piece in every minute with samples (bucket 1 min) or in all of its minutes; the other GPUs
         with verdicts there (to read from the 1m level), or None where an unknown verdict was written."""
-        total = self._agg("gpu_health", ("verdict_count",), GPU_TAGS, [piece])
+        total = self._agg(GPU_HEALTH, ("verdict_count",), GPU_TAGS, [piece])
         minutes = self._agg("gpu_health_minutes", ("minutes",), GPU_TAGS, [piece])
         words = {w: self._agg(f"gpu_health_{w}", ("n",), GPU_TAGS, [piece]) for w in VERDICTS}
         all_minutes = (piece[2] - piece[1]) // (60 * 10**9)
@@ -763,7 +764,7 @@ class RollupReport(Report):
 
     def _mig(self, groups, gpus) -> None:
         rows = self._agg(
-            "gpu_mig", ("max_mig_devices_max", "mig_devices_max", "mig_index_count"), (*GPU_TAGS, "mig_profile")
+            GPU_MIG, ("max_mig_devices_max", "mig_devices_max", "mig_index_count"), (*GPU_TAGS, "mig_profile")
         )
         capable: dict[tuple, int] = {}
         profiles = defaultdict(set)
@@ -791,7 +792,7 @@ class RollupReport(Report):
 
     def _vgpu(self, groups, gpus) -> None:
         rows = self._agg(
-            "gpu_vgpu", ("mode_last", "active_instances_max", "vgpu_type_id_count"), (*GPU_TAGS, "vgpu_type")
+            GPU_VGPU, ("mode_last", "active_instances_max", "vgpu_type_id_count"), (*GPU_TAGS, "vgpu_type")
         )
         modes: dict[tuple, str] = {}
         instances: dict[tuple, int] = {}
@@ -839,8 +840,8 @@ class RollupReport(Report):
         tags and it reaches as far as gpu_power; else gpu_power."""
         tags = set(POWER_BY_HOST.tags)
         if not set(self.group_tags) <= tags or not self._where_within(tags):
-            return "gpu_power"
-        return POWER_BY_HOST.name if coverage(self.client, POWER_BY_HOST.name) == self.reach else "gpu_power"
+            return GPU_POWER
+        return POWER_BY_HOST.name if coverage(self.client, POWER_BY_HOST.name) == self.reach else GPU_POWER
 
     def build(self) -> dict[str, Any]:
         doc = super().build()

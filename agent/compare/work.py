@@ -40,6 +40,7 @@ from gpuagent.compare.placement import placement
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.promql import PromNames
 from gpuagent.compare.sharing import cut_absences, share_gpus
+from gpuagent.schema.measurements import GPU_CLOCKS, GPU_MEMORY, GPU_NVLINK, GPU_PCIE, GPU_POWER, GPU_WORK
 
 GPU = ("host", "uuid")
 # The clock-event reasons the limits weigh (power: the first two; thermal: the others).
@@ -373,7 +374,7 @@ class InfluxWork:
         return self._metered
 
     def series_exist(self) -> bool:
-        return bool(self.client.rows(f'SELECT FIRST("units_total") FROM "gpu_work" WHERE {self._where_clause()}'))
+        return bool(self.client.rows(f'SELECT FIRST("units_total") FROM "{GPU_WORK}" WHERE {self._where_clause()}'))
 
     def _where_clause(self, work: bool = True) -> str:
         parts = [self.range.clause()]
@@ -383,7 +384,7 @@ class InfluxWork:
 
     def series(self) -> list[WorkSeries]:
         by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
-        base = f'FROM "gpu_work" WHERE {self._where_clause()} GROUP BY {by}'
+        base = f'FROM "{GPU_WORK}" WHERE {self._where_clause()} GROUP BY {by}'
         diffs = f'SELECT NON_NEGATIVE_DIFFERENCE("units_total") AS d {base}'
         steps = f'SELECT DIFFERENCE("units_total") AS d {base}'
         queries = (
@@ -394,7 +395,7 @@ class InfluxWork:
             f"SELECT SUM(d) FROM ({diffs}) WHERE {self.range.clause()} GROUP BY {by}",
             f"SELECT d FROM ({steps}) WHERE {self.range.clause()} AND d < 0 GROUP BY {by}",
             # The GPUs, and which have an energy counter (two selectors: one scan, the time unused).
-            f'SELECT LAST("power_w") AS p, LAST("energy_j") AS e FROM "gpu_power" WHERE {self._where_clause(work=False)} '
+            f'SELECT LAST("power_w") AS p, LAST("energy_j") AS e FROM "{GPU_POWER}" WHERE {self._where_clause(work=False)} '
             'GROUP BY "host", "uuid"',
             f'SELECT COUNT("units_total") AS n, MEAN("sm_util_pct") AS sm {base}',
         )
@@ -433,7 +434,7 @@ class InfluxWork:
         if not series:
             return {}
         by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
-        inner = f'SELECT COUNT("units_total") AS c FROM "gpu_work" WHERE {self._where_clause()} GROUP BY {by}, time({bucket}s) fill(0)'
+        inner = f'SELECT COUNT("units_total") AS c FROM "{GPU_WORK}" WHERE {self._where_clause()} GROUP BY {by}, time({bucket}s) fill(0)'
         out: dict[tuple, set] = defaultdict(set)
         for r in self.client.rows(f"SELECT c FROM ({inner}) WHERE {self.range.clause()} AND c = 0 GROUP BY {by}"):
             out[tuple(r.get(t) or "" for t in SERIES_TAGS)].add(r["time"])
@@ -449,7 +450,7 @@ class InfluxWork:
         by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
         for i in range(0, len(times), 50):
             at = " OR ".join(f"time = {t}" for t in times[i : i + 50])
-            q = f'SELECT "units_total" FROM "gpu_work" WHERE {self._where_clause()} AND ({at}) GROUP BY {by}'
+            q = f'SELECT "units_total" FROM "{GPU_WORK}" WHERE {self._where_clause()} AND ({at}) GROUP BY {by}'
             for r in self.client.rows(q):
                 k = tuple(r.get(t) or "" for t in SERIES_TAGS)
                 if (k, r["time"]) in wanted:
@@ -462,7 +463,7 @@ class InfluxWork:
             # A span few GPUs worked over (a host's work started on its own): read only theirs.
             window += " AND (" + " OR ".join(f"\"uuid\" = '{u}'" for u in sorted({u for _, u in gpus})) + ")"
         inner = (
-            f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "gpu_power" WHERE {window} GROUP BY "host", "uuid"'
+            f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "{GPU_POWER}" WHERE {window} GROUP BY "host", "uuid"'
         )
         rows = self.client.rows(f'SELECT SUM(d) FROM ({inner}) WHERE {window} GROUP BY "host", "uuid"')
         return {(r["host"], r["uuid"]): r["sum"] or 0.0 for r in rows}
@@ -482,7 +483,9 @@ class InfluxWork:
         out = set()
         for at, lo, hi in edge_windows(self.range, bucket):
             w = f"time >= {lo} AND time < {hi}" + (f" AND ({self.where})" if self.where else "")
-            for r in self.client.rows(f'SELECT COUNT("units_total") FROM "gpu_work" WHERE {w} GROUP BY "host", "uuid"'):
+            for r in self.client.rows(
+                f'SELECT COUNT("units_total") FROM "{GPU_WORK}" WHERE {w} GROUP BY "host", "uuid"'
+            ):
                 out.add(((r.get("host") or "", r.get("uuid") or ""), at))
         return out
 
@@ -498,19 +501,19 @@ class InfluxWork:
             "mem": f'SELECT MEAN("gpu_util_pct") AS util, MEAN("memory_util_pct") AS mem_busy, '
             f'MEAN("dram_bw_util_pct") AS dram_bw, MEAN("sm_active_pct") AS sm_active, '
             f'MEAN("tensor_active_pct") AS tensor_active, MEAN("sm_occupancy_pct") AS occupancy '
-            f'FROM "gpu_memory" WHERE {w} {tail}',
+            f'FROM "{GPU_MEMORY}" WHERE {w} {tail}',
             "power": f'SELECT MEAN("power_w") AS power_w, MAX("enforced_power_limit_w") AS power_limit_w '
-            f'FROM "gpu_power" WHERE {w} {tail}',
+            f'FROM "{GPU_POWER}" WHERE {w} {tail}',
             "clocks": f'SELECT MEAN("sm_clock_mhz") AS sm_clock, MAX("max_sm_clock_mhz") AS max_sm_clock, '
-            f'COUNT("sm_clock_mhz") AS n FROM "gpu_clocks" WHERE {w} {tail}',
+            f'COUNT("sm_clock_mhz") AS n FROM "{GPU_CLOCKS}" WHERE {w} {tail}',
             "pcie": f'SELECT MEAN("tx_bytes_per_s") AS tx, MEAN("rx_bytes_per_s") AS rx, MAX("link_gen") AS link_gen, '
-            f'MAX("link_width") AS link_width FROM "gpu_pcie" WHERE {w} {tail}',
+            f'MAX("link_width") AS link_width FROM "{GPU_PCIE}" WHERE {w} {tail}',
             "nvlink": f'SELECT MEAN("total_tx_bytes_per_sec") AS tx, MEAN("total_rx_bytes_per_sec") AS rx, '
-            f'MAX("links_active") AS links, MAX("version") AS version FROM "gpu_nvlink" WHERE {w} {tail}',
-            "model": f'SELECT LAST("power_w") FROM "gpu_power" WHERE {w} GROUP BY "host", "uuid", "model"',
+            f'MAX("links_active") AS links, MAX("version") AS version FROM "{GPU_NVLINK}" WHERE {w} {tail}',
+            "model": f'SELECT LAST("power_w") FROM "{GPU_POWER}" WHERE {w} GROUP BY "host", "uuid", "model"',
         }
         for reason in CELL_REASONS:
-            q[reason] = f'SELECT COUNT("sm_clock_mhz") AS n FROM "gpu_clocks" WHERE {w} AND "{reason}" = true {tail}'
+            q[reason] = f'SELECT COUNT("sm_clock_mhz") AS n FROM "{GPU_CLOCKS}" WHERE {w} AND "{reason}" = true {tail}'
         names = list(q)
         with ThreadPoolExecutor(WORKERS) as pool:
             return dict(zip(names, pool.map(self.client.rows, (q[n] for n in names)), strict=True))
@@ -604,7 +607,7 @@ class PromWork:
         self._ready()
         n = self.names
         found = self.client.query(
-            f"count(count_over_time({self._sel('gpu_work', 'units_total')}[{n.window}]))",
+            f"count(count_over_time({self._sel(GPU_WORK, 'units_total')}[{n.window}]))",
             n.at,
             "work: any gpu_work series",
         )
@@ -628,8 +631,8 @@ class PromWork:
     def series(self) -> list[WorkSeries]:
         self._ready()
         n = self.names
-        u, g = self._sel("gpu_work", "units_total"), self._sel("gpu_work", "gpus")
-        sh = self._sel("gpu_work", "gpu_share")
+        u, g = self._sel(GPU_WORK, "units_total"), self._sel(GPU_WORK, "gpus")
+        sh = self._sel(GPU_WORK, "gpu_share")
         r = f"{u}[{n.window}]"
         by = ", ".join(SERIES_TAGS)
         # A counter that restarted: MetricsQL's increase_prometheus() adds up the steps inside the window
@@ -642,21 +645,21 @@ class PromWork:
             (f"max by ({by}) (last_over_time({g}[{n.window}]))", n.at, "work: GPUs per piece of work"),
             (f"max by ({by}) (last_over_time({sh}[{n.window}]))", n.at, "work: MIG slices' shares of their GPU"),
             (
-                f"group by (host, uuid, model) (count_over_time({self._sel('gpu_power', 'power_w', False)}[{n.window}]))",
+                f"group by (host, uuid, model) (count_over_time({self._sel(GPU_POWER, 'power_w', False)}[{n.window}]))",
                 n.at,
                 "work: the GPUs and their models",
             ),
             (
-                f"group by (host, uuid) (count_over_time({self._sel('gpu_power', 'energy_j', False)}[{n.window}]))",
+                f"group by (host, uuid) (count_over_time({self._sel(GPU_POWER, 'energy_j', False)}[{n.window}]))",
                 n.at,
                 "work: the GPUs with an energy counter",
             ),
             (f"max by ({by}) (count_over_time({r}))", n.at, "work: the samples of each work series"),
             (
                 self._scaled(
-                    "gpu_work",
+                    GPU_WORK,
                     "sm_util_pct",
-                    f"max by ({by}) (avg_over_time({self._sel('gpu_work', 'sm_util_pct')}[{n.window}]))",
+                    f"max by ({by}) (avg_over_time({self._sel(GPU_WORK, 'sm_util_pct')}[{n.window}]))",
                 ),
                 n.at,
                 "work: the SM share of each work series",
@@ -702,7 +705,7 @@ class PromWork:
         if not series:
             return {}
         by = ", ".join(SERIES_TAGS)
-        u = self._sel("gpu_work", "units_total")
+        u = self._sel(GPU_WORK, "units_total")
         span = f"{(self.range.end_ns - self.range.start_ns) // 1_000_000 + bucket * 1000}ms"
         expr = f"max by ({by}) ((count_over_time({u}[{bucket}s]) or on ({by}) (0 * last_over_time({u}[{span}]))) == 0)"
         first = self.range.start_ns / 1e9 // bucket * bucket
@@ -718,7 +721,7 @@ class PromWork:
     def energy(self, t0_ns: int, t1_ns: int, gpus=None) -> dict[tuple, float]:
         # [w] at t1 covers (t1 - w, t1]: 1 ms more than the span takes in the sample at t0.
         w = f"{(t1_ns - t0_ns) // 1_000_000 + 1}ms"
-        sel = self._sel("gpu_power", "energy_j", False)
+        sel = self._sel(GPU_POWER, "energy_j", False)
         plain = gpus and all(_PLAIN_UUID.fullmatch(u) for _, u in gpus)  # no regex or string escape needed
         uuids = "|".join(sorted({u for _, u in gpus})) if plain and len(gpus) < self._gpu_count else ""
         # Only the GPUs that worked over this span, while the list keeps the query short (VictoriaMetrics
@@ -726,7 +729,7 @@ class PromWork:
         if uuids and len(uuids) <= MAX_UUID_FILTER:
             sel = sel[:-1] + f',uuid=~"{uuids}"}}' if sel.endswith("}") else f'{sel}{{uuid=~"{uuids}"}}'
         e = f"{sel}[{w}]"
-        expr = self._scaled("gpu_power", "energy_j", f"sum by (host, uuid) ({self._increase(e)})")
+        expr = self._scaled(GPU_POWER, "energy_j", f"sum by (host, uuid) ({self._increase(e)})")
         rows = self.client.query(expr, t1_ns / 1e9, "work: energy of the GPUs over the work's time")
         return {(r["metric"].get("host", ""), r["metric"].get("uuid", "")): _finite(r["value"][1]) or 0.0 for r in rows}
 
@@ -747,7 +750,7 @@ class PromWork:
     def edge_work(self, bucket: int) -> set[tuple]:
         """As InfluxWork's: [w] at `hi` - 1 ms covers [lo, hi) at the millisecond resolution of both engines."""
         out = set()
-        sel = self._sel("gpu_work", "units_total")
+        sel = self._sel(GPU_WORK, "units_total")
         for at, lo, hi in edge_windows(self.range, bucket):
             if hi - lo < 1_000_000:
                 continue  # under a millisecond: no sample of either engine's resolution
@@ -775,44 +778,44 @@ class PromWork:
         def tag(name: str, expr: str) -> str:
             return f'label_replace({expr}, "gpuagent_field", "{name}", "", "")'
 
-        gen = avg("gpu_pcie", "link_gen", "max_over_time")
+        gen = avg(GPU_PCIE, "link_gen", "max_over_time")
         # 0.25 × 2^(gen-1) GB/s per lane and direction for Gen 1-2, 0.985 × 2^(gen-3) from Gen 3 (limits.py)
         lane = (
             f"(0.25 * 2 ^ ({gen} - 1) * ({gen} < bool 3) + {8 * 128 / 130 / 8!r} * 2 ^ ({gen} - 3) * ({gen} >= bool 3))"
         )
         pcie = (
-            f"({avg('gpu_pcie', 'tx_bytes_per_s')} + {avg('gpu_pcie', 'rx_bytes_per_s')}) / "
-            f"(2 * 1e9 * {lane} * {avg('gpu_pcie', 'link_width', 'max_over_time')})"
+            f"({avg(GPU_PCIE, 'tx_bytes_per_s')} + {avg(GPU_PCIE, 'rx_bytes_per_s')}) / "
+            f"(2 * 1e9 * {lane} * {avg(GPU_PCIE, 'link_width', 'max_over_time')})"
         )
-        version = avg("gpu_nvlink", "version", "max_over_time")
+        version = avg(GPU_NVLINK, "version", "max_over_time")
         # GB/s per link and direction by NVML's version enum (limits.NVLINK_GBPS; none known: 0, an infinite ratio, dropped)
         per_link = " + ".join(f"{gbps!r} * ({version} == bool {v})" for v, gbps in sorted(lim.NVLINK_GBPS.items()))
         nvlink = (
-            f"({avg('gpu_nvlink', 'total_tx_bytes_per_sec')} + {avg('gpu_nvlink', 'total_rx_bytes_per_sec')}) / "
-            f"(2 * 1e9 * ({per_link}) * {avg('gpu_nvlink', 'links_active', 'max_over_time')})"
+            f"({avg(GPU_NVLINK, 'total_tx_bytes_per_sec')} + {avg(GPU_NVLINK, 'total_rx_bytes_per_sec')}) / "
+            f"(2 * 1e9 * ({per_link}) * {avg(GPU_NVLINK, 'links_active', 'max_over_time')})"
         )
         parts = [
             [
-                tag("util", avg("gpu_memory", "gpu_util_pct")),
-                tag("mem_busy", avg("gpu_memory", "memory_util_pct")),
-                tag("dram_bw", avg("gpu_memory", "dram_bw_util_pct")),
-                tag("sm_active", avg("gpu_memory", "sm_active_pct")),
-                tag("tensor_active", avg("gpu_memory", "tensor_active_pct")),
-                tag("occupancy", avg("gpu_memory", "sm_occupancy_pct")),
+                tag("util", avg(GPU_MEMORY, "gpu_util_pct")),
+                tag("mem_busy", avg(GPU_MEMORY, "memory_util_pct")),
+                tag("dram_bw", avg(GPU_MEMORY, "dram_bw_util_pct")),
+                tag("sm_active", avg(GPU_MEMORY, "sm_active_pct")),
+                tag("tensor_active", avg(GPU_MEMORY, "tensor_active_pct")),
+                tag("occupancy", avg(GPU_MEMORY, "sm_occupancy_pct")),
             ],
             [
                 tag(
                     "power_ratio",
-                    f"{avg('gpu_power', 'power_w')} / {avg('gpu_power', 'enforced_power_limit_w', 'max_over_time')}",
+                    f"{avg(GPU_POWER, 'power_w')} / {avg(GPU_POWER, 'enforced_power_limit_w', 'max_over_time')}",
                 ),
                 tag(
                     "clock_ratio",
-                    f"{avg('gpu_clocks', 'sm_clock_mhz')} / {avg('gpu_clocks', 'max_sm_clock_mhz', 'max_over_time')}",
+                    f"{avg(GPU_CLOCKS, 'sm_clock_mhz')} / {avg(GPU_CLOCKS, 'max_sm_clock_mhz', 'max_over_time')}",
                 ),
             ],
             [
-                tag("power_reason", either("gpu_clocks", "sw_power_cap", "hw_power_brake_slowdown")),
-                tag("thermal_reason", either("gpu_clocks", "sw_thermal_slowdown", "hw_thermal_slowdown")),
+                tag("power_reason", either(GPU_CLOCKS, "sw_power_cap", "hw_power_brake_slowdown")),
+                tag("thermal_reason", either(GPU_CLOCKS, "sw_thermal_slowdown", "hw_thermal_slowdown")),
             ],
             [tag("pcie_ratio", pcie), tag("nvlink_ratio", nvlink)],
         ]
