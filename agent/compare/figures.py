@@ -473,22 +473,46 @@ WORK_FIGURES = (
     WorkFigure("spread", "units/h", "units_per_gpu_hour of each GPU of the group: min, max and the number of GPUs"),
 )
 WORK_BY_KEY = {f.key: f for f in WORK_FIGURES}
-# The group's and the document's figures beside `work`.
-LIMITS_DEFINITIONS = {
-    "limits": "share of the group's GPU-hours in each class, bucket by bucket per GPU (docs/compare.md, "
-    "'What limits the work'); limits_proxy: the class was reached through a proxy field in some bucket",
-    "unpriced": "the work's models without a GPU-hour price in [compare.prices] (no default): their cost, "
-    "cost_per_million_units and units_per_dollar are null, never priced at energy only",
-    "placement": "per workload and unit seen on two or more priced models: the cheapest model per unit at the "
-    "measured rates; saving = sum of the models' cost of their units - all the units × the cheapest's cost per "
-    "unit (saving_pct: over the first), with each model's units and GPU-hours and caveats",
-    "cross_model": "per workload and unit seen on two or more models, per model: units/s per GPU (units / "
-    "GPU-seconds), units/s per kW drawn (units / kJ, the same thing) and units per $ (units / cost), each with "
-    "its _best_pct (the figure / the best model's × 100), the GPU-hours behind it and its spread across GPUs",
-}
+# The group's figures beside `work` (what limits the work: gpuagent.compare.limits), and the document's.
+WORK, LIMITS, LIMITS_PROXY, LIMITS_GPU_HOURS = "work", "limits", "limits_proxy", "limits_gpu_hours"
+GROUP_WORK_FIGURES = (
+    Figure(WORK, "", csv=False),  # per unit: WORK_FIGURES
+    Figure(
+        LIMITS,
+        "%",
+        "share of the group's GPU-hours in each class, bucket by bucket per GPU (docs/compare.md, "
+        "'What limits the work'); limits_proxy: the class was reached through a proxy field in some bucket",
+        csv=False,
+    ),
+    Figure(LIMITS_PROXY, "", csv=False),
+    Figure(LIMITS_GPU_HOURS, "h", csv=False),
+)
+UNPRICED, PLACEMENT, CROSS_MODEL = "unpriced", "placement", "cross_model"
+DOCUMENT_WORK_FIGURES = (
+    Figure(
+        UNPRICED,
+        "",
+        "the work's models without a GPU-hour price in [compare.prices] (no default): their cost, "
+        "cost_per_million_units and units_per_dollar are null, never priced at energy only",
+    ),
+    Figure(
+        PLACEMENT,
+        "$",
+        "per workload and unit seen on two or more priced models: the cheapest model per unit at the "
+        "measured rates; saving = sum of the models' cost of their units - all the units × the cheapest's cost per "
+        "unit (saving_pct: over the first), with each model's units and GPU-hours and caveats",
+    ),
+    Figure(
+        CROSS_MODEL,
+        "",
+        "per workload and unit seen on two or more models, per model: units/s per GPU (units / "
+        "GPU-seconds), units/s per kW drawn (units / kJ, the same thing) and units per $ (units / cost), each with "
+        "its _best_pct (the figure / the best model's × 100), the GPU-hours behind it and its spread across GPUs",
+    ),
+)
 WORK_DEFINITIONS = {
     **{f"work.{f.key}": f.definition for f in WORK_FIGURES if f.definition},
-    **LIMITS_DEFINITIONS,
+    **{f.key: f.definition for f in (*GROUP_WORK_FIGURES, *DOCUMENT_WORK_FIGURES) if f.definition},
 }
 
 

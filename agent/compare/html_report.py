@@ -432,13 +432,13 @@ def work_section(doc: dict) -> str:
     from gpuagent.compare.limits import CLASSES
     from gpuagent.compare.work_render import CROSS_HEADERS, _cross_rows, _n
 
-    groups = [g for g in doc["groups"] if g.get("work")]
+    groups = [g for g in doc["groups"] if g.get(figures.WORK)]
     out = []
     if groups:
         heads = ("unit", "units", "GPU-hours", "units/GPU-h", "Wh/1k units", "$/M units")
         body = ""
         for g in groups:
-            for unit, w in g["work"].items():
+            for unit, w in g[figures.WORK].items():
                 wh = w.get(figures.WH_PER_UNIT)
                 cells = (unit, _n(w.get(figures.UNITS), 0), _n(w.get(figures.WORK_GPU_HOURS)), _n(w.get(figures.UNITS_PER_GPU_HOUR), 1),
                          _n(wh * 1000 if wh is not None else None, 3), _n(w.get(figures.COST_PER_MILLION), 3))  # fmt: skip
@@ -449,7 +449,7 @@ def work_section(doc: dict) -> str:
                 )
         head = '<th class="label">group</th>' + "".join(f"<th>{esc(h)}</th>" for h in heads)
         out.append(f'<h3>Work</h3><table id="work"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
-    limited = [g for g in doc["groups"] if g.get("limits")]
+    limited = [g for g in doc["groups"] if g.get(figures.LIMITS)]
     if limited:
         head = '<th class="label">group</th>' + "".join(f"<th>{esc(c)} %</th>" for c in CLASSES)
         body = "".join(

@@ -17,12 +17,12 @@ MIN_EVIDENCE_H = 1.0  # GPU-hours under which a model's rate is flagged as thin 
 
 def placement(doc: dict[str, Any]) -> list[dict[str, Any]]:
     limits_of = {
-        (g["key"].get("model"), g["key"].get("workload")): g.get("limits") or {}
+        (g["key"].get("model"), g["key"].get("workload")): g.get(figures.LIMITS) or {}
         for g in doc.get("groups", ())
         if "model" in g["key"] and "workload" in g["key"]
     }
     out = []
-    for c in doc.get("cross_model") or ():
+    for c in doc.get(figures.CROSS_MODEL) or ():
         priced = [m for m in c["models"] if m.get("units_per_dollar") and m[figures.UNITS] > 0]
         unpriced = [m["model"] for m in c["models"] if not m.get("units_per_dollar")]
         if len(priced) < 2:
@@ -48,7 +48,7 @@ def placement(doc: dict[str, Any]) -> list[dict[str, Any]]:
         if limits:
             top = max(sorted(limits), key=lambda k: limits[k] or 0.0)
             caveats.append(f"{cheapest['model']} is limited by {top} ({limits[top]:.0f} % of its GPU-hours)")
-        priceless = set(doc.get("unpriced") or ())
+        priceless = set(doc.get(figures.UNPRICED) or ())
         if [m for m in unpriced if m in priceless]:
             caveats.append(f"unpriced models left out: {', '.join(m for m in unpriced if m in priceless)}")
         if [m for m in unpriced if m not in priceless]:  # priced per hour, but no energy counter to price

@@ -113,7 +113,7 @@ class PromRollupReport(PromReport):
         self.reach = reach if reach is not None else coverage(client, self.where, rng)
         self.series_level: Level | None = None  # the level the power series was read from (build)
         self.pieces = plan(rng.start_ns, rng.end_ns, self.reach)
-        self.from_raw = [figures.POWER_P95, figures.L2_PROBE, "work"]
+        self.from_raw = [figures.POWER_P95, figures.L2_PROBE, figures.WORK]
 
     # -- the union of the pieces -------------------------------------------------------------------
     def recorded(self, level: Level, measurement: str, field: str, fn: str) -> str:

@@ -53,7 +53,7 @@ from gpuagent.compare.rollups import (
 )
 from gpuagent.schema.measurements import GPU_CLOCKS, GPU_HEALTH, GPU_MEMORY, GPU_MIG, GPU_POWER, GPU_VGPU
 
-FROM_RAW = (figures.POWER_P95, figures.L2_PROBE, "work")
+FROM_RAW = (figures.POWER_P95, figures.L2_PROBE, figures.WORK)
 
 # Pieces with few points per series are read as points (no GROUP BY) and aggregated here: InfluxDB
 # 1.6 pays about 45 us per group and aggregate (8,000 GPUs x 20 fields: 5.7 s) but about 10 us per
@@ -695,7 +695,7 @@ class RollupReport(Report):
         source = RollupWork(self, self.range, self.where, gpu_where=True)
         work_section(source, self.range, self.by, self.prices, self.where, groups)
         if source.from_rollups:  # what is still raw: the counters behind units
-            self.from_raw[self.from_raw.index("work")] = "work_units"
+            self.from_raw[self.from_raw.index(figures.WORK)] = f"{figures.WORK}_units"
 
     def _health_raw(self, groups) -> None:
         health_hours(self, groups)  # another word among the verdicts: counted from raw points

@@ -235,21 +235,21 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
             allocated, hours = mark if isinstance(mark, tuple) else (True, mark)
             cell = lim.Cell(**{**cell.__dict__, "allocated": allocated})
             weighted.append((cell, hours))
-        g["limits"], g["limits_proxy"] = lim.shares(weighted)
-        g["limits_gpu_hours"] = sum(w for _, w in weighted)
+        g[figures.LIMITS], g[figures.LIMITS_PROXY] = lim.shares(weighted)
+        g[figures.LIMITS_GPU_HOURS] = sum(w for _, w in weighted)
         g["models"] = sorted(g.pop("_models"))
         g["hosts"] = sorted(g.pop("_hosts"))
         g["gpus"] = len(g.pop("_gpus"))
-        g["work"] = {unit: _unit_figures(u, prices) for unit, u in sorted(per_unit.get(key, {}).items())}
+        g[figures.WORK] = {unit: _unit_figures(u, prices) for unit, u in sorted(per_unit.get(key, {}).items())}
         if by == "gpu":
             g["label"] = f"{key[0]}/{key[1]}"
     source_doc = {**source.describe(), "limits_bucket_s": bucket}
     doc = report_document(rng, by, where, source_doc, WORK_DEFINITIONS, groups)
     doc["prices"] = prices.as_dict() if prices.any else None
-    doc["unpriced"] = unpriced_models(series, prices) if prices.any else None
-    doc["cross_model"] = cross_model(series, energies, prices, metered)
+    doc[figures.UNPRICED] = unpriced_models(series, prices) if prices.any else None
+    doc[figures.CROSS_MODEL] = cross_model(series, energies, prices, metered)
     if by in ("workload", "model,workload"):
-        doc["placement"] = placement(doc)
+        doc[figures.PLACEMENT] = placement(doc)
     return doc
 
 
@@ -852,14 +852,16 @@ def work_section(source, rng: Range, by: str, prices: Prices, where: str | None,
     work source, idle cannot be told from unknown)."""
     if not source.series_exist():
         for fields in shadow.values():
-            fields.update(work={}, limits=None, limits_proxy=None)
+            fields.update({figures.WORK: {}, figures.LIMITS: None, figures.LIMITS_PROXY: None})
         return
     doc = build_work(source, rng, by, prices, where)
     found = {tuple(g["key"][t] for t in WORK_GROUPS[by]): g for g in doc["groups"]}
     for gkey, fields in shadow.items():
         g = found.get(gkey)
         fields.update(
-            work=g["work"] if g else {},
-            limits=g["limits"] if g else None,
-            limits_proxy=g["limits_proxy"] if g else None,
+            {
+                figures.WORK: g[figures.WORK] if g else {},
+                figures.LIMITS: g[figures.LIMITS] if g else None,
+                figures.LIMITS_PROXY: g[figures.LIMITS_PROXY] if g else None,
+            }
         )

@@ -24,7 +24,7 @@ def rows(doc: dict) -> list[dict[str, Any]]:
     """One row per (group, unit): the figures every format shows."""
     out = []
     for g in doc["groups"]:
-        units = g["work"] or {"": None}
+        units = g[figures.WORK] or {"": None}
         for unit, w in units.items():
             row = {"group": g["label"], "models": ", ".join(g["models"]), "gpus": g["gpus"], "unit": unit}
             for k in (
@@ -37,8 +37,8 @@ def rows(doc: dict) -> list[dict[str, Any]]:
                 row[k] = w.get(k) if w else None
             row["spread"] = w.get("spread") if w else None
             for c in CLASSES:
-                row[f"limits_{c}_pct"] = g["limits"].get(c)
-                row[f"limits_{c}_proxy"] = g["limits_proxy"].get(c)
+                row[f"limits_{c}_pct"] = g[figures.LIMITS].get(c)
+                row[f"limits_{c}_proxy"] = g[figures.LIMITS_PROXY].get(c)
             out.append(row)
     return out
 
@@ -133,7 +133,7 @@ def _pct(value: float | None, best: bool) -> str:
 
 def _cross_rows(doc: dict, terminal: bool = False) -> list[list[str]]:
     out = []
-    for c in doc.get("cross_model") or []:
+    for c in doc.get(figures.CROSS_MODEL) or []:
         for m in c["models"]:
             spread = m["spread_units_per_s_per_gpu"]
 
@@ -212,13 +212,13 @@ def _placement_rows(doc: dict) -> list[list[str]]:
             ),
             "; ".join(p["caveats"]) or "-",
         ]
-        for p in doc.get("placement") or []
+        for p in doc.get(figures.PLACEMENT) or []
     ]
 
 
 def _notes(doc: dict) -> list[str]:
     """The lines under the table: what is not priced."""
-    if doc.get("unpriced"):
+    if doc.get(figures.UNPRICED):
         return [
             f"unpriced (no GPU-hour price in [compare.prices]): {', '.join(doc['unpriced'])}: cost and units per $ null"
         ]
@@ -315,10 +315,10 @@ def charts(doc: dict) -> list[tuple[str, str]]:
     """Per workload and unit on two or more models: energy per 1,000 units and cost per million by model."""
     by_key: dict[tuple, list] = {}
     for g in doc["groups"]:
-        for unit, w in g["work"].items():
+        for unit, w in g[figures.WORK].items():
             by_key.setdefault((g["key"].get("workload", g["label"]), unit), []).append((", ".join(g["models"]), w))
     out = []
-    for c in doc.get("cross_model") or []:
+    for c in doc.get(figures.CROSS_MODEL) or []:
         entries = by_key.get((c["workload"], c["unit"]))
         if not entries or len(entries) < 2:
             continue
