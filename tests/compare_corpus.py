@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import difflib
 import io
 import json
 import math
@@ -74,18 +75,21 @@ RANGES = {
 RANGES["short"] = (RANGES["short"][0], RANGES["short"][0] + 40 * 10**9)
 
 
+SUFFIX = {"json": "json", "csv": "csv", "table": "txt", "html": "html"}
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
     fleet: str
     engine: str  # influx | promql
     range: str
-    format: str  # json | csv
+    format: str  # json | csv | table | html
     args: tuple[str, ...]
 
     @property
     def path(self) -> Path:
-        return CORPUS / f"{self.name}.{self.format}"
+        return CORPUS / f"{self.name}.{SUFFIX[self.format]}"
 
 
 def cases() -> list[Case]:
@@ -100,8 +104,8 @@ def cases() -> list[Case]:
         case = Case(words[0], words[1], words[2], words[3], words[4], tuple(words[5:]))
         if case.fleet not in FLEETS or case.engine not in ("influx", "promql") or case.range not in RANGES:
             raise ValueError(f"{CASES.name}:{number}: unknown fleet, engine or range in {line!r}")
-        if case.format not in ("json", "csv"):
-            raise ValueError(f"{CASES.name}:{number}: format json or csv, got {case.format!r}")
+        if case.format not in SUFFIX:
+            raise ValueError(f"{CASES.name}:{number}: format one of {', '.join(SUFFIX)}, got {case.format!r}")
         out.append(case)
     names = [c.name for c in out]
     if len(set(names)) != len(names):
@@ -215,7 +219,7 @@ def same(case: Case, stored: str, made: str) -> bool:
     over several series (sum by, avg by) may differ in its last bit from one run to the next."""
     if stored == made:
         return True
-    if case.engine != "promql":
+    if case.engine != "promql" or case.format not in ("json", "csv"):
         return False
     try:
         return _close(_parsed(case, stored), _parsed(case, made))
@@ -257,6 +261,9 @@ def differences(case: Case, stored: str, made: str, limit: int = 20) -> str:
             _json_diff(json.loads(stored), json.loads(made), "doc", out)
         except json.JSONDecodeError as exc:
             out.append(f"not JSON: {exc}")
+    elif case.format != "csv":
+        lines = difflib.unified_diff(stored.splitlines(), made.splitlines(), "stored", "now", lineterm="", n=0)
+        out.extend(list(lines)[2:])
     else:
         a, b = list(csv.reader(io.StringIO(stored))), list(csv.reader(io.StringIO(made)))
         if len(a) != len(b):
@@ -323,7 +330,12 @@ def main(argv: list[str] | None = None) -> int:
             loaded = time.monotonic()
             failed = 0
             for case in chosen:
-                made = corpus.document(case)
+                try:
+                    made = corpus.document(case)
+                except RuntimeError as exc:
+                    failed += 1
+                    print(f"{case.name}: {exc}")
+                    continue
                 if options.write:
                     case.path.write_text(made)
                 elif not case.path.exists():
