@@ -321,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="only these cases")
     options = parser.parse_args(argv)
     chosen = [c for c in cases() if not options.names or c.name in options.names]
+    unknown = set(options.names) - {c.name for c in chosen}
+    if unknown:
+        parser.error(f"no such case in {CASES.name}: {', '.join(sorted(unknown))}")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpuagent-corpus-") as tmp:
         influx, vm = servers(Path(tmp))
