@@ -50,6 +50,7 @@ class Fleet:
     specs: tuple[str, ...]
     seed: int
     options: tuple[str, ...] = ()
+    step_s: int = STEP_S
 
 
 FLEETS = {
@@ -58,6 +59,22 @@ FLEETS = {
     # Work figures: the inference scenario's gpu_work points (--by workload, model,workload), limits.
     "work": Fleet(
         2, ("h100-sxm:2", "l40s:2"), 7, ("--scenario", "inference", "--collectors", "power,clocks,memory,pcie,nvlink")
+    ),
+    # Work on four models, MIG slices among them: cross_model and placement (the cheapest model per unit).
+    "placement": Fleet(
+        4,
+        ("h100-sxm:2", "l40s:2", "a100-sxm4:2", "h100-sxm-mig:2"),
+        11,
+        ("--scenario", "inference", "--collectors", "power,clocks,memory,pcie,nvlink"),
+        step_s=30,
+    ),
+    # The training scenario's workloads and units (samples), on two models.
+    "training": Fleet(
+        2,
+        ("h100-sxm:2", "l40s:2"),
+        13,
+        ("--scenario", "training", "--collectors", "power,clocks,memory,pcie", "--with-jobs"),
+        step_s=30,
     ),
 }
 
@@ -75,7 +92,8 @@ RANGES = {
 RANGES["short"] = (RANGES["short"][0], RANGES["short"][0] + 40 * 10**9)
 
 
-SUFFIX = {"json": "json", "csv": "csv", "table": "txt", "html": "html"}
+# error: a compare that must fail; its document is its exit status and what it wrote (run as --format json).
+SUFFIX = {"json": "json", "csv": "csv", "table": "txt", "html": "html", "error": "err"}
 
 
 @dataclass(frozen=True)
@@ -120,9 +138,9 @@ def _cli():
 
     command = build_cli()
 
-    def run(*args: str):
+    def run(*args: str, check: bool = True):
         result = CliRunner().invoke(command, list(args), catch_exceptions=False)
-        if result.exit_code != 0:
+        if check and result.exit_code != 0:
             raise RuntimeError(f"gpuagent {shlex.join(args)}: exit {result.exit_code}\n{result.output}")
         return result
 
@@ -143,7 +161,7 @@ class Corpus:
             self.influx.create_database(name)
             for url in (self.influx.url, self.vm.url):
                 args = ["sim", "fleet", "--url", url, "--database", name, "--hosts", str(fleet.hosts),
-                        "--duration", f"{DURATION_S}s", "--step", f"{STEP_S}s", "--end", str(END_S),
+                        "--duration", f"{DURATION_S}s", "--step", f"{fleet.step_s}s", "--end", str(END_S),
                         "--seed", str(fleet.seed), "--jobs", "1"]  # fmt: skip
                 for spec in fleet.specs:
                     args += ["--spec", spec]
@@ -192,10 +210,15 @@ class Corpus:
             connection = ["--promql-url", self.vm.url, "--where", f'db="{case.fleet}"']
         return ["compare", "--config", str(self.config), *connection,
                 "--start", f"{start_ns // MS / 1000:.3f}", "--end", f"{end_ns // MS / 1000:.3f}",
-                "--format", case.format, *case.args]  # fmt: skip
+                "--format", "json" if case.format == "error" else case.format, *case.args]  # fmt: skip
 
     def document(self, case: Case) -> str:
-        return self.normalise(self.cli(*self.argv(case)).stdout)
+        if case.format != "error":
+            return self.normalise(self.cli(*self.argv(case)).stdout)
+        result = self.cli(*self.argv(case), check=False)
+        if result.exit_code == 0:
+            raise RuntimeError(f"{case.name}: exit 0, the case says it fails")
+        return self.normalise(f"exit {result.exit_code}\nstdout:\n{result.stdout}stderr:\n{result.stderr}")
 
     def normalise(self, text: str) -> str:
         """Placeholders for what differs from run to run: the servers' URLs, the config's path."""
