@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import difflib
 import io
 import json
 import math
@@ -49,6 +50,7 @@ class Fleet:
     specs: tuple[str, ...]
     seed: int
     options: tuple[str, ...] = ()
+    step_s: int = STEP_S
 
 
 FLEETS = {
@@ -57,6 +59,22 @@ FLEETS = {
     # Work figures: the inference scenario's gpu_work points (--by workload, model,workload), limits.
     "work": Fleet(
         2, ("h100-sxm:2", "l40s:2"), 7, ("--scenario", "inference", "--collectors", "power,clocks,memory,pcie,nvlink")
+    ),
+    # Work on four models, MIG slices among them: cross_model and placement (the cheapest model per unit).
+    "placement": Fleet(
+        4,
+        ("h100-sxm:2", "l40s:2", "a100-sxm4:2", "h100-sxm-mig:2"),
+        11,
+        ("--scenario", "inference", "--collectors", "power,clocks,memory,pcie,nvlink"),
+        step_s=30,
+    ),
+    # The training scenario's workloads and units (samples), on two models.
+    "training": Fleet(
+        2,
+        ("h100-sxm:2", "l40s:2"),
+        13,
+        ("--scenario", "training", "--collectors", "power,clocks,memory,pcie", "--with-jobs"),
+        step_s=30,
     ),
 }
 
@@ -74,18 +92,22 @@ RANGES = {
 RANGES["short"] = (RANGES["short"][0], RANGES["short"][0] + 40 * 10**9)
 
 
+# error: a compare that must fail; its document is its exit status and what it wrote (run as --format json).
+SUFFIX = {"json": "json", "csv": "csv", "table": "txt", "html": "html", "error": "err"}
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
     fleet: str
     engine: str  # influx | promql
     range: str
-    format: str  # json | csv
+    format: str  # json | csv | table | html
     args: tuple[str, ...]
 
     @property
     def path(self) -> Path:
-        return CORPUS / f"{self.name}.{self.format}"
+        return CORPUS / f"{self.name}.{SUFFIX[self.format]}"
 
 
 def cases() -> list[Case]:
@@ -100,8 +122,8 @@ def cases() -> list[Case]:
         case = Case(words[0], words[1], words[2], words[3], words[4], tuple(words[5:]))
         if case.fleet not in FLEETS or case.engine not in ("influx", "promql") or case.range not in RANGES:
             raise ValueError(f"{CASES.name}:{number}: unknown fleet, engine or range in {line!r}")
-        if case.format not in ("json", "csv"):
-            raise ValueError(f"{CASES.name}:{number}: format json or csv, got {case.format!r}")
+        if case.format not in SUFFIX:
+            raise ValueError(f"{CASES.name}:{number}: format one of {', '.join(SUFFIX)}, got {case.format!r}")
         out.append(case)
     names = [c.name for c in out]
     if len(set(names)) != len(names):
@@ -116,9 +138,9 @@ def _cli():
 
     command = build_cli()
 
-    def run(*args: str):
+    def run(*args: str, check: bool = True):
         result = CliRunner().invoke(command, list(args), catch_exceptions=False)
-        if result.exit_code != 0:
+        if check and result.exit_code != 0:
             raise RuntimeError(f"gpuagent {shlex.join(args)}: exit {result.exit_code}\n{result.output}")
         return result
 
@@ -139,7 +161,7 @@ class Corpus:
             self.influx.create_database(name)
             for url in (self.influx.url, self.vm.url):
                 args = ["sim", "fleet", "--url", url, "--database", name, "--hosts", str(fleet.hosts),
-                        "--duration", f"{DURATION_S}s", "--step", f"{STEP_S}s", "--end", str(END_S),
+                        "--duration", f"{DURATION_S}s", "--step", f"{fleet.step_s}s", "--end", str(END_S),
                         "--seed", str(fleet.seed), "--jobs", "1"]  # fmt: skip
                 for spec in fleet.specs:
                     args += ["--spec", spec]
@@ -188,10 +210,15 @@ class Corpus:
             connection = ["--promql-url", self.vm.url, "--where", f'db="{case.fleet}"']
         return ["compare", "--config", str(self.config), *connection,
                 "--start", f"{start_ns // MS / 1000:.3f}", "--end", f"{end_ns // MS / 1000:.3f}",
-                "--format", case.format, *case.args]  # fmt: skip
+                "--format", "json" if case.format == "error" else case.format, *case.args]  # fmt: skip
 
     def document(self, case: Case) -> str:
-        return self.normalise(self.cli(*self.argv(case)).stdout)
+        if case.format != "error":
+            return self.normalise(self.cli(*self.argv(case)).stdout)
+        result = self.cli(*self.argv(case), check=False)
+        if result.exit_code == 0:
+            raise RuntimeError(f"{case.name}: exit 0, the case says it fails")
+        return self.normalise(f"exit {result.exit_code}\nstdout:\n{result.stdout}stderr:\n{result.stderr}")
 
     def normalise(self, text: str) -> str:
         """Placeholders for what differs from run to run: the servers' URLs, the config's path."""
@@ -215,7 +242,7 @@ def same(case: Case, stored: str, made: str) -> bool:
     over several series (sum by, avg by) may differ in its last bit from one run to the next."""
     if stored == made:
         return True
-    if case.engine != "promql":
+    if case.engine != "promql" or case.format not in ("json", "csv"):
         return False
     try:
         return _close(_parsed(case, stored), _parsed(case, made))
@@ -257,6 +284,9 @@ def differences(case: Case, stored: str, made: str, limit: int = 20) -> str:
             _json_diff(json.loads(stored), json.loads(made), "doc", out)
         except json.JSONDecodeError as exc:
             out.append(f"not JSON: {exc}")
+    elif case.format != "csv":
+        lines = difflib.unified_diff(stored.splitlines(), made.splitlines(), "stored", "now", lineterm="", n=0)
+        out.extend(list(lines)[2:])
     else:
         a, b = list(csv.reader(io.StringIO(stored))), list(csv.reader(io.StringIO(made)))
         if len(a) != len(b):
@@ -314,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="only these cases")
     options = parser.parse_args(argv)
     chosen = [c for c in cases() if not options.names or c.name in options.names]
+    unknown = set(options.names) - {c.name for c in chosen}
+    if unknown:
+        parser.error(f"no such case in {CASES.name}: {', '.join(sorted(unknown))}")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpuagent-corpus-") as tmp:
         influx, vm = servers(Path(tmp))
@@ -323,7 +356,12 @@ def main(argv: list[str] | None = None) -> int:
             loaded = time.monotonic()
             failed = 0
             for case in chosen:
-                made = corpus.document(case)
+                try:
+                    made = corpus.document(case)
+                except RuntimeError as exc:
+                    failed += 1
+                    print(f"{case.name}: {exc}")
+                    continue
                 if options.write:
                     case.path.write_text(made)
                 elif not case.path.exists():
