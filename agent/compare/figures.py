@@ -29,11 +29,13 @@ Nothing here imports a backend: the backends import the registry.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpuagent.compare import health
+from gpuagent.compare.core import REASONS
 from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
 from gpuagent.compare.health import VERDICTS
 from gpuagent.schema.measurements import GPU_CLOCKS, GPU_MEMORY, GPU_POWER
@@ -423,6 +425,73 @@ def derive(figures: Iterable[Figure], answers: Mapping[tuple, Mapping[Any, Any]]
             assert f.derive is not None, f.key
             values = [got.get(a, 0.0 if a in ENERGY_SUMS else None) for a in f.needs]
             g[f.key] = f.derive(*values)
+
+
+# -- the tallied figures: the backends count, these make the figure (one shape for all four) -------------
+def throttle_shares(
+    groups: dict[tuple, dict],
+    totals: Mapping[tuple, Mapping[str, Any]],
+    hits: Callable[[str], Mapping[tuple, Any]],
+) -> None:
+    """THROTTLE per group: per clock-event reason, samples with it set / samples that carry it × 100, of
+    the samples per group and reason (`totals`) and those with it set (`hits(reason)`, asked only for
+    the reasons some group carries)."""
+    shares: dict[tuple, dict[str, float]] = defaultdict(dict)
+    for reason in REASONS:
+        if not any(t.get(reason) for t in totals.values()):
+            continue
+        found = hits(reason)
+        for gkey, total in totals.items():
+            n = total.get(reason) or 0
+            if n:
+                shares[gkey][reason] = 100.0 * (found.get(gkey) or 0) / n
+    for gkey, g in groups.items():
+        g[THROTTLE] = dict(shares.get(gkey, {}))
+
+
+def mig_value(capable: int, enabled: int, devices: int, profiles: Iterable[str]) -> dict[str, Any]:
+    return {"capable_gpus": capable, "enabled_gpus": enabled, "devices": devices, "profiles": sorted(profiles)}
+
+
+def vgpu_value(modes: Mapping[str, int], instances: int, types: Iterable[str]) -> dict[str, Any]:
+    return {"modes": dict(sorted(modes.items())), "instances": instances, "types": sorted(types)}
+
+
+def tally_mig(groups, gpus, group_of, devices: Mapping[tuple, int], enabled, profiles: Mapping[tuple, set]) -> None:
+    """MIG per group of per-GPU facts: the MIG-capable GPUs and their largest device count, the GPUs
+    with MIG on at some point, and the profiles seen per group."""
+    for gkey, g in groups.items():
+        g[MIG] = mig_value(0, 0, 0, profiles.get(gkey, ()))
+    for key in gpus:
+        m = groups[group_of(key)][MIG]
+        if key in devices:
+            m["capable_gpus"] += 1
+            m["devices"] += devices[key]
+        if key in enabled:
+            m["enabled_gpus"] += 1
+
+
+def tally_vgpu(groups, gpus, group_of, modes: Mapping[tuple, str], instances: Mapping[tuple, int], types) -> None:
+    """VGPU per group of per-GPU facts: each GPU's last virtualization mode and largest instance count,
+    and the vGPU types seen per group."""
+    counted: dict[tuple, dict[str, int]] = {gkey: {} for gkey in groups}
+    total: dict[tuple, int] = dict.fromkeys(groups, 0)
+    for key in gpus:
+        gkey = group_of(key)
+        if key in modes:
+            counted[gkey][modes[key]] = counted[gkey].get(modes[key], 0) + 1
+        if key in instances:
+            total[gkey] += instances[key]
+    for gkey, g in groups.items():
+        g[VGPU] = vgpu_value(counted[gkey], total[gkey], types.get(gkey, ()))
+
+
+L2_PROBE_MEANS = ("l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio")
+
+
+def l2_probe_value(runs, means: Mapping[str, Any]) -> dict[str, Any] | None:
+    """L2_PROBE of a group: its probe runs and the means of their summaries; None without runs."""
+    return {"runs": runs, **{f: means.get(f) for f in L2_PROBE_MEANS}} if runs else None
 
 
 # -- the work figures (per group, `work` -> unit ->) and what limits the work ---------------------------

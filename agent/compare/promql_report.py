@@ -319,7 +319,7 @@ class PromReport(PromNames):
                 f"count by ({G}, virtualization_mode) (group by ({GPU}, virtualization_mode) (last_over_time({mode})))",
                 "virtualization modes",
             )
-        for f in ("l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio"):
+        for f in figures.L2_PROBE_MEANS:
             q[f"l2:{f}"] = (self.mean(GPU_L2_PROBE, f), f"L2 probe {f}")
         q["l2:runs"] = (self.over_range("count", GPU_L2_PROBE, "l2_dram_ratio", G), "L2 probe runs")
         return q
@@ -340,10 +340,7 @@ class PromReport(PromNames):
         }
         for cls, name in (("2", "p2p:nvlink"), ("1", "p2p:pcie")):
             counts[name] = self._by_group([r for r in a["p2p_class"] if r["metric"].get("p2p_class") == cls])
-        l2 = {
-            f: self._by_group(a[f"l2:{f}"])
-            for f in ("l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio")
-        }
+        l2 = {f: self._by_group(a[f"l2:{f}"]) for f in figures.L2_PROBE_MEANS}
         profiles: defaultdict[tuple, set[str]] = defaultdict(set)
         types: defaultdict[tuple, set[str]] = defaultdict(set)
         modes: defaultdict[tuple, dict[str, int]] = defaultdict(dict)
@@ -363,19 +360,17 @@ class PromReport(PromNames):
             pcie = int(counts["p2p:pcie"].get(gkey, 0))
             g[figures.P2P] = {"nvlink": nvlink, "pcie": pcie, "none": g["gpus"] - nvlink - pcie}
             g[figures.P2P_SUMMARY] = p2p_summary(g[figures.P2P])
-            g[figures.MIG] = {
-                "capable_gpus": int(counts["mig:capable"].get(gkey, 0)),
-                "enabled_gpus": int(counts["mig:enabled"].get(gkey, 0)),
-                "devices": int(counts["mig:devices"].get(gkey, 0)),
-                "profiles": sorted(profiles.get(gkey, ())),
-            }
-            g[figures.VGPU] = {
-                "modes": dict(sorted(modes.get(gkey, {}).items())),
-                "instances": int(counts["vgpu:instances"].get(gkey, 0)),
-                "types": sorted(types.get(gkey, ())),
-            }
+            g[figures.MIG] = figures.mig_value(
+                int(counts["mig:capable"].get(gkey, 0)),
+                int(counts["mig:enabled"].get(gkey, 0)),
+                int(counts["mig:devices"].get(gkey, 0)),
+                profiles.get(gkey, ()),
+            )
+            g[figures.VGPU] = figures.vgpu_value(
+                modes.get(gkey, {}), int(counts["vgpu:instances"].get(gkey, 0)), types.get(gkey, ())
+            )
             runs = counts["l2:runs"].get(gkey)
-            g[figures.L2_PROBE] = {"runs": int(runs), **{f: l2[f].get(gkey) for f in l2}} if runs else None
+            g[figures.L2_PROBE] = figures.l2_probe_value(int(runs) if runs else None, {f: l2[f].get(gkey) for f in l2})
 
     def _series(self, groups) -> dict[str, Any]:
         span = (self.range.end_ns - self.range.start_ns) / 1e9

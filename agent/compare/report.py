@@ -243,17 +243,12 @@ class Report:
 
     def _throttle(self, groups) -> None:
         totals = self._per_group(", ".join(f'COUNT("{r}") AS "{r}"' for r in REASONS), GPU_CLOCKS)
-        shares: dict[tuple, dict[str, float]] = defaultdict(dict)
-        for reason in REASONS:
-            if not any(t.get(reason) for t in totals.values()):
-                continue
-            hits = self._per_group(f'COUNT("{reason}")', GPU_CLOCKS, f'"{reason}" = true')
-            for gkey, total in totals.items():
-                n = total.get(reason) or 0
-                if n:
-                    shares[gkey][reason] = 100.0 * (hits.get(gkey, {}).get("count") or 0) / n
-        for gkey, g in groups.items():
-            g[figures.THROTTLE] = dict(shares.get(gkey, {}))
+
+        def hits(reason: str) -> dict[tuple, Any]:
+            found = self._per_group(f'COUNT("{reason}")', GPU_CLOCKS, f'"{reason}" = true')
+            return {gkey: r.get("count") for gkey, r in found.items()}
+
+        figures.throttle_shares(groups, totals, hits)
 
     def _memory(self, groups) -> None:
         # DRAM bandwidth only as GPM measured it (figures.GPM): older agents wrote NVML's memory busy
@@ -272,20 +267,8 @@ class Report:
         for r in self._rows('COUNT("mig_index")', GPU_MIG, (*GPU_TAGS, "mig_profile")):
             if r.get("mig_profile"):
                 profiles[self._group_of(gpu_key(r))].add(r["mig_profile"])
-        for gkey, g in groups.items():
-            g[figures.MIG] = {
-                "capable_gpus": 0,
-                "enabled_gpus": 0,
-                "devices": 0,
-                "profiles": sorted(profiles.get(gkey, ())),
-            }
-        for key in gpus:
-            m = groups[self._group_of(key)][figures.MIG]
-            if key in capable:
-                m["capable_gpus"] += 1
-                m["devices"] += int(capable[key].get("max_1") or 0)
-            if key in enabled:
-                m["enabled_gpus"] += 1
+        devices = {key: int(r.get("max_1") or 0) for key, r in capable.items()}
+        figures.tally_mig(groups, gpus, self._group_of, devices, enabled, profiles)
 
     def _vgpu(self, groups, gpus) -> None:
         modes = self._per_gpu('LAST("virtualization_mode")', GPU_VGPU)
@@ -294,40 +277,16 @@ class Report:
         for r in self._rows('COUNT("vgpu_type_id")', GPU_VGPU, (*GPU_TAGS, "vgpu_type")):
             if r.get("vgpu_type"):
                 types[self._group_of(gpu_key(r))].add(r["vgpu_type"])
-        for gkey, g in groups.items():
-            g[figures.VGPU] = {"modes": {}, "instances": 0, "types": sorted(types.get(gkey, ()))}
-        for key in gpus:
-            v = groups[self._group_of(key)][figures.VGPU]
-            if key in modes:
-                mode = modes[key]["last"]
-                v["modes"][mode] = v["modes"].get(mode, 0) + 1
-            if key in instances:
-                v["instances"] += int(instances[key]["max"] or 0)
-        for g in groups.values():
-            g[figures.VGPU]["modes"] = dict(sorted(g[figures.VGPU]["modes"].items()))
+        last = {key: r["last"] for key, r in modes.items()}
+        largest = {key: int(r["max"] or 0) for key, r in instances.items()}
+        figures.tally_vgpu(groups, gpus, self._group_of, last, largest, types)
 
     def _l2_probe(self, groups) -> None:
-        rows = self._per_group(
-            'MEAN("l2_effective_bytes") AS l2_effective_bytes, MEAN("l2_bw_gbps") AS l2_bw_gbps, '
-            'MEAN("dram_bw_gbps") AS dram_bw_gbps, MEAN("l2_dram_ratio") AS l2_dram_ratio, COUNT("l2_dram_ratio") AS runs',
-            GPU_L2_PROBE,
-        )
+        means = ", ".join(f'MEAN("{f}") AS {f}' for f in figures.L2_PROBE_MEANS)
+        rows = self._per_group(f'{means}, COUNT("l2_dram_ratio") AS runs', GPU_L2_PROBE)
         for gkey, g in groups.items():
-            r = rows.get(gkey)
-            g[figures.L2_PROBE] = (
-                {
-                    k: r.get(k)
-                    for k in (
-                        "runs",
-                        "l2_effective_bytes",
-                        "l2_bw_gbps",
-                        "dram_bw_gbps",
-                        "l2_dram_ratio",
-                    )
-                }
-                if r and r.get("runs")
-                else None
-            )
+            r = rows.get(gkey) or {}
+            g[figures.L2_PROBE] = figures.l2_probe_value(r.get("runs"), r)
 
     def _series(self, groups) -> dict[str, Any]:
         span = (self.range.end_ns - self.range.start_ns) / 1e9

@@ -625,18 +625,13 @@ class RollupReport(Report):
         return out
 
     def _throttle(self, groups) -> None:
-        totals = self._group_agg(GPU_CLOCKS, tuple(f"{r}_n" for r in REASONS))
-        shares: dict[tuple, dict[str, float]] = defaultdict(dict)
-        for reason in REASONS:
-            if not any(t.get(f"{reason}_n") for t in totals.values()):
-                continue
-            hits = self._group_agg(f"gpu_clocks_{reason}", ("hits",))
-            for gkey, total in totals.items():
-                n = total.get(f"{reason}_n") or 0
-                if n:
-                    shares[gkey][reason] = 100.0 * (hits.get(gkey, {}).get("hits") or 0) / n
-        for gkey, g in groups.items():
-            g[figures.THROTTLE] = dict(shares.get(gkey, {}))
+        counts = self._group_agg(GPU_CLOCKS, tuple(f"{r}_n" for r in REASONS))
+        totals = {gkey: {r: row.get(f"{r}_n") for r in REASONS} for gkey, row in counts.items()}
+
+        def hits(reason: str) -> dict[tuple, Any]:
+            return {gkey: r.get("hits") for gkey, r in self._group_agg(f"gpu_clocks_{reason}", ("hits",)).items()}
+
+        figures.throttle_shares(groups, totals, hits)
 
     def _health(self, groups) -> None:
         """health_gpu_hours from the per-verdict sample counts of the rollups, in the raw report's buckets
@@ -775,20 +770,7 @@ class RollupReport(Report):
             if profile and r.get("mig_index_count"):
                 profiles[self._group_of(gpu)].add(profile)
         enabled = {k for k, r in self._agg("gpu_mig_enabled", ("n",), GPU_TAGS).items() if r.get("n")}
-        for gkey, g in groups.items():
-            g[figures.MIG] = {
-                "capable_gpus": 0,
-                "enabled_gpus": 0,
-                "devices": 0,
-                "profiles": sorted(profiles.get(gkey, ())),
-            }
-        for key in gpus:
-            m = groups[self._group_of(key)][figures.MIG]
-            if key in capable:
-                m["capable_gpus"] += 1
-                m["devices"] += capable[key]
-            if key in enabled:
-                m["enabled_gpus"] += 1
+        figures.tally_mig(groups, gpus, self._group_of, capable, enabled, profiles)
 
     def _vgpu(self, groups, gpus) -> None:
         rows = self._agg(
@@ -805,16 +787,7 @@ class RollupReport(Report):
                 instances[gpu] = max(instances.get(gpu, 0), int(r["active_instances_max"]))
             if vgpu_type and r.get("vgpu_type_id_count"):
                 types[self._group_of(gpu)].add(vgpu_type)
-        for gkey, g in groups.items():
-            g[figures.VGPU] = {"modes": {}, "instances": 0, "types": sorted(types.get(gkey, ()))}
-        for key in gpus:
-            v = groups[self._group_of(key)][figures.VGPU]
-            if key in modes:
-                v["modes"][modes[key]] = v["modes"].get(modes[key], 0) + 1
-            if key in instances:
-                v["instances"] += instances[key]
-        for g in groups.values():
-            g[figures.VGPU]["modes"] = dict(sorted(g[figures.VGPU]["modes"].items()))
+        figures.tally_vgpu(groups, gpus, self._group_of, modes, instances, types)
 
     def _series(self, groups) -> dict[str, Any]:
         span = (self.range.end_ns - self.range.start_ns) / 1e9

@@ -104,3 +104,33 @@ def test_each_figure_key_is_named_in_at_most_two_product_files():
     print("\n".join(f"{k}: {len(v)} files: {', '.join(v)}" for k, v in offenders.items()))
     assert not offenders, f"figure keys named in more than {AT_MOST} product files (read the registry): {offenders}"
     assert not shrunk, f"fewer files name these now: lower STILL in this test to {shrunk}"
+
+
+def test_the_tallies_make_one_shape_of_per_gpu_facts():
+    groups: dict[tuple, dict] = {("H100",): {}, ("A100",): {}}
+    gpus = {("a", "u1", "H100", "0"), ("a", "u2", "H100", "1"), ("b", "u3", "A100", "0")}
+
+    def group_of(gpu: tuple) -> tuple:
+        return (gpu[2],)
+
+    figures.tally_mig(groups, gpus, group_of, {("a", "u1", "H100", "0"): 3}, {("a", "u1", "H100", "0")}, {})
+    figures.tally_vgpu(groups, gpus, group_of, {("b", "u3", "A100", "0"): "host_vgpu"}, {}, {("A100",): {"A10-4Q"}})
+    assert groups[("H100",)][figures.MIG] == {"capable_gpus": 1, "enabled_gpus": 1, "devices": 3, "profiles": []}
+    assert groups[("A100",)][figures.VGPU] == {"modes": {"host_vgpu": 1}, "instances": 0, "types": ["A10-4Q"]}
+    asked = []
+
+    def hits(reason: str) -> dict[tuple, int]:
+        asked.append(reason)
+        return {("H100",): 1}
+
+    figures.throttle_shares(groups, {("H100",): {"sw_power_cap": 4}, ("A100",): {"sw_power_cap": 0}}, hits)
+    assert asked == ["sw_power_cap"]  # only the reasons some group carries
+    assert groups[("H100",)][figures.THROTTLE] == {"sw_power_cap": 25.0} and groups[("A100",)][figures.THROTTLE] == {}
+    assert figures.l2_probe_value(None, {}) is None
+    assert figures.l2_probe_value(2, {"l2_bw_gbps": 5.0}) == {
+        "runs": 2,
+        "l2_effective_bytes": None,
+        "l2_bw_gbps": 5.0,
+        "dram_bw_gbps": None,
+        "l2_dram_ratio": None,
+    }
