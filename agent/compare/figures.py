@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from gpuagent.compare import health
 from gpuagent.compare.core import REASONS
@@ -408,6 +408,13 @@ PROMQL_ORDER = tuple(sorted(PLAIN, key=lambda f: f.derive is not _itself))
 def power_series(bucket_s: int, lines: Mapping[str, list]) -> dict[str, Any]:
     """The document's `series`: per group label its [time_ns, W] pairs in time order."""
     return {"bucket_s": bucket_s, SERIES_POWER: {k: sorted(v) for k, v in sorted(lines.items())}}
+
+
+class Backend(Protocol):
+    """What each report backend answers (Report, RollupReport, PromReport, PromRollupReport): per group
+    key, each wanted aggregate's value (a group without points absent, a value without samples None)."""
+
+    def group_aggregates(self, wanted: tuple[Aggregate, ...]) -> dict[tuple, dict[Aggregate, Any]]: ...
 
 
 def aggregates(figures: Iterable[Figure]) -> tuple[Aggregate, ...]:

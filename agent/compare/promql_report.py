@@ -12,7 +12,8 @@ Two name schemes (docs/compare.md):
   (`gpuagent_gpu_power_power_watts`), base units undone with the sink's own
   mapping (the prometheus sink's metric_for), string fields as `_info` series.
 
-Where PromQL must differ from InfluxQL (the p95, the observed time), DEFINITIONS says how.
+Where PromQL must differ from InfluxQL (the p95, the observed time), the registry's PromQL definitions
+say how (gpuagent.compare.figures: Figure.promql).
 """
 
 from __future__ import annotations

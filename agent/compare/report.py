@@ -4,7 +4,8 @@ Every mean, percentile, count and sum is computed by the database (InfluxQL
 MEAN, PERCENTILE, MAX, COUNT, NON_NEGATIVE_DIFFERENCE in a subquery, GROUP BY
 tags); Python only combines the few per-GPU rows into per-group figures (the
 energy and busy-time sums behind the efficiency figure, the P2P, MIG and vGPU
-tallies). The definitions printed with every report are in DEFINITIONS.
+tallies). What each figure is, its definition and how it is derived from the
+aggregates this backend answers (`group_aggregates`) are in gpuagent.compare.figures.
 """
 
 from __future__ import annotations

@@ -134,3 +134,30 @@ def test_the_tallies_make_one_shape_of_per_gpu_facts():
         "dram_bw_gbps": None,
         "l2_dram_ratio": None,
     }
+
+
+def test_every_backend_answers_each_aggregate_the_figures_need():
+    from gpuagent.compare.core import Range
+    from gpuagent.compare.promql import PromConnection, PromQL
+    from gpuagent.compare.promql_report import PromReport
+    from gpuagent.compare.promql_rollups import PromRollupReport
+    from gpuagent.compare.report import Report
+    from gpuagent.compare.rollup_report import RollupReport, _rollup_fields
+
+    for backend in (Report, RollupReport, PromReport, PromRollupReport):
+        assert callable(getattr(backend, "group_aggregates", None)), backend
+    wanted = figures.aggregates(figures.PLAIN)
+    assert {a.op for a in wanted} == {"mean", "max", "count", "p95"}
+    for agg in wanted:  # the rollups record every aggregate but the percentile (histograms or raw points)
+        if agg.op != "p95":
+            rollup, fields = _rollup_fields(agg)
+            assert len(fields) == (2 if agg.op == "mean" else 1), (agg, rollup, fields)
+    report = PromReport(PromQL(PromConnection("http://127.0.0.1:9", scheme="influx")), Range(0, 3600 * 10**9), "host")
+    mean = report.aggregate_query(figures.mean("gpu_power", "power_w"))
+    assert mean == (
+        "sum by (host) (sum_over_time(gpu_power_power_w[3600000ms])) / "
+        "sum by (host) (count_over_time(gpu_power_power_w[3600000ms]))"
+    )
+    assert "quantile_over_time(0.95, gpu_power_power_w[3600000ms])" in report.aggregate_query(
+        figures.p95("gpu_power", "power_w")
+    )
