@@ -21,7 +21,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from gpuagent.commands.cli_options import simulate_spec
+from gpuagent.commands.cli_options import simulate_option
 from gpuagent.commands.facts import REASON_WORDS
 from gpuagent.errors import AgentError
 from gpuagent.gpus.gpu import Gpu
@@ -50,9 +50,7 @@ P2P_LEGEND = (
 
 
 @click.command()
-@click.option(
-    "--simulate", metavar="SPEC", callback=simulate_spec, help="Inspect a simulated fleet, e.g. l40s:2,h100-sxm:4."
-)
+@simulate_option("Inspect a simulated fleet, e.g. l40s:2,h100-sxm:4.")
 @click.option("--seed", type=int, default=None, help="Seed of the simulated fleet's load model.")
 @click.option(
     "--json",

@@ -7,6 +7,7 @@ import datetime as dt
 import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, TypeGuard
 
 from gpuagent.commands.facts import REASON_WORDS
@@ -47,6 +48,20 @@ def rfc3339(ns: int) -> str:
     seconds, rest = divmod(int(ns), 1_000_000_000)
     stamp = dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{stamp}.{rest:09d}Z"
+
+
+def parse_time(text: str) -> int:
+    """RFC 3339 ('2026-01-31T12:00:00Z', a date alone is midnight UTC) or epoch seconds -> ns."""
+    text = str(text).strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return int(Decimal(text) * 1_000_000_000)  # exact to the nanosecond, unlike a float
+    try:
+        stamp = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise AgentError(f"not a time: {text!r} (RFC 3339 such as 2026-01-31T12:00:00Z, or epoch seconds)") from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=dt.UTC)
+    return int(stamp.timestamp()) * 1_000_000_000 + stamp.microsecond * 1000
 
 
 def report_document(

@@ -14,6 +14,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from gpuagent.compare.core import GPU_TAGS, gpu_key
 from gpuagent.schema.measurements import GPU_HEALTH
 
 KEY = "health_gpu_hours"  # the figure (gpuagent.compare.figures.HEALTH)
@@ -53,8 +54,6 @@ def _literal(word: str) -> str:
 
 def health_hours(report: Any, groups: dict[tuple, dict[str, Any]]) -> int:
     """Add ``health_gpu_hours`` ({verdict: GPU-hours}, every verdict listed) to each group; the bucket (s)."""
-    from gpuagent.compare.core import GPU_TAGS, gpu_key
-
     rng = report.range
     bucket = bucket_for((rng.end_ns - rng.start_ns) / 1e9)
     for g in groups.values():

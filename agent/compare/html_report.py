@@ -20,7 +20,9 @@ from typing import Any
 
 from gpuagent.compare import figures
 from gpuagent.compare.core import THROTTLE_REASONS, finite
-from gpuagent.compare.render import _TEXT_COLUMNS, COLUMNS, EFFICIENCY_NOTE
+from gpuagent.compare.limits import CLASSES
+from gpuagent.compare.render import COLUMNS, EFFICIENCY_NOTE, TEXT_COLUMNS
+from gpuagent.compare.work_render import CROSS_HEADERS, cross_rows, work_number
 
 esc = html.escape
 
@@ -280,7 +282,7 @@ def tables_section(doc: dict) -> str:
         head = '<th class="label">group</th>' + "".join(f"<th>{esc(t)}</th>" for t in titles)
         body = "".join(
             f'<tr><th class="label" title="{esc(g["label"])}">{esc(shown[g["label"]])}</th>'
-            + "".join(f"<td{' class=text' if t in _TEXT_COLUMNS else ''}>{esc(columns[t](g))}</td>" for t in titles)
+            + "".join(f"<td{' class=text' if t in TEXT_COLUMNS else ''}>{esc(columns[t](g))}</td>" for t in titles)
             + "</tr>"
             for g in doc["groups"]
         )
@@ -429,9 +431,6 @@ def hosts_section(doc: dict) -> str:
 def work_section(doc: dict) -> str:
     """The groups' per-unit figures (`work`), what limits them (`limits`, * a proxy) and the same
     workload across models (`cross_model`), where the document has them (gpu_work points in range)."""
-    from gpuagent.compare.limits import CLASSES
-    from gpuagent.compare.work_render import CROSS_HEADERS, _cross_rows, _n
-
     groups = [g for g in doc["groups"] if g.get(figures.WORK)]
     out = []
     if groups:
@@ -440,8 +439,8 @@ def work_section(doc: dict) -> str:
         for g in groups:
             for unit, w in g[figures.WORK].items():
                 wh = w.get(figures.WH_PER_UNIT)
-                cells = (unit, _n(w.get(figures.UNITS), 0), _n(w.get(figures.WORK_GPU_HOURS)), _n(w.get(figures.UNITS_PER_GPU_HOUR), 1),
-                         _n(wh * 1000 if wh is not None else None, 3), _n(w.get(figures.COST_PER_MILLION), 3))  # fmt: skip
+                cells = (unit, work_number(w.get(figures.UNITS), 0), work_number(w.get(figures.WORK_GPU_HOURS)), work_number(w.get(figures.UNITS_PER_GPU_HOUR), 1),
+                         work_number(wh * 1000 if wh is not None else None, 3), work_number(w.get(figures.COST_PER_MILLION), 3))  # fmt: skip
                 body += (
                     f'<tr><th class="label">{esc(g["label"])}</th>'
                     + "".join(f"<td>{esc(c)}</td>" for c in cells)
@@ -455,7 +454,7 @@ def work_section(doc: dict) -> str:
         body = "".join(
             f'<tr><th class="label">{esc(g["label"])}</th>'
             + "".join(
-                f"<td>{esc(_n(g['limits'].get(c), 1))}{'*' if (g.get('limits_proxy') or {}).get(c) else ''}</td>"
+                f"<td>{esc(work_number(g['limits'].get(c), 1))}{'*' if (g.get('limits_proxy') or {}).get(c) else ''}</td>"
                 for c in CLASSES
             )
             + "</tr>"
@@ -466,7 +465,7 @@ def work_section(doc: dict) -> str:
             "<p class=note>The share of the work's time in each class; * a proxy (from utilisation on cards "
             "without GPM).</p>"
         )
-    cross = _cross_rows(doc)
+    cross = cross_rows(doc)
     if cross:
         head = "".join(f"<th>{esc(h)}</th>" for h in CROSS_HEADERS)
         body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in cross)

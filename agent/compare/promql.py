@@ -19,7 +19,9 @@ from typing import Any
 from gpuagent.compare import where as where_rule
 from gpuagent.compare.core import Range
 from gpuagent.compare.query import BadAnswer, json_doc, one_line, send
+from gpuagent.config import CompareSection, read_config, resolve_path
 from gpuagent.errors import AgentError
+from gpuagent.plugin_host import registered
 from gpuagent.schema.measurements import GPU_POWER
 
 
@@ -46,8 +48,6 @@ def promql_url_from(config_path: str | None, url: str | None, influx_url: str | 
         raise AgentError("give --url (InfluxQL) or --promql-url (PromQL), not both")
     if url or influx_url:
         return url
-    from gpuagent.config import read_config, resolve_path
-
     if resolve_path(config_path) is None:
         return None
     return read_config(config_path).compare.promql_url or None
@@ -56,8 +56,6 @@ def promql_url_from(config_path: str | None, url: str | None, influx_url: str | 
 def prom_connection_from(config_path: str | None, url: str | None) -> PromConnection:
     """`--promql-url` over `[compare] promql_url` of the config (with scheme, namespace, timeout):
     the table as gpuagent.config.CompareSection typed it (a wrong key or type is one line there)."""
-    from gpuagent.config import CompareSection, read_config, resolve_path
-
     cfg = CompareSection()
     if (config_path or not url) and resolve_path(config_path) is not None:
         cfg = read_config(config_path).compare
@@ -168,8 +166,6 @@ class PromNames:
         """The series' name and the scale of its values (a /metrics series in base units: 1e-3 for mW)."""
         if self.scheme == "influx":
             return f"{measurement}_{field}", 1.0
-        from gpuagent.plugin_host import registered
-
         spec = registered("sinks", "prometheus").metric_for(self.namespace, measurement, field, is_string)
         return spec.name, spec.scale
 

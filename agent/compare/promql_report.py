@@ -33,9 +33,12 @@ from gpuagent.compare.core import (
     report_document,
     rfc3339,
 )
+from gpuagent.compare.health import VERDICTS, bucket_for, pieces
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.promql import PromNames, PromQL
+from gpuagent.compare.work import PromWork, work_section
 from gpuagent.errors import AgentError
+from gpuagent.plugin_host import registered
 from gpuagent.schema.measurements import (
     GPU_CLOCKS,
     GPU_HEALTH,
@@ -182,8 +185,6 @@ class PromReport(PromNames):
 
     def _work(self, groups) -> None:
         """Per unit of work and what limits it, from gpu_work (gpuagent.compare.work)."""
-        from gpuagent.compare.work import PromWork, work_section
-
         shadow: dict[tuple, dict] = {gkey: {} for gkey in groups}
         work_section(
             PromWork(self.client, self.range, self.where, gpu_where=True),
@@ -201,14 +202,10 @@ class PromReport(PromNames):
         (gpuagent.compare.health): epoch-aligned buckets cut at the range's edges, each shared among
         the verdicts of a GPU by their samples in it. Whole buckets in one range query; the partial
         first and last ones each in an instant query over their own part."""
-        from gpuagent.compare.health import VERDICTS, bucket_for, pieces
-
         for g in groups.values():
             g[figures.HEALTH] = {}
         if self.scheme != "prometheus":  # strings are not kept by VictoriaMetrics' line protocol
             return
-        from gpuagent.plugin_host import registered
-
         spec = registered("sinks", "prometheus").metric_for(self.namespace, GPU_HEALTH, "verdict", True)
         for g in groups.values():
             g[figures.HEALTH] = dict.fromkeys(VERDICTS, 0.0)

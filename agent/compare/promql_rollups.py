@@ -31,7 +31,7 @@ from gpuagent.compare.promql import PromNames
 from gpuagent.compare.promql_report import GPU, MERGE, PromReport
 from gpuagent.compare.query import NoAnswer
 from gpuagent.compare.rollup_report import pieces_source, plan, usable
-from gpuagent.compare.rollup_rules import record
+from gpuagent.compare.rollup_rules import record, rules_yaml
 from gpuagent.compare.rollups import LEVELS, ROLLUPS, Level
 from gpuagent.errors import AgentError
 from gpuagent.schema.measurements import GPU_HEALTH, GPU_MEMORY, GPU_POWER
@@ -350,8 +350,6 @@ def backfill(
     import shutil
     import subprocess
     import tempfile
-
-    from gpuagent.compare.rollup_rules import rules_yaml
 
     binary = shutil.which(vmalert)
     if binary is None:

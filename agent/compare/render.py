@@ -7,7 +7,7 @@ import io
 import json
 from typing import Any
 
-from gpuagent.compare import figures
+from gpuagent.compare import figures, tables
 from gpuagent.compare.core import THROTTLE_REASONS
 from gpuagent.compare.health import health_text
 
@@ -117,8 +117,6 @@ def render_json(doc: dict) -> str:
 def render_table(doc: dict, width: int | None = None) -> str:
     """Groups side by side (a column each) when there are few; a row per group otherwise. Split to the
     terminal's width (gpuagent.compare.tables), the definitions under it; --by host names each host's model."""
-    from gpuagent.compare import tables
-
     groups = doc["groups"]
     # The terminal's energy in Wh below 1 kWh (the HTML page and the CSV keep kWh).
     energy = next(c.keys[0] for c in figures.COLUMNS if c.title == figures.ENERGY_COLUMN)
@@ -130,7 +128,7 @@ def render_table(doc: dict, width: int | None = None) -> str:
         rows = [[title, *(fn(g) for g in groups)] for title, fn in columns[1:]]
     else:
         heads = [
-            tables.Column(title, right=not (i == 0 or title in _TEXT_COLUMNS or title == "model"))
+            tables.Column(title, right=not (i == 0 or title in TEXT_COLUMNS or title == "model"))
             for i, (title, _) in enumerate(columns)
         ]
         rows = [[fn(g) for _, fn in columns] for g in groups]
@@ -139,7 +137,7 @@ def render_table(doc: dict, width: int | None = None) -> str:
     )
 
 
-_TEXT_COLUMNS = {"group", "throttled", "P2P", "MIG", "vGPU", "L2 probe"}
+TEXT_COLUMNS = {"group", "throttled", "P2P", "MIG", "vGPU", "L2 probe"}
 
 
 def render_csv(doc: dict) -> str:
@@ -151,12 +149,3 @@ def render_csv(doc: dict) -> str:
     for g in doc["groups"]:
         w.writerow(["" if v is None else v for v in (value(g) for _, value in columns)])
     return buf.getvalue()
-
-
-def render_html(doc: dict) -> str:
-    from gpuagent.compare.html_report import render_html as page  # only the html format needs it
-
-    return page(doc)
-
-
-RENDERERS = {"table": render_table, "json": render_json, "csv": render_csv, "html": render_html}

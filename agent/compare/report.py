@@ -33,6 +33,7 @@ from gpuagent.compare.core import (
 from gpuagent.compare.health import health_hours
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.query import InfluxQL
+from gpuagent.compare.work import InfluxWork, work_section
 from gpuagent.errors import AgentError
 from gpuagent.schema.measurements import GPU_CLOCKS, GPU_L2_PROBE, GPU_MEMORY, GPU_MIG, GPU_P2P, GPU_POWER, GPU_VGPU
 
@@ -153,8 +154,6 @@ class Report:
 
     def _work(self, groups) -> None:
         """Per unit of work and what limits it, from gpu_work (gpuagent.compare.work)."""
-        from gpuagent.compare.work import InfluxWork, work_section
-
         source = InfluxWork(self.client, self.range, self.where, gpu_where=True)
         work_section(source, self.range, self.by, self.prices, self.where, groups)
 

@@ -33,7 +33,7 @@ from gpuagent.compare.core import (
     rfc3339,
 )
 from gpuagent.compare.health import VERDICTS, add_hours, bucket_for, health_hours
-from gpuagent.compare.query import quote_ident
+from gpuagent.compare.query import NoAnswer, quote_ident
 from gpuagent.compare.report import Report
 from gpuagent.compare.rollups import (
     BY_HOST,
@@ -51,6 +51,8 @@ from gpuagent.compare.rollups import (
     coverage,
     hist_field,
 )
+from gpuagent.compare.work import work_section
+from gpuagent.errors import AgentError
 from gpuagent.schema.measurements import GPU_CLOCKS, GPU_HEALTH, GPU_MEMORY, GPU_MIG, GPU_POWER, GPU_VGPU
 
 FROM_RAW = (figures.POWER_P95, figures.L2_PROBE, figures.WORK)
@@ -684,8 +686,7 @@ class RollupReport(Report):
     def _work(self, groups) -> None:
         """The work figures: limits and the energy of each span from rollups where they cover them
         (gpuagent.compare.rollup_work), the work counters from raw points."""
-        from gpuagent.compare.rollup_work import RollupWork
-        from gpuagent.compare.work import work_section
+        from gpuagent.compare.rollup_work import RollupWork  # the one edge back up: RollupWork reads a RollupReport
 
         source = RollupWork(self, self.range, self.where, gpu_where=True)
         work_section(source, self.range, self.by, self.prices, self.where, groups)
@@ -835,9 +836,6 @@ def pieces_source(pieces: list[Piece]) -> dict[str, Any]:
 
 def rollup_report_or_none(client, rng: Range, by: str, where: str | None) -> RollupReport | None:
     """The report from rollups when some level's whole buckets fall in the range; None otherwise."""
-    from gpuagent.compare.query import NoAnswer
-    from gpuagent.errors import AgentError
-
     try:
         reach = coverage(client)
     except NoAnswer:

@@ -23,6 +23,7 @@ import re
 import sys
 
 from gpuagent.compare.rollups import LEVELS, ROLLUPS, Field, Rollup
+from gpuagent.plugin_host import registered
 from gpuagent.schema.measurements import GPU_HEALTH
 
 RAW = {
@@ -38,8 +39,6 @@ RAW = {
 def series(scheme: str, measurement: str, field: str) -> str:
     if scheme == "influx":
         return f"{measurement}_{field}"
-    from gpuagent.plugin_host import registered
-
     return registered("sinks", "prometheus").metric_for("gpuagent", measurement, field).name
 
 
@@ -54,8 +53,6 @@ def _raw_expr(scheme: str, rollup: Rollup, f: Field, window: str) -> str:
     window = f"{window}] offset 1ms"  # [T - window, T): see the module's docstring
     fn, _, arg = f.raw.partition("(")
     if rollup.source == GPU_HEALTH:  # the verdict is a label of the _info series (plugins/prometheus)
-        from gpuagent.plugin_host import registered
-
         name = registered("sinks", "prometheus").metric_for("gpuagent", GPU_HEALTH, "verdict", True).name
         word = rollup.name.removeprefix(GPU_HEALTH).removeprefix("_")
         return f'count_over_time({name}{{verdict="{word}"}}[{window})' if word else f"count_over_time({name}[{window})"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 # Throttle reasons, as gpu_clocks writes them (the booleans the report counts).
 from gpuagent.compare.core import REASONS, rfc3339
 from gpuagent.compare.health import VERDICTS
+from gpuagent.compare.progress import Progress
 from gpuagent.compare.query import InfluxQL, quote_ident
 from gpuagent.compare.work import CELL_REASONS
 from gpuagent.errors import AgentError
@@ -393,8 +394,6 @@ def backfill(
     (the 1h level reads what the 1m level wrote), in chunks of `chunk_s`; points written. `levels`:
     only those (the 1h level alone: hours from 1-minute rollups written some other way); `rollups`:
     only those (ones added since the history was rolled up)."""
-    from gpuagent.compare.progress import Progress
-
     _require(client)
     db, written = client.conn.database, 0
     # Every level from the coarsest level's bucket edge: its first bucket then reads whole finer buckets.

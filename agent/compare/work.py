@@ -55,7 +55,7 @@ WORK_GROUPS = {
     "job": ("slurm_job_id",),
 }
 GPU_GROUPINGS = ("model", "host", "gpu")  # every GPU's time counts, idle included
-_PLAIN_UUID = re.compile(r"[A-Za-z0-9-]+")
+PLAIN_UUID = re.compile(r"[A-Za-z0-9-]+")
 MAX_UUID_FILTER = 2_000  # characters of uuid=~"a|b|..." in one energy query (asked 4 times in it)
 CELLS_TARGET = 50_000  # GPU × bucket cells of the limits at most (each bucket at least a step)
 WORKERS = 4
@@ -459,7 +459,7 @@ class InfluxWork:
 
     def energy(self, t0_ns: int, t1_ns: int, gpus=None) -> dict[tuple, float]:
         window = f"time >= {t0_ns} AND time <= {t1_ns}"
-        if gpus and len(gpus) <= 48 and all(_PLAIN_UUID.fullmatch(u) for _, u in gpus):
+        if gpus and len(gpus) <= 48 and all(PLAIN_UUID.fullmatch(u) for _, u in gpus):
             # A span few GPUs worked over (a host's work started on its own): read only theirs.
             window += " AND (" + " OR ".join(f"\"uuid\" = '{u}'" for u in sorted({u for _, u in gpus})) + ")"
         inner = (
@@ -722,7 +722,7 @@ class PromWork:
         # [w] at t1 covers (t1 - w, t1]: 1 ms more than the span takes in the sample at t0.
         w = f"{(t1_ns - t0_ns) // 1_000_000 + 1}ms"
         sel = self._sel(GPU_POWER, "energy_j", False)
-        plain = gpus and all(_PLAIN_UUID.fullmatch(u) for _, u in gpus)  # no regex or string escape needed
+        plain = gpus and all(PLAIN_UUID.fullmatch(u) for _, u in gpus)  # no regex or string escape needed
         uuids = "|".join(sorted({u for _, u in gpus})) if plain and len(gpus) < self._gpu_count else ""
         # Only the GPUs that worked over this span, while the list keeps the query short (VictoriaMetrics
         # refuses queries over 16 KiB by default); else every GPU's, and the others are not read.

@@ -8,11 +8,11 @@ import io
 import json
 from typing import Any
 
-from gpuagent.compare import figures
+from gpuagent.compare import figures, tables
 from gpuagent.compare.limits import CLASSES
 
 
-def _n(value, digits: int = 2) -> str:
+def work_number(value, digits: int = 2) -> str:
     if value is None:
         return "-"
     if abs(value) and abs(value) < 10**-digits:
@@ -97,11 +97,11 @@ def _cells(r: dict, terminal: bool = False) -> list[str]:
         _short(r["group"]) if terminal else r["group"],
         r["unit"] or "-",
         str(r["gpus"]),
-        _n(r[figures.UNITS], 0),
-        _hours(r[figures.WORK_GPU_HOURS]) if terminal else _n(r[figures.WORK_GPU_HOURS]),
-        _n(r[figures.UNITS_PER_GPU_HOUR], 1),
-        _n(wh * 1000 if wh is not None else None, 3),
-        _n(r[figures.COST_PER_MILLION], 3),
+        work_number(r[figures.UNITS], 0),
+        hours_text(r[figures.WORK_GPU_HOURS]) if terminal else work_number(r[figures.WORK_GPU_HOURS]),
+        work_number(r[figures.UNITS_PER_GPU_HOUR], 1),
+        work_number(wh * 1000 if wh is not None else None, 3),
+        work_number(r[figures.COST_PER_MILLION], 3),
         spread_text,
         _limits_text(r),
     ]
@@ -112,13 +112,13 @@ def _short(label: str) -> str:
     return label.replace("NVIDIA ", "")
 
 
-def _hours(hours: float | None) -> str:
+def hours_text(hours: float | None) -> str:
     """GPU-hours; under one, minutes (0.0 GPU-hours says nothing of a short range)."""
     if hours is None:
         return "-"
     if hours < 1:
         return f"{hours * 60:.1f} GPU-min"
-    return _n(hours)
+    return work_number(hours)
 
 
 def _pct(value: float | None, best: bool) -> str:
@@ -131,7 +131,7 @@ def _pct(value: float | None, best: bool) -> str:
     return f"{text}%"
 
 
-def _cross_rows(doc: dict, terminal: bool = False) -> list[list[str]]:
+def cross_rows(doc: dict, terminal: bool = False) -> list[list[str]]:
     out = []
     for c in doc.get(figures.CROSS_MODEL) or []:
         for m in c["models"]:
@@ -142,7 +142,7 @@ def _cross_rows(doc: dict, terminal: bool = False) -> list[list[str]]:
                 if value is None:
                     return "-"
                 best = max(x[figure] for x in c["models"] if x[figure] is not None)
-                return f"{_n(value, digits)} ({_pct(m[f'{figure}_best_pct'], value == best)})"
+                return f"{work_number(value, digits)} ({_pct(m[f'{figure}_best_pct'], value == best)})"
 
             out.append(
                 [
@@ -150,7 +150,7 @@ def _cross_rows(doc: dict, terminal: bool = False) -> list[list[str]]:
                     c["unit"],
                     _short(m["model"]) if terminal else m["model"],
                     str(m["gpus"]),
-                    _hours(m[figures.WORK_GPU_HOURS]) if terminal else _n(m[figures.WORK_GPU_HOURS]),
+                    hours_text(m[figures.WORK_GPU_HOURS]) if terminal else work_number(m[figures.WORK_GPU_HOURS]),
                     of_best("units_per_s_per_gpu", 1),
                     of_best("units_per_s_per_kw", 1),
                     of_best("units_per_dollar", 0),
@@ -204,10 +204,10 @@ def _placement_rows(doc: dict) -> list[list[str]]:
             p["workload"],
             p["unit"],
             p["cheapest"],
-            _n(p["saving"], 2),
-            _n(p["saving_pct"], 1),
+            work_number(p["saving"], 2),
+            work_number(p["saving_pct"], 1),
             "; ".join(
-                f"{m['model']} {_n(m[figures.WORK_GPU_HOURS])} h, {_n(m[figures.COST_PER_MILLION], 3)}"
+                f"{m['model']} {work_number(m[figures.WORK_GPU_HOURS])} h, {work_number(m[figures.COST_PER_MILLION], 3)}"
                 for m in p["models"]
             ),
             "; ".join(p["caveats"]) or "-",
@@ -235,8 +235,6 @@ def _header(doc: dict) -> str:
 
 def render_table(doc: dict, room: int | None = None) -> str:
     """The work table and the cross-model one, each split to the terminal's width (gpuagent.compare.tables)."""
-    from gpuagent.compare import tables
-
     text_columns = {0, 1, 8, 9}
     columns = [tables.Column(h, right=i not in text_columns) for i, h in enumerate(HEADERS)]
     text = tables.render(
@@ -247,7 +245,7 @@ def render_table(doc: dict, room: int | None = None) -> str:
         footnote=WORK_NOTE,
         room=room,
     )
-    cross = _cross_rows(doc, terminal=True)
+    cross = cross_rows(doc, terminal=True)
     if cross:
         columns = [tables.Column(h, right=i >= 3) for i, h in enumerate(CROSS_HEADERS)]
         text += tables.render("The same workload on each model", columns, cross, keys=3, footnote=CROSS_NOTE, room=room)
@@ -337,7 +335,7 @@ def render_html(doc: dict) -> str:
     esc = html.escape
     head = "".join(f"<th>{esc(h)}</th>" for h in HEADERS)
     body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in _cells(r)) + "</tr>" for r in rows(doc))
-    cross = _cross_rows(doc)
+    cross = cross_rows(doc)
     cross_html = ""
     if cross:
         chead = "".join(f"<th>{esc(h)}</th>" for h in CROSS_HEADERS)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import click
 
-from gpuagent.commands.cli_options import simulate_spec
+from gpuagent.commands.cli_options import simulate_option
 from gpuagent.errors import AgentError, NvmlUnavailable
 from gpuagent.gpus.gpu import GpuLost
 from gpuagent.probe.backends import (
@@ -305,12 +305,7 @@ def probe() -> None:
     type=click.Path(dir_okay=False),
     help="Config file whose sinks --send uses.",
 )
-@click.option(
-    "--simulate",
-    metavar="SPEC",
-    callback=simulate_spec,
-    help="Use a simulated fleet (a modelled curve, not a measurement).",
-)
+@simulate_option("Use a simulated fleet (a modelled curve, not a measurement).")
 @click.option(
     "--seed",
     type=int,

