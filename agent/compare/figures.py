@@ -10,7 +10,7 @@ count_over_time`; the same over the recorded buckets), never in what a figure is
 - An `Aggregate` names one number per group the database computes: an operation (`mean`, `max`,
   `count`, `p95`) over a field of a measurement's points, optionally only where `dram_bw_source` is
   GPM. Each backend answers ONE protocol, `group_aggregates(aggregates) -> {group key: {aggregate:
-  value}}` (a group without points is absent; a value without samples None); the energy sums behind
+  value}}` (`Backend`; a group without points is absent, a value without samples None); the energy sums behind
   the energy figures (`ENERGY_SUMS`: the group's joules and observed seconds, and those of the GPUs
   that report utilisation) are the per-GPU ones each backend adds up over the group.
 - A `Figure` is a JSON key of a group with its unit, its definition (the text every document carries
@@ -19,7 +19,12 @@ count_over_time`; the same over the recorded buckets), never in what a figure is
   turns the backends' answers into figures (`derive(figures, answers, groups)`), the same code for all
   four.
 - Figures whose value is a tally or a table (throttle shares, P2P, MIG, vGPU, the L2 probe, health,
-  work, limits) are declared here too (key, definition, docs, CSV columns); their backends fill them.
+  work, limits) are declared here too (key, definition, docs, CSV columns); the backends count what
+  they need per GPU or group and the registry makes the figure of it (`throttle_shares`,
+  `tally_mig`, `tally_vgpu`, `l2_probe_value`), naming its key through the constants below.
+- The work figures (per group, `work` -> unit ->: `WORK_FIGURES`, `unit_figures`) and what limits
+  the work (`GROUP_WORK_FIGURES`, `DOCUMENT_WORK_FIGURES`) join them: build_work computes them over
+  its three sources (InfluxWork, PromWork, RollupWork) alike.
 - The renderers read the registry: the terminal/HTML table's columns (`COLUMNS`), the CSV columns
   (`csv_columns`), the figure table of docs/compare.md (`figure_table`, kept equal by a test), the
   definitions (`DEFINITIONS`, `PROMQL_DEFINITIONS`, `WORK_DEFINITIONS`).
