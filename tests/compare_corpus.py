@@ -77,6 +77,17 @@ FLEETS = {
         ("--scenario", "training", "--collectors", "power,clocks,memory,pcie", "--with-jobs"),
         step_s=30,
     ),
+    # Health faults (a row remapping, recovery actions, a GPU lost by XID 79, link errors), every collector.
+    "health": Fleet(
+        2,
+        (
+            "a100-sxm4:2@remap=0:pending:30m@recovery=1:drain_and_reset:100m",
+            "h100-sxm:2@xid=1:79:2h@pcie_replay=0:5/m:1h@nvlink_crc=0:2:3/m:50m",
+        ),
+        17,
+        ("--collectors", "all"),
+        step_s=30,
+    ),
 }
 
 # Named ranges [start, end) in ns; whole milliseconds (PromQL's resolution).
