@@ -432,7 +432,7 @@ def _json_diff(a, b, path: str, out: list[str]) -> None:
             out.append(f"{path}.{k}: new, {b[k]!r:.80}")
         for k in a.keys() & b.keys():
             _json_diff(a[k], b[k], f"{path}.{k}", out)
-        if not out and list(a) != list(b) and a.keys() == b.keys():
+        if list(a) != list(b) and a.keys() == b.keys():
             out.append(f"{path}: key order {list(a)} stored, {list(b)} now")
     elif isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
