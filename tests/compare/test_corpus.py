@@ -20,11 +20,12 @@ def corpus(tmp_path_factory):
         pytest.skip("vmalert not installed (Debian package victoria-metrics)")
     root = tmp_path_factory.mktemp("corpus")
     influx, vm = servers(root)
+    made = Corpus(influx, vm, root)
     try:
-        made = Corpus(influx, vm, root)
         made.load()
         yield made
     finally:
+        made.close()
         vm.stop()
         influx.stop()
 
