@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from gpuagent.compare import figures
 from gpuagent.compare.core import WORKERS, Range
 from gpuagent.compare.query import quote_ident
 from gpuagent.compare.rollup_report import RollupReport, usable
@@ -48,7 +49,7 @@ class RollupWork(InfluxWork):
         level = self._cells_level(bucket)
         if level is None:
             return super()._cell_rows(bucket)
-        self.from_rollups.add("limits")
+        self.from_rollups.add(figures.LIMITS)
         w = self._whole_buckets(bucket, work=False)
         db = self.client.conn.database
         tail = f"{_BY_GPU}, time({bucket}s) fill(none)"

@@ -8,7 +8,7 @@ import io
 import json
 from typing import Any
 
-from gpuagent.compare import tables
+from gpuagent.compare import figures, tables
 from gpuagent.compare.limits import CLASSES
 
 
@@ -24,15 +24,21 @@ def rows(doc: dict) -> list[dict[str, Any]]:
     """One row per (group, unit): the figures every format shows."""
     out = []
     for g in doc["groups"]:
-        units = g["work"] or {"": None}
+        units = g[figures.WORK] or {"": None}
         for unit, w in units.items():
             row = {"group": g["label"], "models": ", ".join(g["models"]), "gpus": g["gpus"], "unit": unit}
-            for k in ("units", "gpu_hours", "units_per_gpu_hour", "wh_per_unit", "cost_per_million_units"):
+            for k in (
+                figures.UNITS,
+                figures.WORK_GPU_HOURS,
+                figures.UNITS_PER_GPU_HOUR,
+                figures.WH_PER_UNIT,
+                figures.COST_PER_MILLION,
+            ):
                 row[k] = w.get(k) if w else None
             row["spread"] = w.get("spread") if w else None
             for c in CLASSES:
-                row[f"limits_{c}_pct"] = g["limits"].get(c)
-                row[f"limits_{c}_proxy"] = g["limits_proxy"].get(c)
+                row[f"limits_{c}_pct"] = g[figures.LIMITS].get(c)
+                row[f"limits_{c}_proxy"] = g[figures.LIMITS_PROXY].get(c)
             out.append(row)
     return out
 
@@ -81,7 +87,7 @@ def _spread_text(spread: dict | None, digits: int = 0) -> str:
 
 
 def _cells(r: dict, terminal: bool = False) -> list[str]:
-    wh = r["wh_per_unit"]
+    wh = r[figures.WH_PER_UNIT]
     spread = r["spread"]
     if terminal:
         spread_text = _spread_text(spread)
@@ -91,11 +97,11 @@ def _cells(r: dict, terminal: bool = False) -> list[str]:
         _short(r["group"]) if terminal else r["group"],
         r["unit"] or "-",
         str(r["gpus"]),
-        work_number(r["units"], 0),
-        hours_text(r["gpu_hours"]) if terminal else work_number(r["gpu_hours"]),
-        work_number(r["units_per_gpu_hour"], 1),
+        work_number(r[figures.UNITS], 0),
+        hours_text(r[figures.WORK_GPU_HOURS]) if terminal else work_number(r[figures.WORK_GPU_HOURS]),
+        work_number(r[figures.UNITS_PER_GPU_HOUR], 1),
         work_number(wh * 1000 if wh is not None else None, 3),
-        work_number(r["cost_per_million_units"], 3),
+        work_number(r[figures.COST_PER_MILLION], 3),
         spread_text,
         _limits_text(r),
     ]
@@ -127,7 +133,7 @@ def _pct(value: float | None, best: bool) -> str:
 
 def cross_rows(doc: dict, terminal: bool = False) -> list[list[str]]:
     out = []
-    for c in doc.get("cross_model") or []:
+    for c in doc.get(figures.CROSS_MODEL) or []:
         for m in c["models"]:
             spread = m["spread_units_per_s_per_gpu"]
 
@@ -144,7 +150,7 @@ def cross_rows(doc: dict, terminal: bool = False) -> list[list[str]]:
                     c["unit"],
                     _short(m["model"]) if terminal else m["model"],
                     str(m["gpus"]),
-                    hours_text(m["gpu_hours"]) if terminal else work_number(m["gpu_hours"]),
+                    hours_text(m[figures.WORK_GPU_HOURS]) if terminal else work_number(m[figures.WORK_GPU_HOURS]),
                     of_best("units_per_s_per_gpu", 1),
                     of_best("units_per_s_per_kw", 1),
                     of_best("units_per_dollar", 0),
@@ -201,18 +207,18 @@ def _placement_rows(doc: dict) -> list[list[str]]:
             work_number(p["saving"], 2),
             work_number(p["saving_pct"], 1),
             "; ".join(
-                f"{m['model']} {work_number(m['gpu_hours'])} h, {work_number(m['cost_per_million_units'], 3)}"
+                f"{m['model']} {work_number(m[figures.WORK_GPU_HOURS])} h, {work_number(m[figures.COST_PER_MILLION], 3)}"
                 for m in p["models"]
             ),
             "; ".join(p["caveats"]) or "-",
         ]
-        for p in doc.get("placement") or []
+        for p in doc.get(figures.PLACEMENT) or []
     ]
 
 
 def _notes(doc: dict) -> list[str]:
     """The lines under the table: what is not priced."""
-    if doc.get("unpriced"):
+    if doc.get(figures.UNPRICED):
         return [
             f"unpriced (no GPU-hour price in [compare.prices]): {', '.join(doc['unpriced'])}: cost and units per $ null"
         ]
@@ -307,17 +313,17 @@ def charts(doc: dict) -> list[tuple[str, str]]:
     """Per workload and unit on two or more models: energy per 1,000 units and cost per million by model."""
     by_key: dict[tuple, list] = {}
     for g in doc["groups"]:
-        for unit, w in g["work"].items():
+        for unit, w in g[figures.WORK].items():
             by_key.setdefault((g["key"].get("workload", g["label"]), unit), []).append((", ".join(g["models"]), w))
     out = []
-    for c in doc.get("cross_model") or []:
+    for c in doc.get(figures.CROSS_MODEL) or []:
         entries = by_key.get((c["workload"], c["unit"]))
         if not entries or len(entries) < 2:
             continue
         labels = [m for m, _ in entries]
         for title, key, scale, unit in (
-            (f"{c['workload']}: energy per 1,000 {c['unit']}", "wh_per_unit", 1000, "Wh"),
-            (f"{c['workload']}: cost per million {c['unit']}", "cost_per_million_units", 1, "$"),
+            (f"{c['workload']}: energy per 1,000 {c['unit']}", figures.WH_PER_UNIT, 1000, "Wh"),
+            (f"{c['workload']}: cost per million {c['unit']}", figures.COST_PER_MILLION, 1, "$"),
         ):
             values = [w[key] * scale if w[key] is not None else None for _, w in entries]
             if any(v is not None for v in values):

@@ -151,12 +151,12 @@ class PromFleet(FleetSource):
 
     def __init__(self, client, by: str = "host", window_s: float = 300.0, where: str | None = None):
         from gpuagent.compare.core import Range
-        from gpuagent.compare.promql_report import PromReport
+        from gpuagent.compare.promql import PromNames
 
         super().__init__(client, by, window_s, where)
         now = time.time_ns()
-        # compare's report knows the two name schemes and the --where matchers; reuse its naming.
-        self.names = PromReport(client, Range(now - int(window_s * 1e9), now), by="host", where=where)
+        # compare's naming: the two name schemes and the --where matchers.
+        self.names = PromNames(client, Range(now - int(window_s * 1e9), now), where)
         self.window = f"{int(window_s * 1000)}ms"
 
     def _sel(self, name: str, host: str | None) -> str:
@@ -168,7 +168,7 @@ class PromFleet(FleetSource):
         if not self.client.engine:
             self.client.detect_engine(at)
             self.names.at = at
-            self.names._detect_scheme()
+            self.names.detect_scheme()
         calls: list[tuple[str, float, str]] = []
         keys: list[tuple[str, float | None]] = []  # (field, scale); the verdict has none
         for measurement, fields in FIELDS.items():

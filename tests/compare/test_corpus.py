@@ -8,7 +8,8 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from compare_corpus import Corpus, cases, differences, same, servers
+from compare_corpus import CASES as CASES_FILE
+from compare_corpus import CORPUS, Corpus, cases, differences, same, servers
 
 CASES = cases()
 
@@ -19,17 +20,18 @@ def corpus(tmp_path_factory):
         pytest.skip("vmalert not installed (Debian package victoria-metrics)")
     root = tmp_path_factory.mktemp("corpus")
     influx, vm = servers(root)
+    made = Corpus(influx, vm, root)
     try:
-        made = Corpus(influx, vm, root)
         made.load()
         yield made
     finally:
+        made.close()
         vm.stop()
         influx.stop()
 
 
 def test_every_case_has_its_document_and_every_document_its_case():
-    stored = {p.name for p in CASES[0].path.parent.iterdir() if p.suffix in (".json", ".csv")}
+    stored = {p.name for p in CORPUS.iterdir() if p.name != CASES_FILE.name}
     assert stored == {c.path.name for c in CASES}
 
 

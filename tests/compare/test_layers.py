@@ -22,7 +22,19 @@ BACKFILL = ("gpuagent.sim.fleet_backfill", "gpuagent.sim.fleet_replay", "gpuagen
 BACKFILL_NAMES = {m.rsplit(".", 1)[1] for m in BACKFILL}
 # The layers of agent/compare/__init__.py, lowest first: a module-level import goes to its own layer or below.
 LAYERS = (
-    {"__init__", "core", "where", "health", "limits", "sharing", "placement", "prices", "progress", "tables"},
+    {
+        "__init__",
+        "core",
+        "figures",
+        "where",
+        "health",
+        "limits",
+        "sharing",
+        "placement",
+        "prices",
+        "progress",
+        "tables",
+    },
     {"query", "promql"},
     {"report", "work", "promql_report", "rollups", "rollup_report", "rollup_work", "rollup_rules", "promql_rollups"}
     | {"jobs", "drivers"},

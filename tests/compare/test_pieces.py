@@ -153,7 +153,7 @@ def test_the_promql_rollup_report_unions_one_term_per_piece_at_its_own_time():
     levels = [None if level is None else level.name for level, _, _ in report.pieces]
     # Raw samples up to the first minute, 1m buckets to the hour, 1h buckets, 1m, raw at the end.
     assert levels == [None, "gpuagent_1m", "gpuagent_1h", "gpuagent_1m", None]
-    q = report.agg("sum", "gpu_power", "power_w", "host")
+    q = report.over_range("sum", "gpu_power", "power_w", "host")
     assert q.startswith(f"sum without ({PIECE}) (") and q.count("label_replace(") == 5
     assert q.count(f"@ {(t0 + 2 * HOUR) / 1e9:.3f}") == 1  # the 1h piece ends on its hour
     assert "gpu_power_power_w" in q  # the raw pieces read the raw series
