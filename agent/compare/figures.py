@@ -87,6 +87,9 @@ def p95(measurement: str, name: str) -> Aggregate:
 # The per-GPU sums behind the energy figures, added up over the group's GPUs by each backend.
 ENERGY_J, OBSERVED_S, BUSY_ENERGY_J, BUSY_S = "energy_j", "observed_s", "busy_energy_j", "busy_s"
 ENERGY_SUMS = (ENERGY_J, OBSERVED_S, BUSY_ENERGY_J, BUSY_S)
+# Keys more than one document holds: the energy section and work figures (GPU_HOURS), the work
+# figures and the --by job document (both).
+GPU_HOURS, ENERGY_WH = "gpu_hours", "energy_wh"
 
 SAME_ROW = "^"  # Figure.docs: the figure shares the row of the one before it in the docs table
 
@@ -393,7 +396,7 @@ def section(*keys: str) -> tuple[Figure, ...]:
 
 
 POWER = section("power_samples", "power_mean_w", "power_p95_w")
-ENERGY = section("energy_kwh", "gpu_hours", "energy_wh_per_gpu_hour", "busy_gpu_hours", "energy_wh_per_busy_gpu_hour")
+ENERGY = section("energy_kwh", GPU_HOURS, "energy_wh_per_gpu_hour", "busy_gpu_hours", "energy_wh_per_busy_gpu_hour")
 CLOCKS = section("sm_clock_mean_mhz", "sm_clock_max_mhz", "sm_clock_pct_of_max")
 MEMORY = section(
     "gpu_util_mean_pct",
@@ -514,8 +517,9 @@ class WorkFigure:
     definition: str = ""  # under definitions as work.<key> ("" for none)
 
 
-# The keys the work renderers, cross_model and placement read.
-UNITS, WORK_GPU_HOURS, UNITS_PER_GPU_HOUR = "units", "gpu_hours", "units_per_gpu_hour"
+# The keys the work renderers, cross_model and placement read (GPU_HOURS and ENERGY_WH are also the
+# --by job document's: gpuagent.compare.jobs).
+UNITS, WORK_GPU_HOURS, UNITS_PER_GPU_HOUR = "units", GPU_HOURS, "units_per_gpu_hour"
 WH_PER_UNIT, COST_PER_MILLION = "wh_per_unit", "cost_per_million_units"
 
 WORK_FIGURES = (
@@ -533,7 +537,7 @@ WORK_FIGURES = (
         "the GPU; absent: 1), shared with the other work on its GPU at the same time (by the pieces' mean "
         "sm_util_pct where each has one, evenly otherwise); summed (a piece of work on N GPUs counts N)",
     ),
-    WorkFigure("energy_wh", "Wh"),
+    WorkFigure(ENERGY_WH, "Wh"),
     WorkFigure(UNITS_PER_GPU_HOUR, "units/h", "units / gpu_hours"),
     WorkFigure(
         WH_PER_UNIT,
@@ -611,7 +615,7 @@ def unit_figures(
     values = {
         UNITS: units,
         WORK_GPU_HOURS: hours,
-        "energy_wh": wh,
+        ENERGY_WH: wh,
         UNITS_PER_GPU_HOUR: units / hours if hours > 0 else None,
         WH_PER_UNIT: wh / units if wh is not None and units > 0 else None,
         "cost": cost,

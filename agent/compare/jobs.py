@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuagent.compare import where as where_rule
 from gpuagent.compare.core import NoData, Range, report_document, rfc3339
+from gpuagent.compare.figures import ENERGY_WH, GPU_HOURS
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.query import InfluxQL
 from gpuagent.compare.sharing import shared_segments
@@ -29,10 +30,10 @@ JOB_GROUPS = {
 
 JOB_DEFINITIONS = {
     "gpus": "GPUs the job (pod) held at some sample in the range",
-    "gpu_hours": "per GPU, the time from the job's first to its last gpu_job sample on it, summed; while "
+    GPU_HOURS: "per GPU, the time from the job's first to its last gpu_job sample on it, summed; while "
     "other jobs held the GPU too, shared by the jobs' mean SM activity on it (sm_util_pct) where all have one, "
     "evenly otherwise, so the jobs on a GPU never sum above the GPU",
-    "energy_wh": "per GPU, the sum of the non-negative increases of the GPU's energy_j counter "
+    ENERGY_WH: "per GPU, the sum of the non-negative increases of the GPU's energy_j counter "
     "between the job's consecutive gpu_job samples on it, summed over its GPUs; a GPU held by "
     "two jobs at once is shared between them as its time is (gpu_hours)",
     "sm_util_mean_pct": "mean of the job's SM activity samples (its processes' sm_util_pct on the "
@@ -108,8 +109,8 @@ class JobReport:
                 "gpus": len({(tags["host"], tags["uuid"]) for tags, _, _ in gpus}),
                 "start": rfc3339(min(t0 for _, t0, _ in gpus)),
                 "end": rfc3339(max(t1 for _, _, t1 in gpus)),
-                "gpu_hours": seconds / 3600.0,
-                "energy_wh": joules / 3600.0,
+                GPU_HOURS: seconds / 3600.0,
+                ENERGY_WH: joules / 3600.0,
                 "idle_gpu_hours": sum(idle.get(_key(tags, series), 0.0) for tags, _, _ in gpus) / 3600.0,
                 "idle_cost": self._idle_cost(
                     [(tags["model"], idle.get(_key(tags, series), 0.0)) for tags, _, _ in gpus]
@@ -119,8 +120,8 @@ class JobReport:
                 "per_gpu": [
                     {
                         **{t: tags[t] for t in GPU_TAGS},
-                        "energy_wh": energy.get(_key(tags, series), 0.0) / 3600.0,
-                        "gpu_hours": hours[_key(tags, series)],
+                        ENERGY_WH: energy.get(_key(tags, series), 0.0) / 3600.0,
+                        GPU_HOURS: hours[_key(tags, series)],
                         "idle_gpu_hours": idle.get(_key(tags, series), 0.0) / 3600.0,
                     }
                     for tags, t0, t1 in sorted(gpus, key=lambda g: (g[0]["host"], g[0]["gpu"]))

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from gpuagent.compare import tables
+from gpuagent.compare.figures import GPU_HOURS
 from gpuagent.compare.work_render import hours_text
 
 JOB_NOTE = (
@@ -58,7 +59,7 @@ def render(doc: dict[str, Any], fmt: str) -> str:
         )
     # The terminal table as the other reports': sized to the terminal, short ranges in GPU-minutes.
     terminal = [
-        [*r[:3], hours_text(g["gpu_hours"]), *r[4:5], hours_text(g["idle_gpu_hours"]), *r[6:]]
+        [*r[:3], hours_text(g[GPU_HOURS]), *r[4:5], hours_text(g["idle_gpu_hours"]), *r[6:]]
         for r, g in zip(rows, doc["groups"], strict=True)
     ]
     columns = [tables.Column(h, right=i >= 2) for i, h in enumerate(header)]

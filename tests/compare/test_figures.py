@@ -23,8 +23,6 @@ IDENTITY = {"label", "gpus", "hosts", "models"}
 STILL = {
     "series": 4,  # InfluxDB's answers (query.py, rollups_command.py) and rollups status count their series
     "units": 4,  # work.py's accumulators; a column title of the work tables (work_render.py, html_report.py)
-    "gpu_hours": 3,  # the --by job document's own figures (jobs.py, jobs_render.py)
-    "energy_wh": 3,  # the same
 }
 
 
