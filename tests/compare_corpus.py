@@ -96,7 +96,9 @@ FLEETS = {
 SCRAPED = "scraped"
 # influx: InfluxQL; promql: VictoriaMetrics, line-protocol names; promql-metrics: VictoriaMetrics,
 # /metrics names; prometheus: Prometheus, /metrics names (the last two: the scraped fleet only).
-ENGINES = ("influx", "promql", "promql-metrics", "prometheus")
+# influx-config, promql-config: influx and promql with the connection from the config ([sinks.influxdb],
+# [compare] promql_url) instead of the command line.
+ENGINES = ("influx", "promql", "promql-metrics", "prometheus", "influx-config", "promql-config")
 
 # Named ranges [start, end) in ns; whole milliseconds (PromQL's resolution).
 RANGES = {
@@ -110,6 +112,8 @@ RANGES = {
     "whole": ((START_S - 60) * 10**9, (END_S + 60) * 10**9),
 }
 RANGES["short"] = (RANGES["short"][0], RANGES["short"][0] + 40 * 10**9)
+# Ranges given as --since DURATION --end END_S (ending at the history's end, on a step).
+SINCE = {"since2h": "2h", "since45m": "45m"}
 
 
 # error: a compare that must fail; its document is its exit status and what it wrote (run as --format json).
@@ -140,7 +144,7 @@ def cases() -> list[Case]:
         if len(words) < 5:
             raise ValueError(f"{CASES.name}:{number}: NAME FLEET ENGINE RANGE FORMAT [options], got {line!r}")
         case = Case(words[0], words[1], words[2], words[3], words[4], tuple(words[5:]))
-        if case.fleet not in FLEETS or case.engine not in ENGINES or case.range not in RANGES:
+        if case.fleet not in FLEETS or case.engine not in ENGINES or case.range not in RANGES.keys() | SINCE.keys():
             raise ValueError(f"{CASES.name}:{number}: unknown fleet, engine or range in {line!r}")
         if case.engine in ("promql-metrics", "prometheus") and case.fleet != SCRAPED:
             raise ValueError(f"{CASES.name}:{number}: engine {case.engine} holds the {SCRAPED} fleet only")
@@ -316,17 +320,28 @@ class Corpus:
         raise RuntimeError(f"VictoriaMetrics did not settle on {match}")
 
     def argv(self, case: Case) -> list[str]:
-        start_ns, end_ns = RANGES[case.range]
+        if case.range in SINCE:
+            span = ["--since", SINCE[case.range], "--end", str(END_S)]
+        else:
+            start_ns, end_ns = RANGES[case.range]
+            span = ["--start", f"{start_ns // MS / 1000:.3f}", "--end", f"{end_ns // MS / 1000:.3f}"]
+        config = self.config
         if case.engine == "influx":
             connection = ["--url", self.influx.url, "--database", case.fleet]
+        elif case.engine == "influx-config":
+            config, connection = self.workdir / f"{case.fleet}-influx.toml", []
+            influx = f'[sinks.influxdb]\napi = "v1"\nurl = "{self.influx.url}"\ndatabase = "{case.fleet}"\n'
+            config.write_text(influx + PRICES)
+        elif case.engine == "promql-config":
+            config, connection = self.workdir / "promql.toml", ["--where", f'db="{case.fleet}"']
+            config.write_text(f'[compare]\npromql_url = "{self.vm.url}"\n' + PRICES)
         elif case.engine == "promql":
             connection = ["--promql-url", self.vm.url, "--where", f'db="{case.fleet}"']
         elif case.engine == "promql-metrics":
             connection = ["--promql-url", self.vm.url, "--where", f'db="{case.fleet}_metrics"']
         else:
             connection = ["--promql-url", self.prometheus.url]
-        return ["compare", "--config", str(self.config), *connection,
-                "--start", f"{start_ns // MS / 1000:.3f}", "--end", f"{end_ns // MS / 1000:.3f}",
+        return ["compare", "--config", str(config), *connection, *span,
                 "--format", "json" if case.format == "error" else case.format, *case.args]  # fmt: skip
 
     def document(self, case: Case) -> str:
