@@ -98,7 +98,16 @@ SCRAPED = "scraped"
 # /metrics names; prometheus: Prometheus, /metrics names (the last two: the scraped fleet only).
 # influx-config, promql-config: influx and promql with the connection from the config ([sinks.influxdb],
 # [compare] promql_url) instead of the command line.
-ENGINES = ("influx", "promql", "promql-metrics", "prometheus", "influx-config", "promql-config")
+# promql-metrics-rollups: the scraped fleet alone in a VictoriaMetrics, /metrics names, rolled up.
+ENGINES = (
+    "influx",
+    "promql",
+    "promql-metrics",
+    "prometheus",
+    "influx-config",
+    "promql-config",
+    "promql-metrics-rollups",
+)
 
 # Named ranges [start, end) in ns; whole milliseconds (PromQL's resolution).
 RANGES = {
@@ -146,7 +155,7 @@ def cases() -> list[Case]:
         case = Case(words[0], words[1], words[2], words[3], words[4], tuple(words[5:]))
         if case.fleet not in FLEETS or case.engine not in ENGINES or case.range not in RANGES.keys() | SINCE.keys():
             raise ValueError(f"{CASES.name}:{number}: unknown fleet, engine or range in {line!r}")
-        if case.engine in ("promql-metrics", "prometheus") and case.fleet != SCRAPED:
+        if case.engine in ("promql-metrics", "prometheus", "promql-metrics-rollups") and case.fleet != SCRAPED:
             raise ValueError(f"{CASES.name}:{number}: engine {case.engine} holds the {SCRAPED} fleet only")
         if case.format not in SUFFIX:
             raise ValueError(f"{CASES.name}:{number}: format one of {', '.join(SUFFIX)}, got {case.format!r}")
@@ -244,10 +253,12 @@ class Corpus:
         self.config.write_text(PRICES)
         self.workdir = Path(workdir)
         self.prometheus = None  # started by load()
+        self.vm_metrics = None  # a VictoriaMetrics holding the scraped fleet alone, rolled up: load()
 
     def close(self) -> None:
-        if self.prometheus is not None:
-            self.prometheus.stop()
+        for server in (self.prometheus, self.vm_metrics):
+            if server is not None:
+                server.stop()
 
     def load(self) -> None:
         # Each fleet simulated once, its writes sent to both servers (the same bytes to each).
@@ -273,24 +284,32 @@ class Corpus:
                      "--chunk", "87600h")  # fmt: skip
         self.cli("rollups", "backfill", "--promql-url", self.vm.url, "--since", since)
         self._wait_vm_settled('{__name__=~"gpuagent:.+"}')
-        self._load_scraped()
+        self._load_scraped(since)
 
-    def _load_scraped(self) -> None:
+    def _load_scraped(self, since: str) -> None:
         """The scraped fleet's points, read back from InfluxDB, under the /metrics names: imported into
-        VictoriaMetrics (after the rollups: none for them) and turned into a Prometheus's TSDB blocks."""
+        VictoriaMetrics (after the rollups: none for them), into a second VictoriaMetrics of their own
+        and rolled up there (the rules under the /metrics names), and turned into a Prometheus's blocks."""
         import urllib.request
 
         import servers as s
         from compare.test_compare_promql import openmetrics_from_influx
 
         text = openmetrics_from_influx(self.influx, SCRAPED, END_S, ms=True)
-        url = f"{self.vm.url}/api/v1/import/prometheus?extra_label=db={SCRAPED}_metrics"
-        with urllib.request.urlopen(urllib.request.Request(url, data=text.encode(), method="POST"), timeout=60) as r:
-            if r.status != 204:
-                raise RuntimeError(f"VictoriaMetrics import: {r.status}")
         want = sum(1 for line in text.splitlines() if line.startswith("gpuagent_gpu_power_power_watts{"))
-        self.vm.export(f'{{__name__="gpuagent_gpu_power_power_watts",db="{SCRAPED}_metrics"}}', min_samples=want)
-        self._wait_vm_settled(f'{{db="{SCRAPED}_metrics"}}')
+        self.vm_metrics = s.VictoriaMetricsServer(s.find_binary(s.VICTORIA_METRICS, "victoria-metrics"),
+                                                  self.workdir / "vm-metrics")  # fmt: skip
+        self.vm_metrics.start()
+        for vm in (self.vm, self.vm_metrics):
+            url = f"{vm.url}/api/v1/import/prometheus?extra_label=db={SCRAPED}_metrics"
+            request = urllib.request.Request(url, data=text.encode(), method="POST")
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                if answer.status != 204:
+                    raise RuntimeError(f"VictoriaMetrics import: {answer.status}")
+            vm.export(f'{{__name__="gpuagent_gpu_power_power_watts",db="{SCRAPED}_metrics"}}', min_samples=want)
+            self._wait_vm_settled(f'{{db="{SCRAPED}_metrics"}}', vm=vm)
+        self.cli("rollups", "backfill", "--promql-url", self.vm_metrics.url, "--since", since)
+        self._wait_vm_settled('{__name__=~"gpuagent:.+"}', vm=self.vm_metrics)
         self.prometheus = s.PrometheusServer(s.find_binary(s.PROMETHEUS, "prometheus"), self.workdir / "prometheus")
         self.prometheus.backfill(openmetrics_from_influx(self.influx, SCRAPED, END_S))
         self.prometheus.start()
@@ -306,12 +325,12 @@ class Corpus:
                 raise RuntimeError(f"VictoriaMetrics holds {got} power samples of {name}, InfluxDB {want}")
         self._wait_vm_settled('{__name__!=""}')
 
-    def _wait_vm_settled(self, match: str, quiet_s: float = 2.0, timeout: float = 60.0) -> None:
+    def _wait_vm_settled(self, match: str, quiet_s: float = 2.0, timeout: float = 60.0, vm=None) -> None:
         """The count of samples matching `match` unchanged for `quiet_s` (new series show up late)."""
         deadline = time.monotonic() + timeout
         last, since = None, time.monotonic()
         while time.monotonic() < deadline:
-            count = sum(len(s["timestamps"]) for s in self.vm.export(match, timeout=1))
+            count = sum(len(s["timestamps"]) for s in (vm or self.vm).export(match, timeout=1))
             if count != last:
                 last, since = count, time.monotonic()
             elif time.monotonic() - since >= quiet_s:
@@ -339,6 +358,8 @@ class Corpus:
             connection = ["--promql-url", self.vm.url, "--where", f'db="{case.fleet}"']
         elif case.engine == "promql-metrics":
             connection = ["--promql-url", self.vm.url, "--where", f'db="{case.fleet}_metrics"']
+        elif case.engine == "promql-metrics-rollups":
+            connection = ["--promql-url", self.vm_metrics.url, "--where", f'db="{case.fleet}_metrics"']
         else:
             connection = ["--promql-url", self.prometheus.url]
         return ["compare", "--config", str(config), *connection, *span,
@@ -358,6 +379,7 @@ class Corpus:
             (self.influx.url, "{INFLUX_URL}"),
             (self.vm.url, "{PROMQL_URL}"),
             *(((self.prometheus.url, "{PROMETHEUS_URL}"),) if self.prometheus else ()),
+            *(((self.vm_metrics.url, "{PROMQL_METRICS_URL}"),) if self.vm_metrics else ()),
             (str(self.config), "{CONFIG}"),
             (str(self.config.parent), "{WORKDIR}"),
         ):
