@@ -182,6 +182,44 @@ def _cli():
     return run
 
 
+SCRAPED_MEASUREMENTS = ("gpu_power", "gpu_clocks", "gpu_memory", "gpu_p2p", "gpu_mig", "gpu_vgpu", "gpu_health")
+
+
+def openmetrics(server, db: str, end_s: int, ms: bool = False) -> str:
+    """Every point of `db` as OpenMetrics (ms: Prometheus text with ms timestamps, no # EOF), named as
+    the prometheus sink names it. A copy of tests/compare/test_compare_promql.py's, kept here so the
+    corpus's input stays as it was when its documents were stored."""
+    from gpuagent.plugins.prometheus.exposition import label_name
+    from gpuagent.plugins.prometheus.naming import metric_for
+
+    families: dict[str, tuple[str, list[str]]] = {}
+    for m in SCRAPED_MEASUREMENTS:
+        for series in server.query(f'SELECT * FROM "{m}" WHERE time <= {end_s * 10**9} GROUP BY *', db=db):
+            tags = {label_name(k): v for k, v in series["tags"].items() if v != ""}
+            for values in series["values"]:
+                row = dict(zip(series["columns"], values, strict=True))
+                t = row.pop("time") / 1e9
+                for field, value in row.items():
+                    if value is None:
+                        continue
+                    spec = metric_for("gpuagent", m, field, isinstance(value, str))
+                    labels = dict(tags)
+                    if isinstance(value, str):
+                        labels[spec.label], value = value, 1.0
+                    family = spec.name.removesuffix("_total") if spec.kind == "counter" else spec.name
+                    kind = "gauge" if spec.kind == "info" else spec.kind
+                    text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+                    stamp = f"{round(t * 1000)}" if ms else f"{t:.3f}"
+                    families.setdefault(family, (kind, []))[1].append(
+                        f"{spec.name}{{{text}}} {float(value) * spec.scale!r} {stamp}"
+                    )
+    out = []
+    for family, (kind, lines) in families.items():
+        out.append(f"# TYPE {family} {kind}")
+        out.extend(lines)
+    return "\n".join(out) + ("\n" if ms else "\n# EOF\n")
+
+
 class Tee:
     """An HTTP server in front of `primary` (InfluxDB): every request goes there and its answer comes
     back; a write (/write, /api/v2/write) goes to each of `copies` too, which must take it (204)."""
@@ -293,9 +331,8 @@ class Corpus:
         import urllib.request
 
         import servers as s
-        from compare.test_compare_promql import openmetrics_from_influx
 
-        text = openmetrics_from_influx(self.influx, SCRAPED, END_S, ms=True)
+        text = openmetrics(self.influx, SCRAPED, END_S, ms=True)
         want = sum(1 for line in text.splitlines() if line.startswith("gpuagent_gpu_power_power_watts{"))
         self.vm_metrics = s.VictoriaMetricsServer(s.find_binary(s.VICTORIA_METRICS, "victoria-metrics"),
                                                   self.workdir / "vm-metrics")  # fmt: skip
@@ -311,7 +348,7 @@ class Corpus:
         self.cli("rollups", "backfill", "--promql-url", self.vm_metrics.url, "--since", since)
         self._wait_vm_settled('{__name__=~"gpuagent:.+"}', vm=self.vm_metrics)
         self.prometheus = s.PrometheusServer(s.find_binary(s.PROMETHEUS, "prometheus"), self.workdir / "prometheus")
-        self.prometheus.backfill(openmetrics_from_influx(self.influx, SCRAPED, END_S))
+        self.prometheus.backfill(openmetrics(self.influx, SCRAPED, END_S))
         self.prometheus.start()
 
     def _wait_vm_equals_influx(self, timeout: float = 60.0) -> None:
