@@ -96,7 +96,18 @@ FLEETS = {
 SCRAPED = "scraped"
 # influx: InfluxQL; promql: VictoriaMetrics, line-protocol names; promql-metrics: VictoriaMetrics,
 # /metrics names; prometheus: Prometheus, /metrics names (the last two: the scraped fleet only).
-ENGINES = ("influx", "promql", "promql-metrics", "prometheus")
+# influx-config, promql-config: influx and promql with the connection from the config ([sinks.influxdb],
+# [compare] promql_url) instead of the command line.
+# promql-metrics-rollups: the scraped fleet alone in a VictoriaMetrics, /metrics names, rolled up.
+ENGINES = (
+    "influx",
+    "promql",
+    "promql-metrics",
+    "prometheus",
+    "influx-config",
+    "promql-config",
+    "promql-metrics-rollups",
+)
 
 # Named ranges [start, end) in ns; whole milliseconds (PromQL's resolution).
 RANGES = {
@@ -110,6 +121,8 @@ RANGES = {
     "whole": ((START_S - 60) * 10**9, (END_S + 60) * 10**9),
 }
 RANGES["short"] = (RANGES["short"][0], RANGES["short"][0] + 40 * 10**9)
+# Ranges given as --since DURATION --end END_S (ending at the history's end, on a step).
+SINCE = {"since2h": "2h", "since45m": "45m"}
 
 
 # error: a compare that must fail; its document is its exit status and what it wrote (run as --format json).
@@ -140,9 +153,9 @@ def cases() -> list[Case]:
         if len(words) < 5:
             raise ValueError(f"{CASES.name}:{number}: NAME FLEET ENGINE RANGE FORMAT [options], got {line!r}")
         case = Case(words[0], words[1], words[2], words[3], words[4], tuple(words[5:]))
-        if case.fleet not in FLEETS or case.engine not in ENGINES or case.range not in RANGES:
+        if case.fleet not in FLEETS or case.engine not in ENGINES or case.range not in RANGES.keys() | SINCE.keys():
             raise ValueError(f"{CASES.name}:{number}: unknown fleet, engine or range in {line!r}")
-        if case.engine in ("promql-metrics", "prometheus") and case.fleet != SCRAPED:
+        if case.engine in ("promql-metrics", "prometheus", "promql-metrics-rollups") and case.fleet != SCRAPED:
             raise ValueError(f"{CASES.name}:{number}: engine {case.engine} holds the {SCRAPED} fleet only")
         if case.format not in SUFFIX:
             raise ValueError(f"{CASES.name}:{number}: format one of {', '.join(SUFFIX)}, got {case.format!r}")
@@ -167,6 +180,44 @@ def _cli():
         return result
 
     return run
+
+
+SCRAPED_MEASUREMENTS = ("gpu_power", "gpu_clocks", "gpu_memory", "gpu_p2p", "gpu_mig", "gpu_vgpu", "gpu_health")
+
+
+def openmetrics(server, db: str, end_s: int, ms: bool = False) -> str:
+    """Every point of `db` as OpenMetrics (ms: Prometheus text with ms timestamps, no # EOF), named as
+    the prometheus sink names it. A copy of tests/compare/test_compare_promql.py's, kept here so the
+    corpus's input stays as it was when its documents were stored."""
+    from gpuagent.plugins.prometheus.exposition import label_name
+    from gpuagent.plugins.prometheus.naming import metric_for
+
+    families: dict[str, tuple[str, list[str]]] = {}
+    for m in SCRAPED_MEASUREMENTS:
+        for series in server.query(f'SELECT * FROM "{m}" WHERE time <= {end_s * 10**9} GROUP BY *', db=db):
+            tags = {label_name(k): v for k, v in series["tags"].items() if v != ""}
+            for values in series["values"]:
+                row = dict(zip(series["columns"], values, strict=True))
+                t = row.pop("time") / 1e9
+                for field, value in row.items():
+                    if value is None:
+                        continue
+                    spec = metric_for("gpuagent", m, field, isinstance(value, str))
+                    labels = dict(tags)
+                    if isinstance(value, str):
+                        labels[spec.label], value = value, 1.0
+                    family = spec.name.removesuffix("_total") if spec.kind == "counter" else spec.name
+                    kind = "gauge" if spec.kind == "info" else spec.kind
+                    text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+                    stamp = f"{round(t * 1000)}" if ms else f"{t:.3f}"
+                    families.setdefault(family, (kind, []))[1].append(
+                        f"{spec.name}{{{text}}} {float(value) * spec.scale!r} {stamp}"
+                    )
+    out = []
+    for family, (kind, lines) in families.items():
+        out.append(f"# TYPE {family} {kind}")
+        out.extend(lines)
+    return "\n".join(out) + ("\n" if ms else "\n# EOF\n")
 
 
 class Tee:
@@ -240,10 +291,12 @@ class Corpus:
         self.config.write_text(PRICES)
         self.workdir = Path(workdir)
         self.prometheus = None  # started by load()
+        self.vm_metrics = None  # a VictoriaMetrics holding the scraped fleet alone, rolled up: load()
 
     def close(self) -> None:
-        if self.prometheus is not None:
-            self.prometheus.stop()
+        for server in (self.prometheus, self.vm_metrics):
+            if server is not None:
+                server.stop()
 
     def load(self) -> None:
         # Each fleet simulated once, its writes sent to both servers (the same bytes to each).
@@ -269,26 +322,33 @@ class Corpus:
                      "--chunk", "87600h")  # fmt: skip
         self.cli("rollups", "backfill", "--promql-url", self.vm.url, "--since", since)
         self._wait_vm_settled('{__name__=~"gpuagent:.+"}')
-        self._load_scraped()
+        self._load_scraped(since)
 
-    def _load_scraped(self) -> None:
+    def _load_scraped(self, since: str) -> None:
         """The scraped fleet's points, read back from InfluxDB, under the /metrics names: imported into
-        VictoriaMetrics (after the rollups: none for them) and turned into a Prometheus's TSDB blocks."""
+        VictoriaMetrics (after the rollups: none for them), into a second VictoriaMetrics of their own
+        and rolled up there (the rules under the /metrics names), and turned into a Prometheus's blocks."""
         import urllib.request
 
         import servers as s
-        from compare.test_compare_promql import openmetrics_from_influx
 
-        text = openmetrics_from_influx(self.influx, SCRAPED, END_S, ms=True)
-        url = f"{self.vm.url}/api/v1/import/prometheus?extra_label=db={SCRAPED}_metrics"
-        with urllib.request.urlopen(urllib.request.Request(url, data=text.encode(), method="POST"), timeout=60) as r:
-            if r.status != 204:
-                raise RuntimeError(f"VictoriaMetrics import: {r.status}")
+        text = openmetrics(self.influx, SCRAPED, END_S, ms=True)
         want = sum(1 for line in text.splitlines() if line.startswith("gpuagent_gpu_power_power_watts{"))
-        self.vm.export(f'{{__name__="gpuagent_gpu_power_power_watts",db="{SCRAPED}_metrics"}}', min_samples=want)
-        self._wait_vm_settled(f'{{db="{SCRAPED}_metrics"}}')
+        self.vm_metrics = s.VictoriaMetricsServer(s.find_binary(s.VICTORIA_METRICS, "victoria-metrics"),
+                                                  self.workdir / "vm-metrics")  # fmt: skip
+        self.vm_metrics.start()
+        for vm in (self.vm, self.vm_metrics):
+            url = f"{vm.url}/api/v1/import/prometheus?extra_label=db={SCRAPED}_metrics"
+            request = urllib.request.Request(url, data=text.encode(), method="POST")
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                if answer.status != 204:
+                    raise RuntimeError(f"VictoriaMetrics import: {answer.status}")
+            vm.export(f'{{__name__="gpuagent_gpu_power_power_watts",db="{SCRAPED}_metrics"}}', min_samples=want)
+            self._wait_vm_settled(f'{{db="{SCRAPED}_metrics"}}', vm=vm)
+        self.cli("rollups", "backfill", "--promql-url", self.vm_metrics.url, "--since", since)
+        self._wait_vm_settled('{__name__=~"gpuagent:.+"}', vm=self.vm_metrics)
         self.prometheus = s.PrometheusServer(s.find_binary(s.PROMETHEUS, "prometheus"), self.workdir / "prometheus")
-        self.prometheus.backfill(openmetrics_from_influx(self.influx, SCRAPED, END_S))
+        self.prometheus.backfill(openmetrics(self.influx, SCRAPED, END_S))
         self.prometheus.start()
 
     def _wait_vm_equals_influx(self, timeout: float = 60.0) -> None:
@@ -302,12 +362,12 @@ class Corpus:
                 raise RuntimeError(f"VictoriaMetrics holds {got} power samples of {name}, InfluxDB {want}")
         self._wait_vm_settled('{__name__!=""}')
 
-    def _wait_vm_settled(self, match: str, quiet_s: float = 2.0, timeout: float = 60.0) -> None:
+    def _wait_vm_settled(self, match: str, quiet_s: float = 2.0, timeout: float = 60.0, vm=None) -> None:
         """The count of samples matching `match` unchanged for `quiet_s` (new series show up late)."""
         deadline = time.monotonic() + timeout
         last, since = None, time.monotonic()
         while time.monotonic() < deadline:
-            count = sum(len(s["timestamps"]) for s in self.vm.export(match, timeout=1))
+            count = sum(len(s["timestamps"]) for s in (vm or self.vm).export(match, timeout=1))
             if count != last:
                 last, since = count, time.monotonic()
             elif time.monotonic() - since >= quiet_s:
@@ -316,17 +376,30 @@ class Corpus:
         raise RuntimeError(f"VictoriaMetrics did not settle on {match}")
 
     def argv(self, case: Case) -> list[str]:
-        start_ns, end_ns = RANGES[case.range]
+        if case.range in SINCE:
+            span = ["--since", SINCE[case.range], "--end", str(END_S)]
+        else:
+            start_ns, end_ns = RANGES[case.range]
+            span = ["--start", f"{start_ns // MS / 1000:.3f}", "--end", f"{end_ns // MS / 1000:.3f}"]
+        config = self.config
         if case.engine == "influx":
             connection = ["--url", self.influx.url, "--database", case.fleet]
+        elif case.engine == "influx-config":
+            config, connection = self.workdir / f"{case.fleet}-influx.toml", []
+            influx = f'[sinks.influxdb]\napi = "v1"\nurl = "{self.influx.url}"\ndatabase = "{case.fleet}"\n'
+            config.write_text(influx + PRICES)
+        elif case.engine == "promql-config":
+            config, connection = self.workdir / "promql.toml", ["--where", f'db="{case.fleet}"']
+            config.write_text(f'[compare]\npromql_url = "{self.vm.url}"\n' + PRICES)
         elif case.engine == "promql":
             connection = ["--promql-url", self.vm.url, "--where", f'db="{case.fleet}"']
         elif case.engine == "promql-metrics":
             connection = ["--promql-url", self.vm.url, "--where", f'db="{case.fleet}_metrics"']
+        elif case.engine == "promql-metrics-rollups":
+            connection = ["--promql-url", self.vm_metrics.url, "--where", f'db="{case.fleet}_metrics"']
         else:
             connection = ["--promql-url", self.prometheus.url]
-        return ["compare", "--config", str(self.config), *connection,
-                "--start", f"{start_ns // MS / 1000:.3f}", "--end", f"{end_ns // MS / 1000:.3f}",
+        return ["compare", "--config", str(config), *connection, *span,
                 "--format", "json" if case.format == "error" else case.format, *case.args]  # fmt: skip
 
     def document(self, case: Case) -> str:
@@ -343,6 +416,7 @@ class Corpus:
             (self.influx.url, "{INFLUX_URL}"),
             (self.vm.url, "{PROMQL_URL}"),
             *(((self.prometheus.url, "{PROMETHEUS_URL}"),) if self.prometheus else ()),
+            *(((self.vm_metrics.url, "{PROMQL_METRICS_URL}"),) if self.vm_metrics else ()),
             (str(self.config), "{CONFIG}"),
             (str(self.config.parent), "{WORKDIR}"),
         ):
