@@ -101,11 +101,7 @@ class Discovery:
         grandparent's other children that is neither a GPU process nor above one. The last
         walk's answer while the GPU processes are the same and no rescan is due."""
         wanted = frozenset(pids)
-        if (
-            wanted == self._walked_pids
-            and self._walked_at is not None
-            and self._now - self._walked_at < self.rescan_s
-        ):
+        if wanted == self._walked_pids and self._walked_at is not None and self._now - self._walked_at < self.rescan_s:
             return dict(self._endpoints)
         self._walked, self._short, self._seen = True, False, set()
         self.walks_total += 1
