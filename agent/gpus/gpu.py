@@ -96,6 +96,9 @@ _ERROR_NAMES = {
 }
 
 
+_NONE_QUIET: frozenset[int] = frozenset()  # query's: every refusal counted (one set, not one a call)
+
+
 def permanent(code: int) -> bool:
     return code in PERMANENT_CODES
 
@@ -254,7 +257,7 @@ class Gpu:
 
         Raises GpuLost (and marks the GPU lost) on GPU_IS_LOST; never raises an NVML error.
         """
-        return self._call(fn, args, quiet=frozenset())
+        return self._call(fn, args, quiet=_NONE_QUIET)
 
     def probe(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``query`` for loops that look for the end of a range (NVLink links, MIG profiles):
