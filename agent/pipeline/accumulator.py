@@ -61,8 +61,10 @@ class Accumulator:
                     break
                 missing += 1
         else:
-            # A copy (its Nones left out in one pass): FieldValues.
-            clean: dict[str, Any] = {k: v for k, v in fields.items() if v is not None} if missing else dict(fields)
+            clean: dict[str, Any] = dict(fields)  # its Nones deleted below: FieldValues
+            if missing:
+                for key in [key for key, value in clean.items() if value is None]:
+                    del clean[key]
             return self._point(measurement, clean, tags, time_ns)
         clean = {}
         for key, value in fields.items():

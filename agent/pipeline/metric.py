@@ -235,12 +235,9 @@ class _Shape:
                 out.append(key + _NUMBER_FORMATS[t])
         return f"{head} {','.join(out)} %d"
 
-    def with_fixed(self, values: tuple) -> str:
-        """The format with these text and boolean values written in (kept for the next point)."""
-        fixed = self.pick_fixed(values)  # type: ignore[misc]  # only called when there are some
-        kept = self.fixed
-        if kept is not None and kept[0] == fixed:  # bools and strs at fixed positions: == is exact
-            return kept[1]
+    def with_fixed(self, values: tuple, fixed: tuple) -> str:
+        """The format with these text and boolean values (``fixed``) written in, kept for the next
+        point (_line uses the kept one while they hold)."""
         written = {i: ("true" if values[i] else "false") for i in self.bools}
         written.update({i: '"' + escape_text(values[i]) + '"' for i in self.strs})
         fmt = self._format(written)
@@ -248,11 +245,12 @@ class _Shape:
         return fmt
 
 
-def _picker(positions: tuple[int, ...]):
-    if len(positions) == 1:
-        (only,) = positions
-        return lambda values: (values[only],)
-    return itemgetter(*positions) if positions else lambda values: ()
+def _picker(positions: tuple[int, ...]) -> itemgetter:
+    """The values at ``positions`` as a tuple, in C (a slice for none or one: still a tuple)."""
+    if len(positions) < 2:
+        start = positions[0] if positions else 0
+        return itemgetter(slice(start, start + len(positions)))
+    return itemgetter(*positions)
 
 
 _SHAPES: dict[tuple, _Shape | None] = {}
@@ -343,7 +341,10 @@ def _line(measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldV
             if total - total != 0.0:  # a NaN or an infinity (or an overflowing sum): the general path
                 return _serialize(measurement, tags, fields, time_ns)
         if shape.pick_fixed is not None:
-            return shape.with_fixed(values) % (*shape.pick_numbers(values), time_ns)
+            fixed, kept = shape.pick_fixed(values), shape.fixed
+            # bools and strs at fixed positions (the shape's types): == is exact
+            fmt = kept[1] if kept is not None and kept[0] == fixed else shape.with_fixed(values, fixed)
+            return fmt % (*shape.pick_numbers(values), time_ns)
         return shape.fmt % (*values, time_ns)
     return _serialize(measurement, tags, fields, time_ns)
 
@@ -382,4 +383,5 @@ def _serialize(measurement: str, tags: Mapping[str, str], fields: Mapping[str, F
 
 def to_lines(points: Iterable[Point]) -> str:
     """Points as a line-protocol document, one line each, newline-terminated (unwritable points skipped)."""
-    return "".join(line + "\n" for line in (p.to_line() for p in points) if line)
+    text = "\n".join(filter(None, map(Point.to_line, points)))  # C-level passes, no generator a point
+    return text + "\n" if text else ""
