@@ -48,6 +48,8 @@ _SENTINELS = (
 
 def valid(value: Any, *, zero: bool = True) -> Any:
     """The reading, or None for NVML's not-available values (and for 0 when ``zero`` is False)."""
+    if type(value) is int and 0 < value < NA_UINT - 1:  # the usual reading: below every sentinel
+        return value
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
