@@ -86,8 +86,9 @@ _DECODE = {
 }
 
 
-# Plain ctypes attribute access: pynvml's printable-structure hook costs ~1 µs a read.
-_get = ctypes.Structure.__getattribute__
+# Plain ctypes attribute access: pynvml's printable-structure hook costs ~1 µs a read (it only
+# decodes bytes: a number field reads the same either way). ``raw`` is the collectors' name for it.
+_get = raw = ctypes.Structure.__getattribute__
 _get_union = ctypes.Union.__getattribute__
 
 
