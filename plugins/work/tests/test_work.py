@@ -397,6 +397,43 @@ def _kill_orphan(pid_file) -> None:
             pass  # already gone
 
 
+def test_a_job_files_processes_are_looked_up_only_when_the_gpu_processes_change(
+    simulated_fleet, recording_accumulator, tmp_path, servers
+):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    child_file = tmp_path / "child"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(child_file)])
+    try:
+        deadline = time.monotonic() + 20
+        while not child_file.exists() or not child_file.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        machine = simulated_fleet(f"l40s:2@proc=1:{int(child_file.read_text())}")
+        collectors = parts(machine, tmp_path)  # rescan: 60 s
+        work = collectors[-1]
+
+        def run(total):  # the job's count now, and this cycle's gpu_work points
+            (jobs / "render.work").write_text(f"pid={launcher.pid}\nunit=images\ntotal={total}\n")
+            before = len(recording_accumulator.points)
+            for c in collectors:
+                c.collect(recording_accumulator)
+            return [p for p in recording_accumulator.points[before:] if p.measurement == "gpu_work"]
+
+        for total in (64, 128, 192):  # read every cycle, its processes looked up once
+            (point,) = run(total)
+            assert point.tags["gpu"] == "1" and point.fields["units_total"] == total
+        assert work.job_walks_total == 1
+        _, v = servers("vllm", "--workers", "1")  # another GPU process: looked up again
+        machine.show_process(0, v["workers"][0])
+        assert [p.tags["gpu"] for p in run(256) if p.tags["source"] == "job"] == ["1"]
+        assert work.job_walks_total == 2
+    finally:
+        launcher.kill()
+        launcher.wait()
+        _kill_orphan(child_file)
+
+
 def test_a_job_file_outside_slurm_counts_on_the_gpus_of_its_process_tree(
     simulated_fleet, recording_accumulator, tmp_path, caplog
 ):
