@@ -244,7 +244,9 @@ class WorkCollector(gpuagent.Collector):
         # Whose a job file's count is (its pid's owner, job and process tree) is worked out when
         # the GPU processes change and every rescan, as servers are found: not every cycle.
         pids, now = frozenset(p.pid for p in procs), time.monotonic()
-        if pids != self._attributed_pids or now - self._attributed_at >= self.config.rescan:
+        stale = now - self._attributed_at >= self.config.rescan
+        # Bounded: files other users write may name a new pid each cycle.
+        if pids != self._attributed_pids or stale or len(self._attributed) > 4 * self.config.job_files:
             self._attributed, self._uids = {}, {}
             self._attributed_pids, self._attributed_at = pids, now
             self.job_walks_total += 1
