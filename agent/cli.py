@@ -79,7 +79,8 @@ def exit_interrupted() -> None:
 @click.group(cls=AgentGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="gpuagent")
 def cli() -> None:
-    """Telemetry agent for NVIDIA GPU fleets: NVML readings, tagged with each GPU's identity, to InfluxDB."""
+    """Telemetry agent for NVIDIA GPU fleets: NVML readings, tagged with each GPU's identity, to InfluxDB,
+    VictoriaMetrics or Prometheus; compare and top --fleet read them back by InfluxQL or PromQL."""
 
 
 # Plugin name -> the commands its gpuagent_register_commands hook added, as recorded when

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from gpuagent.context import AgentContext
     from gpuagent.gpus.gpu import Gpu
     from gpuagent.pipeline.accumulator import Accumulator
+    from gpuagent.schema.fields import Measurement
 
 
 class CollectorConfig(BaseModel):
@@ -43,6 +44,9 @@ class Collector:
     default_interval: ClassVar[float | None] = None
     # True: the agent refuses to start without NVML (no driver and no --simulate).
     requires_gpus: ClassVar[bool] = False
+    # What it writes: a Measurement per point shape (gpuagent.schema.fields). The Prometheus sink
+    # takes HELP and TYPE from it; a built-in plugin's README field tables are generated from it.
+    schema: ClassVar[tuple[Measurement, ...]] = ()
 
     def __init__(self, config: CollectorConfig, context: AgentContext):
         self.config = config

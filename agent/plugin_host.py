@@ -18,6 +18,8 @@ import pluggy
 
 from gpuagent import hookspecs
 from gpuagent.collector import Collector
+from gpuagent.schema import catalog
+from gpuagent.schema.fields import Measurement
 from gpuagent.sink import Sink
 
 log = logging.getLogger("gpuagent.plugins")
@@ -131,6 +133,9 @@ class PluginHost:
                 self.collectors.pop(cname, None)
             for sname in info.sinks:
                 self.sinks.pop(sname, None)
+        # What they write, for the readers of declarations (the Prometheus sink's HELP and TYPE).
+        for schema in (*(c.schema for c in self.collectors.values()), *(s.schema for s in self.sinks.values())):
+            catalog.declare(schema)
         return self
 
     def _load(self, name, module, loader, *, source, distribution=None, version=None) -> None:
@@ -174,6 +179,8 @@ class PluginHost:
                 # Checked here, not when the config is bound: a bad Config must fail its plugin, not the host.
                 if not (isinstance(cls.Config, type) and issubclass(cls.Config, base.Config)):
                     raise TypeError(f"{cls.__name__}.Config must subclass gpuagent.{base.Config.__name__}")
+                if not (isinstance(cls.schema, tuple) and all(isinstance(m, Measurement) for m in cls.schema)):
+                    raise TypeError(f"{cls.__name__}.schema must be a tuple of gpuagent.schema.fields.Measurement")
                 owner = next((p for p in self.plugins.values() if cls.name in getattr(p, kind)), None)
                 if cls.name in registry and owner is not _info:
                     raise ValueError(

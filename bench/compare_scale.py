@@ -3,7 +3,7 @@
 Each size is a fresh simulated fleet (`sim fleet`: hosts of 8 GPUs, half
 `h100-sxm:8`, half `l40s:8`, 1 h at 10 s; 4 hosts per spec simulated in full,
 the rest replayed under their own names and UUIDs, see
-gpuagent.compare.fleet_replay), written into a local InfluxDB 1.6 and a
+gpuagent.sim.fleet_replay), written into a local InfluxDB 1.6 and a
 local VictoriaMetrics (both from Debian's packages, started here). Then
 `compare --since 1h --by model --format json` runs in this process against
 each: InfluxQL on influxd, PromQL on VictoriaMetrics. The client's CPU

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv and installs gpuagent (editable) with the extras named in $1 (default: none).
-# Installs once: .venv/.gpuagent-setup holds the hash of setup.cfg and pyproject.toml and the
+# Installs once: .venv/.gpuagent-setup holds the hash of setup.cfg, setup.py and pyproject.toml and the
 # extras installed with it; a later call with the same files and extras does nothing. With the
 # test extra it also installs examples/gpuagent-infiniband (editable): the suite tests it too
 # (testpaths in pyproject.toml), and the fast lane's module check needs it.
@@ -13,7 +13,7 @@ example() {
     || .venv/bin/python -m pip install -q -e examples/gpuagent-infiniband
 }
 stamp=.venv/.gpuagent-setup
-want="$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)"
+want="$(cat setup.cfg setup.py pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ -x .venv/bin/gpuagent ] && [ -f "$stamp" ]; then
   read -r have have_extras <"$stamp" || true
   missing=""

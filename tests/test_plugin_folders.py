@@ -1,7 +1,7 @@
 """Every built-in plugin folder is complete: README, sample config that checks, tests, packaged, loaded."""
 
-import configparser
 import re
+import runpy
 
 import pytest
 
@@ -12,15 +12,16 @@ FOLDERS = sorted(p.name for p in (REPO / "plugins").iterdir() if (p / "__init__.
 
 
 def test_every_folder_is_a_default_plugin_and_packaged():
+    # DEFAULT_PLUGINS says the load order; the folders are the plugins; setup.py packages the folders.
     assert sorted(m.rsplit(".", 1)[-1] for m in DEFAULT_PLUGINS) == FOLDERS
-    cfg = configparser.ConfigParser()
-    cfg.read(REPO / "setup.cfg")
-    packages = cfg["options"]["packages"].split()
-    for name in FOLDERS:
-        assert f"gpuagent.plugins.{name}" in packages, f"add gpuagent.plugins.{name} to setup.cfg"
+    packages = runpy.run_path(str(REPO / "setup.py"), run_name="setup_packages")["packages"]()
+    assert [p for p in packages if p.startswith("gpuagent.plugins.")] == [f"gpuagent.plugins.{n}" for n in FOLDERS]
     for init in (REPO / "agent").rglob("__init__.py"):
         dotted = "gpuagent." + ".".join(init.parent.relative_to(REPO / "agent").parts)
-        assert dotted.rstrip(".") in packages, f"add {dotted} to setup.cfg"
+        assert dotted.rstrip(".") in packages
+    # The folders that hold only data are packages too (package_data), and no tests/ is one.
+    assert {"gpuagent.schemas", "gpuagent.sim.profiles"} <= set(packages)
+    assert not [p for p in packages if "tests" in p.split(".")]
 
 
 @pytest.mark.parametrize("name", FOLDERS)

@@ -30,6 +30,17 @@ from typing import Any
 import pynvml
 
 from gpuagent.gpus.gpu import Gpu, GpuLost
+from gpuagent.schema.measurements import (
+    GPU_CLOCKS,
+    GPU_HEALTH,
+    GPU_MEMORY,
+    GPU_MIG,
+    GPU_NVLINK,
+    GPU_PCIE,
+    GPU_POWER,
+    GPU_PROCESS,
+    GPU_VGPU,
+)
 
 log = logging.getLogger("gpuagent.commands.facts")
 
@@ -49,17 +60,17 @@ REASON_WORDS = {
 }
 
 # The measurements of one GPU, in the order `inspect --json` gives them.
-# Others (third-party collectors') follow under "more". Names, not imports: agent/ knows no plugin.
+# Others (third-party collectors') follow under "more". Constants, not plugin imports: agent/ knows no plugin.
 MEASUREMENTS = (
-    "gpu_clocks",
-    "gpu_power",
-    "gpu_memory",
-    "gpu_pcie",
-    "gpu_health",
-    "gpu_mig",
-    "gpu_vgpu",
-    "gpu_nvlink",
-    "gpu_process",
+    GPU_CLOCKS,
+    GPU_POWER,
+    GPU_MEMORY,
+    GPU_PCIE,
+    GPU_HEALTH,
+    GPU_MIG,
+    GPU_VGPU,
+    GPU_NVLINK,
+    GPU_PROCESS,
 )
 
 

@@ -21,10 +21,21 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from gpuagent.commands.cli_options import simulate_spec
+from gpuagent.commands.cli_options import simulate_option
 from gpuagent.commands.facts import REASON_WORDS
 from gpuagent.errors import AgentError
 from gpuagent.gpus.gpu import Gpu
+from gpuagent.schema.measurements import (
+    GPU_CLOCKS,
+    GPU_HEALTH,
+    GPU_MEMORY,
+    GPU_MIG,
+    GPU_NVLINK,
+    GPU_PCIE,
+    GPU_POWER,
+    GPU_PROCESS,
+    GPU_VGPU,
+)
 
 NA = "n/a"
 WIDTH = 100
@@ -50,9 +61,7 @@ P2P_LEGEND = (
 
 
 @click.command()
-@click.option(
-    "--simulate", metavar="SPEC", callback=simulate_spec, help="Inspect a simulated fleet, e.g. l40s:2,h100-sxm:4."
-)
+@simulate_option("Inspect a simulated fleet, e.g. l40s:2,h100-sxm:4.")
 @click.option("--seed", type=int, default=None, help="Seed of the simulated fleet's load model.")
 @click.option(
     "--json",
@@ -195,12 +204,18 @@ def render(facts: dict[str, Any], console: Console) -> None:
     # pasted view (or a snapshot) has none.
     with console.capture() as captured:
         _render(facts, console)
-    console.file.write(_TRAILING_BLANKS.sub(_keep_reset, captured.get()))
+    console.file.write(without_trailing_blanks(captured.get()))
     console.file.flush()
 
 
 # Blanks (and the style codes around them) at the end of a line.
 _TRAILING_BLANKS = re.compile(r"(?:\x1b\[[0-9;]*m| )+$", re.MULTILINE)
+
+
+def without_trailing_blanks(text: str) -> str:
+    """`text` (a captured console's) without the blanks that pad grid cells at line ends; a style
+    that ended there is still reset."""
+    return _TRAILING_BLANKS.sub(_keep_reset, text)
 
 
 def _keep_reset(match: re.Match) -> str:
@@ -273,8 +288,8 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
 
     # A measurement is null where its plugin is not loaded: its cells stay blank, a row of two
     # blank ones goes (the others keep their places). MIG and vGPU are null on cards without them too: n/a.
-    mem, clocks, power = gpu.get("gpu_memory"), gpu.get("gpu_clocks"), gpu.get("gpu_power")
-    pcie, ecc = gpu.get("gpu_pcie"), gpu.get("gpu_health")
+    mem, clocks, power = gpu.get(GPU_MEMORY), gpu.get(GPU_CLOCKS), gpu.get(GPU_POWER)
+    pcie, ecc = gpu.get(GPU_PCIE), gpu.get(GPU_HEALTH)
     pstate = clocks.get("pstate") if clocks else None
     cells = [
         (("UUID", gpu["uuid"]), ("PCI bus id", gpu["pci_bus_id"])),
@@ -297,7 +312,7 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
             clocks and ("P-state", f"P{pstate}" if pstate is not None else NA),
         ),
         (pcie and ("PCIe link", pcie_text(pcie)), ecc and ("ECC", ecc_text(ecc))),
-        (("Virtualisation", virtualization_text(gpu.get("gpu_vgpu"))), ("MIG", mig_text(gpu.get("gpu_mig")))),
+        (("Virtualisation", virtualization_text(gpu.get(GPU_VGPU))), ("MIG", mig_text(gpu.get(GPU_MIG)))),
     ]
     rows = [(*(left or ("", "")), *(right or ("", ""))) for left, right in cells if left or right]
     grid = Table.grid(padding=(0, 2))
@@ -321,13 +336,13 @@ def gpu_block(gpu: dict[str, Any], wide: bool = True) -> Group:
         parts.append(
             Text("  Health: " + health_text(gpu["health"]), style=HEALTH_STYLES.get(gpu["health"]["verdict"], "red"))
         )
-    for instance in points(gpu.get("gpu_mig")):
+    for instance in points(gpu.get(GPU_MIG)):
         parts.append(Text("  " + mig_instance_text(instance)))
-    for vgpu in points(gpu.get("gpu_vgpu")):
+    for vgpu in points(gpu.get(GPU_VGPU)):
         parts.append(Text("  " + vgpu_text(vgpu)))
-    if gpu.get("gpu_nvlink"):
-        parts.append(Text("  " + nvlink_text(gpu["gpu_nvlink"])))
-    for process in points(gpu.get("gpu_process")):
+    if gpu.get(GPU_NVLINK):
+        parts.append(Text("  " + nvlink_text(gpu[GPU_NVLINK])))
+    for process in points(gpu.get(GPU_PROCESS)):
         parts.append(Text("  " + process_text(process)))
     for measurement, reading in (gpu.get("more") or {}).items():
         parts.extend(Text("  " + line) for line in more_lines(measurement, reading))

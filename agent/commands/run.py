@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from gpuagent.commands.cli_options import simulate_spec
+from gpuagent.commands.cli_options import simulate_option
 from gpuagent.service.logsetup import setup_logging
 from gpuagent.service.runtime import Options, build, load
 
@@ -17,9 +17,7 @@ from gpuagent.service.runtime import Options, build, load
     type=click.Path(dir_okay=False),
     help="Config file (default: $GPUAGENT_CONFIG or /etc/gpuagent/gpuagent.toml).",
 )
-@click.option(
-    "--simulate", metavar="SPEC", callback=simulate_spec, help="Run on a simulated fleet, e.g. l40s:2,h100-sxm:1."
-)
+@simulate_option("Run on a simulated fleet, e.g. l40s:2,h100-sxm:1.")
 @click.option("--seed", type=int, default=None, help="Seed of the simulated fleet's load model.")
 @click.option("--once", is_flag=True, help="Collect every enabled collector once, flush the sinks and exit.")
 @click.option("--test", is_flag=True, help="Print line protocol on stdout instead of sending it.")

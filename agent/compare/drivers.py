@@ -12,8 +12,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpuagent.compare import figures
 from gpuagent.compare import where as where_rule
-from gpuagent.compare.report import NoData, Range, Report, report_document, rfc3339
+from gpuagent.compare.core import NoData, Range, report_document, rfc3339
+from gpuagent.compare.report import Report
+from gpuagent.schema.measurements import GPU_INFO
 
 # gpu_info is resent at least hourly: a record this long before the range still names its driver.
 LOOKBACK_NS = 2 * 3600 * 10**9
@@ -24,7 +27,7 @@ def drivers_of_gpus(client, rng: Range, where: str | None) -> dict[str, list[str
     clause = f"time >= '{rfc3339(rng.start_ns - LOOKBACK_NS)}' AND time < '{rfc3339(rng.end_ns)}'"
     if where:
         clause += f" AND ({where})"
-    rows = client.rows(f'SELECT LAST("driver_version") FROM "gpu_info" WHERE {clause} GROUP BY "uuid"')
+    rows = client.rows(f'SELECT LAST("driver_version") FROM "{GPU_INFO}" WHERE {clause} GROUP BY "uuid"')
     out: dict[str, list[str]] = {}
     for row in rows:
         if row.get("last") and row.get("uuid"):
@@ -60,14 +63,14 @@ def build_by_driver(client, rng: Range, where: str | None = None) -> dict[str, A
             g["key"] = {"driver_version": driver, "model": model}
             g["label"] = f"{driver} {model}"
             groups[(driver, model)] = g
-        part = doc.get("series")
+        part = doc.get(figures.SERIES)
         if part:
             if series is None:
-                series = {"bucket_s": part["bucket_s"], "power_mean_w": {}}
-            for label, values in part["power_mean_w"].items():
-                series["power_mean_w"][f"{driver} {label}"] = values
+                series = {"bucket_s": part["bucket_s"], figures.SERIES_POWER: {}}
+            for label, values in part[figures.SERIES_POWER].items():
+                series[figures.SERIES_POWER][f"{driver} {label}"] = values
     if not groups:
         raise NoData(f"no GPU readings between {rfc3339(rng.start_ns)} and {rfc3339(rng.end_ns)} for any driver")
     source = {"url": client.conn.url, "database": client.conn.database, "kind": "raw", "resolution": None}
-    extra = {"series": series} if series is not None else {}
+    extra = {figures.SERIES: series} if series is not None else {}
     return report_document(rng, "driver", where, source, definitions, groups, **extra)

@@ -14,6 +14,10 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from gpuagent.compare.core import GPU_TAGS, gpu_key
+from gpuagent.schema.measurements import GPU_HEALTH
+
+KEY = "health_gpu_hours"  # the figure (gpuagent.compare.figures.HEALTH)
 VERDICTS = ("ok", "degraded", "reset_required", "reboot_required", "drain", "lost")
 DEFINITION = (
     "per GPU, the range in buckets of whole minutes aligned to the epoch (GROUP BY time); each bucket "
@@ -50,16 +54,14 @@ def _literal(word: str) -> str:
 
 def health_hours(report: Any, groups: dict[tuple, dict[str, Any]]) -> int:
     """Add ``health_gpu_hours`` ({verdict: GPU-hours}, every verdict listed) to each group; the bucket (s)."""
-    from gpuagent.compare.report import GPU_TAGS, _gpu_key
-
     rng = report.range
     bucket = bucket_for((rng.end_ns - rng.start_ns) / 1e9)
     for g in groups.values():
-        g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
+        g[KEY] = dict.fromkeys(VERDICTS, 0.0)
     words = sorted(
         {
             r["distinct"]
-            for r in report.client.rows(f'SELECT DISTINCT("verdict") FROM "gpu_health" WHERE {report._where()}')
+            for r in report.client.rows(f'SELECT DISTINCT("verdict") FROM "{GPU_HEALTH}" WHERE {report._where()}')
             if r.get("distinct")
         }
     )
@@ -68,8 +70,8 @@ def health_hours(report: Any, groups: dict[tuple, dict[str, Any]]) -> int:
     tail = f", time({bucket}s) fill(none)"
 
     def counts(extra: str = "") -> dict[tuple, float]:
-        rows = report._rows('COUNT("verdict")', "gpu_health", GPU_TAGS, extra, tail=tail)
-        return {(_gpu_key(r), r["time"]): r["count"] for r in rows if r.get("count")}
+        rows = report._rows('COUNT("verdict")', GPU_HEALTH, GPU_TAGS, extra, tail=tail)
+        return {(gpu_key(r), r["time"]): r["count"] for r in rows if r.get("count")}
 
     total = counts()
     # Samples per verdict per GPU and bucket; one word alone has them all (no query for it).
@@ -93,7 +95,7 @@ def add_hours(
         group = groups.get(gkey)
         if group is not None:
             for word, h in sorted(by_word.items()):
-                group["health_gpu_hours"][word] = group["health_gpu_hours"].get(word, 0.0) + h  # unknown words kept
+                group[KEY][word] = group[KEY].get(word, 0.0) + h  # unknown words kept
 
 
 def health_text(hours: dict[str, float] | None) -> str:

@@ -18,8 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuagent.compare.render import _TEXT_COLUMNS, COLUMNS, EFFICIENCY_NOTE
-from gpuagent.compare.report import THROTTLE_REASONS, finite
+from gpuagent.compare import figures
+from gpuagent.compare.core import THROTTLE_REASONS, finite
+from gpuagent.compare.limits import CLASSES
+from gpuagent.compare.render import COLUMNS, EFFICIENCY_NOTE, TEXT_COLUMNS
+from gpuagent.compare.work_render import CROSS_HEADERS, cross_rows, work_number
 
 esc = html.escape
 
@@ -279,7 +282,7 @@ def tables_section(doc: dict) -> str:
         head = '<th class="label">group</th>' + "".join(f"<th>{esc(t)}</th>" for t in titles)
         body = "".join(
             f'<tr><th class="label" title="{esc(g["label"])}">{esc(shown[g["label"]])}</th>'
-            + "".join(f"<td{' class=text' if t in _TEXT_COLUMNS else ''}>{esc(columns[t](g))}</td>" for t in titles)
+            + "".join(f"<td{' class=text' if t in TEXT_COLUMNS else ''}>{esc(columns[t](g))}</td>" for t in titles)
             + "</tr>"
             for g in doc["groups"]
         )
@@ -290,7 +293,7 @@ def tables_section(doc: dict) -> str:
 
 
 def power_chart(doc: dict) -> str:
-    bars = bars_of(doc, lambda g: g["power_mean_w"], lambda g: g["power_p95_w"])
+    bars = bars_of(doc, lambda g: g[figures.POWER_MEAN], lambda g: g[figures.POWER_P95])
     return bar_chart("Mean power per GPU; the red tick is the p95", "W", bars, value_name="mean W", mark_name="p95 W")
 
 
@@ -312,14 +315,14 @@ def dram_chart(doc: dict) -> str:
 
 def throttle_chart(doc: dict) -> str:
     groups = doc["groups"]
-    reasons = [r for r in THROTTLE_REASONS if any(g["throttle_share_pct"].get(r) for g in groups)]
+    reasons = [r for r in THROTTLE_REASONS if any(g[figures.THROTTLE].get(r) for g in groups)]
     colors = {r: PALETTE[i % len(PALETTE)] for i, r in enumerate(reasons)}
     shown = display_labels(doc)
     bars = [
         Bar(
             shown[g["label"]],
-            sum(g["throttle_share_pct"].get(r) or 0.0 for r in reasons),
-            segments=[(r, g["throttle_share_pct"].get(r) or 0.0) for r in reasons],
+            sum(g[figures.THROTTLE].get(r) or 0.0 for r in reasons),
+            segments=[(r, g[figures.THROTTLE].get(r) or 0.0) for r in reasons],
         )
         for g in groups
     ]
@@ -337,8 +340,8 @@ def throttle_chart(doc: dict) -> str:
 def power_over_time(doc: dict) -> str:
     """Mean power per group per bucket, one SVG: a line per group up to LINES groups; beyond, the band
     from the lowest to the highest group in each bucket, the groups' mean and the HIGHEST groups."""
-    series: dict[str, list] = doc["series"]["power_mean_w"]
-    bucket = doc["series"]["bucket_s"]
+    series: dict[str, list] = doc[figures.SERIES][figures.SERIES_POWER]
+    bucket = doc[figures.SERIES]["bucket_s"]
     title = f"Power per {doc['by']} over time (mean per GPU, {bucket} s buckets, UTC)"
     if not series:
         return (
@@ -428,19 +431,16 @@ def hosts_section(doc: dict) -> str:
 def work_section(doc: dict) -> str:
     """The groups' per-unit figures (`work`), what limits them (`limits`, * a proxy) and the same
     workload across models (`cross_model`), where the document has them (gpu_work points in range)."""
-    from gpuagent.compare.limits import CLASSES
-    from gpuagent.compare.work_render import CROSS_HEADERS, _cross_rows, _n
-
-    groups = [g for g in doc["groups"] if g.get("work")]
+    groups = [g for g in doc["groups"] if g.get(figures.WORK)]
     out = []
     if groups:
         heads = ("unit", "units", "GPU-hours", "units/GPU-h", "Wh/1k units", "$/M units")
         body = ""
         for g in groups:
-            for unit, w in g["work"].items():
-                wh = w.get("wh_per_unit")
-                cells = (unit, _n(w.get("units"), 0), _n(w.get("gpu_hours")), _n(w.get("units_per_gpu_hour"), 1),
-                         _n(wh * 1000 if wh is not None else None, 3), _n(w.get("cost_per_million_units"), 3))  # fmt: skip
+            for unit, w in g[figures.WORK].items():
+                wh = w.get(figures.WH_PER_UNIT)
+                cells = (unit, work_number(w.get(figures.UNITS), 0), work_number(w.get(figures.WORK_GPU_HOURS)), work_number(w.get(figures.UNITS_PER_GPU_HOUR), 1),
+                         work_number(wh * 1000 if wh is not None else None, 3), work_number(w.get(figures.COST_PER_MILLION), 3))  # fmt: skip
                 body += (
                     f'<tr><th class="label">{esc(g["label"])}</th>'
                     + "".join(f"<td>{esc(c)}</td>" for c in cells)
@@ -448,13 +448,13 @@ def work_section(doc: dict) -> str:
                 )
         head = '<th class="label">group</th>' + "".join(f"<th>{esc(h)}</th>" for h in heads)
         out.append(f'<h3>Work</h3><table id="work"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
-    limited = [g for g in doc["groups"] if g.get("limits")]
+    limited = [g for g in doc["groups"] if g.get(figures.LIMITS)]
     if limited:
         head = '<th class="label">group</th>' + "".join(f"<th>{esc(c)} %</th>" for c in CLASSES)
         body = "".join(
             f'<tr><th class="label">{esc(g["label"])}</th>'
             + "".join(
-                f"<td>{esc(_n(g['limits'].get(c), 1))}{'*' if (g.get('limits_proxy') or {}).get(c) else ''}</td>"
+                f"<td>{esc(work_number(g['limits'].get(c), 1))}{'*' if (g.get('limits_proxy') or {}).get(c) else ''}</td>"
                 for c in CLASSES
             )
             + "</tr>"
@@ -465,7 +465,7 @@ def work_section(doc: dict) -> str:
             "<p class=note>The share of the work's time in each class; * a proxy (from utilisation on cards "
             "without GPM).</p>"
         )
-    cross = _cross_rows(doc)
+    cross = cross_rows(doc)
     if cross:
         head = "".join(f"<th>{esc(h)}</th>" for h in CROSS_HEADERS)
         body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in cross)

@@ -13,9 +13,12 @@ from collections import defaultdict
 from typing import Any
 
 from gpuagent.compare import where as where_rule
+from gpuagent.compare.core import NoData, Range, report_document, rfc3339
+from gpuagent.compare.figures import ENERGY_WH, GPU_HOURS
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.query import InfluxQL
-from gpuagent.compare.report import NoData, Range, report_document, rfc3339
+from gpuagent.compare.sharing import shared_segments
+from gpuagent.compare.work import WORK_DEFINITIONS, InfluxWork, work_section
 from gpuagent.errors import AgentError
 
 GPU_TAGS = ("host", "uuid", "model", "gpu")
@@ -27,10 +30,10 @@ JOB_GROUPS = {
 
 JOB_DEFINITIONS = {
     "gpus": "GPUs the job (pod) held at some sample in the range",
-    "gpu_hours": "per GPU, the time from the job's first to its last gpu_job sample on it, summed; while "
+    GPU_HOURS: "per GPU, the time from the job's first to its last gpu_job sample on it, summed; while "
     "other jobs held the GPU too, shared by the jobs' mean SM activity on it (sm_util_pct) where all have one, "
     "evenly otherwise, so the jobs on a GPU never sum above the GPU",
-    "energy_wh": "per GPU, the sum of the non-negative increases of the GPU's energy_j counter "
+    ENERGY_WH: "per GPU, the sum of the non-negative increases of the GPU's energy_j counter "
     "between the job's consecutive gpu_job samples on it, summed over its GPUs; a GPU held by "
     "two jobs at once is shared between them as its time is (gpu_hours)",
     "sm_util_mean_pct": "mean of the job's SM activity samples (its processes' sm_util_pct on the "
@@ -106,8 +109,8 @@ class JobReport:
                 "gpus": len({(tags["host"], tags["uuid"]) for tags, _, _ in gpus}),
                 "start": rfc3339(min(t0 for _, t0, _ in gpus)),
                 "end": rfc3339(max(t1 for _, _, t1 in gpus)),
-                "gpu_hours": seconds / 3600.0,
-                "energy_wh": joules / 3600.0,
+                GPU_HOURS: seconds / 3600.0,
+                ENERGY_WH: joules / 3600.0,
                 "idle_gpu_hours": sum(idle.get(_key(tags, series), 0.0) for tags, _, _ in gpus) / 3600.0,
                 "idle_cost": self._idle_cost(
                     [(tags["model"], idle.get(_key(tags, series), 0.0)) for tags, _, _ in gpus]
@@ -117,8 +120,8 @@ class JobReport:
                 "per_gpu": [
                     {
                         **{t: tags[t] for t in GPU_TAGS},
-                        "energy_wh": energy.get(_key(tags, series), 0.0) / 3600.0,
-                        "gpu_hours": hours[_key(tags, series)],
+                        ENERGY_WH: energy.get(_key(tags, series), 0.0) / 3600.0,
+                        GPU_HOURS: hours[_key(tags, series)],
                         "idle_gpu_hours": idle.get(_key(tags, series), 0.0) / 3600.0,
                     }
                     for tags, t0, t1 in sorted(gpus, key=lambda g: (g[0]["host"], g[0]["gpu"]))
@@ -126,8 +129,6 @@ class JobReport:
             }
         definitions = JOB_DEFINITIONS
         if self.by == "job":  # per unit of work of the job's gpu_work points (gpuagent.compare.work)
-            from gpuagent.compare.work import WORK_DEFINITIONS, InfluxWork, work_section
-
             shadow: dict[tuple, dict] = {jkey: {} for jkey in groups}
             work_section(
                 InfluxWork(self.client, self.range, self.where, gpu_where=True),
@@ -147,8 +148,6 @@ class JobReport:
         """Per (job, GPU) series, its GPU-hours and energy with the GPU shared among the jobs (pods) on it
         at the same time (gpuagent.compare.sharing): by each one's mean SM activity on the GPU where
         all have one, evenly otherwise. A series alone on its GPU keeps its span and its energy."""
-        from gpuagent.compare.sharing import shared_segments
-
         sm = {_key(r, series): r.get("sm") for r in self._rows('MEAN("sm_util_pct") AS sm', series)}
         slots: dict[tuple, list] = defaultdict(list)
         for skey, t0 in first.items():
@@ -210,72 +209,3 @@ def _quote(value: str) -> str:
 
 def _key(row: dict, tags: tuple[str, ...]) -> tuple:
     return tuple(row.get(t) or "" for t in tags)
-
-
-# -- rendering ------------------------------------------------------------------------------------
-JOB_NOTE = (
-    "GPU-hours: the time each GPU held the job, summed over its GPUs; energy Wh: those GPUs' energy "
-    "over that time; idle GPU-h: the time it held them with no kernel activity for idle_after or longer "
-    "(allocated_idle); SM mean %: its processes' SM utilisation, else the GPUs'; peak mem: its processes' "
-    "most GPU memory at once."
-)
-COLUMNS = (
-    ("job", lambda g: g["label"]),
-    ("model", lambda g: ", ".join(g["models"])),
-    ("GPUs", lambda g: str(g["gpus"])),
-    ("GPU-hours", lambda g: f"{g['gpu_hours']:.2f}"),
-    ("energy Wh", lambda g: f"{g['energy_wh']:.1f}"),
-    ("idle GPU-h", lambda g: f"{g['idle_gpu_hours']:.2f}"),
-    (
-        "SM mean %",
-        lambda g: "-" if g["sm_util_mean_pct"] is None else f"{g['sm_util_mean_pct']:.1f}",
-    ),
-    (
-        "peak mem GiB",
-        lambda g: "-" if g["peak_memory_bytes"] is None else f"{g['peak_memory_bytes'] / 2**30:.1f}",
-    ),
-)
-
-
-def render(doc: dict[str, Any], fmt: str) -> str:
-    import csv
-    import html
-    import io
-    import json
-
-    title = "pod" if doc["by"] == "pod" else "job"
-    header = [title, *(name for name, _ in COLUMNS[1:])]
-    rows = [[fn(g) for _, fn in COLUMNS] for g in doc["groups"]]
-    if fmt == "json":
-        return json.dumps(doc, indent=2) + "\n"
-    if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(rows)
-        return out.getvalue()
-    if fmt == "html":
-        cells = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-        return (
-            f"<!doctype html><meta charset=utf-8><title>GPU use by {title}</title>"
-            f"<h1>GPU use by {title}, {doc['range']['start']} to {doc['range']['end']}</h1>"
-            f"<table><tr>{cells}</tr>{body}</table>\n"
-        )
-    from gpuagent.compare import tables
-    from gpuagent.compare.work_render import _hours
-
-    # The terminal table as the other reports': sized to the terminal, short ranges in GPU-minutes.
-    terminal = [
-        [*r[:3], _hours(g["gpu_hours"]), *r[4:5], _hours(g["idle_gpu_hours"]), *r[6:]]
-        for r, g in zip(rows, doc["groups"], strict=True)
-    ]
-    columns = [tables.Column(h, right=i >= 2) for i, h in enumerate(header)]
-    r = doc["range"]
-    return tables.render(
-        f"GPU use by {title}, {r['start']} .. {r['end']} ({doc['source']['url']}, {doc['source']['database']})",
-        columns,
-        terminal,
-        keys=1,
-        footnote=JOB_NOTE,
-    )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from gpuagent.config import read_config, resolve_path
 from gpuagent.errors import ConfigError
 
 
@@ -76,8 +77,6 @@ def parse_prices(table, label: str = "config") -> Prices:
 
 def prices_from(config_path: str | None) -> Prices:
     """`[compare.prices]` of the config (the one `compare` reads), or no prices without a config."""
-    from gpuagent.config import read_config, resolve_path
-
     if resolve_path(config_path) is None:
         return Prices()
     config = read_config(config_path)

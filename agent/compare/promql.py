@@ -10,13 +10,19 @@ for. Requests go through gpuagent.pipeline.http_client (a deadline on each as a 
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from gpuagent.compare import where as where_rule
+from gpuagent.compare.core import Range
 from gpuagent.compare.query import BadAnswer, json_doc, one_line, send
+from gpuagent.config import CompareSection, read_config, resolve_path
 from gpuagent.errors import AgentError
+from gpuagent.plugin_host import registered
+from gpuagent.schema.measurements import GPU_POWER
 
 
 @dataclass
@@ -42,8 +48,6 @@ def promql_url_from(config_path: str | None, url: str | None, influx_url: str | 
         raise AgentError("give --url (InfluxQL) or --promql-url (PromQL), not both")
     if url or influx_url:
         return url
-    from gpuagent.config import read_config, resolve_path
-
     if resolve_path(config_path) is None:
         return None
     return read_config(config_path).compare.promql_url or None
@@ -52,8 +56,6 @@ def promql_url_from(config_path: str | None, url: str | None, influx_url: str | 
 def prom_connection_from(config_path: str | None, url: str | None) -> PromConnection:
     """`--promql-url` over `[compare] promql_url` of the config (with scheme, namespace, timeout):
     the table as gpuagent.config.CompareSection typed it (a wrong key or type is one line there)."""
-    from gpuagent.config import CompareSection, read_config, resolve_path
-
     cfg = CompareSection()
     if (config_path or not url) and resolve_path(config_path) is not None:
         cfg = read_config(config_path).compare
@@ -135,3 +137,59 @@ class PromQL:
 
     def close(self) -> None:
         pass  # a connection per request: nothing is kept open
+
+
+_MATCHERS = re.compile(
+    r'\s*[a-zA-Z_]\w*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*(,\s*[a-zA-Z_]\w*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*)*,?\s*'
+)
+
+
+class PromNames:
+    """What every PromQL query over one range shares: the series names of the scheme (`influx`:
+    `<measurement>_<field>` of line protocol; `prometheus`: the agent's /metrics, base units undone with
+    the sink's own mapping), the --where label matchers, the instant the range ends at and its window.
+    The PromQL report and the work figures both ask through it."""
+
+    def __init__(self, client: PromQL, rng: Range, where: str | None = None):
+        where = where_rule.promql(where)
+        if where and not _MATCHERS.fullmatch(where):
+            raise AgentError(
+                f'--where with --promql-url: PromQL label matchers such as host=~"rack-3-.*", got {where!r}'
+            )
+        self.client, self.range, self.where = client, rng, where
+        self.at = (rng.end_ns - 1_000_000) / 1e9  # [start, end): the window ends 1 ms before end
+        self.window = f"{max(1, (rng.end_ns - rng.start_ns) // 1_000_000)}ms"
+        self.scheme = client.conn.scheme
+        self.namespace = client.conn.namespace
+
+    def name(self, measurement: str, field: str, is_string: bool = False) -> tuple[str, float]:
+        """The series' name and the scale of its values (a /metrics series in base units: 1e-3 for mW)."""
+        if self.scheme == "influx":
+            return f"{measurement}_{field}", 1.0
+        spec = registered("sinks", "prometheus").metric_for(self.namespace, measurement, field, is_string)
+        return spec.name, spec.scale
+
+    def selector(self, measurement: str, field: str, is_string: bool = False) -> str:
+        """The field's series, with the --where matchers."""
+        name, _ = self.name(measurement, field, is_string)
+        return f"{name}{{{self.where}}}" if self.where else name
+
+    def range_selector(self, measurement: str, field: str) -> str:
+        """The field's samples over the whole range."""
+        return f"{self.selector(measurement, field)}[{self.window}]"
+
+    def detect_scheme(self) -> None:
+        """`auto`: the scheme whose power series exist in the range."""
+        if self.scheme != "auto":
+            return
+        # One engine may hold both (a VictoriaMetrics fed by /write and by a scrape): line protocol wins.
+        for scheme in ("influx", "prometheus"):
+            self.scheme = scheme
+            found = self.client.query(
+                f"count(count_over_time({self.range_selector(GPU_POWER, 'power_w')}))",
+                self.at,
+                f"looking for {scheme}-named power series",
+            )
+            if found:
+                return
+        self.scheme = "influx"

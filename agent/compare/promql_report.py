@@ -12,22 +12,18 @@ Two name schemes (docs/compare.md):
   (`gpuagent_gpu_power_power_watts`), base units undone with the sink's own
   mapping (the prometheus sink's metric_for), string fields as `_info` series.
 
-Where PromQL must differ from InfluxQL (the p95, the observed time), DEFINITIONS says how.
+Where PromQL must differ from InfluxQL (the p95, the observed time), the registry's PromQL definitions
+say how (gpuagent.compare.figures: Figure.promql).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from typing import Any
 
-from gpuagent.compare import where as where_rule
-from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
-from gpuagent.compare.prices import Prices
-from gpuagent.compare.promql import PromQL
-from gpuagent.compare.report import (
-    DEFINITIONS,
+from gpuagent.compare import figures
+from gpuagent.compare.core import (
     GROUP_TAGS,
     REASONS,
     NoData,
@@ -36,88 +32,85 @@ from gpuagent.compare.report import (
     p2p_summary,
     report_document,
     rfc3339,
-    work_definitions,
 )
+from gpuagent.compare.health import VERDICTS, bucket_for, pieces
+from gpuagent.compare.prices import Prices
+from gpuagent.compare.promql import PromNames, PromQL
+from gpuagent.compare.work import PromWork, work_section
 from gpuagent.errors import AgentError
+from gpuagent.plugin_host import registered
+from gpuagent.schema.measurements import (
+    GPU_CLOCKS,
+    GPU_HEALTH,
+    GPU_L2_PROBE,
+    GPU_MEMORY,
+    GPU_MIG,
+    GPU_P2P,
+    GPU_POWER,
+    GPU_VGPU,
+)
 
 GPU = "host, uuid, model, gpu"
 MERGE = {"sum": "sum", "count": "sum", "max": "max", "min": "min"}  # how values of one figure combine
 
-PROMQL_DEFINITIONS = {
-    **DEFINITIONS,
-    "health_gpu_hours": HEALTH_DEFINITION + "; from the verdict _info series (count_over_time per bucket; "
-    "/metrics names only: line protocol in VictoriaMetrics keeps no string fields, so there it is {})",
-    "power_p95_w": "the highest of the group's per-GPU 95th percentiles of power_w (quantile_over_time, "
-    "interpolated): an upper bound of the 95th percentile over all the group's samples, which PromQL "
-    "cannot compute across series",
-    "energy_kwh": "energy the group's GPUs used in the range: per GPU, last - first energy_j sample "
-    "(max_over_time - min_over_time); for a GPU whose counter reset in the range, PromQL increase()",
-    "gpu_hours": "per GPU, the time from its first to its last energy_j sample in the range, summed "
-    "(VictoriaMetrics tfirst/tlast_over_time; Prometheus: timestamps read through a subquery at "
-    "range/1000 resolution)",
-    "vgpu": "modes: GPUs by virtualization_mode (the _info series of /metrics; line protocol in "
-    "VictoriaMetrics keeps no strings, so none there); instances: sum over GPUs of their largest "
-    "active_instances",
-    "series": "mean power_w per group in each time bucket (query_range, step = bucket, each point "
-    "covering the bucket before it, aligned to the epoch)",
-}
-
-_MATCHERS = re.compile(
-    r'\s*[a-zA-Z_]\w*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*(,\s*[a-zA-Z_]\w*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*)*,?\s*'
-)
+PROMQL_DEFINITIONS = figures.PROMQL_DEFINITIONS
 
 
-class PromReport:
+class PromReport(PromNames):
     """`build()` -> the same JSON-able document as gpuagent.compare.report.Report."""
 
     def __init__(self, client: PromQL, rng: Range, by: str = "model", where: str | None = None):
         if by not in GROUP_TAGS:
             raise AgentError(f"--by {by!r}: expected one of {', '.join(GROUP_TAGS)}")
-        where = where_rule.promql(where)
-        if where and not _MATCHERS.fullmatch(where):
-            raise AgentError(
-                f'--where with --promql-url: PromQL label matchers such as host=~"rack-3-.*", got {where!r}'
-            )
-        self.client, self.range, self.by, self.where = client, rng, by, where
+        super().__init__(client, rng, where)
+        self.by = by
         self.group = ", ".join(GROUP_TAGS[by])
-        self.at = (rng.end_ns - 1_000_000) / 1e9  # [start, end): the window ends 1 ms before end
-        self.window = f"{max(1, (rng.end_ns - rng.start_ns) // 1_000_000)}ms"
-        self.scheme = client.conn.scheme
-        self.namespace = client.conn.namespace
         self.prices = Prices()  # [compare.prices], set by the CLI
 
-    # -- names ------------------------------------------------------------------------------------
-    def name(self, measurement: str, field: str, is_string: bool = False) -> tuple[str, float]:
-        if self.scheme == "influx":
-            return f"{measurement}_{field}", 1.0
-        from gpuagent.plugin_host import registered
-
-        spec = registered("sinks", "prometheus").metric_for(self.namespace, measurement, field, is_string)
-        return spec.name, spec.scale
-
-    def sel(self, measurement: str, field: str, is_string: bool = False) -> str:
-        name, _ = self.name(measurement, field, is_string)
-        return f"{name}{{{self.where}}}" if self.where else name
-
-    def _r(self, measurement: str, field: str) -> str:
-        return f"{self.sel(measurement, field)}[{self.window}]"
-
-    def agg(self, fn: str, measurement: str, field: str, by: str) -> str:
+    # -- aggregates over the range ----------------------------------------------------------------
+    def over_range(self, fn: str, measurement: str, field: str, by: str) -> str:
         """`<fn>_over_time` (sum, count, max, min) of one field over the range, merged `by` those labels
         (sums and counts added, max/min selected): the one shape the rollup report
         (gpuagent.compare.promql_rollups) answers piece by piece."""
-        return f"{MERGE[fn]} by ({by}) ({fn}_over_time({self._r(measurement, field)}))"
+        return f"{MERGE[fn]} by ({by}) ({fn}_over_time({self.range_selector(measurement, field)}))"
 
     def mean(self, measurement: str, field: str, by: str | None = None) -> str:
         by = by or self.group
         scale = self.name(measurement, field)[1]
-        expr = f"{self.agg('sum', measurement, field, by)} / {self.agg('count', measurement, field, by)}"
+        expr = f"{self.over_range('sum', measurement, field, by)} / {self.over_range('count', measurement, field, by)}"
         return expr if scale == 1.0 else f"({expr}) / {scale!r}"
 
     def max(self, measurement: str, field: str, by: str | None = None) -> str:
         scale = self.name(measurement, field)[1]
-        expr = self.agg("max", measurement, field, by or self.group)
+        expr = self.over_range("max", measurement, field, by or self.group)
         return expr if scale == 1.0 else f"({expr}) / {scale!r}"
+
+    # -- the registry's aggregates (gpuagent.compare.figures) -------------------------------------------
+    def aggregate_query(self, agg: figures.Aggregate) -> str:
+        """One aggregate per group as one query. `only` (GPM) needs no matcher: dram_bw_source is a
+        string field, which neither scheme keeps, and only GPM writes dram_bw_util_pct there."""
+        if agg.op == "mean":
+            return self.mean(agg.measurement, agg.field)
+        if agg.op == "max":
+            return self.max(agg.measurement, agg.field)
+        if agg.op == "count":
+            return self.over_range("count", agg.measurement, agg.field, self.group)
+        # PromQL has no percentile over the samples of many series: the highest per-GPU one (PROMQL_DEFINITIONS)
+        scale = self.name(agg.measurement, agg.field)[1]
+        p95 = f"max by ({self.group}) (quantile_over_time(0.95, {self.range_selector(agg.measurement, agg.field)}))"
+        return p95 if scale == 1.0 else f"({p95}) / {scale!r}"
+
+    def group_aggregates(self, wanted: tuple[figures.Aggregate, ...]) -> dict[tuple, dict[figures.Aggregate, Any]]:
+        """Per group, each aggregate as the server computes it (asked at once)."""
+        answers = self._ask({str(i): (self.aggregate_query(a), f"{a.op} {a.field}") for i, a in enumerate(wanted)})
+        return self._answered(wanted, [answers[str(i)] for i in range(len(wanted))])
+
+    def _answered(self, wanted, results: list[list[dict]]) -> dict[tuple, dict[figures.Aggregate, Any]]:
+        out: dict[tuple, dict[figures.Aggregate, Any]] = defaultdict(dict)
+        for agg, result in zip(wanted, results, strict=True):
+            for gkey, value in self._by_group(result).items():
+                out[gkey][agg] = value
+        return out
 
     # -- running queries --------------------------------------------------------------------------
     def _ask(self, queries: dict[str, tuple[str, str]]) -> dict[str, list[dict]]:
@@ -134,30 +127,15 @@ class PromReport:
                 out[tuple(r["metric"].get(t, "") for t in tags)] = value
         return out
 
-    def _detect_scheme(self) -> None:
-        if self.scheme != "auto":
-            return
-        # One engine may hold both (a VictoriaMetrics fed by /write and by a scrape): line protocol wins.
-        for scheme in ("influx", "prometheus"):
-            self.scheme = scheme
-            found = self.client.query(
-                f"count(count_over_time({self._r('gpu_power', 'power_w')}))",
-                self.at,
-                f"looking for {scheme}-named power series",
-            )
-            if found:
-                return
-        self.scheme = "influx"
-
     # -- the report -------------------------------------------------------------------------------
     def build(self) -> dict[str, Any]:
         if not self.client.engine:
             self.client.detect_engine(self.at)
-        self._detect_scheme()
+        self.detect_scheme()
         gpu_of = {"model": "host, model", "host": "host, model", "gpu": GPU}[self.by]
         any_gpu = " or ".join(
-            f"group by ({GPU}) ({self.agg('count', m, f, GPU)})"
-            for m, f in (("gpu_power", "power_w"), ("gpu_clocks", "sm_clock_mhz"), ("gpu_memory", "fb_used_bytes"))
+            f"group by ({GPU}) ({self.over_range('count', m, f, GPU)})"
+            for m, f in ((GPU_POWER, "power_w"), (GPU_CLOCKS, "sm_clock_mhz"), (GPU_MEMORY, "fb_used_bytes"))
         )
         inventory = self.client.query(f"count by ({gpu_of}) ({any_gpu})", self.at, "the GPU inventory")
         if not inventory:
@@ -196,13 +174,17 @@ class PromReport:
             "resolution": None,
         }
         return report_document(
-            self.range, self.by, self.where, source, {**PROMQL_DEFINITIONS, **work_definitions()}, groups, series=series
+            self.range,
+            self.by,
+            self.where,
+            source,
+            {**PROMQL_DEFINITIONS, **figures.WORK_DEFINITIONS},
+            groups,
+            series=series,
         )
 
     def _work(self, groups) -> None:
         """Per unit of work and what limits it, from gpu_work (gpuagent.compare.work)."""
-        from gpuagent.compare.work import PromWork, work_section
-
         shadow: dict[tuple, dict] = {gkey: {} for gkey in groups}
         work_section(
             PromWork(self.client, self.range, self.where, gpu_where=True),
@@ -220,17 +202,13 @@ class PromReport:
         (gpuagent.compare.health): epoch-aligned buckets cut at the range's edges, each shared among
         the verdicts of a GPU by their samples in it. Whole buckets in one range query; the partial
         first and last ones each in an instant query over their own part."""
-        from gpuagent.compare.health import VERDICTS, bucket_for, pieces
-
         for g in groups.values():
-            g["health_gpu_hours"] = {}
+            g[figures.HEALTH] = {}
         if self.scheme != "prometheus":  # strings are not kept by VictoriaMetrics' line protocol
             return
-        from gpuagent.plugin_host import registered
-
-        spec = registered("sinks", "prometheus").metric_for(self.namespace, "gpu_health", "verdict", True)
+        spec = registered("sinks", "prometheus").metric_for(self.namespace, GPU_HEALTH, "verdict", True)
         for g in groups.values():
-            g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
+            g[figures.HEALTH] = dict.fromkeys(VERDICTS, 0.0)
         bucket = bucket_for((self.range.end_ns - self.range.start_ns) / 1e9)
         sel = f"{spec.name}{{{self.where}}}" if self.where else spec.name
 
@@ -259,16 +237,16 @@ class PromReport:
                 verdict = metric.get(spec.label)
                 if group is None or not verdict or not math.isfinite(gpus):
                     continue
-                hours = group["health_gpu_hours"]
+                hours = group[figures.HEALTH]
                 hours[verdict] = hours.get(verdict, 0.0) + gpus * seconds / 3600
 
     def _span_per_gpu(self) -> str:
-        e = self._r("gpu_power", "energy_j")
+        e = self.range_selector(GPU_POWER, "energy_j")
         if self.client.engine == "victoriametrics":
             return f"sum by ({GPU}) (tlast_over_time({e}) - tfirst_over_time({e}))"
         span_ms = (self.range.end_ns - self.range.start_ns) // 1_000_000
         res = f"{max(1, span_ms // 1000)}ms"
-        s = self.sel("gpu_power", "energy_j")
+        s = self.selector(GPU_POWER, "energy_j")
         start = self.range.start_ns / 1e9
         return (
             f"sum by ({GPU}) (max_over_time(timestamp({s})[{self.window}:{res}]) "
@@ -277,128 +255,90 @@ class PromReport:
 
     def _energy_queries(self) -> dict[str, tuple[str, str]]:
         G = self.group
-        e = self._r("gpu_power", "energy_j")
-        escale = self.name("gpu_power", "energy_j")[1]
+        e = self.range_selector(GPU_POWER, "energy_j")
+        escale = self.name(GPU_POWER, "energy_j")[1]
         energy_gpu = (
             f"sum by ({GPU}) ((max_over_time({e}) - min_over_time({e})) and (resets({e}) == 0) or increase({e}))"
         )
         if escale != 1.0:
             energy_gpu = f"({energy_gpu}) / {escale!r}"
         span_gpu = self._span_per_gpu()
-        util_gpu = self.mean("gpu_memory", "gpu_util_pct", by=GPU)
+        util_gpu = self.mean(GPU_MEMORY, "gpu_util_pct", by=GPU)
         return {
-            "energy_j": (f"sum by ({G}) ({energy_gpu})", "energy per group"),
-            "observed_s": (f"sum by ({G}) ({span_gpu})", "observed time per group"),
-            "busy_energy_j": (
+            figures.ENERGY_J: (f"sum by ({G}) ({energy_gpu})", "energy per group"),
+            figures.OBSERVED_S: (f"sum by ({G}) ({span_gpu})", "observed time per group"),
+            figures.BUSY_ENERGY_J: (
                 f"sum by ({G}) (({energy_gpu}) and on ({GPU}) ({util_gpu}))",
                 "energy of GPUs with utilisation",
             ),
-            "busy_s": (f"sum by ({G}) (({span_gpu}) * on ({GPU}) ({util_gpu}) / 100)", "busy time per group"),
+            figures.BUSY_S: (f"sum by ({G}) (({span_gpu}) * on ({GPU}) ({util_gpu}) / 100)", "busy time per group"),
         }
 
     def _queries(self) -> dict[str, tuple[str, str]]:
         G = self.group
-        q: dict[str, tuple[str, str]] = {
-            **self._energy_queries(),
-            "power_mean_w": (self.mean("gpu_power", "power_w"), "mean power"),
-            "power_samples": (self.agg("count", "gpu_power", "power_w", G), "power samples"),
-            "sm_clock_mean_mhz": (self.mean("gpu_clocks", "sm_clock_mhz"), "mean SM clock"),
-            "sm_clock_max_mhz": (self.mean("gpu_clocks", "max_sm_clock_mhz"), "mean max SM clock"),
-            "gpu_util_mean_pct": (self.mean("gpu_memory", "gpu_util_pct"), "mean GPU utilisation"),
-            "dram_bw_util_mean_pct": (self.mean("gpu_memory", "dram_bw_util_pct"), "mean DRAM utilisation"),
-            "dram_bw_mean_gbps": (self.mean("gpu_memory", "dram_bw_gbps"), "mean DRAM bandwidth"),
-            "dram_peak_gbps": (self.max("gpu_memory", "dram_peak_gbps"), "peak DRAM bandwidth"),
-            "fb_used_mean_bytes": (self.mean("gpu_memory", "fb_used_bytes"), "mean memory used"),
-            "fb_used_max_bytes": (self.max("gpu_memory", "fb_used_bytes"), "largest memory used"),
-            "fb_total_bytes": (self.max("gpu_memory", "fb_total_bytes"), "memory size"),
-            "l2_cache_bytes": (self.max("gpu_memory", "l2_cache_bytes"), "L2 size"),
-        }
-        p_name, p_scale = self.name("gpu_power", "power_w")
-        p95 = f"max by ({G}) (quantile_over_time(0.95, {self._r('gpu_power', 'power_w')}))"
-        q["power_p95_w"] = (p95 if p_scale == 1.0 else f"({p95}) / {p_scale!r}", "power p95")
+        q: dict[str, tuple[str, str]] = self._energy_queries()
+        for i, agg in enumerate(figures.aggregates(figures.PLAIN)):
+            q[f"aggregate:{i}"] = (self.aggregate_query(agg), f"{agg.op} {agg.field}")
         for reason in REASONS:
             q[f"throttle:{reason}"] = (
-                f"100 * {self.agg('sum', 'gpu_clocks', reason, G)} / {self.agg('count', 'gpu_clocks', reason, G)}",
+                f"100 * {self.over_range('sum', GPU_CLOCKS, reason, G)} / {self.over_range('count', GPU_CLOCKS, reason, G)}",
                 f"share of time under {reason}",
             )
 
         def best(measurement: str, field: str) -> str:
-            return self.agg("max", measurement, field, GPU)
+            return self.over_range("max", measurement, field, GPU)
 
         # Per GPU its best link, 2 (NVLink) or 1 (PCIe read), counted per class in one query. The
         # booleans are 0/1: a sum above 0 is a sample set (what the rollups count).
-        nv, rd = self.agg("sum", "gpu_p2p", "nvlink_ok", GPU), self.agg("sum", "gpu_p2p", "read_ok", GPU)
+        nv, rd = self.over_range("sum", GPU_P2P, "nvlink_ok", GPU), self.over_range("sum", GPU_P2P, "read_ok", GPU)
         link = f"max by ({GPU}) ((2 * (({nv}) > bool 0) > 0) or ((({rd}) > bool 0) > 0))"
-        q["p2p"] = (f'count_values by ({G}) ("p2p_class", {link})', "GPUs by P2P link")
+        q["p2p_class"] = (f'count_values by ({G}) ("p2p_class", {link})', "GPUs by P2P link")
         q["mig:capable"] = (
-            f"count by ({G}) ({self.agg('max', 'gpu_mig', 'max_mig_devices', GPU)})",
+            f"count by ({G}) ({self.over_range('max', GPU_MIG, 'max_mig_devices', GPU)})",
             "MIG-capable GPUs",
         )
-        q["mig:devices"] = (f"sum by ({G}) ({best('gpu_mig', 'mig_devices')})", "MIG devices")
+        q["mig:devices"] = (f"sum by ({G}) ({best(GPU_MIG, 'mig_devices')})", "MIG devices")
         q["mig:enabled"] = (
-            f"count by ({G}) ({self.agg('sum', 'gpu_mig', 'mig_mode_current', GPU)} > 0)",
+            f"count by ({G}) ({self.over_range('sum', GPU_MIG, 'mig_mode_current', GPU)} > 0)",
             "GPUs with MIG on",
         )
         q["mig:profiles"] = (
-            f"group by ({G}, mig_profile) ({self.agg('count', 'gpu_mig', 'mig_index', f'{G}, mig_profile')})",
+            f"group by ({G}, mig_profile) ({self.over_range('count', GPU_MIG, 'mig_index', f'{G}, mig_profile')})",
             "MIG profiles",
         )
-        q["vgpu:instances"] = (f"sum by ({G}) ({best('gpu_vgpu', 'active_instances')})", "vGPU instances")
+        q["vgpu:instances"] = (f"sum by ({G}) ({best(GPU_VGPU, 'active_instances')})", "vGPU instances")
         q["vgpu:types"] = (
-            f"group by ({G}, vgpu_type) ({self.agg('count', 'gpu_vgpu', 'vgpu_type_id', f'{G}, vgpu_type')})",
+            f"group by ({G}, vgpu_type) ({self.over_range('count', GPU_VGPU, 'vgpu_type_id', f'{G}, vgpu_type')})",
             "vGPU types",
         )
         if self.scheme == "prometheus":
-            mode = f"{self.sel('gpu_vgpu', 'virtualization_mode', True)}[{self.window}]"
+            mode = f"{self.selector(GPU_VGPU, 'virtualization_mode', True)}[{self.window}]"
             q["vgpu:modes"] = (
                 f"count by ({G}, virtualization_mode) (group by ({GPU}, virtualization_mode) (last_over_time({mode})))",
                 "virtualization modes",
             )
-        for f in ("l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio"):
-            q[f"l2:{f}"] = (self.mean("gpu_l2_probe", f), f"L2 probe {f}")
-        q["l2:runs"] = (self.agg("count", "gpu_l2_probe", "l2_dram_ratio", G), "L2 probe runs")
+        for f in figures.L2_PROBE_MEANS:
+            q[f"l2:{f}"] = (self.mean(GPU_L2_PROBE, f), f"L2 probe {f}")
+        q["l2:runs"] = (self.over_range("count", GPU_L2_PROBE, "l2_dram_ratio", G), "L2 probe runs")
         return q
 
     def _energy(self, groups, a) -> None:
-        e, s = self._by_group(a["energy_j"]), self._by_group(a["observed_s"])
-        be, bs = self._by_group(a["busy_energy_j"]), self._by_group(a["busy_s"])
-        for gkey, g in groups.items():
-            energy, seconds = e.get(gkey, 0.0), s.get(gkey, 0.0)
-            busy_energy, busy_s = be.get(gkey, 0.0), bs.get(gkey, 0.0)
-            g["energy_kwh"] = energy / 3.6e6
-            g["gpu_hours"] = seconds / 3600.0
-            g["energy_wh_per_gpu_hour"] = energy / seconds if seconds > 0 else None
-            g["busy_gpu_hours"] = busy_s / 3600.0
-            g["energy_wh_per_busy_gpu_hour"] = busy_energy / busy_s if busy_s > 0 else None
+        sums = {name: self._by_group(a[name]) for name in figures.ENERGY_SUMS}
+        figures.derive(figures.ENERGY, {gkey: {n: sums[n].get(gkey, 0.0) for n in sums} for gkey in groups}, groups)
 
     def _fill(self, groups, a) -> None:
         tags = GROUP_TAGS[self.by]
-        plain = [
-            "power_mean_w",
-            "power_p95_w",
-            "sm_clock_mean_mhz",
-            "sm_clock_max_mhz",
-            "gpu_util_mean_pct",
-            "dram_bw_util_mean_pct",
-            "dram_bw_mean_gbps",
-            "dram_peak_gbps",
-            "fb_used_mean_bytes",
-            "fb_used_max_bytes",
-            "fb_total_bytes",
-            "l2_cache_bytes",
-        ]
-        values = {k: self._by_group(a[k]) for k in plain}
-        samples = self._by_group(a["power_samples"])
+        wanted = figures.aggregates(figures.PLAIN)
+        figures.derive(
+            figures.PROMQL_ORDER, self._answered(wanted, [a[f"aggregate:{i}"] for i in range(len(wanted))]), groups
+        )
         throttle = {r: self._by_group(a[f"throttle:{r}"]) for r in REASONS}
         counts = {
             k: self._by_group(a[k]) for k in ("mig:capable", "mig:devices", "mig:enabled", "vgpu:instances", "l2:runs")
         }
         for cls, name in (("2", "p2p:nvlink"), ("1", "p2p:pcie")):
-            counts[name] = self._by_group([r for r in a["p2p"] if r["metric"].get("p2p_class") == cls])
-        l2 = {
-            f: self._by_group(a[f"l2:{f}"])
-            for f in ("l2_effective_bytes", "l2_bw_gbps", "dram_bw_gbps", "l2_dram_ratio")
-        }
+            counts[name] = self._by_group([r for r in a["p2p_class"] if r["metric"].get("p2p_class") == cls])
+        l2 = {f: self._by_group(a[f"l2:{f}"]) for f in figures.L2_PROBE_MEANS}
         profiles: defaultdict[tuple, set[str]] = defaultdict(set)
         types: defaultdict[tuple, set[str]] = defaultdict(set)
         modes: defaultdict[tuple, dict[str, int]] = defaultdict(dict)
@@ -413,37 +353,30 @@ class PromReport:
             if mode:
                 modes[tuple(r["metric"].get(t, "") for t in tags)][mode] = int(float(r["value"][1]))
         for gkey, g in groups.items():
-            for k in plain:
-                g[k] = values[k].get(gkey)
-            g["power_samples"] = int(samples.get(gkey, 0))
-            mean, peak = g["sm_clock_mean_mhz"], g["sm_clock_max_mhz"]
-            g["sm_clock_pct_of_max"] = 100.0 * mean / peak if mean is not None and peak else None
-            g["throttle_share_pct"] = {r: throttle[r][gkey] for r in REASONS if gkey in throttle[r]}
+            g[figures.THROTTLE] = {r: throttle[r][gkey] for r in REASONS if gkey in throttle[r]}
             nvlink = int(counts["p2p:nvlink"].get(gkey, 0))
             pcie = int(counts["p2p:pcie"].get(gkey, 0))
-            g["p2p"] = {"nvlink": nvlink, "pcie": pcie, "none": g["gpus"] - nvlink - pcie}
-            g["p2p_summary"] = p2p_summary(g["p2p"])
-            g["mig"] = {
-                "capable_gpus": int(counts["mig:capable"].get(gkey, 0)),
-                "enabled_gpus": int(counts["mig:enabled"].get(gkey, 0)),
-                "devices": int(counts["mig:devices"].get(gkey, 0)),
-                "profiles": sorted(profiles.get(gkey, ())),
-            }
-            g["vgpu"] = {
-                "modes": dict(sorted(modes.get(gkey, {}).items())),
-                "instances": int(counts["vgpu:instances"].get(gkey, 0)),
-                "types": sorted(types.get(gkey, ())),
-            }
+            g[figures.P2P] = {"nvlink": nvlink, "pcie": pcie, "none": g["gpus"] - nvlink - pcie}
+            g[figures.P2P_SUMMARY] = p2p_summary(g[figures.P2P])
+            g[figures.MIG] = figures.mig_value(
+                int(counts["mig:capable"].get(gkey, 0)),
+                int(counts["mig:enabled"].get(gkey, 0)),
+                int(counts["mig:devices"].get(gkey, 0)),
+                profiles.get(gkey, ()),
+            )
+            g[figures.VGPU] = figures.vgpu_value(
+                modes.get(gkey, {}), int(counts["vgpu:instances"].get(gkey, 0)), types.get(gkey, ())
+            )
             runs = counts["l2:runs"].get(gkey)
-            g["l2_probe"] = {"runs": int(runs), **{f: l2[f].get(gkey) for f in l2}} if runs else None
+            g[figures.L2_PROBE] = figures.l2_probe_value(int(runs) if runs else None, {f: l2[f].get(gkey) for f in l2})
 
     def _series(self, groups) -> dict[str, Any]:
         span = (self.range.end_ns - self.range.start_ns) / 1e9
         bucket = bucket_seconds(span)
         first = self.range.start_ns / 1e9 // bucket * bucket
         last = (self.range.end_ns / 1e9 - 0.001) // bucket * bucket
-        r = f"{self.sel('gpu_power', 'power_w')}[{bucket}s]"
-        scale = self.name("gpu_power", "power_w")[1]
+        r = f"{self.selector(GPU_POWER, 'power_w')}[{bucket}s]"
+        scale = self.name(GPU_POWER, "power_w")[1]
         expr = f"sum by ({self.group}) (sum_over_time({r})) / sum by ({self.group}) (count_over_time({r}))"
         if scale != 1.0:
             expr = f"({expr}) / {scale!r}"
@@ -464,4 +397,4 @@ class PromReport:
                 if math.isfinite(value):
                     # To the millisecond: t (seconds, 1.8e9) times 1e9 is past a float's precision.
                     lines[groups[gkey]["label"]].append([int(round((float(t) - lag_s) * 1000)) * 10**6, value])
-        return {"bucket_s": bucket, "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())}}
+        return figures.power_series(bucket, lines)

@@ -25,13 +25,16 @@ import re
 from collections import defaultdict
 from typing import Any
 
+from gpuagent.compare import figures
+from gpuagent.compare.core import GPU_TAGS, GROUP_TAGS, Range, bucket_seconds, rfc3339
+from gpuagent.compare.promql import PromNames
 from gpuagent.compare.promql_report import GPU, MERGE, PromReport
 from gpuagent.compare.query import NoAnswer
-from gpuagent.compare.report import GPU_TAGS, GROUP_TAGS, Range, bucket_seconds, rfc3339
 from gpuagent.compare.rollup_report import pieces_source, plan, usable
-from gpuagent.compare.rollup_rules import record
+from gpuagent.compare.rollup_rules import record, rules_yaml
 from gpuagent.compare.rollups import LEVELS, ROLLUPS, Level
 from gpuagent.errors import AgentError
+from gpuagent.schema.measurements import GPU_HEALTH, GPU_MEMORY, GPU_POWER
 
 PIECE = "gpuagent_piece"
 _TRUE = re.compile(r'^"(\w+)" = true$')
@@ -42,7 +45,7 @@ def _records() -> dict[tuple[str, str, str], tuple[str, str]]:
     """(measurement, field, fn) -> (rollup, rollup field) of the rule that records it per bucket."""
     out: dict[tuple[str, str, str], tuple[str, str]] = {}
     for r in ROLLUPS:
-        if r.source == "gpu_health":
+        if r.source == GPU_HEALTH:
             continue  # strings: raw samples
         true = _TRUE.match(r.where)
         for f in r.fields:
@@ -78,7 +81,7 @@ def coverage(client, where: str, rng: Range) -> dict[str, tuple[int, int] | None
     sel = f"{{{where}}}" if where else ""
     overhang = bucket_seconds((rng.end_ns - rng.start_ns) / 1e9) * 10**9
     for level in LEVELS:
-        name = record(_rollup("gpu_power"), _field("gpu_power", "power_count"), level.name)
+        name = record(_rollup(GPU_POWER), _field(GPU_POWER, "power_count"), level.name)
         at = rng.end_ns + level.ns + overhang
         window = _ms(at - rng.start_ns + level.ns + overhang)
         lo = client.query(
@@ -110,24 +113,25 @@ class PromRollupReport(PromReport):
         self.reach = reach if reach is not None else coverage(client, self.where, rng)
         self.series_level: Level | None = None  # the level the power series was read from (build)
         self.pieces = plan(rng.start_ns, rng.end_ns, self.reach)
-        self.from_raw = ["power_p95_w", "l2_probe", "work"]
+        self.from_raw = [figures.POWER_P95, figures.L2_PROBE, figures.WORK]
 
     # -- the union of the pieces -------------------------------------------------------------------
-    def rec(self, level: Level, measurement: str, field: str, fn: str) -> str:
+    def recorded(self, level: Level, measurement: str, field: str, fn: str) -> str:
+        """The recording rule's series holding `fn` of the field per bucket of the level, with --where's matchers."""
         rollup, name = RECORDS[(measurement, field, fn)]
-        rec = record(_rollup(rollup), _field(rollup, name), level.name)
-        return f"{rec}{{{self.where}}}" if self.where else rec
+        series = record(_rollup(rollup), _field(rollup, name), level.name)
+        return f"{series}{{{self.where}}}" if self.where else series
 
     def piece_term(self, fn: str, measurement: str, field: str, piece) -> str:
         """`fn_over_time` of one piece: raw samples of [a, b) at b - 1 ms, or the buckets stamped in (a, b]."""
         level, a, b = piece
         if level is None:
-            return f"{fn}_over_time({self.sel(measurement, field)}[{_ms(b - a)}] @ {_at(b - 1_000_000)})"
-        return f"{MERGE[fn]}_over_time({self.rec(level, measurement, field, fn)}[{_ms(b - a)}] @ {_at(b)})"
+            return f"{fn}_over_time({self.selector(measurement, field)}[{_ms(b - a)}] @ {_at(b - 1_000_000)})"
+        return f"{MERGE[fn]}_over_time({self.recorded(level, measurement, field, fn)}[{_ms(b - a)}] @ {_at(b)})"
 
-    def agg(self, fn: str, measurement: str, field: str, by: str) -> str:
+    def over_range(self, fn: str, measurement: str, field: str, by: str) -> str:
         if (measurement, field, fn) not in RECORDS:
-            return super().agg(fn, measurement, field, by)  # nothing recorded (the L2 probe): raw samples
+            return super().over_range(fn, measurement, field, by)  # nothing recorded (the L2 probe): raw samples
         # Each piece merged `by` before the union: the union (label_replace, or) costs per series.
         merge = MERGE[fn]
         terms = [
@@ -141,12 +145,15 @@ class PromRollupReport(PromReport):
         return {}  # per GPU below (_energy): the sample times come from the pieces
 
     def _energy(self, groups, a) -> None:
-        escale = self.name("gpu_power", "energy_j")[1]
-        top, low = self.agg("max", "gpu_power", "energy_j", GPU), self.agg("min", "gpu_power", "energy_j", GPU)
+        escale = self.name(GPU_POWER, "energy_j")[1]
+        top, low = (
+            self.over_range("max", GPU_POWER, "energy_j", GPU),
+            self.over_range("min", GPU_POWER, "energy_j", GPU),
+        )
         found = self.client.many(
             [
                 (f"{top} - {low}", self.at, "energy per GPU"),
-                (self.mean("gpu_memory", "gpu_util_pct", by=GPU), self.at, "utilisation per GPU"),
+                (self.mean(GPU_MEMORY, "gpu_util_pct", by=GPU), self.at, "utilisation per GPU"),
             ]
         )
         energy = {_gpu(r["metric"]): float(r["value"][1]) / escale for r in found[0]}
@@ -166,13 +173,9 @@ class PromRollupReport(PromReport):
             if key in util:
                 s[2] += joules
                 s[3] += seconds * util[key] / 100
-        for gkey, g in groups.items():
-            joules, seconds, busy_joules, busy_s = sums.get(gkey, (0.0, 0.0, 0.0, 0.0))
-            g["energy_kwh"] = joules / 3.6e6
-            g["gpu_hours"] = seconds / 3600.0
-            g["energy_wh_per_gpu_hour"] = joules / seconds if seconds > 0 else None
-            g["busy_gpu_hours"] = busy_s / 3600.0
-            g["energy_wh_per_busy_gpu_hour"] = busy_joules / busy_s if busy_s > 0 else None
+        figures.derive(
+            figures.ENERGY, {gkey: dict(zip(figures.ENERGY_SUMS, s, strict=True)) for gkey, s in sums.items()}, groups
+        )
 
     def _sample_times(self, which: str, gpus: set[tuple]) -> dict[tuple, int]:
         """Per GPU the time (ns) of its first or last energy_j sample in the range: the first (last)
@@ -185,9 +188,9 @@ class PromRollupReport(PromReport):
             if not left:
                 break
             if level is None:
-                term = f"{self.sel('gpu_power', 'energy_j')}[{_ms(b - a)}] @ {_at(b - 1_000_000)}"
+                term = f"{self.selector(GPU_POWER, 'energy_j')}[{_ms(b - a)}] @ {_at(b - 1_000_000)}"
             else:
-                term = f"{self.rec(level, 'gpu_power', 'energy_j', 'count')}[{_ms(b - a)}] @ {_at(b)}"
+                term = f"{self.recorded(level, GPU_POWER, 'energy_j', 'count')}[{_ms(b - a)}] @ {_at(b)}"
             rows = self.client.query(f"{agg} by ({GPU}) ({fn}({term}))", self.at, f"{which} sample times")
             stamps = {}
             for r in rows:
@@ -208,9 +211,9 @@ class PromRollupReport(PromReport):
         out: dict[tuple, int] = {}
         for t, keys in sorted(by_stamp.items()):  # one query per bucket, shared by its GPUs
             if finer is None:
-                term = f"{self.sel('gpu_power', 'energy_j')}[{_ms(level.ns)}] @ {_at(t - 1_000_000)}"
+                term = f"{self.selector(GPU_POWER, 'energy_j')}[{_ms(level.ns)}] @ {_at(t - 1_000_000)}"
             else:
-                term = f"{self.rec(finer, 'gpu_power', 'energy_j', 'count')}[{_ms(level.ns)}] @ {_at(t)}"
+                term = f"{self.recorded(finer, GPU_POWER, 'energy_j', 'count')}[{_ms(level.ns)}] @ {_at(t)}"
             rows = self.client.query(f"{agg} by ({GPU}) ({fn}({term}))", self.at, f"{which} sample times")
             inner = {_gpu(r["metric"]): round(float(r["value"][1]) * 1000) * 10**6 for r in rows}
             found = {k: inner[k] for k in keys if k in inner}
@@ -241,9 +244,9 @@ class PromRollupReport(PromReport):
         if level is None:
             return super()._series(groups)  # buckets the rollups do not tile: raw samples
         self.series_level = level
-        s, c = (f"{self.rec(level, 'gpu_power', 'power_w', fn)}[{bucket}s]" for fn in ("sum", "count"))
+        s, c = (f"{self.recorded(level, GPU_POWER, 'power_w', fn)}[{bucket}s]" for fn in ("sum", "count"))
         expr = f"sum by ({self.group}) (sum_over_time({s})) / sum by ({self.group}) (sum_over_time({c}))"
-        scale = self.name("gpu_power", "power_w")[1]
+        scale = self.name(GPU_POWER, "power_w")[1]
         if scale != 1.0:
             expr = f"({expr}) / {scale!r}"
         # The point at t + bucket sums the buckets stamped in (t, t + bucket]: the raw samples of [t, t + bucket).
@@ -254,7 +257,7 @@ class PromRollupReport(PromReport):
         self.series_level = None
         doc = super().build()
         if self.scheme == "prometheus":
-            self.from_raw += ["health_gpu_hours", "vgpu.modes"]
+            self.from_raw += [figures.HEALTH, f"{figures.VGPU}.modes"]
         doc["source"].update(
             pieces_source(self.pieces),
             series_level=self.series_level.name if self.series_level else "raw",
@@ -283,7 +286,7 @@ def prom_rollup_report_or_none(client, rng: Range, by: str, where: str | None) -
 # -- backfill and status ---------------------------------------------------------------------------
 def _stamps(client, level: Level, where: str, a_ns: int, b_ns: int) -> tuple[int, int] | None:
     """The first and last stamps (ns) of a level's power counts in [a, b]; None where there are none."""
-    name = record(_rollup("gpu_power"), _field("gpu_power", "power_count"), level.name)
+    name = record(_rollup(GPU_POWER), _field(GPU_POWER, "power_count"), level.name)
     sel = f"{name}{{{where}}}" if where else name
     window = _ms(b_ns - a_ns + 1_000_000)
     lo = client.query(f"min(tfirst_over_time({sel}[{window}]))", b_ns / 1e9, f"the {level.every} rollups' reach")
@@ -348,8 +351,6 @@ def backfill(
     import subprocess
     import tempfile
 
-    from gpuagent.compare.rollup_rules import rules_yaml
-
     binary = shutil.which(vmalert)
     if binary is None:
         raise AgentError(
@@ -364,8 +365,8 @@ def backfill(
             "with promtool tsdb create-blocks-from rules (docs/compare.md)"
         )
     if scheme == "auto":
-        probe = PromReport(client, Range(start_ns, end_ns))
-        probe._detect_scheme()
+        probe = PromNames(client, Range(start_ns, end_ns))
+        probe.detect_scheme()
         scheme = probe.scheme
     stamps = 0
     with tempfile.TemporaryDirectory(prefix="gpuagent-rollups-") as tmp:
@@ -403,7 +404,7 @@ def status(client, since_ns: int, end_ns: int, where: str = "") -> dict:
         )
     levels = []
     for level in LEVELS:
-        name = record(_rollup("gpu_power"), _field("gpu_power", "power_count"), level.name)
+        name = record(_rollup(GPU_POWER), _field(GPU_POWER, "power_count"), level.name)
         held = _stamps(client, level, where, end_ns - since_ns, end_ns)
         sel = f"{name}{{{where}}}" if where else name
         series = client.query(f"count(last_over_time({sel}[{_ms(since_ns)}]))", end_ns / 1e9, "rollup series")

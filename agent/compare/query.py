@@ -17,8 +17,12 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
+from gpuagent.config import format_validation_error, read_config, resolve_path
 from gpuagent.errors import AgentError, ConfigError
 from gpuagent.pipeline import http_client
+from gpuagent.plugin_host import registered
 
 
 @dataclass
@@ -54,11 +58,6 @@ def connection_from(
     # An explicit --url names another server: the implicit default config's credentials are not for it.
     table = _sink_table(config_path, bool(url and database)) if config_path or not url else None
     if table is not None:
-        from pydantic import ValidationError
-
-        from gpuagent.config import format_validation_error, resolve_path
-        from gpuagent.plugin_host import registered
-
         try:
             cfg = registered("sinks", "influxdb").Config.model_validate(table)
         except ValidationError as exc:
@@ -103,8 +102,6 @@ def connection_from(
 def _sink_table(config_path: str | None, flags_connect: bool = False) -> dict | None:
     """The config's [sinks.influxdb]; a --config without one is refused unless --url and --database
     name the server (the file then gives the rest: prices, the [compare] settings)."""
-    from gpuagent.config import read_config, resolve_path
-
     if resolve_path(config_path) is None:
         return None
     config = read_config(config_path)

@@ -4,92 +4,40 @@ Every mean, percentile, count and sum is computed by the database (InfluxQL
 MEAN, PERCENTILE, MAX, COUNT, NON_NEGATIVE_DIFFERENCE in a subquery, GROUP BY
 tags); Python only combines the few per-GPU rows into per-group figures (the
 energy and busy-time sums behind the efficiency figure, the P2P, MIG and vGPU
-tallies). The definitions printed with every report are in DEFINITIONS.
+tallies). What each figure is, its definition and how it is derived from the
+aggregates this backend answers (`group_aggregates`) are in gpuagent.compare.figures.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import math
 import re
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 
-from gpuagent.commands.facts import REASON_WORDS
+from gpuagent.compare import figures
 from gpuagent.compare import where as where_rule
-from gpuagent.compare.health import DEFINITION as HEALTH_DEFINITION
+from gpuagent.compare.core import (
+    GPU_TAGS,
+    GROUP_TAGS,
+    REASONS,
+    WORKERS,
+    NoData,
+    Range,
+    add_p2p,
+    bucket_seconds,
+    gpu_key,
+    report_document,
+    rfc3339,
+)
 from gpuagent.compare.health import health_hours
 from gpuagent.compare.prices import Prices
 from gpuagent.compare.query import InfluxQL
+from gpuagent.compare.work import InfluxWork, work_section
 from gpuagent.errors import AgentError
+from gpuagent.schema.measurements import GPU_CLOCKS, GPU_L2_PROBE, GPU_MEMORY, GPU_MIG, GPU_P2P, GPU_POWER, GPU_VGPU
 
-GPU_TAGS = ("host", "uuid", "model", "gpu")
-# Queries asked at once: each runs on one of the server's cores, so a report takes about the time
-# of its longest queries rather than their sum (bench/RESULTS.md, compare at fleet scale).
-WORKERS = 4
-GROUP_TAGS = {"model": ("model",), "host": ("host",), "gpu": ("host", "uuid")}
-
-# The clock-event reason booleans of gpu_clocks, in NVML bit order: the stream's field names
-# (what a fleet wrote, whichever plugins this machine loads).
-REASONS = tuple(REASON_WORDS)
-# The ones that hold clocks below what the work asks for (the chart shows these).
-THROTTLE_REASONS = (
-    "sw_power_cap",
-    "hw_slowdown",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-    "sync_boost",
-)
-
-DEFINITIONS = {
-    "power_mean_w": "mean of the group's power_w samples (gpu_power)",
-    "power_p95_w": "95th percentile of the group's power_w samples, nearest rank (InfluxQL PERCENTILE)",
-    "energy_kwh": "energy the group's GPUs used in the range: per GPU, the sum of the non-negative "
-    "increases of the energy_j counter between consecutive samples (a counter reset costs one interval)",
-    "gpu_hours": "per GPU, the time from its first to its last energy_j sample in the range, summed",
-    "energy_wh_per_gpu_hour": "energy per hour: energy (Wh) / GPU-hours, i.e. the mean draw of one GPU",
-    "energy_wh_per_busy_gpu_hour": "efficiency: energy (Wh) divided by busy GPU-hours, where a GPU's busy "
-    "time is its observed time × its mean gpu_util_pct / 100 (GPUs that report no utilisation, e.g. "
-    "with MIG on, are left out of both); idle draw is charged to the busy time, so lower is better",
-    "sm_clock_pct_of_max": "mean sm_clock_mhz / mean max_sm_clock_mhz × 100 (gpu_clocks)",
-    "throttle_share_pct": "per clock-event reason: samples with the reason set / samples that report the reason × 100",
-    "gpu_util_mean_pct": "mean gpu_util_pct (gpu_memory)",
-    "dram_bw_util_mean_pct": "mean dram_bw_util_pct: GPM DRAM bandwidth (Hopper and newer) only; "
-    "none for cards without GPM (their memory busy time, memory_util_pct, is not bandwidth)",
-    "dram_bw_mean_gbps": "mean dram_bw_gbps; dram_peak_gbps is the largest peak reported in the group",
-    "fb_used_mean_bytes": "mean fb_used_bytes per GPU sample; fb_total_bytes is the largest total",
-    "l2_cache_bytes": "largest l2_cache_bytes in the group",
-    "p2p": "per GPU, its best P2P link to any peer seen in the range (gpu_p2p): nvlink (nvlink_ok), "
-    "pcie (read_ok over PCIe), none (no peer reachable, or no gpu_p2p point)",
-    "mig": "capable: GPUs with gpu_mig points; enabled: GPUs with mig_mode_current true at some point; "
-    "devices: sum over GPUs of their largest mig_devices",
-    "vgpu": "modes: GPUs by their last virtualization_mode; instances: sum over GPUs of their largest active_instances",
-    "l2_probe": "means over gpu_l2_probe summary points in the range (gpuagent probe l2 --send): "
-    "l2_effective_bytes, l2_bw_gbps, dram_bw_gbps, l2_dram_ratio",
-    "series": "mean power_w per group in each time bucket (GROUP BY time, aligned to the epoch)",
-    "health_gpu_hours": HEALTH_DEFINITION,
-}
-
-_NICE_BUCKETS_S = (10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
-
-
-@dataclass
-class Range:
-    start_ns: int
-    end_ns: int
-
-    def clause(self) -> str:
-        return f"time >= '{rfc3339(self.start_ns)}' AND time < '{rfc3339(self.end_ns)}'"
-
-
-def rfc3339(ns: int) -> str:
-    seconds, rest = divmod(int(ns), 1_000_000_000)
-    stamp = dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{stamp}.{rest:09d}Z"
-
+DEFINITIONS = figures.DEFINITIONS  # the definitions every document carries (gpuagent.compare.figures)
 
 _PARSE_ERROR = re.compile(r"^error parsing query: (?P<what>.*) at line 1, char (?P<char>\d+)$")
 
@@ -101,7 +49,7 @@ def check_where(client: InfluxQL, where: str | None) -> None:
     where = (where or "").strip()
     if not where:
         return
-    prefix = 'SELECT * FROM "gpu_power" WHERE '
+    prefix = f'SELECT * FROM "{GPU_POWER}" WHERE '
     try:
         client.query(f"{prefix}{where} LIMIT 1")
     except AgentError as exc:
@@ -113,51 +61,6 @@ def check_where(client: InfluxQL, where: str | None) -> None:
             raise AgentError(f"--where {where!r}: at character {at} ({where[at - 1 : at + 9]!r}): {what}") from None
         expected = what.partition("expected ")[2] or what  # what was "found" is this query's, not the user's
         raise AgentError(f"--where {where!r}: it ends where InfluxQL expects {expected}") from None
-
-
-def report_document(
-    rng: Range, by: str, where: str | None, source: dict, definitions: dict, groups: dict[tuple, dict], **extra: Any
-) -> dict[str, Any]:
-    """The compare JSON document every report shape shares (groups ordered by label; Slurm job ids
-    and pods by the numbers in them: job 9 before job 10)."""
-    order = _natural if by in ("job", "pod") else str
-    return {
-        "range": {
-            "start": rfc3339(rng.start_ns),
-            "end": rfc3339(rng.end_ns),
-            "start_ns": rng.start_ns,
-            "end_ns": rng.end_ns,
-        },
-        "by": by,
-        "where": where or None,
-        "source": source,
-        "definitions": definitions,
-        "groups": [groups[k] for k in sorted(groups, key=lambda k: order(groups[k]["label"]))],
-        **extra,
-    }
-
-
-def _natural(label: str) -> list:
-    """A sort key that orders the runs of digits in a label by their value."""
-    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", label) if part]
-
-
-def bucket_seconds(span_s: float, target: int = 100) -> int:
-    """A round bucket that cuts the range into at most about `target` pieces."""
-    for b in _NICE_BUCKETS_S:
-        if span_s / b <= target:
-            return b
-    return _NICE_BUCKETS_S[-1]
-
-
-def work_definitions() -> dict[str, str]:
-    from gpuagent.compare.work import WORK_DEFINITIONS
-
-    return WORK_DEFINITIONS
-
-
-class NoData(AgentError):
-    """Nothing in the range: one line, exit 1."""
 
 
 class Report:
@@ -186,7 +89,7 @@ class Report:
         return self.client.rows(q)
 
     def _per_gpu(self, select: str, measurement: str, extra: str = "") -> dict[tuple, dict]:
-        return {_gpu_key(r): r for r in self._rows(select, measurement, GPU_TAGS, extra)}
+        return {gpu_key(r): r for r in self._rows(select, measurement, GPU_TAGS, extra)}
 
     def _per_group(self, select: str, measurement: str, extra: str = "") -> dict[tuple, dict]:
         return {
@@ -216,7 +119,7 @@ class Report:
             g["models"] = models
             g["gpus"] = len(members)
             g["hosts"] = hosts
-            g.update(self._energy(members))
+            figures.derive(figures.ENERGY, {gkey: self._energy(members)}, {gkey: g})
         # The sections are independent: each asks its own queries at once and writes its own keys
         # into a fresh dict per group, merged afterwards in this order (the document's key order).
         sections = (
@@ -243,7 +146,7 @@ class Report:
                 groups[gkey].update(fields)
         source = {"url": self.client.conn.url, "database": self.client.conn.database, "kind": "raw", "resolution": None}
         return report_document(
-            self.range, self.by, self.where, source, {**DEFINITIONS, **work_definitions()}, groups, series=series
+            self.range, self.by, self.where, source, {**DEFINITIONS, **figures.WORK_DEFINITIONS}, groups, series=series
         )
 
     def _health(self, groups) -> None:
@@ -251,8 +154,6 @@ class Report:
 
     def _work(self, groups) -> None:
         """Per unit of work and what limits it, from gpu_work (gpuagent.compare.work)."""
-        from gpuagent.compare.work import InfluxWork, work_section
-
         source = InfluxWork(self.client, self.range, self.where, gpu_where=True)
         work_section(source, self.range, self.by, self.prices, self.where, groups)
 
@@ -270,30 +171,30 @@ class Report:
         """Every GPU (host, uuid, model, gpu) with readings in the range, with its per-GPU figures."""
         gpus: dict[tuple, dict] = defaultdict(dict)
         inner = (
-            f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "gpu_power" WHERE {self._where()} '
+            f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "{GPU_POWER}" WHERE {self._where()} '
             f"GROUP BY {', '.join(GPU_TAGS)}"
         )
         with ThreadPoolExecutor(WORKERS) as pool:
             asked = [
                 pool.submit(self._per_gpu, select, measurement)
                 for select, measurement in (
-                    ("COUNT(power_w)", "gpu_power"),
-                    ('MEAN("gpu_util_pct")', "gpu_memory"),
+                    ("COUNT(power_w)", GPU_POWER),
+                    ('MEAN("gpu_util_pct")', GPU_MEMORY),
                     # A GPU with any reading there counts. FIRST(*) says so as COUNT(*) does, at a
                     # third of the server's work (it need not read every value of every field).
-                    ("FIRST(*)", "gpu_clocks"),
-                    ("FIRST(*)", "gpu_memory"),
-                    ('FIRST("energy_j")', "gpu_power"),
-                    ('LAST("energy_j")', "gpu_power"),
+                    ("FIRST(*)", GPU_CLOCKS),
+                    ("FIRST(*)", GPU_MEMORY),
+                    ('FIRST("energy_j")', GPU_POWER),
+                    ('LAST("energy_j")', GPU_POWER),
                 )
             ]
             energy_rows = pool.submit(
                 self.client.rows, f"SELECT SUM(d) FROM ({inner}) WHERE {self._where()} GROUP BY {', '.join(GPU_TAGS)}"
             )
             samples, util, clocks, memory, first, last = (a.result() for a in asked)
-            energy = {_gpu_key(r): r for r in energy_rows.result()}
+            energy = {gpu_key(r): r for r in energy_rows.result()}
         for key, row in samples.items():
-            gpus[key]["power_samples"] = row["count"]
+            gpus[key]["samples"] = row["count"]
         for key, row in util.items():
             gpus[key]["util_mean_pct"] = row["mean"]
         for key in (*clocks, *memory):
@@ -304,187 +205,96 @@ class Report:
                 gpus[key]["energy_j"] = energy[key]["sum"] if key in energy else 0.0
         return dict(gpus)
 
-    def _energy(self, members) -> dict[str, Any]:
-        energy = sum(i["energy_j"] for _, i in members if "energy_j" in i)
-        seconds = sum(i["observed_s"] for _, i in members if "energy_j" in i)
-        busy_energy = sum(i["energy_j"] for _, i in members if "energy_j" in i and i.get("util_mean_pct") is not None)
-        busy_s = sum(
-            i["observed_s"] * i["util_mean_pct"] / 100.0
-            for _, i in members
-            if "energy_j" in i and i.get("util_mean_pct") is not None
-        )
+    def _energy(self, members) -> dict[str, float]:
+        """The group's energy sums (figures.ENERGY_SUMS) of its GPUs' figures."""
+        metered = [i for _, i in members if "energy_j" in i]
+        busy = [i for i in metered if i.get("util_mean_pct") is not None]
         return {
-            "energy_kwh": energy / 3.6e6,
-            "gpu_hours": seconds / 3600.0,
-            "energy_wh_per_gpu_hour": (energy / 3600.0) / (seconds / 3600.0) if seconds > 0 else None,
-            "busy_gpu_hours": busy_s / 3600.0,
-            "energy_wh_per_busy_gpu_hour": (busy_energy / 3600.0) / (busy_s / 3600.0) if busy_s > 0 else None,
+            figures.ENERGY_J: sum(i["energy_j"] for i in metered),
+            figures.OBSERVED_S: sum(i["observed_s"] for i in metered),
+            figures.BUSY_ENERGY_J: sum(i["energy_j"] for i in busy),
+            figures.BUSY_S: sum(i["observed_s"] * i["util_mean_pct"] / 100.0 for i in busy),
         }
 
+    # -- the registry's aggregates (gpuagent.compare.figures), one query per measurement ---------------
+    _SELECT = {"mean": 'MEAN("{}")', "max": 'MAX("{}")', "count": 'COUNT("{}")', "p95": 'PERCENTILE("{}", 95)'}
+    _ONLY = {figures.GPM: "\"dram_bw_source\" = 'gpm'"}
+
+    def group_aggregates(self, wanted: tuple[figures.Aggregate, ...]) -> dict[tuple, dict[figures.Aggregate, Any]]:
+        """Per group, each aggregate as InfluxDB computes it over the raw points."""
+        out: dict[tuple, dict[figures.Aggregate, Any]] = defaultdict(dict)
+        by_source: dict[tuple[str, str], list[figures.Aggregate]] = defaultdict(list)
+        for agg in wanted:
+            by_source[(agg.measurement, agg.only)].append(agg)
+        for (measurement, only), aggs in by_source.items():
+            select = ", ".join(f'{self._SELECT[a.op].format(a.field)} AS "a{i}"' for i, a in enumerate(aggs))
+            for gkey, row in self._per_group(select, measurement, self._ONLY.get(only, "")).items():
+                out[gkey].update({a: row.get(f"a{i}") for i, a in enumerate(aggs)})
+        return out
+
+    def _figures(self, section: tuple[figures.Figure, ...], groups) -> None:
+        figures.derive(section, self.group_aggregates(figures.aggregates(section)), groups)
+
     def _power(self, groups) -> None:
-        rows = self._per_group('MEAN("power_w"), PERCENTILE("power_w", 95), COUNT("power_w")', "gpu_power")
-        for gkey, g in groups.items():
-            r = rows.get(gkey, {})
-            g["power_samples"] = r.get("count", 0)
-            g["power_mean_w"] = r.get("mean")
-            g["power_p95_w"] = r.get("percentile")
+        self._figures(figures.POWER, groups)
 
     def _clocks(self, groups) -> None:
-        rows = self._per_group('MEAN("sm_clock_mhz"), MEAN("max_sm_clock_mhz")', "gpu_clocks")
-        for gkey, g in groups.items():
-            r = rows.get(gkey, {})
-            mean, peak = r.get("mean"), r.get("mean_1")
-            g["sm_clock_mean_mhz"] = mean
-            g["sm_clock_max_mhz"] = peak
-            g["sm_clock_pct_of_max"] = 100.0 * mean / peak if mean is not None and peak else None
+        self._figures(figures.CLOCKS, groups)
 
     def _throttle(self, groups) -> None:
-        totals = self._per_group(", ".join(f'COUNT("{r}") AS "{r}"' for r in REASONS), "gpu_clocks")
-        shares: dict[tuple, dict[str, float]] = defaultdict(dict)
-        for reason in REASONS:
-            if not any(t.get(reason) for t in totals.values()):
-                continue
-            hits = self._per_group(f'COUNT("{reason}")', "gpu_clocks", f'"{reason}" = true')
-            for gkey, total in totals.items():
-                n = total.get(reason) or 0
-                if n:
-                    shares[gkey][reason] = 100.0 * (hits.get(gkey, {}).get("count") or 0) / n
-        for gkey, g in groups.items():
-            g["throttle_share_pct"] = dict(shares.get(gkey, {}))
+        totals = self._per_group(", ".join(f'COUNT("{r}") AS "{r}"' for r in REASONS), GPU_CLOCKS)
+
+        def hits(reason: str) -> dict[tuple, Any]:
+            found = self._per_group(f'COUNT("{reason}")', GPU_CLOCKS, f'"{reason}" = true')
+            return {gkey: r.get("count") for gkey, r in found.items()}
+
+        figures.throttle_shares(groups, totals, hits)
 
     def _memory(self, groups) -> None:
-        select = (
-            'MEAN("gpu_util_pct") AS util, '
-            'MAX("dram_peak_gbps") AS dram_peak, MEAN("fb_used_bytes") AS fb_used, MAX("fb_used_bytes") AS fb_used_max, '
-            'MAX("fb_total_bytes") AS fb_total, MAX("l2_cache_bytes") AS l2'
-        )
-        rows = self._per_group(select, "gpu_memory")
-        # DRAM bandwidth only as GPM measured it: older agents wrote NVML's memory busy time under
-        # the same name (dram_bw_source = "utilization"); it is not bandwidth and is never mixed in.
-        dram = self._per_group(
-            'MEAN("dram_bw_util_pct") AS dram_util, MEAN("dram_bw_gbps") AS dram_gbps',
-            "gpu_memory",
-            "\"dram_bw_source\" = 'gpm'",
-        )
-        for gkey, g in groups.items():
-            r = rows.get(gkey, {})
-            g["gpu_util_mean_pct"] = r.get("util")
-            g["dram_bw_util_mean_pct"] = dram.get(gkey, {}).get("dram_util")
-            g["dram_bw_mean_gbps"] = dram.get(gkey, {}).get("dram_gbps")
-            g["dram_peak_gbps"] = r.get("dram_peak")
-            g["fb_used_mean_bytes"] = r.get("fb_used")
-            g["fb_used_max_bytes"] = r.get("fb_used_max")
-            g["fb_total_bytes"] = r.get("fb_total")
-            g["l2_cache_bytes"] = r.get("l2")
+        # DRAM bandwidth only as GPM measured it (figures.GPM): older agents wrote NVML's memory busy
+        # time under the same name (dram_bw_source = "utilization"); it is not bandwidth, never mixed in.
+        self._figures(figures.MEMORY, groups)
 
     def _p2p(self, groups, gpus) -> None:
-        nvlink = self._per_gpu('COUNT("nvlink_ok")', "gpu_p2p", '"nvlink_ok" = true')
-        pcie = self._per_gpu('COUNT("read_ok")', "gpu_p2p", '"read_ok" = true')
+        nvlink = self._per_gpu('COUNT("nvlink_ok")', GPU_P2P, '"nvlink_ok" = true')
+        pcie = self._per_gpu('COUNT("read_ok")', GPU_P2P, '"read_ok" = true')
         add_p2p(groups, gpus, nvlink, pcie, self._group_of)
 
     def _mig(self, groups, gpus) -> None:
-        capable = self._per_gpu('MAX("max_mig_devices"), MAX("mig_devices")', "gpu_mig")
-        enabled = self._per_gpu('COUNT("mig_mode_current")', "gpu_mig", '"mig_mode_current" = true')
+        capable = self._per_gpu('MAX("max_mig_devices"), MAX("mig_devices")', GPU_MIG)
+        enabled = self._per_gpu('COUNT("mig_mode_current")', GPU_MIG, '"mig_mode_current" = true')
         profiles = defaultdict(set)
-        for r in self._rows('COUNT("mig_index")', "gpu_mig", (*GPU_TAGS, "mig_profile")):
+        for r in self._rows('COUNT("mig_index")', GPU_MIG, (*GPU_TAGS, "mig_profile")):
             if r.get("mig_profile"):
-                profiles[self._group_of(_gpu_key(r))].add(r["mig_profile"])
-        for gkey, g in groups.items():
-            g["mig"] = {
-                "capable_gpus": 0,
-                "enabled_gpus": 0,
-                "devices": 0,
-                "profiles": sorted(profiles.get(gkey, ())),
-            }
-        for key in gpus:
-            m = groups[self._group_of(key)]["mig"]
-            if key in capable:
-                m["capable_gpus"] += 1
-                m["devices"] += int(capable[key].get("max_1") or 0)
-            if key in enabled:
-                m["enabled_gpus"] += 1
+                profiles[self._group_of(gpu_key(r))].add(r["mig_profile"])
+        devices = {key: int(r.get("max_1") or 0) for key, r in capable.items()}
+        figures.tally_mig(groups, gpus, self._group_of, devices, enabled, profiles)
 
     def _vgpu(self, groups, gpus) -> None:
-        modes = self._per_gpu('LAST("virtualization_mode")', "gpu_vgpu")
-        instances = self._per_gpu('MAX("active_instances")', "gpu_vgpu")
+        modes = self._per_gpu('LAST("virtualization_mode")', GPU_VGPU)
+        instances = self._per_gpu('MAX("active_instances")', GPU_VGPU)
         types = defaultdict(set)
-        for r in self._rows('COUNT("vgpu_type_id")', "gpu_vgpu", (*GPU_TAGS, "vgpu_type")):
+        for r in self._rows('COUNT("vgpu_type_id")', GPU_VGPU, (*GPU_TAGS, "vgpu_type")):
             if r.get("vgpu_type"):
-                types[self._group_of(_gpu_key(r))].add(r["vgpu_type"])
-        for gkey, g in groups.items():
-            g["vgpu"] = {"modes": {}, "instances": 0, "types": sorted(types.get(gkey, ()))}
-        for key in gpus:
-            v = groups[self._group_of(key)]["vgpu"]
-            if key in modes:
-                mode = modes[key]["last"]
-                v["modes"][mode] = v["modes"].get(mode, 0) + 1
-            if key in instances:
-                v["instances"] += int(instances[key]["max"] or 0)
-        for g in groups.values():
-            g["vgpu"]["modes"] = dict(sorted(g["vgpu"]["modes"].items()))
+                types[self._group_of(gpu_key(r))].add(r["vgpu_type"])
+        last = {key: r["last"] for key, r in modes.items()}
+        largest = {key: int(r["max"] or 0) for key, r in instances.items()}
+        figures.tally_vgpu(groups, gpus, self._group_of, last, largest, types)
 
     def _l2_probe(self, groups) -> None:
-        rows = self._per_group(
-            'MEAN("l2_effective_bytes") AS l2_effective_bytes, MEAN("l2_bw_gbps") AS l2_bw_gbps, '
-            'MEAN("dram_bw_gbps") AS dram_bw_gbps, MEAN("l2_dram_ratio") AS l2_dram_ratio, COUNT("l2_dram_ratio") AS runs',
-            "gpu_l2_probe",
-        )
+        means = ", ".join(f'MEAN("{f}") AS {f}' for f in figures.L2_PROBE_MEANS)
+        rows = self._per_group(f'{means}, COUNT("l2_dram_ratio") AS runs', GPU_L2_PROBE)
         for gkey, g in groups.items():
-            r = rows.get(gkey)
-            g["l2_probe"] = (
-                {
-                    k: r.get(k)
-                    for k in (
-                        "runs",
-                        "l2_effective_bytes",
-                        "l2_bw_gbps",
-                        "dram_bw_gbps",
-                        "l2_dram_ratio",
-                    )
-                }
-                if r and r.get("runs")
-                else None
-            )
+            r = rows.get(gkey) or {}
+            g[figures.L2_PROBE] = figures.l2_probe_value(r.get("runs"), r)
 
     def _series(self, groups) -> dict[str, Any]:
         span = (self.range.end_ns - self.range.start_ns) / 1e9
         bucket = bucket_seconds(span)
-        rows = self._rows('MEAN("power_w")', "gpu_power", self.group_tags, tail=f", time({bucket}s) fill(none)")
+        rows = self._rows('MEAN("power_w")', GPU_POWER, self.group_tags, tail=f", time({bucket}s) fill(none)")
         lines: dict[str, list] = defaultdict(list)
         for r in rows:
             gkey = tuple(r.get(t, "") for t in self.group_tags)
             if gkey in groups and r.get("mean") is not None:
                 lines[groups[gkey]["label"]].append([r["time"], r["mean"]])
-        return {
-            "bucket_s": bucket,
-            "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())},
-        }
-
-
-def _gpu_key(row: dict) -> tuple:
-    return tuple(row.get(t, "") for t in GPU_TAGS)
-
-
-def add_p2p(groups, gpus, nvlink, pcie, group_of) -> None:
-    """Each group's GPUs by their best P2P path (NVLink, else PCIe, else none), and its summary;
-    `nvlink` and `pcie` are the GPU keys that reached a peer that way (raw points or rollups)."""
-    tally: dict[tuple, dict[str, int]] = {k: {"nvlink": 0, "pcie": 0, "none": 0} for k in groups}
-    for key in gpus:
-        kind = "nvlink" if key in nvlink else "pcie" if key in pcie else "none"
-        tally[group_of(key)][kind] += 1
-    for gkey, g in groups.items():
-        g["p2p"] = tally[gkey]
-        g["p2p_summary"] = p2p_summary(tally[gkey])
-
-
-def p2p_summary(tally: dict[str, int]) -> str:
-    names = {"nvlink": "NVLink", "pcie": "PCIe", "none": "none"}
-    present = [k for k in ("nvlink", "pcie", "none") if tally.get(k)]
-    if len(present) == 1:
-        return names[present[0]]
-    return ", ".join(f"{names[k]} {tally[k]}" for k in present) or "none"
-
-
-def finite(value: object) -> TypeGuard[float]:
-    """A real number to show: not None, NaN, an infinity or a bool."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        return figures.power_series(bucket, lines)

@@ -22,18 +22,19 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpuagent.compare.health import VERDICTS, add_hours, bucket_for, health_hours
-from gpuagent.compare.query import quote_ident
-from gpuagent.compare.report import (
+from gpuagent.compare import figures
+from gpuagent.compare.core import (
     GPU_TAGS,
     WORKERS,
     Range,
-    Report,
-    _gpu_key,
     add_p2p,
     bucket_seconds,
+    gpu_key,
     rfc3339,
 )
+from gpuagent.compare.health import VERDICTS, add_hours, bucket_for, health_hours
+from gpuagent.compare.query import NoAnswer, quote_ident
+from gpuagent.compare.report import Report
 from gpuagent.compare.rollups import (
     BY_HOST,
     BY_NAME,
@@ -45,12 +46,16 @@ from gpuagent.compare.rollups import (
     LEVELS,
     POWER_BY_HOST,
     REASONS,
+    ROLLUPS,
     Level,
     coverage,
     hist_field,
 )
+from gpuagent.compare.work import work_section
+from gpuagent.errors import AgentError
+from gpuagent.schema.measurements import GPU_CLOCKS, GPU_HEALTH, GPU_MEMORY, GPU_MIG, GPU_POWER, GPU_VGPU
 
-FROM_RAW = ("power_p95_w", "l2_probe", "work")
+FROM_RAW = (figures.POWER_P95, figures.L2_PROBE, figures.WORK)
 
 # Pieces with few points per series are read as points (no GROUP BY) and aggregated here: InfluxDB
 # 1.6 pays about 45 us per group and aggregate (8,000 GPUs x 20 fields: 5.7 s) but about 10 us per
@@ -99,7 +104,7 @@ def raw_condition(where: str):
 
 
 # Tags some measurements' rollups are grouped by besides the GPU's (_mig, _vgpu).
-POINT_TAGS = {"gpu_mig": ("mig_profile",), "gpu_vgpu": ("vgpu_type",)}
+POINT_TAGS = {GPU_MIG: ("mig_profile",), GPU_VGPU: ("vgpu_type",)}
 
 
 def _reads(rollup, raw: bool) -> set[str]:
@@ -127,6 +132,19 @@ def _reduce(op: str, values: list):
     if op == "LAST":
         return values[-1]
     return 1  # ONE
+
+
+def _rollup_fields(agg: figures.Aggregate) -> tuple[str, tuple[str, ...]]:
+    """The rollup that records an aggregate of raw points, and its fields: (sum, count) for a mean,
+    the one field for a count or max."""
+    where = "\"dram_bw_source\" = 'gpm'" if agg.only == figures.GPM else ""
+    ops = {"mean": ("SUM", "COUNT"), "count": ("COUNT",), "max": ("MAX",)}[agg.op]
+    for rollup in ROLLUPS:
+        if rollup.source == agg.measurement and rollup.where == where:
+            found = {f.raw: f.name for f in rollup.fields}
+            if all(f'{op}("{agg.field}")' in found for op in ops):
+                return rollup.name, tuple(found[f'{op}("{agg.field}")'] for op in ops)
+    raise LookupError(f"no rollup records {agg}")
 
 
 Piece = tuple  # (Level | None, start_ns, end_ns): None is raw points
@@ -363,9 +381,9 @@ class RollupReport(Report):
             asked = [
                 pool.submit(self._agg, name, fields, GPU_TAGS)
                 for name, fields in (
-                    ("gpu_clocks", ("sm_clock_count", "max_sm_clock_count")),
-                    ("gpu_memory", ("util_sum", "util_count", "fb_used_count")),
-                    ("gpu_power", ("power_count",)),
+                    (GPU_CLOCKS, ("sm_clock_count", "max_sm_clock_count")),
+                    (GPU_MEMORY, ("util_sum", "util_count", "fb_used_count")),
+                    (GPU_POWER, ("power_count",)),
                 )
             ]
             energy_asked = pool.submit(self._energy_per_gpu)
@@ -381,7 +399,7 @@ class RollupReport(Report):
         util = memory
         for key, row in power.items():
             if row.get("power_count"):
-                gpus[key]["power_samples"] = row["power_count"]
+                gpus[key]["samples"] = row["power_count"]
         for key, row in util.items():
             if row.get("util_count"):
                 gpus[key]["util_mean_pct"] = row["util_sum"] / row["util_count"]
@@ -414,29 +432,29 @@ class RollupReport(Report):
     def _energy_piece(self, piece: Piece) -> dict[tuple, tuple]:
         """Per GPU in the piece: (first value, last value, increase inside, first time, last time)."""
         level, a, b = piece
-        if self._as_points(piece, BY_NAME["gpu_power"]):
+        if self._as_points(piece, BY_NAME[GPU_POWER]):
             return self._energy_from_points(piece)
         tags = ", ".join(GPU_TAGS)
         where = self._piece_where(a, b)
-        source, _ = self._from(level, "gpu_power")
+        source, _ = self._from(level, GPU_POWER)
         first_field, last_field = ("energy_j", "energy_j") if level is None else ("energy_first", "energy_last")
         first = {
-            _gpu_key(r): r
+            gpu_key(r): r
             for r in self.client.rows(f'SELECT FIRST("{first_field}") FROM {source} WHERE {where} GROUP BY {tags}')
         }
         last = {
-            _gpu_key(r): r
+            gpu_key(r): r
             for r in self.client.rows(f'SELECT LAST("{last_field}") FROM {source} WHERE {where} GROUP BY {tags}')
         }
         inner = f'SELECT NON_NEGATIVE_DIFFERENCE("{last_field}") AS d FROM {source} WHERE {where} GROUP BY {tags}'
         steps = {
-            _gpu_key(r): r["sum"] or 0.0
+            gpu_key(r): r["sum"] or 0.0
             for r in self.client.rows(f"SELECT SUM(d) FROM ({inner}) WHERE {where} GROUP BY {tags}")
         }
         inside = {}
         if level is not None:  # the first bucket's own increase (its first to its last value)
             inside = {
-                _gpu_key(r): r
+                gpu_key(r): r
                 for r in self.client.rows(f'SELECT FIRST("energy_last") FROM {source} WHERE {where} GROUP BY {tags}')
             }
         out = {}
@@ -454,7 +472,7 @@ class RollupReport(Report):
         level = piece[0]
         first_field, last_field = ("energy_j", "energy_j") if level is None else ("energy_first", "energy_last")
         per_gpu: dict[tuple, list[dict]] = defaultdict(list)
-        for row in self._source_points(level, "gpu_power", piece):
+        for row in self._source_points(level, GPU_POWER, piece):
             per_gpu[tuple(row.get(t) or "" for t in GPU_TAGS)].append(row)
         out = {}
         for key, rows in per_gpu.items():
@@ -512,28 +530,49 @@ class RollupReport(Report):
         fn = "FIRST" if which == "first" else "LAST"
 
         def ask():
-            source, _ = self._from(level, "gpu_power")
+            source, _ = self._from(level, GPU_POWER)
             rows = self.client.rows(
                 f'SELECT {fn}("{field}") FROM {source} WHERE {self._piece_where(a, b)} GROUP BY {", ".join(GPU_TAGS)}'
             )
-            return {_gpu_key(r): r["time"] for r in rows}
+            return {gpu_key(r): r["time"] for r in rows}
 
         return self._once(("sample times", which, level, a, b), ask)
 
-    def _power(self, groups) -> None:
-        rows = self._group_agg("gpu_power", ("power_sum", "power_count", "power_max", "power_min"))
-        p95 = self._p95_from_histogram(rows)
-        if p95 is None:  # exact, from raw points: percentiles do not roll up
-            p95 = {k: r.get("percentile") for k, r in self._per_group('PERCENTILE("power_w", 95)', "gpu_power").items()}
-        else:
-            self.from_raw.remove("power_p95_w")
-            self.approximate["power_p95_w"] = {"method": "histogram", "bin_w": HIST_W, "bound_w": HIST_W / 2}
-        for gkey, g in groups.items():
-            r = rows.get(gkey, {})
-            n = r.get("power_count") or 0
-            g["power_samples"] = n
-            g["power_mean_w"] = r["power_sum"] / n if n else None
-            g["power_p95_w"] = p95.get(gkey)
+    def group_aggregates(self, wanted: tuple[figures.Aggregate, ...]) -> dict[tuple, dict[figures.Aggregate, Any]]:
+        """Per group, each aggregate merged over the rollups' pieces: a mean of the sums and counts, a
+        count or max of its field; the 95th percentile from the power histograms where they serve it
+        (source.approximate), else from raw points."""
+        fields = {a: _rollup_fields(a) for a in wanted if a.op != "p95"}
+        percentile = [a for a in wanted if a.op == "p95"]
+        if percentile:  # the histogram's rank needs the samples and their range
+            fields[percentile[0]] = (GPU_POWER, ("power_count", "power_max", "power_min"))
+        names: dict[str, set[str]] = defaultdict(set)
+        for rollup, needed in fields.values():
+            names[rollup].update(needed)
+        rows = {
+            rollup: self._group_agg(rollup, tuple(f.name for f in BY_NAME[rollup].fields if f.name in needed))
+            for rollup, needed in names.items()
+        }
+        out: dict[tuple, dict[figures.Aggregate, Any]] = defaultdict(dict)
+        for agg, (rollup, needed) in fields.items():
+            if agg.op == "p95":
+                continue
+            for gkey, r in rows[rollup].items():
+                if agg.op == "mean":
+                    total, n = needed
+                    out[gkey][agg] = r[total] / r[n] if r.get(n) else None
+                else:
+                    out[gkey][agg] = r.get(needed[0])
+        for agg in percentile:
+            p95 = self._p95_from_histogram(rows[GPU_POWER])
+            if p95 is None:  # exact, from raw points: percentiles do not roll up
+                p95 = {gkey: got[agg] for gkey, got in Report.group_aggregates(self, (agg,)).items()}
+            else:
+                self.from_raw.remove(figures.POWER_P95)
+                self.approximate[figures.POWER_P95] = {"method": "histogram", "bin_w": HIST_W, "bound_w": HIST_W / 2}
+            for gkey, value in p95.items():
+                out[gkey][agg] = value
+        return out
 
     def _p95_from_histogram(self, rows: dict[tuple, dict]) -> dict[tuple, float | None] | None:
         """Per group, the 95th percentile (nearest rank, as InfluxQL's PERCENTILE) from the power
@@ -554,7 +593,7 @@ class RollupReport(Report):
         by = ", ".join(f'"{t}"' for t in self.group_tags)
         for level, a, b in self.pieces:
             if level is None:
-                for row in self._source_points(None, "gpu_power", (None, a, b)):
+                for row in self._source_points(None, GPU_POWER, (None, a, b)):
                     v = row.get("power_w")
                     if v is not None:
                         key = tuple(row.get(t) or "" for t in self.group_tags)
@@ -587,63 +626,14 @@ class RollupReport(Report):
             out[gkey] = (lo + hi) / 2
         return out
 
-    def _clocks(self, groups) -> None:
-        rows = self._group_agg(
-            "gpu_clocks", ("sm_clock_sum", "sm_clock_count", "max_sm_clock_sum", "max_sm_clock_count")
-        )
-        for gkey, g in groups.items():
-            r = rows.get(gkey, {})
-            mean = r["sm_clock_sum"] / r["sm_clock_count"] if r.get("sm_clock_count") else None
-            peak = r["max_sm_clock_sum"] / r["max_sm_clock_count"] if r.get("max_sm_clock_count") else None
-            g["sm_clock_mean_mhz"] = mean
-            g["sm_clock_max_mhz"] = peak
-            g["sm_clock_pct_of_max"] = 100.0 * mean / peak if mean is not None and peak else None
-
     def _throttle(self, groups) -> None:
-        totals = self._group_agg("gpu_clocks", tuple(f"{r}_n" for r in REASONS))
-        shares: dict[tuple, dict[str, float]] = defaultdict(dict)
-        for reason in REASONS:
-            if not any(t.get(f"{reason}_n") for t in totals.values()):
-                continue
-            hits = self._group_agg(f"gpu_clocks_{reason}", ("hits",))
-            for gkey, total in totals.items():
-                n = total.get(f"{reason}_n") or 0
-                if n:
-                    shares[gkey][reason] = 100.0 * (hits.get(gkey, {}).get("hits") or 0) / n
-        for gkey, g in groups.items():
-            g["throttle_share_pct"] = dict(shares.get(gkey, {}))
+        counts = self._group_agg(GPU_CLOCKS, tuple(f"{r}_n" for r in REASONS))
+        totals = {gkey: {r: row.get(f"{r}_n") for r in REASONS} for gkey, row in counts.items()}
 
-    def _memory(self, groups) -> None:
-        rows = self._group_agg(
-            "gpu_memory",
-            (
-                "util_sum",
-                "util_count",
-                "fb_used_sum",
-                "fb_used_count",
-                "fb_used_max",
-                "fb_total_max",
-                "dram_peak_max",
-                "l2_max",
-            ),
-        )
-        dram = self._group_agg(
-            "gpu_memory_gpm", ("dram_util_sum", "dram_util_count", "dram_gbps_sum", "dram_gbps_count")
-        )
+        def hits(reason: str) -> dict[tuple, Any]:
+            return {gkey: r.get("hits") for gkey, r in self._group_agg(f"gpu_clocks_{reason}", ("hits",)).items()}
 
-        def mean(r, name):
-            return r[f"{name}_sum"] / r[f"{name}_count"] if r.get(f"{name}_count") else None
-
-        for gkey, g in groups.items():
-            r, d = rows.get(gkey, {}), dram.get(gkey, {})
-            g["gpu_util_mean_pct"] = mean(r, "util")
-            g["dram_bw_util_mean_pct"] = mean(d, "dram_util")
-            g["dram_bw_mean_gbps"] = mean(d, "dram_gbps")
-            g["dram_peak_gbps"] = r.get("dram_peak_max")
-            g["fb_used_mean_bytes"] = mean(r, "fb_used")
-            g["fb_used_max_bytes"] = r.get("fb_used_max")
-            g["fb_total_bytes"] = r.get("fb_total_max")
-            g["l2_cache_bytes"] = r.get("l2_max")
+        figures.throttle_shares(groups, totals, hits)
 
     def _health(self, groups) -> None:
         """health_gpu_hours from the per-verdict sample counts of the rollups, in the raw report's buckets
@@ -660,7 +650,7 @@ class RollupReport(Report):
         # not per GPU and bucket: one row per GPU instead of one per GPU and minute.
         fine = [p for p in pieces if p[0] is None or p[1] % step or p[2] % step or p[2] - p[1] <= step]
         for g in groups.values():
-            g["health_gpu_hours"] = dict.fromkeys(VERDICTS, 0.0)
+            g[figures.HEALTH] = dict.fromkeys(VERDICTS, 0.0)
         whole: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         detail: list[tuple[Piece, list[tuple]]] = []
         for piece in pieces:
@@ -691,22 +681,21 @@ class RollupReport(Report):
         for gkey, hours in whole.items():
             if gkey in groups:
                 for word, h in hours.items():
-                    groups[gkey]["health_gpu_hours"][word] += h
+                    groups[gkey][figures.HEALTH][word] += h
 
     def _work(self, groups) -> None:
         """The work figures: limits and the energy of each span from rollups where they cover them
         (gpuagent.compare.rollup_work), the work counters from raw points."""
-        from gpuagent.compare.rollup_work import RollupWork
-        from gpuagent.compare.work import work_section
+        from gpuagent.compare.rollup_work import RollupWork  # the one edge back up: RollupWork reads a RollupReport
 
         source = RollupWork(self, self.range, self.where, gpu_where=True)
         work_section(source, self.range, self.by, self.prices, self.where, groups)
         if source.from_rollups:  # what is still raw: the counters behind units
-            self.from_raw[self.from_raw.index("work")] = "work_units"
+            self.from_raw[self.from_raw.index(figures.WORK)] = f"{figures.WORK}_units"
 
     def _health_raw(self, groups) -> None:
         health_hours(self, groups)  # another word among the verdicts: counted from raw points
-        self.from_raw.append("health_gpu_hours")
+        self.from_raw.append(figures.HEALTH)
 
     def _health_counts(self, pieces: list[Piece], bucket: int, extra: str) -> tuple[dict, dict[str, dict]]:
         """Sample counts per (gpu key, bucket time): all verdicts, and per verdict word."""
@@ -724,20 +713,20 @@ class RollupReport(Report):
                         f'SELECT SUM("{field}") AS "{field}" FROM {source} WHERE {where} '
                         f"GROUP BY {', '.join(GPU_TAGS)}{tail}"
                     )
-                return {(_gpu_key(r), r["time"]): r[field] for r in rows if r.get(field)}
+                return {(gpu_key(r), r["time"]): r[field] for r in rows if r.get(field)}
             return {
                 (k[:-1], k[-1]): r[field]
                 for k, r in self._agg(name, (field,), GPU_TAGS, pieces, tail).items()
                 if r.get(field)
             }
 
-        return counts("gpu_health", "verdict_count"), {w: counts(f"gpu_health_{w}", "n") for w in VERDICTS}
+        return counts(GPU_HEALTH, "verdict_count"), {w: counts(f"gpu_health_{w}", "n") for w in VERDICTS}
 
     def _whole_hours(self, piece: Piece, bucket: int, whole: dict) -> list[tuple] | None:
         """Add to `whole` (per group and verdict) the GPU-hours of the GPUs that held one verdict over a
         coarse piece in every minute with samples (bucket 1 min) or in all of its minutes; the other GPUs
         with verdicts there (to read from the 1m level), or None where an unknown verdict was written."""
-        total = self._agg("gpu_health", ("verdict_count",), GPU_TAGS, [piece])
+        total = self._agg(GPU_HEALTH, ("verdict_count",), GPU_TAGS, [piece])
         minutes = self._agg("gpu_health_minutes", ("minutes",), GPU_TAGS, [piece])
         words = {w: self._agg(f"gpu_health_{w}", ("n",), GPU_TAGS, [piece]) for w in VERDICTS}
         all_minutes = (piece[2] - piece[1]) // (60 * 10**9)
@@ -771,7 +760,7 @@ class RollupReport(Report):
 
     def _mig(self, groups, gpus) -> None:
         rows = self._agg(
-            "gpu_mig", ("max_mig_devices_max", "mig_devices_max", "mig_index_count"), (*GPU_TAGS, "mig_profile")
+            GPU_MIG, ("max_mig_devices_max", "mig_devices_max", "mig_index_count"), (*GPU_TAGS, "mig_profile")
         )
         capable: dict[tuple, int] = {}
         profiles = defaultdict(set)
@@ -782,19 +771,11 @@ class RollupReport(Report):
             if profile and r.get("mig_index_count"):
                 profiles[self._group_of(gpu)].add(profile)
         enabled = {k for k, r in self._agg("gpu_mig_enabled", ("n",), GPU_TAGS).items() if r.get("n")}
-        for gkey, g in groups.items():
-            g["mig"] = {"capable_gpus": 0, "enabled_gpus": 0, "devices": 0, "profiles": sorted(profiles.get(gkey, ()))}
-        for key in gpus:
-            m = groups[self._group_of(key)]["mig"]
-            if key in capable:
-                m["capable_gpus"] += 1
-                m["devices"] += capable[key]
-            if key in enabled:
-                m["enabled_gpus"] += 1
+        figures.tally_mig(groups, gpus, self._group_of, capable, enabled, profiles)
 
     def _vgpu(self, groups, gpus) -> None:
         rows = self._agg(
-            "gpu_vgpu", ("mode_last", "active_instances_max", "vgpu_type_id_count"), (*GPU_TAGS, "vgpu_type")
+            GPU_VGPU, ("mode_last", "active_instances_max", "vgpu_type_id_count"), (*GPU_TAGS, "vgpu_type")
         )
         modes: dict[tuple, str] = {}
         instances: dict[tuple, int] = {}
@@ -807,16 +788,7 @@ class RollupReport(Report):
                 instances[gpu] = max(instances.get(gpu, 0), int(r["active_instances_max"]))
             if vgpu_type and r.get("vgpu_type_id_count"):
                 types[self._group_of(gpu)].add(vgpu_type)
-        for gkey, g in groups.items():
-            g["vgpu"] = {"modes": {}, "instances": 0, "types": sorted(types.get(gkey, ()))}
-        for key in gpus:
-            v = groups[self._group_of(key)]["vgpu"]
-            if key in modes:
-                v["modes"][modes[key]] = v["modes"].get(modes[key], 0) + 1
-            if key in instances:
-                v["instances"] += instances[key]
-        for g in groups.values():
-            g["vgpu"]["modes"] = dict(sorted(g["vgpu"]["modes"].items()))
+        figures.tally_vgpu(groups, gpus, self._group_of, modes, instances, types)
 
     def _series(self, groups) -> dict[str, Any]:
         span = (self.range.end_ns - self.range.start_ns) / 1e9
@@ -835,15 +807,15 @@ class RollupReport(Report):
             gkey, t = key[:-1], key[-1]
             if gkey in groups and r.get("power_count"):
                 lines[groups[gkey]["label"]].append([t, r["power_sum"] / r["power_count"]])
-        return {"bucket_s": bucket, "power_mean_w": {k: sorted(v) for k, v in sorted(lines.items())}}
+        return figures.power_series(bucket, lines)
 
     def _series_rollup(self) -> str:
         """gpu_power_host (a series per host, not per GPU) where the groups and --where need only its
         tags and it reaches as far as gpu_power; else gpu_power."""
         tags = set(POWER_BY_HOST.tags)
         if not set(self.group_tags) <= tags or not self._where_within(tags):
-            return "gpu_power"
-        return POWER_BY_HOST.name if coverage(self.client, POWER_BY_HOST.name) == self.reach else "gpu_power"
+            return GPU_POWER
+        return POWER_BY_HOST.name if coverage(self.client, POWER_BY_HOST.name) == self.reach else GPU_POWER
 
     def build(self) -> dict[str, Any]:
         doc = super().build()
@@ -864,9 +836,6 @@ def pieces_source(pieces: list[Piece]) -> dict[str, Any]:
 
 def rollup_report_or_none(client, rng: Range, by: str, where: str | None) -> RollupReport | None:
     """The report from rollups when some level's whole buckets fall in the range; None otherwise."""
-    from gpuagent.compare.query import NoAnswer
-    from gpuagent.errors import AgentError
-
     try:
         reach = coverage(client)
     except NoAnswer:

@@ -23,6 +23,8 @@ import re
 import sys
 
 from gpuagent.compare.rollups import LEVELS, ROLLUPS, Field, Rollup
+from gpuagent.plugin_host import registered
+from gpuagent.schema.measurements import GPU_HEALTH
 
 RAW = {
     "SUM": "sum_over_time",
@@ -37,8 +39,6 @@ RAW = {
 def series(scheme: str, measurement: str, field: str) -> str:
     if scheme == "influx":
         return f"{measurement}_{field}"
-    from gpuagent.plugin_host import registered
-
     return registered("sinks", "prometheus").metric_for("gpuagent", measurement, field).name
 
 
@@ -52,11 +52,9 @@ _TRUE = re.compile(r'^"(\w+)" = true$')
 def _raw_expr(scheme: str, rollup: Rollup, f: Field, window: str) -> str:
     window = f"{window}] offset 1ms"  # [T - window, T): see the module's docstring
     fn, _, arg = f.raw.partition("(")
-    if rollup.source == "gpu_health":  # the verdict is a label of the _info series (plugins/prometheus)
-        from gpuagent.plugin_host import registered
-
-        name = registered("sinks", "prometheus").metric_for("gpuagent", "gpu_health", "verdict", True).name
-        word = rollup.name.removeprefix("gpu_health").removeprefix("_")
+    if rollup.source == GPU_HEALTH:  # the verdict is a label of the _info series (plugins/prometheus)
+        name = registered("sinks", "prometheus").metric_for("gpuagent", GPU_HEALTH, "verdict", True).name
+        word = rollup.name.removeprefix(GPU_HEALTH).removeprefix("_")
         return f'count_over_time({name}{{verdict="{word}"}}[{window})' if word else f"count_over_time({name}[{window})"
     name = series(scheme, rollup.source, arg.strip('")'))
     true = _TRUE.match(rollup.where)
@@ -75,7 +73,7 @@ def rules_yaml(scheme: str, levels=LEVELS) -> str:
         window = level.every
         lines += [f"  - name: gpuagent_rollups_{window}", f"    interval: {window}", "    rules:"]
         for rollup in ROLLUPS:
-            if scheme == "influx" and rollup.source == "gpu_health":
+            if scheme == "influx" and rollup.source == GPU_HEALTH:
                 continue  # a string field, which line protocol in VictoriaMetrics drops
             for f in rollup.fields:
                 expr = _raw_expr(scheme, rollup, f, window)

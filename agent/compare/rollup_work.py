@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from gpuagent.compare import figures
+from gpuagent.compare.core import WORKERS, Range
 from gpuagent.compare.query import quote_ident
-from gpuagent.compare.report import WORKERS, Range
+from gpuagent.compare.rollup_report import RollupReport, usable
 from gpuagent.compare.rollups import GPU_ONLY, LEVELS, Level, coverage
-from gpuagent.compare.work import _PLAIN_UUID, CELL_REASONS, InfluxWork
+from gpuagent.compare.work import CELL_REASONS, PLAIN_UUID, InfluxWork
 
 _BY_GPU = 'GROUP BY "host", "uuid"'
 
@@ -47,7 +49,7 @@ class RollupWork(InfluxWork):
         level = self._cells_level(bucket)
         if level is None:
             return super()._cell_rows(bucket)
-        self.from_rollups.add("limits")
+        self.from_rollups.add(figures.LIMITS)
         w = self._whole_buckets(bucket, work=False)
         db = self.client.conn.database
         tail = f"{_BY_GPU}, time({bucket}s) fill(none)"
@@ -135,13 +137,11 @@ class RollupWork(InfluxWork):
     def energy(self, t0_ns: int, t1_ns: int, gpus=None) -> dict[tuple, float]:
         """Per (host, uuid), the energy over [t0, t1] from the report's pieces (rollups where whole
         buckets fall, raw points at the edges), as the report's own energy figure."""
-        from gpuagent.compare.rollup_report import RollupReport, usable
-
         rng = Range(t0_ns, t1_ns + 1)  # InfluxWork's window holds its end
         if not usable(rng, self.report.reach):
             return super().energy(t0_ns, t1_ns, gpus)
         where = None
-        if gpus and len(gpus) <= 48 and all(_PLAIN_UUID.fullmatch(u) for _, u in gpus):
+        if gpus and len(gpus) <= 48 and all(PLAIN_UUID.fullmatch(u) for _, u in gpus):
             where = " OR ".join(f"\"uuid\" = '{u}'" for u in sorted({u for _, u in gpus}))
         self.from_rollups.add("energy")
         span = RollupReport(self.client, rng, "gpu", where, self.report.reach)

@@ -15,13 +15,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuagent.compare.health import VERDICTS
-from gpuagent.compare.query import InfluxQL, quote_ident
-
 # Throttle reasons, as gpu_clocks writes them (the booleans the report counts).
-from gpuagent.compare.report import REASONS, rfc3339
+from gpuagent.compare.core import REASONS, rfc3339
+from gpuagent.compare.health import VERDICTS
+from gpuagent.compare.progress import Progress
+from gpuagent.compare.query import InfluxQL, quote_ident
 from gpuagent.compare.work import CELL_REASONS
 from gpuagent.errors import AgentError
+from gpuagent.schema.measurements import (
+    GPU_CLOCKS,
+    GPU_HEALTH,
+    GPU_MEMORY,
+    GPU_MIG,
+    GPU_NVLINK,
+    GPU_P2P,
+    GPU_PCIE,
+    GPU_POWER,
+    GPU_POWER_HIST,
+    GPU_VGPU,
+)
 
 
 @dataclass(frozen=True)
@@ -76,8 +88,8 @@ class Rollup:
 
 ROLLUPS = (
     Rollup(
-        "gpu_power",
-        "gpu_power",
+        GPU_POWER,
+        GPU_POWER,
         "",
         (
             *_sum_count("power", "power_w"),
@@ -89,8 +101,8 @@ ROLLUPS = (
         ),
     ),
     Rollup(
-        "gpu_clocks",
-        "gpu_clocks",
+        GPU_CLOCKS,
+        GPU_CLOCKS,
         "",
         (
             *_sum_count("sm_clock", "sm_clock_mhz"),
@@ -99,12 +111,12 @@ ROLLUPS = (
         ),
     ),
     *(
-        Rollup(f"gpu_clocks_{r}", "gpu_clocks", f'"{r}" = true', (Field("hits", f'COUNT("{r}")', "SUM"),))
+        Rollup(f"gpu_clocks_{r}", GPU_CLOCKS, f'"{r}" = true', (Field("hits", f'COUNT("{r}")', "SUM"),))
         for r in REASONS
     ),
     Rollup(
-        "gpu_memory",
-        "gpu_memory",
+        GPU_MEMORY,
+        GPU_MEMORY,
         "",
         (
             *_sum_count("util", "gpu_util_pct"),
@@ -118,7 +130,7 @@ ROLLUPS = (
     # DRAM bandwidth only as GPM measured it (the raw report's own condition).
     Rollup(
         "gpu_memory_gpm",
-        "gpu_memory",
+        GPU_MEMORY,
         "\"dram_bw_source\" = 'gpm'",
         (
             *_sum_count("dram_util", "dram_bw_util_pct"),
@@ -128,19 +140,19 @@ ROLLUPS = (
 )
 # Health: samples per GPU and bucket, and those of each verdict gpu_health writes (plugins/health).
 ROLLUPS += (
-    Rollup("gpu_health", "gpu_health", "", (Field("verdict_count", 'COUNT("verdict")', "SUM"),)),
+    Rollup(GPU_HEALTH, GPU_HEALTH, "", (Field("verdict_count", 'COUNT("verdict")', "SUM"),)),
     *(
-        Rollup(f"gpu_health_{v}", "gpu_health", f"\"verdict\" = '{v}'", (Field("n", 'COUNT("verdict")', "SUM"),))
+        Rollup(f"gpu_health_{v}", GPU_HEALTH, f"\"verdict\" = '{v}'", (Field("n", 'COUNT("verdict")', "SUM"),))
         for v in VERDICTS
     ),
 )
 # P2P, MIG and vGPU: what the report tallies per GPU (every tag kept: mig_profile, vgpu_type).
 ROLLUPS += (
-    Rollup("gpu_p2p_nvlink", "gpu_p2p", '"nvlink_ok" = true', (Field("n", 'COUNT("nvlink_ok")', "SUM"),)),
-    Rollup("gpu_p2p_pcie", "gpu_p2p", '"read_ok" = true', (Field("n", 'COUNT("read_ok")', "SUM"),)),
+    Rollup("gpu_p2p_nvlink", GPU_P2P, '"nvlink_ok" = true', (Field("n", 'COUNT("nvlink_ok")', "SUM"),)),
+    Rollup("gpu_p2p_pcie", GPU_P2P, '"read_ok" = true', (Field("n", 'COUNT("read_ok")', "SUM"),)),
     Rollup(
-        "gpu_mig",
-        "gpu_mig",
+        GPU_MIG,
+        GPU_MIG,
         "",
         (
             Field("max_mig_devices_max", 'MAX("max_mig_devices")', "MAX"),
@@ -148,12 +160,10 @@ ROLLUPS += (
             Field("mig_index_count", 'COUNT("mig_index")', "SUM"),
         ),
     ),
+    Rollup("gpu_mig_enabled", GPU_MIG, '"mig_mode_current" = true', (Field("n", 'COUNT("mig_mode_current")', "SUM"),)),
     Rollup(
-        "gpu_mig_enabled", "gpu_mig", '"mig_mode_current" = true', (Field("n", 'COUNT("mig_mode_current")', "SUM"),)
-    ),
-    Rollup(
-        "gpu_vgpu",
-        "gpu_vgpu",
+        GPU_VGPU,
+        GPU_VGPU,
         "",
         (
             Field("mode_last", 'LAST("virtualization_mode")', "LAST"),
@@ -171,7 +181,7 @@ ROLLUPS += (
 # (gpuagent.compare.rollup_rules) are generated from ROLLUPS, and PromQL keeps its own percentile.
 HIST_W = 20
 HIST_TOP_W = 1600
-HIST_MEASUREMENT = "gpu_power_hist"
+HIST_MEASUREMENT = GPU_POWER_HIST
 
 
 def hist_field(lo: int | None) -> str:
@@ -181,7 +191,7 @@ def hist_field(lo: int | None) -> str:
 HISTOGRAM = tuple(
     Rollup(
         f"{HIST_MEASUREMENT}_{hist_field(lo)}",
-        "gpu_power",
+        GPU_POWER,
         f'"power_w" >= {lo} AND "power_w" < {lo + HIST_W}' if lo is not None else f'"power_w" >= {HIST_TOP_W}',
         (Field(hist_field(lo), 'COUNT("power_w")', "SUM"),),
         into=HIST_MEASUREMENT,
@@ -192,14 +202,14 @@ HISTOGRAM = tuple(
 # Per GPU and bucket, the minutes with a verdict (1 per minute, summed by the 1h level): an hour
 # of one verdict in every minute then counts whole without reading its minutes (health_gpu_hours).
 HEALTH_MINUTES = Rollup(
-    "gpu_health_minutes", "gpu_health", "", (Field("minutes", 'COUNT("verdict") / COUNT("verdict")', "SUM"),)
+    "gpu_health_minutes", GPU_HEALTH, "", (Field("minutes", 'COUNT("verdict") / COUNT("verdict")', "SUM"),)
 )
 # Power per host and model (few series: a host's GPUs in one): the power series of --by model|host.
-POWER_BY_HOST = Rollup("gpu_power_host", "gpu_power", "", _sum_count("power", "power_w"), tags=("host", "model"))
+POWER_BY_HOST = Rollup("gpu_power_host", GPU_POWER, "", _sum_count("power", "power_w"), tags=("host", "model"))
 # The P2P tallies per GPU, its peers in one (the per-pair rollups above hold 7 series per GPU of 8).
 GPU_ONLY = ("host", "uuid", "model", "gpu")
 P2P_BY_GPU = tuple(
-    Rollup(f"{r.name}_gpu", r.source, r.where, r.fields, tags=GPU_ONLY) for r in ROLLUPS if r.source == "gpu_p2p"
+    Rollup(f"{r.name}_gpu", r.source, r.where, r.fields, tags=GPU_ONLY) for r in ROLLUPS if r.source == GPU_P2P
 )
 # The group figures of --by model|host (clocks, throttle shares, memory, DRAM, power) per host and
 # model: a series per host instead of one per GPU (InfluxDB 1.x pays per series and value read).
@@ -207,11 +217,11 @@ BY_HOST = ("host", "model")
 GROUPS_BY_HOST = tuple(
     Rollup(f"{r.name}_by_host", r.source, r.where, r.fields, tags=BY_HOST)
     for r in ROLLUPS
-    if r.name in ("gpu_clocks", "gpu_memory", "gpu_memory_gpm") or r.name.startswith("gpu_clocks_")
+    if r.name in (GPU_CLOCKS, GPU_MEMORY, "gpu_memory_gpm") or r.name.startswith("gpu_clocks_")
 ) + (
     Rollup(
         "gpu_power_by_host",
-        "gpu_power",
+        GPU_POWER,
         "",
         (
             *_sum_count("power", "power_w"),
@@ -227,7 +237,7 @@ GROUPS_BY_HOST = tuple(
 CELLS = (
     Rollup(
         "gpu_cells_memory",
-        "gpu_memory",
+        GPU_MEMORY,
         "",
         (
             *_sum_count("util", "gpu_util_pct"),
@@ -240,7 +250,7 @@ CELLS = (
     # database set up before it adds its continuous query, the existing ones stay as they are.
     Rollup(
         "gpu_cells_gpm",
-        "gpu_memory",
+        GPU_MEMORY,
         "",
         (
             *_sum_count("sm_active", "sm_active_pct"),
@@ -252,14 +262,14 @@ CELLS = (
     ),
     Rollup(
         "gpu_cells_power",
-        "gpu_power",
+        GPU_POWER,
         "",
         (*_sum_count("power", "power_w"), Field("limit_max", 'MAX("enforced_power_limit_w")', "MAX")),
         tags=GPU_ONLY,
     ),
     Rollup(
         "gpu_cells_clocks",
-        "gpu_clocks",
+        GPU_CLOCKS,
         "",
         (*_sum_count("sm", "sm_clock_mhz"), Field("max_sm_max", 'MAX("max_sm_clock_mhz")', "MAX")),
         tags=GPU_ONLY,
@@ -267,7 +277,7 @@ CELLS = (
     *(
         Rollup(
             f"gpu_cells_clocks_{r}",
-            "gpu_clocks",
+            GPU_CLOCKS,
             f'"{r}" = true',
             (Field(f"{r}_n", 'COUNT("sm_clock_mhz")', "SUM"),),
             into="gpu_cells_clocks",
@@ -277,7 +287,7 @@ CELLS = (
     ),
     Rollup(
         "gpu_cells_pcie",
-        "gpu_pcie",
+        GPU_PCIE,
         "",
         (
             *_sum_count("tx", "tx_bytes_per_s"),
@@ -289,7 +299,7 @@ CELLS = (
     ),
     Rollup(
         "gpu_cells_nvlink",
-        "gpu_nvlink",
+        GPU_NVLINK,
         "",
         (
             *_sum_count("tx", "total_tx_bytes_per_sec"),
@@ -384,8 +394,6 @@ def backfill(
     (the 1h level reads what the 1m level wrote), in chunks of `chunk_s`; points written. `levels`:
     only those (the 1h level alone: hours from 1-minute rollups written some other way); `rollups`:
     only those (ones added since the history was rolled up)."""
-    from gpuagent.compare.progress import Progress
-
     _require(client)
     db, written = client.conn.database, 0
     # Every level from the coarsest level's bucket edge: its first bucket then reads whole finer buckets.
@@ -433,7 +441,7 @@ def _require(client: InfluxQL) -> None:
 
 
 def coverage(
-    client: InfluxQL, measurement: str = "gpu_power", field: str = "power_count"
+    client: InfluxQL, measurement: str = GPU_POWER, field: str = "power_count"
 ) -> dict[str, tuple[int, int] | None]:
     """Per level, [first bucket, last bucket + resolution) of a rollup (by one of its fields: gpu_power's
     power_count by default); None when empty or absent."""

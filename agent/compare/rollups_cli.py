@@ -8,13 +8,9 @@ into vmalert or Prometheus; with `--promql-url`, `backfill` replays them over hi
 
 from __future__ import annotations
 
-import json
-import time
-
 import click
 
-from gpuagent.errors import AgentError
-from gpuagent.units import parse_duration
+from gpuagent.commands.cli_options import influx_options
 
 
 def _connection_options(f):
@@ -25,9 +21,6 @@ def _connection_options(f):
         help="Longest wait for one query's answer (default: the config's, else 30s); a "
         "backfill of a large fleet may need longer, or a shorter --chunk.",
     )(f)
-    f = click.option("--password", default=None, envvar="INFLUX_PASSWORD", help="1.x password ($INFLUX_PASSWORD).")(f)
-    f = click.option("--username", default=None, help="1.x user (Basic auth), with --password.")(f)
-    f = click.option("--database", default=None, help="Database.")(f)
     f = click.option(
         "--promql-url",
         default=None,
@@ -35,83 +28,22 @@ def _connection_options(f):
         help="VictoriaMetrics (Prometheus query API) whose recording rules to backfill or "
         "report on, instead of InfluxDB.",
     )(f)
-    f = click.option("--url", default=None, help="InfluxDB 1.x URL (overrides the config).")(f)
-    f = click.option(
-        "-c",
-        "--config",
-        "config_path",
-        type=click.Path(dir_okay=False),
-        default=None,
-        help="Connection from its [sinks.influxdb] (default: $GPUAGENT_CONFIG or /etc/gpuagent/gpuagent.toml).",
-    )(f)
-    return f
-
-
-def _prom_client(config_path, promql_url, timeout=None):
-    import dataclasses
-
-    from gpuagent.compare.cli import _timeout
-    from gpuagent.compare.promql import PromQL, prom_connection_from
-
-    conn = prom_connection_from(config_path, promql_url)
-    wait = _timeout(timeout)
-    return PromQL(conn if wait is None else dataclasses.replace(conn, timeout=wait))
-
-
-def _client(config_path, url, database, username, password, timeout=None):
-    from gpuagent.compare.cli import _timeout
-    from gpuagent.compare.query import InfluxQL, connection_from
-
-    conn = connection_from(config_path, url, database, None, username, password)
-    wait = _timeout(timeout)
-    if wait is not None:
-        conn.timeout = wait
-    conn.retention_policy = ""  # the raw points: the database's default retention policy
-    return InfluxQL(conn)
+    return influx_options()(f)
 
 
 @click.group("rollups")
 def rollups() -> None:
-    """Rollups (1-minute and 1-hour) on InfluxDB 1.x that compare reads when they cover its range."""
+    """Rollups (1-minute and 1-hour) that compare reads where they cover its range: on InfluxDB 1.x,
+    or as recording rules on VictoriaMetrics or Prometheus (--promql-url)."""
 
 
 @rollups.command("init")
 @_connection_options
-def init(config_path, url, database, username, password, timeout, promql_url) -> None:
+def init(**options) -> None:
     """Create the retention policies and continuous queries (what exists is left as it is)."""
-    from gpuagent.compare import rollups as r
+    from gpuagent.compare import rollups_command  # the command boundary: the engines load here
 
-    if promql_url:
-        raise AgentError(
-            "over PromQL there is nothing to create: load deploy/rollups/gpuagent-rollups-influx.rules.yml "
-            "(line protocol) or -prometheus.rules.yml (/metrics) into vmalert or Prometheus, then "
-            "gpuagent rollups backfill --promql-url URL (docs/compare.md)"
-        )
-    client = _client(config_path, url, database, username, password, timeout)
-    try:
-        made = r.init(client)
-    finally:
-        client.close()
-    summary = _made_summary(made)
-    if summary:
-        click.echo(f"created {summary}")
-    click.echo(
-        f"{client.conn.label}: {len(made)} created, nothing else changed"
-        if made
-        else f"{client.conn.label}: rollups already set up, nothing changed"
-    )
-
-
-def _made_summary(made: list[str]) -> str:
-    """One line for what init created (not one per continuous query: 262 of them on a new database)."""
-    policies = [m.removeprefix("retention policy ") for m in made if m.startswith("retention policy ")]
-    queries = [m for m in made if m.startswith("continuous query ")]
-    parts = []
-    if policies:
-        parts.append(f"retention polic{'y' if len(policies) == 1 else 'ies'} {', '.join(policies)}")
-    if queries:
-        parts.append(f"{len(queries)} continuous quer{'y' if len(queries) == 1 else 'ies'}")
-    return " and ".join(parts)
+    rollups_command.init(**options)
 
 
 @rollups.command("backfill")
@@ -138,35 +70,12 @@ def _made_summary(made: list[str]) -> str:
     help="With --promql-url: the vmalert binary that replays the rules.",
 )
 @_connection_options
-def backfill(
-    since, chunk, write_url, vmalert, config_path, url, database, username, password, timeout, promql_url
-) -> None:
+def backfill(**options) -> None:
     """Roll up history already stored (the continuous queries' statements over the past; over PromQL,
     the recording rules replayed by vmalert for the buckets not recorded yet)."""
-    from gpuagent.compare import rollups as r
+    from gpuagent.compare import rollups_command  # the command boundary: the engines load here
 
-    try:
-        seconds, chunk_s = parse_duration(since), parse_duration(chunk)
-    except ValueError as exc:
-        raise AgentError(f"--since/--chunk: {exc}") from None
-    if seconds <= 0 or chunk_s < 60:
-        raise AgentError("--since must be more than 0 and --chunk at least 1m")
-    end = time.time_ns()
-    if promql_url:
-        from gpuagent.compare import promql_rollups
-
-        prom = _prom_client(config_path, promql_url, timeout)
-        stamps = promql_rollups.backfill(
-            prom, end - int(seconds * 1e9), end, write_url, vmalert, prom.conn.scheme, echo=click.echo
-        )
-        click.echo(f"replayed {stamps} bucket(s) of the recording rules")
-        return
-    client = _client(config_path, url, database, username, password, timeout)
-    try:
-        written = r.backfill(client, end - int(seconds * 1e9), end, int(chunk_s), echo=click.echo)
-    finally:
-        client.close()
-    click.echo(f"wrote {written} rollup points")
+    rollups_command.backfill(**options)
 
 
 @rollups.command("status")
@@ -179,40 +88,8 @@ def backfill(
     help="With --promql-url: how far back to look for recorded buckets.",
 )
 @_connection_options
-def status(as_json, since, config_path, url, database, username, password, timeout, promql_url) -> None:
+def status(**options) -> None:
     """What exists and how far each level reaches."""
-    from gpuagent.compare import rollups as r
+    from gpuagent.compare import rollups_command  # the command boundary: the engines load here
 
-    if promql_url:
-        from gpuagent.compare import promql_rollups
-
-        try:
-            seconds = parse_duration(since)
-        except ValueError as exc:
-            raise AgentError(f"--since: {exc}") from None
-        if seconds <= 0:
-            raise AgentError("--since must be more than 0")
-        doc = promql_rollups.status(_prom_client(config_path, promql_url, timeout), int(seconds * 1e9), time.time_ns())
-        if as_json:
-            click.echo(json.dumps(doc, indent=2))
-            return
-        for lv in doc["levels"]:
-            reach = f"{lv['from']} to {lv['to']}" if lv["from"] else "no points (gpuagent rollups backfill)"
-            click.echo(f"{lv['record']} ({lv['resolution_s']}s): {lv['series']} series, {reach}")
-        return
-    client = _client(config_path, url, database, username, password, timeout)
-    try:
-        doc = r.status(client)
-    finally:
-        client.close()
-    if as_json:
-        click.echo(json.dumps(doc, indent=2))
-        return
-    for lv in doc["levels"]:
-        reach = f"{lv['from']} to {lv['to']}" if lv["from"] else "no points"
-        state = (
-            f"{lv['continuous_queries']}/{lv['continuous_queries_expected']} continuous queries, {reach}"
-            if lv["exists"]
-            else "absent (gpuagent rollups init)"
-        )
-        click.echo(f"{lv['retention_policy']} ({lv['resolution_s']}s): {state}")
+    rollups_command.status(**options)

@@ -32,12 +32,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from gpuagent.compare import figures
 from gpuagent.compare import limits as lim
 from gpuagent.compare import where as where_rule
+from gpuagent.compare.core import NoData, Range, bucket_seconds, report_document, rfc3339
 from gpuagent.compare.placement import placement
 from gpuagent.compare.prices import Prices
-from gpuagent.compare.report import NoData, Range, bucket_seconds, report_document, rfc3339
+from gpuagent.compare.promql import PromNames
 from gpuagent.compare.sharing import cut_absences, share_gpus
+from gpuagent.schema.measurements import GPU_CLOCKS, GPU_MEMORY, GPU_NVLINK, GPU_PCIE, GPU_POWER, GPU_WORK
 
 GPU = ("host", "uuid")
 # The clock-event reasons the limits weigh (power: the first two; thermal: the others).
@@ -52,40 +55,13 @@ WORK_GROUPS = {
     "job": ("slurm_job_id",),
 }
 GPU_GROUPINGS = ("model", "host", "gpu")  # every GPU's time counts, idle included
-_PLAIN_UUID = re.compile(r"[A-Za-z0-9-]+")
+PLAIN_UUID = re.compile(r"[A-Za-z0-9-]+")
 MAX_UUID_FILTER = 2_000  # characters of uuid=~"a|b|..." in one energy query (asked 4 times in it)
 CELLS_TARGET = 50_000  # GPU × bucket cells of the limits at most (each bucket at least a step)
 WORKERS = 4
 ABSENT_INTERVALS = 3  # a series absent this many of its mean sampling intervals (or more) was not working
 
-WORK_DEFINITIONS = {
-    "work.units": "per work series (a piece of work on one GPU), the increase of units_total from its first "
-    "to its last sample in the range (a decrease is a restart: that interval adds the new value), / gpus; summed",
-    "work.gpu_hours": "per work series, its last - first sample time less its absences (runs of the limits' buckets "
-    "without a sample, 3 or more of its mean sampling intervals long) × its gpu_share (a MIG slice's share of the GPU; "
-    "absent: 1), shared with the other work on its GPU at the same time (by the pieces' mean sm_util_pct where "
-    "each has one, evenly otherwise); summed (a piece of work on N GPUs "
-    "counts N)",
-    "work.units_per_gpu_hour": "units / gpu_hours",
-    "work.wh_per_unit": "energy / units, the energy per work series being the GPU's energy_j increase "
-    "(non-negative steps) between the series' first and last sample (less its absences) × its gpu_share and its "
-    "part of a shared GPU: exactly its GPUs (or MIG slices' shares of them) over exactly its time; null where a "
-    "GPU has no energy_j",
-    "work.cost_per_million_units": "1e6 × cost / units; cost per work series = gpu_hours × [compare.prices] "
-    "gpu_hour of its model (else default) + energy kWh × pue × kwh; null without prices, for a model without a "
-    "GPU-hour price (unpriced) and where kwh is priced but a GPU has no energy_j",
-    "work.spread": "units_per_gpu_hour of each GPU of the group: min, max and the number of GPUs",
-    "limits": "share of the group's GPU-hours in each class, bucket by bucket per GPU (docs/compare.md, "
-    "'What limits the work'); limits_proxy: the class was reached through a proxy field in some bucket",
-    "unpriced": "the work's models without a GPU-hour price in [compare.prices] (no default): their cost, "
-    "cost_per_million_units and units_per_dollar are null, never priced at energy only",
-    "placement": "per workload and unit seen on two or more priced models: the cheapest model per unit at the "
-    "measured rates; saving = sum of the models' cost of their units - all the units × the cheapest's cost per unit "
-    "(saving_pct: over the first), with each model's units and GPU-hours and caveats",
-    "cross_model": "per workload and unit seen on two or more models, per model: units/s per GPU (units / "
-    "GPU-seconds), units/s per kW drawn (units / kJ, the same thing) and units per $ (units / cost), each with "
-    "its _best_pct (the figure / the best model's × 100), the GPU-hours behind it and its spread across GPUs",
-}
+WORK_DEFINITIONS = figures.WORK_DEFINITIONS
 
 
 @dataclass
@@ -259,21 +235,21 @@ def build_work(source, rng: Range, by: str, prices: Prices, where: str | None) -
             allocated, hours = mark if isinstance(mark, tuple) else (True, mark)
             cell = lim.Cell(**{**cell.__dict__, "allocated": allocated})
             weighted.append((cell, hours))
-        g["limits"], g["limits_proxy"] = lim.shares(weighted)
-        g["limits_gpu_hours"] = sum(w for _, w in weighted)
+        g[figures.LIMITS], g[figures.LIMITS_PROXY] = lim.shares(weighted)
+        g[figures.LIMITS_GPU_HOURS] = sum(w for _, w in weighted)
         g["models"] = sorted(g.pop("_models"))
         g["hosts"] = sorted(g.pop("_hosts"))
         g["gpus"] = len(g.pop("_gpus"))
-        g["work"] = {unit: _unit_figures(u, prices) for unit, u in sorted(per_unit.get(key, {}).items())}
+        g[figures.WORK] = {unit: _unit_figures(u, prices) for unit, u in sorted(per_unit.get(key, {}).items())}
         if by == "gpu":
             g["label"] = f"{key[0]}/{key[1]}"
     source_doc = {**source.describe(), "limits_bucket_s": bucket}
     doc = report_document(rng, by, where, source_doc, WORK_DEFINITIONS, groups)
     doc["prices"] = prices.as_dict() if prices.any else None
-    doc["unpriced"] = unpriced_models(series, prices) if prices.any else None
-    doc["cross_model"] = cross_model(series, energies, prices, metered)
+    doc[figures.UNPRICED] = unpriced_models(series, prices) if prices.any else None
+    doc[figures.CROSS_MODEL] = cross_model(series, energies, prices, metered)
     if by in ("workload", "model,workload"):
-        doc["placement"] = placement(doc)
+        doc[figures.PLACEMENT] = placement(doc)
     return doc
 
 
@@ -318,20 +294,10 @@ def unpriced_models(series: list[WorkSeries], prices: Prices) -> list[str]:
 
 
 def _unit_figures(u: dict, prices: Prices) -> dict[str, Any]:
-    units, hours = u["units"], u["seconds"] / 3600
-    wh = u["joules"] / 3600 if u["metered"] else None
     rates = [a / (b / 3600) for a, b in u["per_gpu"].values() if b > 0]
     priced = u["priced"] and prices.any
-    return {
-        "units": units,
-        "gpu_hours": hours,
-        "energy_wh": wh,
-        "units_per_gpu_hour": units / hours if hours > 0 else None,
-        "wh_per_unit": wh / units if wh is not None and units > 0 else None,
-        "cost": u["cost"] if priced else None,
-        "cost_per_million_units": 1e6 * u["cost"] / units if priced and units > 0 else None,
-        "spread": {"gpus": len(rates), "min": min(rates), "max": max(rates)} if rates else None,
-    }
+    joules = u["joules"] if u["metered"] else None
+    return figures.unit_figures(u["units"], u["seconds"], joules, u["cost"] if priced else None, rates)
 
 
 def cross_model(series: list[WorkSeries], energies: dict, prices: Prices, metered: set) -> list[dict[str, Any]]:
@@ -354,8 +320,8 @@ def cross_model(series: list[WorkSeries], energies: dict, prices: Prices, metere
                 {
                     "model": model,
                     "gpus": len(m["per_gpu"]),
-                    "gpu_hours": m["seconds"] / 3600,
-                    "units": m["units"],
+                    figures.WORK_GPU_HOURS: m["seconds"] / 3600,
+                    figures.UNITS: m["units"],
                     "units_per_s_per_gpu": m["units"] / m["seconds"] if m["seconds"] > 0 else None,
                     # units/s per kW of draw = units / kJ: the same figure, per joule scaled
                     "units_per_s_per_kw": 1000 * m["units"] / m["joules"] if m["metered"] and m["joules"] > 0 else None,
@@ -408,9 +374,9 @@ class InfluxWork:
         return self._metered
 
     def series_exist(self) -> bool:
-        return bool(self.client.rows(f'SELECT FIRST("units_total") FROM "gpu_work" WHERE {self._w()}'))
+        return bool(self.client.rows(f'SELECT FIRST("units_total") FROM "{GPU_WORK}" WHERE {self._where_clause()}'))
 
-    def _w(self, work: bool = True) -> str:
+    def _where_clause(self, work: bool = True) -> str:
         parts = [self.range.clause()]
         if self.where and (work or self.gpu_where):
             parts.append(f"({self.where})")
@@ -418,7 +384,7 @@ class InfluxWork:
 
     def series(self) -> list[WorkSeries]:
         by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
-        base = f'FROM "gpu_work" WHERE {self._w()} GROUP BY {by}'
+        base = f'FROM "{GPU_WORK}" WHERE {self._where_clause()} GROUP BY {by}'
         diffs = f'SELECT NON_NEGATIVE_DIFFERENCE("units_total") AS d {base}'
         steps = f'SELECT DIFFERENCE("units_total") AS d {base}'
         queries = (
@@ -429,7 +395,7 @@ class InfluxWork:
             f"SELECT SUM(d) FROM ({diffs}) WHERE {self.range.clause()} GROUP BY {by}",
             f"SELECT d FROM ({steps}) WHERE {self.range.clause()} AND d < 0 GROUP BY {by}",
             # The GPUs, and which have an energy counter (two selectors: one scan, the time unused).
-            f'SELECT LAST("power_w") AS p, LAST("energy_j") AS e FROM "gpu_power" WHERE {self._w(work=False)} '
+            f'SELECT LAST("power_w") AS p, LAST("energy_j") AS e FROM "{GPU_POWER}" WHERE {self._where_clause(work=False)} '
             'GROUP BY "host", "uuid"',
             f'SELECT COUNT("units_total") AS n, MEAN("sm_util_pct") AS sm {base}',
         )
@@ -468,9 +434,7 @@ class InfluxWork:
         if not series:
             return {}
         by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
-        inner = (
-            f'SELECT COUNT("units_total") AS c FROM "gpu_work" WHERE {self._w()} GROUP BY {by}, time({bucket}s) fill(0)'
-        )
+        inner = f'SELECT COUNT("units_total") AS c FROM "{GPU_WORK}" WHERE {self._where_clause()} GROUP BY {by}, time({bucket}s) fill(0)'
         out: dict[tuple, set] = defaultdict(set)
         for r in self.client.rows(f"SELECT c FROM ({inner}) WHERE {self.range.clause()} AND c = 0 GROUP BY {by}"):
             out[tuple(r.get(t) or "" for t in SERIES_TAGS)].add(r["time"])
@@ -486,7 +450,7 @@ class InfluxWork:
         by = ", ".join(f'"{t}"' for t in SERIES_TAGS)
         for i in range(0, len(times), 50):
             at = " OR ".join(f"time = {t}" for t in times[i : i + 50])
-            q = f'SELECT "units_total" FROM "gpu_work" WHERE {self._w()} AND ({at}) GROUP BY {by}'
+            q = f'SELECT "units_total" FROM "{GPU_WORK}" WHERE {self._where_clause()} AND ({at}) GROUP BY {by}'
             for r in self.client.rows(q):
                 k = tuple(r.get(t) or "" for t in SERIES_TAGS)
                 if (k, r["time"]) in wanted:
@@ -495,11 +459,11 @@ class InfluxWork:
 
     def energy(self, t0_ns: int, t1_ns: int, gpus=None) -> dict[tuple, float]:
         window = f"time >= {t0_ns} AND time <= {t1_ns}"
-        if gpus and len(gpus) <= 48 and all(_PLAIN_UUID.fullmatch(u) for _, u in gpus):
+        if gpus and len(gpus) <= 48 and all(PLAIN_UUID.fullmatch(u) for _, u in gpus):
             # A span few GPUs worked over (a host's work started on its own): read only theirs.
             window += " AND (" + " OR ".join(f"\"uuid\" = '{u}'" for u in sorted({u for _, u in gpus})) + ")"
         inner = (
-            f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "gpu_power" WHERE {window} GROUP BY "host", "uuid"'
+            f'SELECT NON_NEGATIVE_DIFFERENCE("energy_j") AS d FROM "{GPU_POWER}" WHERE {window} GROUP BY "host", "uuid"'
         )
         rows = self.client.rows(f'SELECT SUM(d) FROM ({inner}) WHERE {window} GROUP BY "host", "uuid"')
         return {(r["host"], r["uuid"]): r["sum"] or 0.0 for r in rows}
@@ -519,7 +483,9 @@ class InfluxWork:
         out = set()
         for at, lo, hi in edge_windows(self.range, bucket):
             w = f"time >= {lo} AND time < {hi}" + (f" AND ({self.where})" if self.where else "")
-            for r in self.client.rows(f'SELECT COUNT("units_total") FROM "gpu_work" WHERE {w} GROUP BY "host", "uuid"'):
+            for r in self.client.rows(
+                f'SELECT COUNT("units_total") FROM "{GPU_WORK}" WHERE {w} GROUP BY "host", "uuid"'
+            ):
                 out.add(((r.get("host") or "", r.get("uuid") or ""), at))
         return out
 
@@ -535,19 +501,19 @@ class InfluxWork:
             "mem": f'SELECT MEAN("gpu_util_pct") AS util, MEAN("memory_util_pct") AS mem_busy, '
             f'MEAN("dram_bw_util_pct") AS dram_bw, MEAN("sm_active_pct") AS sm_active, '
             f'MEAN("tensor_active_pct") AS tensor_active, MEAN("sm_occupancy_pct") AS occupancy '
-            f'FROM "gpu_memory" WHERE {w} {tail}',
+            f'FROM "{GPU_MEMORY}" WHERE {w} {tail}',
             "power": f'SELECT MEAN("power_w") AS power_w, MAX("enforced_power_limit_w") AS power_limit_w '
-            f'FROM "gpu_power" WHERE {w} {tail}',
+            f'FROM "{GPU_POWER}" WHERE {w} {tail}',
             "clocks": f'SELECT MEAN("sm_clock_mhz") AS sm_clock, MAX("max_sm_clock_mhz") AS max_sm_clock, '
-            f'COUNT("sm_clock_mhz") AS n FROM "gpu_clocks" WHERE {w} {tail}',
+            f'COUNT("sm_clock_mhz") AS n FROM "{GPU_CLOCKS}" WHERE {w} {tail}',
             "pcie": f'SELECT MEAN("tx_bytes_per_s") AS tx, MEAN("rx_bytes_per_s") AS rx, MAX("link_gen") AS link_gen, '
-            f'MAX("link_width") AS link_width FROM "gpu_pcie" WHERE {w} {tail}',
+            f'MAX("link_width") AS link_width FROM "{GPU_PCIE}" WHERE {w} {tail}',
             "nvlink": f'SELECT MEAN("total_tx_bytes_per_sec") AS tx, MEAN("total_rx_bytes_per_sec") AS rx, '
-            f'MAX("links_active") AS links, MAX("version") AS version FROM "gpu_nvlink" WHERE {w} {tail}',
-            "model": f'SELECT LAST("power_w") FROM "gpu_power" WHERE {w} GROUP BY "host", "uuid", "model"',
+            f'MAX("links_active") AS links, MAX("version") AS version FROM "{GPU_NVLINK}" WHERE {w} {tail}',
+            "model": f'SELECT LAST("power_w") FROM "{GPU_POWER}" WHERE {w} GROUP BY "host", "uuid", "model"',
         }
         for reason in CELL_REASONS:
-            q[reason] = f'SELECT COUNT("sm_clock_mhz") AS n FROM "gpu_clocks" WHERE {w} AND "{reason}" = true {tail}'
+            q[reason] = f'SELECT COUNT("sm_clock_mhz") AS n FROM "{GPU_CLOCKS}" WHERE {w} AND "{reason}" = true {tail}'
         names = list(q)
         with ThreadPoolExecutor(WORKERS) as pool:
             return dict(zip(names, pool.map(self.client.rows, (q[n] for n in names)), strict=True))
@@ -605,9 +571,7 @@ class PromWork:
     """The same rows over the Prometheus API; names and --where as gpuagent.compare.promql_report."""
 
     def __init__(self, client, rng: Range, where: str | None, gpu_where: bool):
-        from gpuagent.compare.promql_report import PromReport
-
-        self.names = PromReport(client, rng, by="model", where=where)  # its names, matchers and window
+        self.names = PromNames(client, rng, where)  # the report's names, matchers and window
         self.client, self.range = client, rng
         self.gpu_where = gpu_where
         self.label = client.conn.label
@@ -637,13 +601,13 @@ class PromWork:
     def _ready(self) -> None:
         if not self.client.engine:
             self.client.detect_engine(self.names.at)
-        self.names._detect_scheme()
+        self.names.detect_scheme()
 
     def series_exist(self) -> bool:
         self._ready()
         n = self.names
         found = self.client.query(
-            f"count(count_over_time({self._sel('gpu_work', 'units_total')}[{n.window}]))",
+            f"count(count_over_time({self._sel(GPU_WORK, 'units_total')}[{n.window}]))",
             n.at,
             "work: any gpu_work series",
         )
@@ -656,7 +620,8 @@ class PromWork:
         # Prometheus: last - first where the counter did not restart; increase() (extrapolated) where it did
         return f"(max_over_time({r}) - min_over_time({r})) and (resets({r}) == 0) or increase({r})"
 
-    def _t(self, fn: str, sel: str, window: str) -> str:
+    def _sample_time(self, fn: str, sel: str, window: str) -> str:
+        """The time of each series' first or last (`fn`) sample in the window."""
         if self.client.engine == "victoriametrics":
             return f"t{fn}_over_time({sel}[{window}])"
         span_ms = (self.range.end_ns - self.range.start_ns) // 1_000_000
@@ -666,8 +631,8 @@ class PromWork:
     def series(self) -> list[WorkSeries]:
         self._ready()
         n = self.names
-        u, g = self._sel("gpu_work", "units_total"), self._sel("gpu_work", "gpus")
-        sh = self._sel("gpu_work", "gpu_share")
+        u, g = self._sel(GPU_WORK, "units_total"), self._sel(GPU_WORK, "gpus")
+        sh = self._sel(GPU_WORK, "gpu_share")
         r = f"{u}[{n.window}]"
         by = ", ".join(SERIES_TAGS)
         # A counter that restarted: MetricsQL's increase_prometheus() adds up the steps inside the window
@@ -675,26 +640,26 @@ class PromWork:
         inc = f"sum by ({by}) ({self._increase(r)})"
         calls = [
             (inc, n.at, "work: the increase of each work counter"),
-            (f"min by ({by}) ({self._t('first', u, n.window)})", n.at, "work: first samples"),
-            (f"max by ({by}) ({self._t('last', u, n.window)})", n.at, "work: last samples"),
+            (f"min by ({by}) ({self._sample_time('first', u, n.window)})", n.at, "work: first samples"),
+            (f"max by ({by}) ({self._sample_time('last', u, n.window)})", n.at, "work: last samples"),
             (f"max by ({by}) (last_over_time({g}[{n.window}]))", n.at, "work: GPUs per piece of work"),
             (f"max by ({by}) (last_over_time({sh}[{n.window}]))", n.at, "work: MIG slices' shares of their GPU"),
             (
-                f"group by (host, uuid, model) (count_over_time({self._sel('gpu_power', 'power_w', False)}[{n.window}]))",
+                f"group by (host, uuid, model) (count_over_time({self._sel(GPU_POWER, 'power_w', False)}[{n.window}]))",
                 n.at,
                 "work: the GPUs and their models",
             ),
             (
-                f"group by (host, uuid) (count_over_time({self._sel('gpu_power', 'energy_j', False)}[{n.window}]))",
+                f"group by (host, uuid) (count_over_time({self._sel(GPU_POWER, 'energy_j', False)}[{n.window}]))",
                 n.at,
                 "work: the GPUs with an energy counter",
             ),
             (f"max by ({by}) (count_over_time({r}))", n.at, "work: the samples of each work series"),
             (
                 self._scaled(
-                    "gpu_work",
+                    GPU_WORK,
                     "sm_util_pct",
-                    f"max by ({by}) (avg_over_time({self._sel('gpu_work', 'sm_util_pct')}[{n.window}]))",
+                    f"max by ({by}) (avg_over_time({self._sel(GPU_WORK, 'sm_util_pct')}[{n.window}]))",
                 ),
                 n.at,
                 "work: the SM share of each work series",
@@ -740,7 +705,7 @@ class PromWork:
         if not series:
             return {}
         by = ", ".join(SERIES_TAGS)
-        u = self._sel("gpu_work", "units_total")
+        u = self._sel(GPU_WORK, "units_total")
         span = f"{(self.range.end_ns - self.range.start_ns) // 1_000_000 + bucket * 1000}ms"
         expr = f"max by ({by}) ((count_over_time({u}[{bucket}s]) or on ({by}) (0 * last_over_time({u}[{span}]))) == 0)"
         first = self.range.start_ns / 1e9 // bucket * bucket
@@ -756,15 +721,15 @@ class PromWork:
     def energy(self, t0_ns: int, t1_ns: int, gpus=None) -> dict[tuple, float]:
         # [w] at t1 covers (t1 - w, t1]: 1 ms more than the span takes in the sample at t0.
         w = f"{(t1_ns - t0_ns) // 1_000_000 + 1}ms"
-        sel = self._sel("gpu_power", "energy_j", False)
-        plain = gpus and all(_PLAIN_UUID.fullmatch(u) for _, u in gpus)  # no regex or string escape needed
+        sel = self._sel(GPU_POWER, "energy_j", False)
+        plain = gpus and all(PLAIN_UUID.fullmatch(u) for _, u in gpus)  # no regex or string escape needed
         uuids = "|".join(sorted({u for _, u in gpus})) if plain and len(gpus) < self._gpu_count else ""
         # Only the GPUs that worked over this span, while the list keeps the query short (VictoriaMetrics
         # refuses queries over 16 KiB by default); else every GPU's, and the others are not read.
         if uuids and len(uuids) <= MAX_UUID_FILTER:
             sel = sel[:-1] + f',uuid=~"{uuids}"}}' if sel.endswith("}") else f'{sel}{{uuid=~"{uuids}"}}'
         e = f"{sel}[{w}]"
-        expr = self._scaled("gpu_power", "energy_j", f"sum by (host, uuid) ({self._increase(e)})")
+        expr = self._scaled(GPU_POWER, "energy_j", f"sum by (host, uuid) ({self._increase(e)})")
         rows = self.client.query(expr, t1_ns / 1e9, "work: energy of the GPUs over the work's time")
         return {(r["metric"].get("host", ""), r["metric"].get("uuid", "")): _finite(r["value"][1]) or 0.0 for r in rows}
 
@@ -785,7 +750,7 @@ class PromWork:
     def edge_work(self, bucket: int) -> set[tuple]:
         """As InfluxWork's: [w] at `hi` - 1 ms covers [lo, hi) at the millisecond resolution of both engines."""
         out = set()
-        sel = self._sel("gpu_work", "units_total")
+        sel = self._sel(GPU_WORK, "units_total")
         for at, lo, hi in edge_windows(self.range, bucket):
             if hi - lo < 1_000_000:
                 continue  # under a millisecond: no sample of either engine's resolution
@@ -813,44 +778,44 @@ class PromWork:
         def tag(name: str, expr: str) -> str:
             return f'label_replace({expr}, "gpuagent_field", "{name}", "", "")'
 
-        gen = avg("gpu_pcie", "link_gen", "max_over_time")
+        gen = avg(GPU_PCIE, "link_gen", "max_over_time")
         # 0.25 × 2^(gen-1) GB/s per lane and direction for Gen 1-2, 0.985 × 2^(gen-3) from Gen 3 (limits.py)
         lane = (
             f"(0.25 * 2 ^ ({gen} - 1) * ({gen} < bool 3) + {8 * 128 / 130 / 8!r} * 2 ^ ({gen} - 3) * ({gen} >= bool 3))"
         )
         pcie = (
-            f"({avg('gpu_pcie', 'tx_bytes_per_s')} + {avg('gpu_pcie', 'rx_bytes_per_s')}) / "
-            f"(2 * 1e9 * {lane} * {avg('gpu_pcie', 'link_width', 'max_over_time')})"
+            f"({avg(GPU_PCIE, 'tx_bytes_per_s')} + {avg(GPU_PCIE, 'rx_bytes_per_s')}) / "
+            f"(2 * 1e9 * {lane} * {avg(GPU_PCIE, 'link_width', 'max_over_time')})"
         )
-        version = avg("gpu_nvlink", "version", "max_over_time")
+        version = avg(GPU_NVLINK, "version", "max_over_time")
         # GB/s per link and direction by NVML's version enum (limits.NVLINK_GBPS; none known: 0, an infinite ratio, dropped)
         per_link = " + ".join(f"{gbps!r} * ({version} == bool {v})" for v, gbps in sorted(lim.NVLINK_GBPS.items()))
         nvlink = (
-            f"({avg('gpu_nvlink', 'total_tx_bytes_per_sec')} + {avg('gpu_nvlink', 'total_rx_bytes_per_sec')}) / "
-            f"(2 * 1e9 * ({per_link}) * {avg('gpu_nvlink', 'links_active', 'max_over_time')})"
+            f"({avg(GPU_NVLINK, 'total_tx_bytes_per_sec')} + {avg(GPU_NVLINK, 'total_rx_bytes_per_sec')}) / "
+            f"(2 * 1e9 * ({per_link}) * {avg(GPU_NVLINK, 'links_active', 'max_over_time')})"
         )
         parts = [
             [
-                tag("util", avg("gpu_memory", "gpu_util_pct")),
-                tag("mem_busy", avg("gpu_memory", "memory_util_pct")),
-                tag("dram_bw", avg("gpu_memory", "dram_bw_util_pct")),
-                tag("sm_active", avg("gpu_memory", "sm_active_pct")),
-                tag("tensor_active", avg("gpu_memory", "tensor_active_pct")),
-                tag("occupancy", avg("gpu_memory", "sm_occupancy_pct")),
+                tag("util", avg(GPU_MEMORY, "gpu_util_pct")),
+                tag("mem_busy", avg(GPU_MEMORY, "memory_util_pct")),
+                tag("dram_bw", avg(GPU_MEMORY, "dram_bw_util_pct")),
+                tag("sm_active", avg(GPU_MEMORY, "sm_active_pct")),
+                tag("tensor_active", avg(GPU_MEMORY, "tensor_active_pct")),
+                tag("occupancy", avg(GPU_MEMORY, "sm_occupancy_pct")),
             ],
             [
                 tag(
                     "power_ratio",
-                    f"{avg('gpu_power', 'power_w')} / {avg('gpu_power', 'enforced_power_limit_w', 'max_over_time')}",
+                    f"{avg(GPU_POWER, 'power_w')} / {avg(GPU_POWER, 'enforced_power_limit_w', 'max_over_time')}",
                 ),
                 tag(
                     "clock_ratio",
-                    f"{avg('gpu_clocks', 'sm_clock_mhz')} / {avg('gpu_clocks', 'max_sm_clock_mhz', 'max_over_time')}",
+                    f"{avg(GPU_CLOCKS, 'sm_clock_mhz')} / {avg(GPU_CLOCKS, 'max_sm_clock_mhz', 'max_over_time')}",
                 ),
             ],
             [
-                tag("power_reason", either("gpu_clocks", "sw_power_cap", "hw_power_brake_slowdown")),
-                tag("thermal_reason", either("gpu_clocks", "sw_thermal_slowdown", "hw_thermal_slowdown")),
+                tag("power_reason", either(GPU_CLOCKS, "sw_power_cap", "hw_power_brake_slowdown")),
+                tag("thermal_reason", either(GPU_CLOCKS, "sw_thermal_slowdown", "hw_thermal_slowdown")),
             ],
             [tag("pcie_ratio", pcie), tag("nvlink_ratio", nvlink)],
         ]
@@ -887,14 +852,16 @@ def work_section(source, rng: Range, by: str, prices: Prices, where: str | None,
     work source, idle cannot be told from unknown)."""
     if not source.series_exist():
         for fields in shadow.values():
-            fields.update(work={}, limits=None, limits_proxy=None)
+            fields.update({figures.WORK: {}, figures.LIMITS: None, figures.LIMITS_PROXY: None})
         return
     doc = build_work(source, rng, by, prices, where)
     found = {tuple(g["key"][t] for t in WORK_GROUPS[by]): g for g in doc["groups"]}
     for gkey, fields in shadow.items():
         g = found.get(gkey)
         fields.update(
-            work=g["work"] if g else {},
-            limits=g["limits"] if g else None,
-            limits_proxy=g["limits_proxy"] if g else None,
+            {
+                figures.WORK: g[figures.WORK] if g else {},
+                figures.LIMITS: g[figures.LIMITS] if g else None,
+                figures.LIMITS_PROXY: g[figures.LIMITS_PROXY] if g else None,
+            }
         )

@@ -8,10 +8,11 @@ import io
 import json
 from typing import Any
 
+from gpuagent.compare import figures, tables
 from gpuagent.compare.limits import CLASSES
 
 
-def _n(value, digits: int = 2) -> str:
+def work_number(value, digits: int = 2) -> str:
     if value is None:
         return "-"
     if abs(value) and abs(value) < 10**-digits:
@@ -23,15 +24,21 @@ def rows(doc: dict) -> list[dict[str, Any]]:
     """One row per (group, unit): the figures every format shows."""
     out = []
     for g in doc["groups"]:
-        units = g["work"] or {"": None}
+        units = g[figures.WORK] or {"": None}
         for unit, w in units.items():
             row = {"group": g["label"], "models": ", ".join(g["models"]), "gpus": g["gpus"], "unit": unit}
-            for k in ("units", "gpu_hours", "units_per_gpu_hour", "wh_per_unit", "cost_per_million_units"):
+            for k in (
+                figures.UNITS,
+                figures.WORK_GPU_HOURS,
+                figures.UNITS_PER_GPU_HOUR,
+                figures.WH_PER_UNIT,
+                figures.COST_PER_MILLION,
+            ):
                 row[k] = w.get(k) if w else None
             row["spread"] = w.get("spread") if w else None
             for c in CLASSES:
-                row[f"limits_{c}_pct"] = g["limits"].get(c)
-                row[f"limits_{c}_proxy"] = g["limits_proxy"].get(c)
+                row[f"limits_{c}_pct"] = g[figures.LIMITS].get(c)
+                row[f"limits_{c}_proxy"] = g[figures.LIMITS_PROXY].get(c)
             out.append(row)
     return out
 
@@ -80,7 +87,7 @@ def _spread_text(spread: dict | None, digits: int = 0) -> str:
 
 
 def _cells(r: dict, terminal: bool = False) -> list[str]:
-    wh = r["wh_per_unit"]
+    wh = r[figures.WH_PER_UNIT]
     spread = r["spread"]
     if terminal:
         spread_text = _spread_text(spread)
@@ -90,11 +97,11 @@ def _cells(r: dict, terminal: bool = False) -> list[str]:
         _short(r["group"]) if terminal else r["group"],
         r["unit"] or "-",
         str(r["gpus"]),
-        _n(r["units"], 0),
-        _hours(r["gpu_hours"]) if terminal else _n(r["gpu_hours"]),
-        _n(r["units_per_gpu_hour"], 1),
-        _n(wh * 1000 if wh is not None else None, 3),
-        _n(r["cost_per_million_units"], 3),
+        work_number(r[figures.UNITS], 0),
+        hours_text(r[figures.WORK_GPU_HOURS]) if terminal else work_number(r[figures.WORK_GPU_HOURS]),
+        work_number(r[figures.UNITS_PER_GPU_HOUR], 1),
+        work_number(wh * 1000 if wh is not None else None, 3),
+        work_number(r[figures.COST_PER_MILLION], 3),
         spread_text,
         _limits_text(r),
     ]
@@ -105,13 +112,13 @@ def _short(label: str) -> str:
     return label.replace("NVIDIA ", "")
 
 
-def _hours(hours: float | None) -> str:
+def hours_text(hours: float | None) -> str:
     """GPU-hours; under one, minutes (0.0 GPU-hours says nothing of a short range)."""
     if hours is None:
         return "-"
     if hours < 1:
         return f"{hours * 60:.1f} GPU-min"
-    return _n(hours)
+    return work_number(hours)
 
 
 def _pct(value: float | None, best: bool) -> str:
@@ -124,9 +131,9 @@ def _pct(value: float | None, best: bool) -> str:
     return f"{text}%"
 
 
-def _cross_rows(doc: dict, terminal: bool = False) -> list[list[str]]:
+def cross_rows(doc: dict, terminal: bool = False) -> list[list[str]]:
     out = []
-    for c in doc.get("cross_model") or []:
+    for c in doc.get(figures.CROSS_MODEL) or []:
         for m in c["models"]:
             spread = m["spread_units_per_s_per_gpu"]
 
@@ -135,7 +142,7 @@ def _cross_rows(doc: dict, terminal: bool = False) -> list[list[str]]:
                 if value is None:
                     return "-"
                 best = max(x[figure] for x in c["models"] if x[figure] is not None)
-                return f"{_n(value, digits)} ({_pct(m[f'{figure}_best_pct'], value == best)})"
+                return f"{work_number(value, digits)} ({_pct(m[f'{figure}_best_pct'], value == best)})"
 
             out.append(
                 [
@@ -143,7 +150,7 @@ def _cross_rows(doc: dict, terminal: bool = False) -> list[list[str]]:
                     c["unit"],
                     _short(m["model"]) if terminal else m["model"],
                     str(m["gpus"]),
-                    _hours(m["gpu_hours"]) if terminal else _n(m["gpu_hours"]),
+                    hours_text(m[figures.WORK_GPU_HOURS]) if terminal else work_number(m[figures.WORK_GPU_HOURS]),
                     of_best("units_per_s_per_gpu", 1),
                     of_best("units_per_s_per_kw", 1),
                     of_best("units_per_dollar", 0),
@@ -197,20 +204,21 @@ def _placement_rows(doc: dict) -> list[list[str]]:
             p["workload"],
             p["unit"],
             p["cheapest"],
-            _n(p["saving"], 2),
-            _n(p["saving_pct"], 1),
+            work_number(p["saving"], 2),
+            work_number(p["saving_pct"], 1),
             "; ".join(
-                f"{m['model']} {_n(m['gpu_hours'])} h, {_n(m['cost_per_million_units'], 3)}" for m in p["models"]
+                f"{m['model']} {work_number(m[figures.WORK_GPU_HOURS])} h, {work_number(m[figures.COST_PER_MILLION], 3)}"
+                for m in p["models"]
             ),
             "; ".join(p["caveats"]) or "-",
         ]
-        for p in doc.get("placement") or []
+        for p in doc.get(figures.PLACEMENT) or []
     ]
 
 
 def _notes(doc: dict) -> list[str]:
     """The lines under the table: what is not priced."""
-    if doc.get("unpriced"):
+    if doc.get(figures.UNPRICED):
         return [
             f"unpriced (no GPU-hour price in [compare.prices]): {', '.join(doc['unpriced'])}: cost and units per $ null"
         ]
@@ -227,8 +235,6 @@ def _header(doc: dict) -> str:
 
 def render_table(doc: dict, room: int | None = None) -> str:
     """The work table and the cross-model one, each split to the terminal's width (gpuagent.compare.tables)."""
-    from gpuagent.compare import tables
-
     text_columns = {0, 1, 8, 9}
     columns = [tables.Column(h, right=i not in text_columns) for i, h in enumerate(HEADERS)]
     text = tables.render(
@@ -239,7 +245,7 @@ def render_table(doc: dict, room: int | None = None) -> str:
         footnote=WORK_NOTE,
         room=room,
     )
-    cross = _cross_rows(doc, terminal=True)
+    cross = cross_rows(doc, terminal=True)
     if cross:
         columns = [tables.Column(h, right=i >= 3) for i, h in enumerate(CROSS_HEADERS)]
         text += tables.render("The same workload on each model", columns, cross, keys=3, footnote=CROSS_NOTE, room=room)
@@ -307,17 +313,17 @@ def charts(doc: dict) -> list[tuple[str, str]]:
     """Per workload and unit on two or more models: energy per 1,000 units and cost per million by model."""
     by_key: dict[tuple, list] = {}
     for g in doc["groups"]:
-        for unit, w in g["work"].items():
+        for unit, w in g[figures.WORK].items():
             by_key.setdefault((g["key"].get("workload", g["label"]), unit), []).append((", ".join(g["models"]), w))
     out = []
-    for c in doc.get("cross_model") or []:
+    for c in doc.get(figures.CROSS_MODEL) or []:
         entries = by_key.get((c["workload"], c["unit"]))
         if not entries or len(entries) < 2:
             continue
         labels = [m for m, _ in entries]
         for title, key, scale, unit in (
-            (f"{c['workload']}: energy per 1,000 {c['unit']}", "wh_per_unit", 1000, "Wh"),
-            (f"{c['workload']}: cost per million {c['unit']}", "cost_per_million_units", 1, "$"),
+            (f"{c['workload']}: energy per 1,000 {c['unit']}", figures.WH_PER_UNIT, 1000, "Wh"),
+            (f"{c['workload']}: cost per million {c['unit']}", figures.COST_PER_MILLION, 1, "$"),
         ):
             values = [w[key] * scale if w[key] is not None else None for _, w in entries]
             if any(v is not None for v in values):
@@ -329,7 +335,7 @@ def render_html(doc: dict) -> str:
     esc = html.escape
     head = "".join(f"<th>{esc(h)}</th>" for h in HEADERS)
     body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in _cells(r)) + "</tr>" for r in rows(doc))
-    cross = _cross_rows(doc)
+    cross = cross_rows(doc)
     cross_html = ""
     if cross:
         chead = "".join(f"<th>{esc(h)}</th>" for h in CROSS_HEADERS)

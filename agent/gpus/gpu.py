@@ -225,28 +225,6 @@ class Gpu:
             "arch": self.arch,
         }
 
-    @classmethod
-    def _lost_at_start(cls, index: int, reason: str, errors: NvmlErrors | None = None) -> Gpu:
-        """A GPU that NVML lists but that is already lost: kept so it is reported, never read."""
-        gpu = cls.__new__(cls)
-        gpu.index, gpu.handle = index, None
-        gpu.lost, gpu.lost_reason, gpu._still_lost = True, reason, None
-        gpu._recovered_at, gpu._relapses, gpu._answering_since = None, 0, None
-        gpu.errors = errors if errors is not None else NvmlErrors()
-        gpu._static, gpu._refused, gpu._logged = {}, {}, set()
-        gpu._refused_calls = set()
-        gpu.transient_errors = 0
-        gpu.uuid = gpu.name = gpu.pci_bus_id = gpu.arch = "unknown"
-        gpu.tags = {
-            "gpu": str(index),
-            "uuid": "unknown",
-            "model": "unknown",
-            "pci_bus_id": "unknown",
-            "arch": "unknown",
-        }
-        log.error("GPU %d is lost: %s; skipping it", index, reason)
-        return gpu
-
     def __repr__(self) -> str:
         return f"<Gpu {self.index} {self.name} {self.pci_bus_id}{' LOST' if self.lost else ''}>"
 
@@ -437,6 +415,28 @@ class Gpu:
         self._recovered_at, self._relapses = now, relapses
         log.warning("GPU %d (%s, %s) answers again; reading it again", self.index, self.name, self.uuid)
         return True
+
+
+def lost_at_start(index: int, reason: str, errors: NvmlErrors | None = None) -> Gpu:
+    """A GPU that NVML lists but that is already lost: kept so it is reported, never read."""
+    gpu = Gpu.__new__(Gpu)
+    gpu.index, gpu.handle = index, None
+    gpu.lost, gpu.lost_reason, gpu._still_lost = True, reason, None
+    gpu._recovered_at, gpu._relapses, gpu._answering_since = None, 0, None
+    gpu.errors = errors if errors is not None else NvmlErrors()
+    gpu._static, gpu._refused, gpu._logged = {}, {}, set()
+    gpu._refused_calls = set()
+    gpu.transient_errors = 0
+    gpu.uuid = gpu.name = gpu.pci_bus_id = gpu.arch = "unknown"
+    gpu.tags = {
+        "gpu": str(index),
+        "uuid": "unknown",
+        "model": "unknown",
+        "pci_bus_id": "unknown",
+        "arch": "unknown",
+    }
+    log.error("GPU %d is lost: %s; skipping it", index, reason)
+    return gpu
 
 
 def _answers_lost(fn: Callable[..., Any], args: tuple, handle: Any) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 import pynvml
 
 from gpuagent.errors import NvmlUnavailable
-from gpuagent.gpus.gpu import Gpu, NvmlErrors, UnavailableGpu, as_str, error_name
+from gpuagent.gpus.gpu import Gpu, NvmlErrors, UnavailableGpu, as_str, error_name, lost_at_start
 
 log = logging.getLogger("gpuagent.gpus.nvml")
 
@@ -102,7 +102,7 @@ def open_gpus(errors: NvmlErrors | None = None) -> tuple[list[Gpu], list[Unavail
             gpus.append(Gpu(index, handle, errors=errors))
             continue
         except pynvml.NVMLError_GpuIsLost as exc:
-            gpus.append(Gpu._lost_at_start(index, str(exc), errors=errors))
+            gpus.append(lost_at_start(index, str(exc), errors=errors))
             continue
         except pynvml.NVMLError:
             pass

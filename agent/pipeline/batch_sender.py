@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
@@ -48,27 +47,30 @@ def encode(lines: list[str]) -> bytes:
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
+@dataclass
+class Sent:
+    """What sending one or two batches came to, for the owner to act on: `done` batches (in order) are
+    done with, `stored` of their lines stored by the server; `answered` when the server took any of
+    them (stored or refused: it is up, an outage is over); `failure`, after those, the answer that
+    keeps the `kept` lines of the first batch not done with (sent again later)."""
+
+    done: int = 0
+    stored: int = 0
+    answered: bool = False
+    failure: Result | None = None
+    kept: int = 0
+
+
 class BatchSender:
     """Sends batches and settles each answer. A refusal of the whole request (REJECTED) or a 413
     (TOO_LARGE) is split in halves until the offending lines are alone: those are dropped, counted in
     `rejected_total` and logged through `every_minute` (a note(key, count, message)) once per kind a
-    minute. The owner hears `stored(count, replay)` for lines done with (0 for a lone refused line: the
-    server answered) and `failed(result, count)` for a failure that keeps the lines, in the order they
-    happen."""
+    minute. What came of it is returned (Sent), for the owner to count and to time its retries."""
 
-    def __init__(
-        self,
-        name: str,
-        transport: Transport,
-        every_minute,
-        stored: Callable[[int, bool], None],
-        failed: Callable[[Result, int], None],
-    ):
+    def __init__(self, name: str, transport: Transport, every_minute):
         self.name = name
         self.transport = transport
         self.every_minute = every_minute
-        self._stored = stored
-        self._failed = failed
         self.rejected_total = 0
         self._pool: ThreadPoolExecutor | None = None  # the second request of deliver_two
 
@@ -78,38 +80,43 @@ class BatchSender:
         except Exception as exc:  # a transport bug must not lose data: treat as transient
             return Result(Outcome.RETRY, None, f"{type(exc).__name__}: {exc}")
 
-    def deliver(self, body: bytes, count: int, replay: bool = False) -> bool:
-        """Send `count` lines; True when they are done with (stored, or refused by the server)."""
-        return self.settle(self.send(body, count), body, count, replay)
+    def deliver(self, body: bytes, count: int) -> Sent:
+        """Send `count` lines; done (1) when they are done with (stored, or refused by the server)."""
+        sent = Sent()
+        if self._settle(self.send(body, count), body, count, sent):
+            sent.done = 1
+        return sent
 
-    def deliver_two(self, first: tuple[bytes, int], second: tuple[bytes, int], replay: bool = False) -> int:
-        """Send two batches at once, (body, count) each; return how many of them, in order, are done with.
+    def deliver_two(self, first: tuple[bytes, int], second: tuple[bytes, int]) -> Sent:
+        """Send two batches at once, (body, count) each; done: how many of them, in order, are done with.
         The server parses one while it receives the other, which nearly doubles a replay's rate into a
         server with cores to spare."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"gpuagent-replay-{self.name}")
         later = self._pool.submit(self.send, *second)
         results = [self.send(*first), later.result()]
-        done = 0
+        sent = Sent()
         for (body, count), result in zip((first, second), results, strict=True):
             # Stop at the first failure: what follows is sent again (a duplicate the server
             # may already hold is harmless), counted then.
-            if not self.settle(result, body, count, replay):
+            if not self._settle(result, body, count, sent):
                 break
-            done += 1
-        return done
+            sent.done += 1
+        return sent
 
-    def settle(self, result: Result, body: bytes, count: int, replay: bool) -> bool:
-        """What `result`, the answer to `body`, means for its lines; True when they are done with."""
+    def _settle(self, result: Result, body: bytes, count: int, sent: Sent) -> bool:
+        """What `result`, the answer to `body`, means for its lines, added to `sent`; True when they are
+        done with."""
         if result.outcome in (Outcome.ACCEPTED, Outcome.PARTIAL):
             if result.outcome is Outcome.PARTIAL:
                 self._refused(result.rejected, result)
-            self._stored(count - (result.rejected if result.outcome is Outcome.PARTIAL else 0), replay)
+            sent.stored += count - (result.rejected if result.outcome is Outcome.PARTIAL else 0)
+            sent.answered = True
             return True
         if result.outcome in (Outcome.REJECTED, Outcome.TOO_LARGE):
             # split("\n"), not splitlines(): a CR or a form feed inside a line is not a line break.
-            return self._split([line for line in body.decode("utf-8").split("\n") if line], result, replay)
-        self._failed(result, count)
+            return self._split([line for line in body.decode("utf-8").split("\n") if line], result, sent)
+        sent.failure, sent.kept = result, count
         return False
 
     def close(self) -> None:
@@ -117,11 +124,11 @@ class BatchSender:
             self._pool.shutdown(wait=False)
         self.transport.close()
 
-    def _split(self, lines: list[str], result: Result, replay: bool) -> bool:
+    def _split(self, lines: list[str], result: Result, sent: Sent) -> bool:
         if len(lines) <= 1:
             # Alone and still refused: this line is the bad one (or too large to ever fit).
             self._refused(len(lines), result, lines[0] if lines else "")
-            self._stored(0, replay)
+            sent.answered = True
             return True
         mid = len(lines) // 2
         # A transient failure of either half keeps the whole batch: resending a half
@@ -133,12 +140,15 @@ class BatchSender:
             if _alike(got_second, result):
                 # Both halves refused in the words of the whole: the server refuses requests,
                 # not lines (InfluxDB names each bad line). Keep everything, as for a 401.
-                self._failed(Result(Outcome.FATAL, result.status, result.message, hint=BAD_REQUEST_HINT), len(lines))
+                sent.failure = Result(Outcome.FATAL, result.status, result.message, hint=BAD_REQUEST_HINT)
+                sent.kept = len(lines)
                 return False
-            return self.settle(got_first, first, mid, replay) and self.settle(
-                got_second, second, len(lines) - mid, replay
+            return self._settle(got_first, first, mid, sent) and self._settle(
+                got_second, second, len(lines) - mid, sent
             )
-        return self.settle(got_first, first, mid, replay) and self.deliver(second, len(lines) - mid, replay)
+        if not self._settle(got_first, first, mid, sent):
+            return False
+        return self._settle(self.send(second, len(lines) - mid), second, len(lines) - mid, sent)
 
     def _refused(self, count: int, result: Result, line: str | None = None) -> None:
         self.rejected_total += count

@@ -38,60 +38,17 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 import threading
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
-from gpuagent.pipeline.backoff import Outage, parse_retry_after
-from gpuagent.pipeline.batch_sender import (
-    BAD_REQUEST_HINT,
-    BatchSender,
-    Outcome,
-    Result,
-    Transport,
-    encode,
-)
+from gpuagent.pipeline.backoff import Outage
+from gpuagent.pipeline.batch_sender import BatchSender, Outcome, Sent, Transport, encode
 from gpuagent.pipeline.memory_buffer import MemoryBuffer
 from gpuagent.pipeline.spool import Spool
 from gpuagent.pipeline.spool_writer import SpoolWriter
 from gpuagent.pipeline.worker_loop import WorkerLoop
-
-_UNABLE_TO_PARSE = re.compile(r"unable to parse")
-_DROPPED = re.compile(r"dropped=(\d+)")
-# The words of InfluxDB's own refusals of lines (1.x models/points.go and tsdb, 2.x's "invalid"):
-# only a 400 that says one of these may cost lines.
-_LINE_ERROR = re.compile(
-    r"unable to parse|partial write|field type conflict|failed to parse|invalid field|bad timestamp"
-    r"|line protocol|missing (?:fields|tag value|measurement)|invalid (?:number|boolean|tag)",
-    re.IGNORECASE,
-)
-MESSAGE_CHARS = 2000  # what a Result keeps of the server's words (logs quote less)
-
-
-def classify_http(status: int, body: bytes | str | None, headers=None) -> Result:
-    """Turn an HTTP answer from an InfluxDB-compatible /write into a Result."""
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
-    text = text.strip()
-    message = " ".join(text[: MESSAGE_CHARS * 2].split())[:MESSAGE_CHARS]  # one log line, even from an HTML page
-    if 200 <= status < 300:
-        return Result(Outcome.ACCEPTED, status)
-    if status in (400, 422):
-        if "partial write" in text:
-            # Counted from the whole message: each refused line has its "unable to parse".
-            rejected = len(_UNABLE_TO_PARSE.findall(text)) + sum(int(n) for n in _DROPPED.findall(text))
-            return Result(Outcome.PARTIAL, status, message, rejected=max(rejected, 1))
-        if status == 422 or _LINE_ERROR.search(text):
-            return Result(Outcome.REJECTED, status, message)
-        return Result(Outcome.FATAL, status, message, hint=BAD_REQUEST_HINT)
-    if status == 413:
-        return Result(Outcome.TOO_LARGE, status, message)
-    if status in (401, 403, 404):
-        return Result(Outcome.FATAL, status, message)
-    if 300 <= status < 400:
-        where = headers.get("Location") if headers is not None and hasattr(headers, "get") else None
-        message = f"redirected to {where or '(no Location)'}, not followed: set url to where it points"
-    return Result(Outcome.RETRY, status, message, retry_after=parse_retry_after(headers))
 
 
 class _EveryMinute:
@@ -157,7 +114,7 @@ class Delivery:
         self.log = log or logging.getLogger(f"gpuagent.pipeline.delivery.{name}")
         self._every_minute = _EveryMinute(self.log)
         self._outage = Outage(name, self.log, initial_backoff, max_backoff, target=target)
-        self._sender = BatchSender(name, transport, self._every_minute, self._stored, self._failed)
+        self._sender = BatchSender(name, transport, self._every_minute)
         self._memory = MemoryBuffer(max(self.batch_size, int(max_buffer_points)), name, self._every_minute)
         self._cond = threading.Condition()  # guards _memory; flush() waits on it for the worker
         self._writer = SpoolWriter(name, spool, self.batch_size, self._memory, self._cond, self.log, self._every_minute)
@@ -170,6 +127,48 @@ class Delivery:
         self.points_written_total = 0
         self.replayed_total = 0
 
+    @classmethod
+    def open(
+        cls,
+        name: str,
+        transport: Transport,
+        spool_dir: Path,
+        *,
+        max_spool_bytes: int,
+        spool_sync: str = "normal",
+        max_buffer_points: int = 100_000,
+        log: logging.Logger | None = None,
+        **options,
+    ) -> Delivery:
+        """A Delivery over the spool in `spool_dir` (made if need be), its state said once. Never refuses
+        to start: a damaged file heals itself, and a spool that cannot be opened at all leaves delivery
+        in memory (said once here, retried now and then). `options`: the constructor's."""
+        log = log or logging.getLogger(f"gpuagent.pipeline.delivery.{name}")
+        spool = Spool(spool_dir, max_spool_bytes, sync=spool_sync, log=log)
+        delivery = cls(name, transport, spool, max_buffer_points=max_buffer_points, log=log, **options)
+        if spool.available and not spool.writable:
+            log.error(
+                "%s: the spool in %s cannot be written (%s): its %d points are replayed, new points wait in "
+                "memory (at most %d; a restart loses them) until it can",
+                name,
+                spool_dir,
+                spool.problem,
+                spool.points,
+                max_buffer_points,
+            )
+        elif not spool.available:
+            log.error(
+                "%s: no spool (%s): delivering from memory only (at most %d points wait for the server; "
+                "a restart loses them) until %s can be written",
+                name,
+                spool.problem,
+                max_buffer_points,
+                spool_dir,
+            )
+        if spool.points:
+            log.info("%s: %d points in the spool from an earlier run; replaying", name, spool.points)
+        return delivery
+
     # -- API used by the sink ---------------------------------------------------
 
     def start(self) -> None:
@@ -177,7 +176,16 @@ class Delivery:
 
     def put(self, lines: Iterable[str]) -> None:
         """Queue lines (no newline) for delivery; with write_ahead they are committed to the spool first.
-        Never does network I/O."""
+        Never does network I/O nor waits on it: what it shares with the worker (the spool, the memory
+        buffer) the worker locks for local work alone, never across a request.
+
+        The commit is made here, in the caller's thread (the scheduler's, for the influxdb sink), and
+        not handed to the worker, by choice: the spool is the durability guarantee, and a line counts
+        as collected once put returns, so it must be on disk by then (fsynced, with spool_sync =
+        "full"). The worker may be in a request for up to the sink's `timeout`: lines handed to it
+        would wait uncommitted that long (a kill -9 meanwhile loses them), or put would wait on the
+        network. What it costs the caller is local disk work only: one SQLite transaction (and an
+        fsync), rarely the salvage of a damaged spool file (see gpuagent.sink.Sink.nonblocking)."""
         lines = [line for line in lines if line]
         if self.write_ahead and lines and self._writer.ready:
             lines = self._writer.write(lines)
@@ -310,11 +318,11 @@ class Delivery:
     def _send_memory(self) -> float:
         with self._cond:
             batch = self._memory.take(self.batch_size)
-        ok = self._sender.deliver(encode(batch), len(batch))
+        sent = self._heard(self._sender.deliver(encode(batch), len(batch)), replay=False)
         with self._cond:
             already_spooled = self._memory.sent()
             self._cond.notify_all()
-        if not ok and not already_spooled:
+        if not sent.done and not already_spooled:
             self._writer.keep(batch)
         return 0.0
 
@@ -328,18 +336,29 @@ class Delivery:
         # Two requests at once, but only one (the probe) after an outage; one at the spool's tail.
         second = None if self._outage.active else self.spool.peek(self.batch_size, after_id=first[0])
         if second is None:
-            done = [first] if self._sender.deliver(first[2], first[1], replay=True) else []
+            sent = self._heard(self._sender.deliver(first[2], first[1]), replay=True)
         else:
             pairs = ((first[2], first[1]), (second[2], second[1]))  # (body, points) of each
-            done = [first, second][: self._sender.deliver_two(*pairs, replay=True)]
-        if done:  # through the last batch done with, in order
-            self.spool.remove_through(done[-1][0])
+            sent = self._heard(self._sender.deliver_two(*pairs), replay=True)
+        if sent.done:  # through the last batch done with, in order
+            last = second if sent.done == 2 and second is not None else first
+            self.spool.remove_through(last[0])
             self._writer.note_state()
             if not self.spool.points:
                 self._draining = self._catching_up = False
         return 0.0
 
     # -- what the sender heard --------------------------------------------------------
+
+    def _heard(self, sent: Sent, replay: bool) -> Sent:
+        """Count what the server took and time the retries by what came of a send; return `sent`."""
+        if sent.answered:
+            self._stored(sent.stored, replay)
+        if sent.failure is not None:  # after what was stored: a split may store one half, then fail
+            self._outage.failed(
+                sent.failure, fatal=sent.failure.outcome is Outcome.FATAL, keeping=sent.kept + self.spool.points
+            )
+        return sent
 
     def _stored(self, count: int, replay: bool) -> None:
         self.points_written_total += count
@@ -352,6 +371,3 @@ class Delivery:
                 "%s: server is accepting writes again; replaying %d spooled points", self.name, self.spool.points
             )
             self._draining = self._catching_up = self.spool.points > 0
-
-    def _failed(self, result: Result, count: int) -> None:
-        self._outage.failed(result, fatal=result.outcome is Outcome.FATAL, keeping=count + self.spool.points)

@@ -5,7 +5,7 @@ chunked answer, keeps such a request alive for ever. Here a timer shuts the sock
 the request as a whole (connect to last byte) has taken `timeout`, so it fails by then in the
 calling thread and leaves no thread behind (the socket is kept here: on `Connection: close`
 http.client lets go of it while the answer is still read from it); and no more than `limit` bytes of an answer are
-read (a 500 with a 1 GiB body must not cost 1 GiB). The influxdb sink (its own keep-alive
+read (a 500 with a 1 GiB body must not cost 1 GiB). The influxdb sink's writes (http_write: keep-alive
 connections, through `exchange`), `compare`'s InfluxQL and PromQL clients (and `top --fleet`
 through them) and the work collector's scrapes all go through here.
 

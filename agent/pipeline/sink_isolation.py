@@ -2,8 +2,9 @@
 
 The scheduler's loop hands points to every sink and must never wait on one: a stuck write would
 stop collection for every sink and the systemd watchdog pings with it. A sink that promises a
-write that never blocks (it buffers and sends from its own thread, as the InfluxDB and Prometheus
-sinks do) sets ``nonblocking = True`` and is called directly; any other sink, built-in (the file
+write that waits on no network and no other thread (it buffers or commits to a local spool, and
+sends from its own thread, as the InfluxDB and Prometheus sinks do: gpuagent.sink.Sink says what
+that allows) sets ``nonblocking = True`` and is called directly; any other sink, built-in (the file
 sink's disk) or third-party, is called from its own worker here. The queue is bounded: a sink that
 stays stuck loses its oldest points, counted (``stalled_dropped_total``) and logged once, never
 the agent's memory.

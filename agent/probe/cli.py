@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import click
 
-from gpuagent.commands.cli_options import simulate_spec
+from gpuagent.commands.cli_options import simulate_option
 from gpuagent.errors import AgentError, NvmlUnavailable
 from gpuagent.gpus.gpu import GpuLost
 from gpuagent.probe.backends import (
@@ -211,7 +211,7 @@ def render_table(result: ProbeResult, console=None) -> None:
 def send_points(result: ProbeResult, config_path: str | None, simulate: str | None, session, as_json: bool) -> int:
     """Write the gpu_l2_probe points through the configured sinks; returns how many."""
     from gpuagent.context import AgentContext
-    from gpuagent.service.runtime import Options, _make_sinks, load
+    from gpuagent.service.runtime import Options, load, make_sinks
 
     options = Options(config_path=config_path, simulate=simulate)
     config, host = load(options)
@@ -228,7 +228,7 @@ def send_points(result: ProbeResult, config_path: str | None, simulate: str | No
     )
     points = result.to_points(context.default_tags)
     # The sinks alone (not runtime.build): a probe needs no collector, and one that fails to start must not stop it.
-    sinks = _make_sinks(config, host, context, options)
+    sinks = make_sinks(config, host, context, options)
     try:
         for sink in sinks:
             sink.write(points)
@@ -305,12 +305,7 @@ def probe() -> None:
     type=click.Path(dir_okay=False),
     help="Config file whose sinks --send uses.",
 )
-@click.option(
-    "--simulate",
-    metavar="SPEC",
-    callback=simulate_spec,
-    help="Use a simulated fleet (a modelled curve, not a measurement).",
-)
+@simulate_option("Use a simulated fleet (a modelled curve, not a measurement).")
 @click.option(
     "--seed",
     type=int,

@@ -10,8 +10,9 @@ from gpuagent.pipeline.accumulator import Accumulator
 from gpuagent.pipeline.metric import Point
 from gpuagent.probe.knee import Knee, find_knees, largest_drop
 from gpuagent.probe.sweep import Backend, SweepResult, run_sweep
+from gpuagent.schema.measurements import GPU_L2_PROBE
 
-MEASUREMENT = "gpu_l2_probe"
+MEASUREMENT = GPU_L2_PROBE
 STEP_NS = 1_000_000  # curve points 1 ms apart: distinct even where a store keeps milliseconds only
 
 

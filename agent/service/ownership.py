@@ -28,7 +28,8 @@ from pathlib import Path
 OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH  # group or others may write
 
 
-def _owner(uid: int) -> str:
+def owner_name(uid: int) -> str:
+    """A uid as a log line names it: "alice (uid 1000)", or "uid 1000" when it has no name."""
     try:
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
     except KeyError:
@@ -36,7 +37,7 @@ def _owner(uid: int) -> str:
 
 
 def describe(path: Path, st: os.stat_result) -> str:
-    return f"{path} (owner {_owner(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o})"
+    return f"{path} (owner {owner_name(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o})"
 
 
 def own_directory_problem(path: Path) -> str | None:
@@ -50,7 +51,7 @@ def own_directory_problem(path: Path) -> str | None:
     if not stat.S_ISDIR(st.st_mode):
         return f"{describe(path, st)} is not a directory"
     if st.st_uid != os.geteuid():
-        return f"{describe(path, st)} is owned by another user than the agent's ({_owner(os.geteuid())})"
+        return f"{describe(path, st)} is owned by another user than the agent's ({owner_name(os.geteuid())})"
     if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
         return f"{describe(path, st)} is writable by other users without the sticky bit"
     return None
@@ -84,5 +85,5 @@ def opened_file_problem(path: Path, st: os.stat_result) -> str | None:
     if not stat.S_ISREG(st.st_mode):
         return f"{describe(path, st)} is not a regular file"
     if st.st_uid != os.geteuid():
-        return f"{describe(path, st)} is owned by another user than the agent's ({_owner(os.geteuid())})"
+        return f"{describe(path, st)} is owned by another user than the agent's ({owner_name(os.geteuid())})"
     return None

@@ -138,7 +138,7 @@ def build(
     failed: dict[str, str] = {}
     try:
         collectors = _make_collectors(config, plugins, context, enabled, failed)
-        sinks = _make_sinks(config, plugins, context, options)
+        sinks = make_sinks(config, plugins, context, options)
     except BaseException:
         if owns_nvml and nvml is not None:
             nvml.close()
@@ -184,7 +184,10 @@ def _make_collectors(config, plugins, context, enabled, failed: dict[str, str]) 
     return out
 
 
-def _make_sinks(config, plugins, context, options) -> list[Sink]:
+def make_sinks(config, plugins, context, options) -> list[Sink]:
+    """The sinks `options` asks for, started: none without options.sinks, the file sink on stdout for
+    --test or when none is configured, else every enabled one of the config (if one fails to start,
+    those started before it are closed again)."""
     if not options.sinks:
         return []
     if options.test:

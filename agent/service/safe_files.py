@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Collection
 from pathlib import Path
 
-from gpuagent.service.ownership import OTHERS_WRITE, _owner, describe
+from gpuagent.service.ownership import OTHERS_WRITE, describe, owner_name
 
 _KINDS = {
     stat.S_IFIFO: "a FIFO",
@@ -61,7 +61,7 @@ def read_bounded(path: str | Path, limit: int, owners: Collection[int] | None = 
             kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
             raise Refused(f"{describe(Path(path), st)} is {kind}, not a regular file")
         if owners is not None and st.st_uid not in owners:
-            trusted = " or ".join(_owner(u) for u in sorted(owners))
+            trusted = " or ".join(owner_name(u) for u in sorted(owners))
             raise Refused(f"{describe(Path(path), st)} is owned by another user than {trusted}")
         if st.st_size > limit:
             raise Refused(f"{describe(Path(path), st)} is over {limit} bytes")

@@ -31,6 +31,7 @@ from gpuagent.pipeline import metric, names
 from gpuagent.pipeline.accumulator import Accumulator
 from gpuagent.pipeline.metric import Point
 from gpuagent.pipeline.sink_isolation import IsolatedSink, isolate
+from gpuagent.schema.measurements import GPUAGENT
 from gpuagent.service import safe_files
 from gpuagent.service.state_file import LatestState
 from gpuagent.sink import Sink
@@ -427,7 +428,7 @@ class Scheduler:
         for r in self.runners:
             s = r.stats
             acc.add_fields(
-                "gpuagent",
+                GPUAGENT,
                 {
                     **self._collector_stats(r),  # first: its own names never replace the scheduler's
                     "gather_time_ms": round(s.gather_time_s * 1000, 3),
@@ -448,7 +449,7 @@ class Scheduler:
                 tags={"collector": r.name},
             )
         for name, why in self.failed_collectors.items():
-            acc.add_fields("gpuagent", {"started": False, "last_error": why}, tags={"collector": name})
+            acc.add_fields(GPUAGENT, {"started": False, "last_error": why}, tags={"collector": name})
         for sink in self.sinks:
             try:
                 stats = dict(sink.stats())
@@ -456,23 +457,23 @@ class Scheduler:
                 stats = {}
                 log.error("sink %s: stats failed: %s", sink.name, exc)
             stats["sink_errors_total"] = self.sink_errors.get(sink.name, 0)
-            acc.add_fields("gpuagent", stats, tags={"sink": sink.name})
+            acc.add_fields(GPUAGENT, stats, tags={"sink": sink.name})
         nvml = self.context.nvml
         unavailable = list(getattr(nvml, "unavailable", None) or ())
         errors = getattr(nvml, "errors", None)
         if errors is not None:
             # NVML refusals by collector, call and code (see gpuagent.gpus.gpu: the error policy).
             for tags, fields in errors.points_fields():
-                acc.add_fields("gpuagent", fields, tags=tags)
+                acc.add_fields(GPUAGENT, fields, tags=tags)
         for gpu in unavailable:
             # A GPU NVML lists but that could not be opened: the others run; this says why.
-            acc.add_fields("gpuagent", {"gpu_available": False, "gpu_unavailable_reason": gpu.reason}, tags=gpu.tags)
+            acc.add_fields(GPUAGENT, {"gpu_available": False, "gpu_unavailable_reason": gpu.reason}, tags=gpu.tags)
         gpus = self.context.gpus
         with self._process.oneshot():
             cpu = self._process.cpu_times()
             rss = self._process.memory_info().rss
         acc.add_fields(
-            "gpuagent",
+            GPUAGENT,
             {
                 "uptime_s": round(time.monotonic() - self.started, 3),
                 "gpus": len(gpus),

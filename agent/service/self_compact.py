@@ -14,8 +14,9 @@ from dataclasses import replace
 
 from gpuagent.gpus.gpu import OUTSIDE_COLLECTORS
 from gpuagent.pipeline.metric import Point
+from gpuagent.schema.measurements import GPUAGENT
 
-MEASUREMENT = "gpuagent"
+MEASUREMENT = GPUAGENT
 
 
 def _is_call(p: Point) -> bool:

@@ -23,6 +23,7 @@ from typing import Any
 import psutil
 
 from gpuagent.pipeline.metric import Point
+from gpuagent.schema.measurements import GPU_ACTION, GPU_INVENTORY, GPU_JOB, GPU_PROCESS, GPU_WORK
 from gpuagent.service import safe_files
 from gpuagent.service.ownership import OTHERS_WRITE
 
@@ -30,11 +31,11 @@ log = logging.getLogger("gpuagent.state")
 
 STATE_FILE = "state.json"
 FRESH_INTERVALS = 3  # a state older than this many intervals is stale (DESIGN: Health actions)
-PER_JOB = frozenset({"gpu_process", "gpu_job", "gpu_work"})
+PER_JOB = frozenset({GPU_PROCESS, GPU_JOB, GPU_WORK})
 MAX_BYTES = 64 << 20  # an 8-GPU node's state is about 20 KB; a reader never holds more than this
 MAX_INTERVAL_S = 86400.0  # a larger "interval" would make any old file fresh
 FUTURE_SLACK_S = 1.0
-NODE = frozenset({"gpu_inventory", "gpu_action"})  # node-level measurements a reader needs
+NODE = frozenset({GPU_INVENTORY, GPU_ACTION})  # node-level measurements a reader needs
 
 
 class LatestState:

@@ -283,7 +283,7 @@ def reasons_mask(states: dict[str, Any], bits: dict[str, int]) -> int | None:
 
 def _said_na(value: Any) -> bool:
     """The capture printed the line and said N/A (not: the line is absent)."""
-    return isinstance(value, str) and _na(value)
+    return isinstance(value, str) and not_available(value)
 
 
 def _text_readings(gpu: dict[str, Any]) -> dict[str, Any]:
@@ -721,7 +721,8 @@ def _deprecated(value: Any) -> bool:
     return isinstance(value, str) and DEPRECATED_TEXT in value.lower()
 
 
-def _na(value: Any) -> bool:
+def not_available(value: Any) -> bool:
+    """No value: None, or nvidia-smi's words for one it has not (N/A, [N/A], empty, "Not Supported", deprecated)."""
     return value is None or (
         isinstance(value, str)
         and (value.strip() in ("N/A", "", "[N/A]") or "deprecated" in value.lower() or "not supported" in value.lower())
@@ -768,7 +769,7 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         not_found.append(fact)
         unsupported.extend(MISSING_FACT_CALLS.get(fact, ()))
 
-    if not f.get("product_name") or _na(f.get("product_name")):
+    if not f.get("product_name") or not_available(f.get("product_name")):
         lacks("product name")
     try:
         pci_full = int(str(f["pci_device_id"]), 16)
@@ -786,7 +787,7 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
 
     def text_or_none(key: str, symbol: str) -> str | None:
         value = f.get(key)
-        if _na(value):
+        if not_available(value):
             unsupported.append(symbol)
             return None
         return str(value)
@@ -826,7 +827,7 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     maxc["sm"] = maxc["sm"] or maxc["graphics"]
     maxc["video"] = maxc["video"] or maxc["graphics"]
     apps = None
-    if not _na(f.get("app_graphics")) and _num(f.get("app_graphics")):
+    if not not_available(f.get("app_graphics")) and _num(f.get("app_graphics")):
         apps = {
             "graphics": _num(f["app_graphics"]),
             "memory": _num(f.get("app_memory")) or maxc["memory"],
@@ -870,7 +871,7 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         "current_width": _num(f.get("pcie_current_width")) or _num(f.get("pcie_max_width")) or 16,
     }
     fan = None
-    if not _na(f.get("fan")):
+    if not not_available(f.get("fan")):
         fan = {"idle": _num(f.get("fan")) or 0}
         if loaded.get("fan_pct") is not None:
             fan["max"] = loaded["fan_pct"]
@@ -878,10 +879,10 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
             fan["max"] = fan["idle"]  # no loaded run: the fan stays where the capture shows it
             lacks("loaded fan speed")
     ecc_text = f.get("ecc_mode")
-    ecc = None if _na(ecc_text) else {"enabled": str(ecc_text).lower().startswith("enabled")}
+    ecc = None if not_available(ecc_text) else {"enabled": str(ecc_text).lower().startswith("enabled")}
     mig_text = f.get("mig_mode")
     mig = None
-    if not _na(mig_text):
+    if not not_available(mig_text):
         ref_mig = copy.deepcopy((ref or {}).get("mig")) or {
             "max_devices": 7,
             "gpu_instance_profiles": [],
@@ -923,19 +924,19 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         deprecated.append("nvmlDeviceGetDefaultApplicationsClock")
     for symbol in deprecated:
         errors[symbol] = DEPRECATED_ANSWER
-    if _na(f.get("retired_pages")):
+    if not_available(f.get("retired_pages")):
         unsupported += [
             "nvmlDeviceGetRetiredPages",
             "nvmlDeviceGetRetiredPages_v2",
             "nvmlDeviceGetRetiredPagesPendingStatus",
         ]
-    remapped = not _na(f.get("remapped_rows"))
+    remapped = not not_available(f.get("remapped_rows"))
     hopper_plus = arch in ("Hopper", "Blackwell")
     product = f["product_name"] if "product name" not in not_found else "NVIDIA GPU"
     name = _slug(product) + ("-mig" if mig and mig["enabled"] else "")
     reasons_mask = _num_hex(f.get("reasons_supported"))
     counters = f.get("reason_counters")
-    if f.get("max_boost_graphics") is not None and _na(f.get("max_boost_graphics")):
+    if f.get("max_boost_graphics") is not None and not_available(f.get("max_boost_graphics")):
         # "Max Customer Boost Clocks / Graphics: N/A" (the GeForce captures)
         unsupported.append("nvmlDeviceGetMaxCustomerBoostClock")
     if _deprecated(f.get("power_management")):
@@ -960,7 +961,7 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
     if not idle.get("processes_read", True):
         lacks("processes (a layout the importer does not read)")
     uuid = f.get("uuid")
-    if _na(uuid) or not re.match(r"^GPU-[0-9a-fA-F-]{36}$", str(uuid)) or set(str(uuid)[4:]) <= {"0", "-"}:
+    if not_available(uuid) or not re.match(r"^GPU-[0-9a-fA-F-]{36}$", str(uuid)) or set(str(uuid)[4:]) <= {"0", "-"}:
         uuid = None  # masked with zeros (nvidia_gpu_exporter captures): derived from the seed
     captured_bus_id = str(f.get("bus_id") or "").upper()
     bus_id: str | None = captured_bus_id
@@ -987,9 +988,9 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         "cuda_driver_version": cuda_int,
         "captured": captured,
         # None where the capture says N/A: those calls answer NOT_SUPPORTED.
-        "inforom": {k: (None if _na(v) else str(v)) for k, v in (f.get("inforom") or {}).items()},
+        "inforom": {k: (None if not_available(v) else str(v)) for k, v in (f.get("inforom") or {}).items()},
         "persistence_mode": None
-        if _na(f.get("persistence_mode"))
+        if not_available(f.get("persistence_mode"))
         else str(f.get("persistence_mode")).lower().startswith("enabled"),
         "pstate": {k: v for k, v in (("idle", idle.get("pstate")), ("active", loaded.get("pstate"))) if v is not None},
         "driver_version": f.get("driver_version"),
@@ -1011,7 +1012,7 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         "fan_pct": fan,
         "ecc": ecc,
         "remapped_rows": remapped,
-        "retired_pages": not _na(f.get("retired_pages")),
+        "retired_pages": not not_available(f.get("retired_pages")),
         "gpm": hopper_plus,
         "nvlink": copy.deepcopy((ref or {}).get("nvlink")),
         "mig": mig,
@@ -1038,7 +1039,7 @@ def profile_from_facts(f: dict[str, Any], source: str) -> dict[str, Any]:
         profile["nvlink"] = None
     if counters is not None:
         # "Clocks Event Reasons Counters" with values (e.g. "0 us") means the time fields answer.
-        profile["clocks_event_reason_counters"] = any(not _na(v) for v in counters)
+        profile["clocks_event_reason_counters"] = any(not not_available(v) for v in counters)
     replays = _num(f.get("pcie_replays"))
     if replays:
         profile["pcie_replays_start"] = replays

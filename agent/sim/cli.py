@@ -23,7 +23,7 @@ def _write(profile: dict, output: str) -> None:
     click.echo(f"wrote {output} ({profile['product_name']}); use it with --simulate {output}", err=True)
 
 
-@click.group("sim", cls=LazyGroup, lazy={"fleet": "gpuagent.compare.fleet:fleet"})
+@click.group("sim", cls=LazyGroup, lazy={"fleet": "gpuagent.sim.fleet_cli:fleet"})
 def sim_group() -> None:
     """The simulated GPU fleet: built-in profiles, capture import, recording."""
 

@@ -139,7 +139,7 @@ class HealthFault:
     link: int | None = None
 
     def apply_to(self, machine: Any) -> None:
-        machine._gpu(self.gpu)  # refuses a GPU the machine does not have
+        machine.device(self.gpu)  # refuses a GPU the machine does not have
         state = health_of(machine, self.gpu)
         if self.kind == "remap":
             state.remaps.append((self.at, self.value))
@@ -159,7 +159,7 @@ class HealthFault:
 
 def reset_gpu(machine: Any, gpu: int, at: float | None = None) -> None:
     """GPU ``gpu`` is reset at ``at`` (default now): a lost GPU answers again from then on."""
-    dev = machine._gpu(gpu)
+    dev = machine.device(gpu)
     when = machine.now() if at is None else float(at)
     health_of(machine, gpu).resets.append(when)
     if dev.lost_at is not None:

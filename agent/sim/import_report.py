@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuagent.sim.capture_import import _na
+from gpuagent.sim.capture_import import not_available
 
 STATES = ("read", "n/a", "masked", "not stated")
 CLOCKS = ("graphics", "sm", "memory", "video")
@@ -23,7 +23,7 @@ def _state(value: Any) -> str:
         return "not stated"
     if isinstance(value, str):
         text = value.strip()
-        if _na(text):
+        if not_available(text):
             return "n/a"
         if "REDACTED" in text.upper() or (re.fullmatch(r"[0-]+|GPU-[0-]+", text) and len(text) > 1):
             return "masked"

@@ -621,7 +621,7 @@ class SimMachine:
         mode, if device handle is provided ... only if the caller has appropriate
         privileges"), and MIG device handles still answer for their own instance.
         """
-        dev = self._gpu(gpu)
+        dev = self.device(gpu)
         dev.unprivileged = True
         table = privileged_calls()
         names = list(table["always"]) + (list(table["mig_parent"]) if dev.mig_enabled else [])
@@ -631,10 +631,11 @@ class SimMachine:
     def show_process(self, gpu: int, pid: int, mib: int | None = None) -> None:
         """Show host process ``pid`` as a compute process on GPU ``gpu`` (``@proc=GPU:PID[:MIB]``).
         Once any is shown, that GPU lists only the shown processes."""
-        self._gpu(gpu)
+        self.device(gpu)
         self.shown_procs.setdefault(gpu, []).append((int(pid), mib))
 
-    def _gpu(self, gpu: int) -> SimDevice:
+    def device(self, gpu: int) -> SimDevice:
+        """Simulated GPU `gpu`; a one-line AgentError for one the machine has not."""
         if not isinstance(gpu, int) or not 0 <= gpu < len(self.devices):
             raise AgentError(f"no simulated GPU {gpu!r} (the machine has {len(self.devices)})")
         return self.devices[gpu]
@@ -653,7 +654,7 @@ class SimMachine:
         computeInstanceId); the GPU must have MIG on and that GPU instance. ``ci_id``
         without ``gi_id`` is refused; ``gi_id`` alone leaves the compute instance 0xFFFFFFFF.
         """
-        dev = self._gpu(gpu)
+        dev = self.device(gpu)
         if gi_id is None and ci_id is not None:
             raise AgentError("inject_xid: ci_id needs gi_id")
         if gi_id is not None:
@@ -700,7 +701,7 @@ class SimMachine:
 
         check_symbol(symbol)
         if gpu is not None:
-            self._gpu(gpu)
+            self.device(gpu)
         code = error_code(code)
         if code == pynvml.NVML_SUCCESS:
             self.forced.pop((symbol, gpu), None)
@@ -709,12 +710,12 @@ class SimMachine:
 
     def add_ecc_errors(self, gpu: int, corrected: int = 0, uncorrected: int = 0) -> None:
         """Raise GPU ``gpu``'s volatile/aggregate ECC counters (uncorrected ones also count as remapped rows)."""
-        dev = self._gpu(gpu)
+        dev = self.device(gpu)
         dev.ecc_counts["corrected"] += int(corrected)
         dev.ecc_counts["uncorrected"] += int(uncorrected)
 
     def add_pcie_replays(self, gpu: int, count: int) -> None:
-        self._gpu(gpu).pcie_replays += int(count)
+        self.device(gpu).pcie_replays += int(count)
 
     @property
     def calls(self) -> Counter[str]:

@@ -29,6 +29,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from gpuagent.schema.measurements import GPU_WORK
+
 # Share of the roofline a real kernel mix reaches: a memory-bound GEMV streams the DRAM near its
 # peak, a compute-bound GEMM reaches less of the tensor peak (one figure each for every card).
 MEMORY_EFFICIENCY = 0.8
@@ -255,13 +257,13 @@ class WorkSim:
                 fields = {"units_total": int(p.total), "gpus": len(p.gpus)}
                 slices = mig_slices(self.machine.devices[g])
                 if not slices:
-                    out.append(serialize("gpu_work", tags, fields, t_ns))
+                    out.append(serialize(GPU_WORK, tags, fields, t_ns))
                 for mig_tags, share in slices:
                     # One server per MIG slice, doing the slice's share of the GPU's work; tagged and
                     # charged as the work collector does (plugins/work: mig_uuid, gpu_share).
                     out.append(
                         serialize(
-                            "gpu_work",
+                            GPU_WORK,
                             {**tags, **mig_tags, "work_id": f"{p.work_id}/{mig_tags['gi_id']}"},
                             {**fields, "units_total": int(p.total * share), "gpu_share": share},
                             t_ns,

@@ -104,11 +104,11 @@ def _next(values: list[str], current: str | None) -> str | None:
 
 def print_frame(top: Top, console: Console) -> None:
     """One frame as text, without the blanks that pad its cells at line ends (as inspect prints)."""
-    from gpuagent.commands.inspect import _TRAILING_BLANKS, _keep_reset
+    from gpuagent.commands.inspect import without_trailing_blanks
 
     with console.capture() as captured:
         console.print(top.draw(console, whole=True), crop=False)
-    console.file.write(_TRAILING_BLANKS.sub(_keep_reset, captured.get()))
+    console.file.write(without_trailing_blanks(captured.get()))
     console.file.flush()
 
 

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from gpuagent.commands.cli_options import influx_options, simulate_option
 from gpuagent.errors import AgentError
 
 DEFAULT_INTERVAL_S = 2.0
@@ -16,7 +17,7 @@ DEFAULT_INTERVAL_S = 2.0
     "--fleet", is_flag=True, help="The fleet from InfluxDB (--url/--config) or a PromQL server (--promql-url)."
 )
 @click.option("--once", is_flag=True, help="Print one frame and exit.")
-@click.option("--simulate", metavar="SPEC", help="A simulated node, e.g. l40s:2,h100-sxm-mig:1.")
+@simulate_option("A simulated node, e.g. l40s:2,h100-sxm-mig:1.")
 @click.option("--seed", type=int, default=None, help="Seed of the simulated node's load model.")
 @click.option(
     "--interval",
@@ -45,19 +46,10 @@ DEFAULT_INTERVAL_S = 2.0
     metavar="COND",
     help="--fleet: InfluxQL condition on tags, or PromQL label matchers with --promql-url.",
 )
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Config file: the node's collectors, or the fleet's [sinks.influxdb] / [compare] promql_url.",
+@influx_options(
+    prefix="--fleet: ",
+    config_help="Config file: the node's collectors, or the fleet's [sinks.influxdb] / [compare] promql_url.",
 )
-@click.option("--url", default=None, help="--fleet: InfluxDB URL (overrides the config).")
-@click.option("--database", default=None, help="--fleet: database (1.x) or bucket.")
-@click.option("--token", default=None, envvar="INFLUX_TOKEN", help="--fleet: API token ($INFLUX_TOKEN).")
-@click.option("--username", default=None, help="--fleet: 1.x user, with --password.")
-@click.option("--password", default=None, envvar="INFLUX_PASSWORD", help="--fleet: 1.x password ($INFLUX_PASSWORD).")
 @click.option("--promql-url", default=None, metavar="URL", help="--fleet: a Prometheus-compatible query API instead.")
 @click.option(
     "--plugins-dir", type=click.Path(file_okay=False, exists=True), help="Also load every .py plugin file in DIR."

@@ -15,14 +15,11 @@ import time
 from collections import Counter, defaultdict
 
 from gpuagent.errors import AgentError
-from gpuagent.top.model import THROTTLE_WORDS, Frame, Row, severity, throttle_of, worst
+from gpuagent.schema.measurements import GPU_HEALTH, GPU_POWER
+from gpuagent.top.model import ROW_READS, Frame, Row, gpu_row, severity, worst
 
-# measurement -> fields a row needs
-FIELDS = {
-    "gpu_power": ("power_w", "power_limit_w", "temperature_c"),
-    "gpu_clocks": ("sm_clock_mhz", "max_sm_clock_mhz", *THROTTLE_WORDS),
-    "gpu_memory": ("gpu_util_pct", "fb_used_bytes", "fb_total_bytes"),
-}
+# measurement -> fields a row needs of it, but health's (asked per engine: PromQL has no strings)
+FIELDS = {m: fields for m, fields in ROW_READS.items() if m != GPU_HEALTH}
 PACE_MIN_S, PACE_MAX_S, PACE_DEFAULT_S = 1.0, 60.0, 10.0
 
 
@@ -68,25 +65,6 @@ class FleetSource:
 
     def close(self) -> None:
         self.client.close()
-
-
-def gpu_row(g: dict, key: str, label: str) -> Row:
-    return Row(
-        key=key,
-        label=label,
-        model=g.get("model", ""),
-        util_pct=g.get("gpu_util_pct"),
-        mem_used=g.get("fb_used_bytes"),
-        mem_total=g.get("fb_total_bytes"),
-        power_w=g.get("power_w"),
-        power_limit_w=g.get("power_limit_w"),
-        sm_mhz=g.get("sm_clock_mhz"),
-        sm_max_mhz=g.get("max_sm_clock_mhz"),
-        temp_c=g.get("temperature_c"),
-        throttle=throttle_of(g) if any(k in g for k in THROTTLE_WORDS) else None,
-        verdict=g.get("verdict"),
-        reason=str(g.get("verdict_reason") or ""),
-    )
 
 
 def _mean(values):
@@ -143,7 +121,7 @@ class InfluxFleet(FleetSource):
 
         cond = self._cond(host)
         by_gpu: dict[tuple, dict] = {}
-        queries = {**FIELDS, "gpu_health": ("verdict", "verdict_reason")}
+        queries = {**FIELDS, GPU_HEALTH: ROW_READS[GPU_HEALTH]}
         for measurement, fields in queries.items():
             select = ", ".join(f"LAST({quote_ident(f)}) AS {quote_ident(f)}" for f in fields)
             q = f'SELECT {select} FROM {quote_ident(measurement)} WHERE {cond} GROUP BY "host", "gpu", "model"'
@@ -158,7 +136,7 @@ class InfluxFleet(FleetSource):
 
     def _pace(self, cond: str) -> None:
         series = self.client.query(
-            f'SELECT "power_w" FROM "gpu_power" WHERE {cond} GROUP BY "host", "gpu" ORDER BY time DESC LIMIT 2'
+            f'SELECT "power_w" FROM "{GPU_POWER}" WHERE {cond} GROUP BY "host", "gpu" ORDER BY time DESC LIMIT 2'
         )
         for s in series[:1]:
             times = [v[0] for v in s.get("values", [])]
@@ -172,13 +150,13 @@ class PromFleet(FleetSource):
     promql = True
 
     def __init__(self, client, by: str = "host", window_s: float = 300.0, where: str | None = None):
-        from gpuagent.compare.promql_report import PromReport
-        from gpuagent.compare.report import Range
+        from gpuagent.compare.core import Range
+        from gpuagent.compare.promql import PromNames
 
         super().__init__(client, by, window_s, where)
         now = time.time_ns()
-        # compare's report knows the two name schemes and the --where matchers; reuse its naming.
-        self.names = PromReport(client, Range(now - int(window_s * 1e9), now), by="host", where=where)
+        # compare's naming: the two name schemes and the --where matchers.
+        self.names = PromNames(client, Range(now - int(window_s * 1e9), now), where)
         self.window = f"{int(window_s * 1000)}ms"
 
     def _sel(self, name: str, host: str | None) -> str:
@@ -190,7 +168,7 @@ class PromFleet(FleetSource):
         if not self.client.engine:
             self.client.detect_engine(at)
             self.names.at = at
-            self.names._detect_scheme()
+            self.names.detect_scheme()
         calls: list[tuple[str, float, str]] = []
         keys: list[tuple[str, float | None]] = []  # (field, scale); the verdict has none
         for measurement, fields in FIELDS.items():
@@ -203,12 +181,12 @@ class PromFleet(FleetSource):
             from gpuagent.plugin_host import registered
 
             verdict_spec = registered("sinks", "prometheus").metric_for(
-                self.names.namespace, "gpu_health", "verdict", True
+                self.names.namespace, GPU_HEALTH, "verdict", True
             )
             # A GPU has a series per verdict it ever had: the one sampled last is its verdict now.
             calls.append((f"timestamp({self._sel(verdict_spec.name, host)})", at, "newest verdict"))
         else:  # line protocol in VictoriaMetrics keeps no strings: only `lost` says anything of health
-            name, _ = self.names.name("gpu_health", "lost")
+            name, _ = self.names.name(GPU_HEALTH, "lost")
             calls.append((f"last_over_time({self._sel(name, host)}[{self.window}])", at, "newest lost flag"))
         keys.append(("verdict", None))
         by_gpu: dict[tuple, dict] = {}
@@ -236,7 +214,7 @@ class PromFleet(FleetSource):
         if not gpus:
             return
         host, gpu = next(iter(gpus))
-        name, _ = self.names.name("gpu_power", "power_w")
+        name, _ = self.names.name(GPU_POWER, "power_w")
         gpu_matcher = 'gpu="' + gpu + '"'
         matchers = ", ".join(m for m in (self.where, _host_matcher(host), gpu_matcher) if m)
         one = f"{name}{{{matchers}}}"

@@ -7,6 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from gpuagent.compare.health import VERDICTS
+from gpuagent.schema.measurements import GPU_CLOCKS, GPU_HEALTH, GPU_MEMORY, GPU_POWER
 
 # Short throttle words (a column of 80 columns' worth), keyed by the clocks collector's fields;
 # the most telling first: a row shows the first one active.
@@ -23,6 +24,34 @@ THROTTLE_WORDS = {
 }
 
 HISTORY = 30  # samples kept per row for the sparklines
+
+# What a GPU's row shows and where each figure is read: Row attribute -> (measurement, field).
+# The node view takes them from one run's points, the fleet view asks its server for the newest
+# of each: one table, so the two views show the same figures.
+ROW_FIELDS: dict[str, tuple[str, str]] = {
+    "power_w": (GPU_POWER, "power_w"),
+    "power_limit_w": (GPU_POWER, "power_limit_w"),
+    "temp_c": (GPU_POWER, "temperature_c"),
+    "sm_mhz": (GPU_CLOCKS, "sm_clock_mhz"),
+    "sm_max_mhz": (GPU_CLOCKS, "max_sm_clock_mhz"),
+    "util_pct": (GPU_MEMORY, "gpu_util_pct"),
+    "mem_used": (GPU_MEMORY, "fb_used_bytes"),
+    "mem_total": (GPU_MEMORY, "fb_total_bytes"),
+    "verdict": (GPU_HEALTH, "verdict"),
+    "reason": (GPU_HEALTH, "verdict_reason"),
+}
+
+
+def _reads() -> dict[str, tuple[str, ...]]:
+    reads: dict[str, tuple[str, ...]] = {}
+    for measurement, name in ROW_FIELDS.values():
+        reads[measurement] = (*reads.get(measurement, ()), name)
+    reads[GPU_CLOCKS] += tuple(THROTTLE_WORDS)  # the clock-event bits behind the throttle column
+    return reads
+
+
+# measurement -> the fields a GPU row reads of it.
+ROW_READS = _reads()
 
 
 @dataclass
@@ -98,6 +127,16 @@ def throttle_of(fields: dict) -> str | None:
     if fields.get("clock_event_reasons") is None and not any(k in fields for k in THROTTLE_WORDS):
         return None
     return next((word for name, word in THROTTLE_WORDS.items() if fields.get(name)), "none")
+
+
+def gpu_row(g: dict, key: str, label: str) -> Row:
+    """A GPU's row from its fields (those of ROW_READS, whichever measurement) and its ``model``."""
+    row = Row(key=key, label=label, model=g.get("model", ""))
+    for attr, (_, name) in ROW_FIELDS.items():
+        setattr(row, attr, g.get(name))
+    row.reason = str(row.reason or "")
+    row.throttle = throttle_of(g) if any(k in g for k in THROTTLE_WORDS) else None
+    return row
 
 
 class History:

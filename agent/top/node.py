@@ -13,7 +13,8 @@ import socket
 import time
 from collections import defaultdict
 
-from gpuagent.top.model import Frame, Proc, Row, short_model, throttle_of
+from gpuagent.schema.measurements import GPU_MIG, GPU_PROCESS, GPU_VGPU
+from gpuagent.top.model import ROW_READS, Frame, Proc, Row, gpu_row, short_model
 
 TOP_COLLECTORS = ("clocks", "power", "memory", "mig", "vgpu", "health", "processes")
 
@@ -47,7 +48,7 @@ class NodeSource:
 
 def frame_from_points(points, unavailable=()) -> Frame:
     """Rows per GPU (MIG and vGPU instances under theirs) and the process list, from one run's points."""
-    per_gpu: dict[str, dict[str, dict]] = defaultdict(dict)
+    per_gpu: dict[str, dict] = defaultdict(dict)  # a GPU's fields that its row reads
     model: dict[str, str] = {}
     mig: dict[str, list] = defaultdict(list)
     vgpus: dict[str, list] = defaultdict(list)
@@ -57,34 +58,17 @@ def frame_from_points(points, unavailable=()) -> Frame:
         if gpu is None:
             continue
         model[gpu] = p.tags.get("model", "")
-        if p.measurement == "gpu_mig" and "mig_uuid" in p.tags:
+        if p.measurement == GPU_MIG and "mig_uuid" in p.tags:
             mig[gpu].append(p)
-        elif p.measurement == "gpu_vgpu" and "vgpu_instance" in p.tags:
+        elif p.measurement == GPU_VGPU and "vgpu_instance" in p.tags:
             vgpus[gpu].append(p)
-        elif p.measurement == "gpu_process":
+        elif p.measurement == GPU_PROCESS:
             procs.append(process_of(p))
-        elif p.measurement in ("gpu_clocks", "gpu_power", "gpu_memory", "gpu_health"):
-            per_gpu[gpu][p.measurement] = p.fields
+        elif p.measurement in ROW_READS:
+            per_gpu[gpu].update({f: p.fields[f] for f in ROW_READS[p.measurement] if f in p.fields})
     rows = []
     for gpu in sorted(per_gpu, key=int):
-        m = per_gpu[gpu]
-        clocks, power, memory, health = (m.get(k, {}) for k in ("gpu_clocks", "gpu_power", "gpu_memory", "gpu_health"))
-        row = Row(
-            key=gpu,
-            label=gpu,
-            model=model[gpu],
-            util_pct=memory.get("gpu_util_pct"),
-            mem_used=memory.get("fb_used_bytes"),
-            mem_total=memory.get("fb_total_bytes"),
-            power_w=power.get("power_w"),
-            power_limit_w=power.get("power_limit_w"),
-            sm_mhz=clocks.get("sm_clock_mhz"),
-            sm_max_mhz=clocks.get("max_sm_clock_mhz"),
-            temp_c=power.get("temperature_c"),
-            throttle=throttle_of(clocks) if clocks else None,
-            verdict=health.get("verdict"),
-            reason=str(health.get("verdict_reason") or ""),
-        )
+        row = gpu_row({**per_gpu[gpu], "model": model[gpu]}, gpu, gpu)
         for p in sorted(mig[gpu], key=lambda p: p.fields.get("mig_index", 0)):
             f = p.fields
             row.children.append(

@@ -12,6 +12,8 @@ import pynvml
 
 import gpuagent
 from gpuagent.gpus.nvml_read import CYCLE, Field, FieldReader, poll_first, valid
+from gpuagent.plugins.clocks.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_CLOCKS
 
 # (clock type, field stem) for nvmlDeviceGetClockInfo / nvmlDeviceGetMaxClockInfo.
 CLOCKS = (
@@ -57,7 +59,7 @@ REASON_TIME_FIELDS = FieldReader(
     group=CYCLE,  # one field-values call per GPU per cycle with power's readings
 )
 
-MEASUREMENT = "gpu_clocks"
+MEASUREMENT = GPU_CLOCKS
 
 PSTATE_UNKNOWN = pynvml.NVML_PSTATE_UNKNOWN
 
@@ -123,6 +125,7 @@ def read_gpu(gpu: gpuagent.Gpu) -> dict[str, int | float | bool | None]:
 
 class ClocksCollector(gpuagent.Collector):
     name = "clocks"
+    schema = SCHEMA
     requires_gpus = True
 
     def read_gpu(self, gpu: gpuagent.Gpu) -> dict:

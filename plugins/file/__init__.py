@@ -21,6 +21,7 @@ from pydantic import Field
 import gpuagent
 from gpuagent.errors import AgentError
 from gpuagent.pipeline.metric import Point, to_lines
+from gpuagent.plugins.file.schema import SCHEMA
 from gpuagent.service import ownership
 from gpuagent.units import ByteSize
 
@@ -36,6 +37,7 @@ class FileSinkConfig(gpuagent.SinkConfig):
 
 class FileSink(gpuagent.Sink):
     name = "file"
+    schema = SCHEMA
     Config = FileSinkConfig
 
     def __init__(self, config: FileSinkConfig, context):

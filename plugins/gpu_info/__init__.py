@@ -16,8 +16,10 @@ from collections.abc import Callable
 import pynvml
 
 import gpuagent
+from gpuagent.plugins.gpu_info.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_INFO
 
-MEASUREMENT = "gpu_info"
+MEASUREMENT = GPU_INFO
 
 # field -> (NVML call, its arguments): strings the card may not offer (then left out).
 STRING_CALLS: dict[str, tuple[Callable, tuple]] = {
@@ -76,6 +78,7 @@ def read_gpu(gpu: gpuagent.Gpu, session) -> dict[str, str | bool | None]:
 
 class GpuInfoCollector(gpuagent.Collector):
     name = "gpu_info"
+    schema = SCHEMA
     Config = GpuInfoConfig
     default_interval = 300.0
     requires_gpus = True

@@ -33,6 +33,7 @@ from gpuagent.gpus.nvml_read import (
 from gpuagent.plugins.health.catalog import LOST_XID, SEVERITY, load_catalog
 from gpuagent.plugins.health.inventory import AT_FIRST_START, expected_count, inventory_fields
 from gpuagent.plugins.health.levels import Level, reaches
+from gpuagent.plugins.health.schema import SCHEMA
 from gpuagent.plugins.health.slurm_drain import SlurmDrain
 from gpuagent.plugins.health.verdict import (
     CounterWindow,
@@ -47,6 +48,7 @@ from gpuagent.plugins.health.verdict import (
     window_text,
     xid_finding,
 )
+from gpuagent.schema.measurements import GPU_ACTION, GPU_HEALTH, GPU_INVENTORY
 from gpuagent.service.timebase import monotonic_clock
 
 log = logging.getLogger("gpuagent.collector.health")
@@ -374,6 +376,7 @@ class HealthCollector(gpuagent.Collector):
     """XID events (as they happen), ECC, memory repair, error counters, fabric state, lost GPUs, and a verdict."""
 
     name = "health"
+    schema = SCHEMA
     requires_gpus = True
 
     class Config(gpuagent.CollectorConfig):
@@ -440,11 +443,11 @@ class HealthCollector(gpuagent.Collector):
         except pynvml.NVMLError as exc:
             log.warning("GPU %d: health read failed: %s; shown as degraded", gpu.index, exc)
             return {
-                "gpu_health": ecc,
+                GPU_HEALTH: ecc,
                 "health": {"verdict": "degraded", "reason": f"Health could not be read ({exc})."},
             }
         fields = acc.points[-1].fields
-        return {"gpu_health": ecc, "health": {"verdict": fields["verdict"], "reason": fields["verdict_reason"]}}
+        return {GPU_HEALTH: ecc, "health": {"verdict": fields["verdict"], "reason": fields["verdict_reason"]}}
 
     def __init__(self, config, context):
         super().__init__(config, context)
@@ -521,7 +524,7 @@ class HealthCollector(gpuagent.Collector):
         present = len(self.context.gpus) + unavailable
         inventory = inventory_fields(self.expected, present)
         if self.expected is not None:
-            acc.add_fields("gpu_inventory", inventory, tags={})
+            acc.add_fields(GPU_INVENTORY, inventory, tags={})
         if self.drainer is None:
             return
         level = self.config.drain_on
@@ -534,7 +537,7 @@ class HealthCollector(gpuagent.Collector):
         else:
             problem = None
         self.drainer.update(problem)
-        acc.add_fields("gpu_action", self.drainer.fields(), tags={"action": "slurm_drain", "node": self.drainer.node})
+        acc.add_fields(GPU_ACTION, self.drainer.fields(), tags={"action": "slurm_drain", "node": self.drainer.node})
 
     def _recovered(self, gpu: Gpu) -> bool:
         """A lost GPU answering again: back to what the evidence says; XIDs before it came back are
@@ -562,7 +565,7 @@ class HealthCollector(gpuagent.Collector):
         fields: dict[str, Any] = {"lost": True, "verdict": "lost", "verdict_reason": reason}
         if first:
             fields["lost_reason"] = gpu.lost_reason or None
-        acc.add_fields("gpu_health", fields, tags=gpu.tags)
+        acc.add_fields(GPU_HEALTH, fields, tags=gpu.tags)
         return reason
 
     def _add_xid(self, acc: gpuagent.Accumulator, event: XidEvent) -> None:
@@ -571,7 +574,7 @@ class HealthCollector(gpuagent.Collector):
         self.state(gpu).xids.append((event.at, event.time_ns, event.xid))
         tags = {**gpu.tags, "gi_id": event.gpu_instance_id, "ci_id": event.compute_instance_id}
         acc.add_fields(
-            "gpu_health",
+            GPU_HEALTH,
             {"xid": event.xid, "xid_description": xid_description(event.xid)},
             tags=tags,
             time_ns=event.time_ns,
@@ -641,7 +644,7 @@ class HealthCollector(gpuagent.Collector):
             fields["thermal_margin_c"] = margin
         verdict, reason = self.verdict(gpu, fields, readings, nvlink, fabric)
         fields["verdict"], fields["verdict_reason"] = verdict, reason
-        acc.add_fields("gpu_health", fields, tags=gpu.tags)
+        acc.add_fields(GPU_HEALTH, fields, tags=gpu.tags)
         return verdict, reason
 
     def _nvlink_errors(self, gpu: Gpu) -> dict[str, dict[int, int]]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from gpuagent.plugins.health.catalog import SEVERITY
 from gpuagent.plugins.health.levels import reaches
+from gpuagent.schema.measurements import GPU_HEALTH, GPU_INVENTORY
 
 OK, PROBLEM, UNKNOWN = 0, 1, 2
 MAX_LINE = 256  # node-problem-detector cuts a message at max_output_length (the shipped config: 256)
@@ -49,7 +50,7 @@ def unknown(why: str, source: str = "") -> NodeHealth:
 def evaluate(state: dict[str, Any], fail_on: str, source: str = "", limit: int = MAX_LINE) -> NodeHealth:
     gpus = []
     for index, entry in (state.get("gpus") or {}).items():
-        health = entry.get("gpu_health") or {}
+        health = entry.get(GPU_HEALTH) or {}
         verdict = health.get("verdict")
         if verdict not in SEVERITY:
             continue  # a GPU the health collector has not judged (yet): not evidence either way
@@ -62,7 +63,7 @@ def evaluate(state: dict[str, Any], fail_on: str, source: str = "", limit: int =
             }
         )
     gpus.sort(key=lambda g: g["gpu"])
-    inventory = (state.get("node") or {}).get("gpu_inventory") or {}
+    inventory = (state.get("node") or {}).get(GPU_INVENTORY) or {}
     missing = int(inventory.get("gpus_missing") or 0)
     if not gpus and not missing:
         return NodeHealth(

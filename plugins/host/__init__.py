@@ -8,6 +8,8 @@ import time
 import psutil
 
 import gpuagent
+from gpuagent.plugins.host.schema import SCHEMA
+from gpuagent.schema.measurements import HOST, HOST_CPU
 
 
 class HostConfig(gpuagent.CollectorConfig):
@@ -16,6 +18,7 @@ class HostConfig(gpuagent.CollectorConfig):
 
 class HostCollector(gpuagent.Collector):
     name = "host"
+    schema = SCHEMA
     Config = HostConfig
 
     def __init__(self, config, context):
@@ -36,7 +39,7 @@ class HostCollector(gpuagent.Collector):
             usage = None
         self._primed = 0.0
         acc.add_fields(
-            "host",
+            HOST,
             {
                 "cpu_count": psutil.cpu_count() or 0,
                 "cpu_usage_pct": None if usage is None else float(usage),
@@ -56,7 +59,7 @@ class HostCollector(gpuagent.Collector):
         )
         if self.config.per_cpu:
             for i, pct in enumerate(psutil.cpu_percent(interval=None, percpu=True)):
-                acc.add_fields("host_cpu", {"usage_pct": float(pct)}, tags={"cpu": str(i)})
+                acc.add_fields(HOST_CPU, {"usage_pct": float(pct)}, tags={"cpu": str(i)})
 
 
 @gpuagent.hookimpl

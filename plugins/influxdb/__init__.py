@@ -1,36 +1,30 @@
 """influxdb sink: line protocol to InfluxDB (api v2 /api/v2/write, or v1 /write), over http.client.
 
-Delivery is at-least-once through gpuagent.pipeline.delivery (buffer, batches, retries)
-and a durable spool in <state_dir>/spool/influxdb (gpuagent.pipeline.spool).
+This plugin is the options and their wiring: the requests and what their answers mean are
+gpuagent.pipeline.http_write's; delivery, at-least-once, gpuagent.pipeline.delivery's (buffer,
+batches, retries) with a durable spool in <state_dir>/spool/influxdb (gpuagent.pipeline.spool).
 """
 
 from __future__ import annotations
 
-import base64
-import gzip
 import logging
 import os
 import stat
-import threading
 import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, SecretStr, model_validator
 
 import gpuagent
 from gpuagent.errors import ConfigError
-from gpuagent.pipeline import http_client
-from gpuagent.pipeline.batch_sender import Outcome, Result
-from gpuagent.pipeline.delivery import Delivery, classify_http
+from gpuagent.pipeline.delivery import Delivery
+from gpuagent.pipeline.http_write import HTTPWrite, authorization
 from gpuagent.pipeline.metric import Point
-from gpuagent.pipeline.spool import Spool
+from gpuagent.plugins.influxdb.schema import SCHEMA
 from gpuagent.service.logsetup import mask_url
 from gpuagent.units import ByteSize, Duration, Interval, parse_duration
-
-if TYPE_CHECKING:
-    import http.client
 
 log = logging.getLogger("gpuagent.sink.influxdb")
 
@@ -157,147 +151,10 @@ def check_secret_file_permissions(path: Path | str | None, secrets: Sequence[str
     return True
 
 
-ANSWER_BYTES = 4096  # the most read of an answer's body; more is never needed to tell what happened
-REFUSAL_BYTES_PER_LINE = 256  # a 400/422 may quote every refused line: "unable to parse '<line>': <why>"
-
-
-def answer_limit(status: int, sent: int, lines: int) -> int:
-    """How much of an answer's body to read. A refusal of lines may list each of them (the count
-    of a partial write comes from that list), so it may be as long as what was sent; any other
-    body is read up to ANSWER_BYTES (a 500 with a 1 GiB body must not cost 1 GiB)."""
-    if status in (400, 422):
-        return ANSWER_BYTES + sent + REFUSAL_BYTES_PER_LINE * lines
-    return ANSWER_BYTES
-
-
-class _HTTPTransport:
-    """POST line protocol through gpuagent.pipeline.http_client: a whole-request deadline, a bounded answer.
-
-    v1: /write?db=&rp=&precision=ns (InfluxDB 1.x); v2: /api/v2/write?org=&bucket=&precision=ns
-    (InfluxDB 2.x, 3.x, Cloud, 1.8+, VictoriaMetrics). A send that takes `timeout` in all
-    fails (and is retried) by then, in the calling thread. Up to two keep-alive connections (a
-    replay keeps two requests in flight).
-    """
-
-    def __init__(self, cfg: InfluxDBSinkConfig, token: str | None):
-        import http.client  # noqa: F401  here, not at import: it loads ssl (4 MB) on agents that never send
-
-        self._v2 = cfg.api == "v2"
-        parts = urllib.parse.urlsplit(cfg.url)
-        base = parts.path.rstrip("/") or ""
-        if self._v2:
-            params = {"org": cfg.org or "-", "bucket": cfg.bucket, "precision": "ns"}
-            self._path = base + "/api/v2/write?" + urllib.parse.urlencode(params)
-        else:
-            params = {"db": cfg.database, "precision": "ns"}
-            if cfg.retention_policy:
-                params["rp"] = cfg.retention_policy
-            self._path = base + "/write?" + urllib.parse.urlencode(params)
-        self._url = cfg.url
-        self._verify_tls = cfg.verify_tls
-        self._headers = {
-            "Content-Type": "text/plain; charset=utf-8",
-            "Accept": "application/json",
-            "User-Agent": f"gpuagent/{gpuagent.__version__}",
-        }
-        if cfg.gzip:
-            self._headers["Content-Encoding"] = "gzip"
-        # A username comes with its password (the config's validator).
-        password = cfg.password.get_secret_value() if cfg.password is not None else ""
-        if self._v2 and not token and cfg.username:  # InfluxDB 1.8's v2 compatibility takes "user:password"
-            token = f"{cfg.username}:{password}"
-        if token:
-            self._headers["Authorization"] = f"Token {token}"
-        elif cfg.username:
-            pair = f"{cfg.username}:{password}"
-            self._headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-        elif parts.username:  # http://user:password@host: http.client ignores credentials in a URL
-            pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
-            self._headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-        self._gzip = cfg.gzip
-        self._timeout = cfg.timeout
-        self._lock = threading.Lock()
-        self._idle: list[http.client.HTTPConnection] = []
-        self._active: set[http.client.HTTPConnection] = set()
-        self._closed = False
-
-    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop(), True
-        return http_client.connection(self._url, self._timeout, self._verify_tls), False
-
-    def send(self, body: bytes, lines: int) -> Result:
-        data = gzip.compress(body, compresslevel=1) if self._gzip else body
-        for _attempt in (1, 2):
-            conn, reused = self._connection()
-            result, retry = self._request(conn, data, len(body), lines, reused)
-            if not retry:
-                return result
-        return result
-
-    def _request(
-        self, conn: http.client.HTTPConnection, data: bytes, sent: int, lines: int, reused: bool
-    ) -> tuple[Result, bool]:
-        """One request on conn: (result, whether to try once more on a fresh connection)."""
-        with self._lock:
-            self._active.add(conn)
-        try:
-            answer = http_client.exchange(
-                conn,
-                "POST",
-                self._path,
-                timeout=self._timeout,
-                body=data,
-                headers=self._headers,
-                limit=lambda status: answer_limit(status, sent, lines),
-            )
-        except http_client.RequestFailed as exc:
-            if exc.timed_out and exc.connected:
-                return Result(Outcome.RETRY, None, exc.reason), False
-            if self._closed:
-                return Result(Outcome.RETRY, None, "cut short: the agent is stopping"), False
-            # A kept-alive connection the server closed meanwhile: one more try on a new one.
-            return Result(Outcome.RETRY, None, exc.reason), reused and not exc.answered
-        finally:
-            with self._lock:
-                self._active.discard(conn)
-        if not answer.reusable:
-            # The deadline passed as the answer completed (the socket is gone), or the rest
-            # of a long body is not worth reading: this connection cannot be used again.
-            conn.close()
-        else:
-            with self._lock:
-                if self._closed or len(self._idle) >= 2:
-                    conn.close()
-                else:
-                    self._idle.append(conn)
-        result = classify_http(answer.status, answer.body, answer.headers)
-        if self._v2 and answer.status == 404 and answer.body.strip() == b"404 page not found":
-            # Go's default answer for a path the server does not route, as influxd before 1.8
-            # gives for /api/v2/write: no database is missing, the API is.
-            result.hint = 'the server has no v2 write API (/api/v2/write); InfluxDB 1.x before 1.8: set api = "v1"'
-        return result, False
-
-    def abort(self) -> None:
-        """Cut requests in flight short (stop must not wait on a slow server)."""
-        with self._lock:
-            self._closed = True
-            active = list(self._active)
-        for conn in active:
-            http_client.shutdown(conn)
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
-
-
 class InfluxDBSink(gpuagent.Sink):
     name = "influxdb"
-    nonblocking = True  # write() only buffers; its own thread sends
+    schema = SCHEMA
+    nonblocking = True  # write() commits to the spool (write-ahead) or buffers; its own thread sends
     Config = InfluxDBSinkConfig
 
     def __init__(self, config: InfluxDBSinkConfig, context):
@@ -335,34 +192,26 @@ class InfluxDBSink(gpuagent.Sink):
     def start(self) -> None:
         c = self.config
         token = self._checked_token()
-        transport = _HTTPTransport(c, token)
-        spool_dir = Path(self.context.state_dir) / "spool" / self.name
-        # Never refuses to start: a damaged file heals itself, and a spool that cannot be
-        # opened at all leaves delivery in memory (said once here, retried now and then).
-        spool = Spool(spool_dir, c.max_spool_bytes, sync=c.spool_sync, log=self.log)
-        if spool.available and not spool.writable:
-            self.log.error(
-                "%s: the spool in %s cannot be written (%s): its %d points are replayed, new points wait in "
-                "memory (at most %d; a restart loses them) until it can",
-                self.name,
-                spool_dir,
-                spool.problem,
-                spool.points,
-                c.max_buffer_points,
-            )
-        elif not spool.available:
-            self.log.error(
-                "%s: no spool (%s): delivering from memory only (at most %d points wait for the server; "
-                "a restart loses them) until %s can be written",
-                self.name,
-                spool.problem,
-                c.max_buffer_points,
-                spool_dir,
-            )
-        self.delivery = Delivery(
+        # A username comes with its password (the config's validator).
+        password = c.password.get_secret_value() if c.password is not None else ""
+        transport = HTTPWrite(
+            c.url,
+            api=c.api,
+            org=c.org,
+            bucket=c.bucket,
+            database=c.database,
+            retention_policy=c.retention_policy,
+            auth=authorization(c.url, c.api, token, c.username, password),
+            timeout=c.timeout,
+            verify_tls=c.verify_tls,
+            gzip=c.gzip,
+        )
+        self.delivery = Delivery.open(
             self.name,
             transport,
-            spool,
+            Path(self.context.state_dir) / "spool" / self.name,
+            max_spool_bytes=c.max_spool_bytes,
+            spool_sync=c.spool_sync,
             batch_size=c.batch_size,
             flush_interval=c.flush_interval,
             flush_jitter=c.flush_jitter,
@@ -373,8 +222,6 @@ class InfluxDBSink(gpuagent.Sink):
             log=self.log,
             target=mask_url(c.url),
         )
-        if spool.points:
-            self.log.info("%s: %d points in the spool from an earlier run; replaying", self.name, spool.points)
         self.delivery.start()
 
     def write(self, points: Sequence[Point]) -> None:

@@ -21,10 +21,12 @@ import gpuagent
 from gpuagent.gpus import cuda_attrs, specs
 from gpuagent.gpus.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported, whole_gpus
 from gpuagent.gpus.nvml_read import due, raw, valid
+from gpuagent.plugins.memory.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_MEMORY
 
 log = logging.getLogger("gpuagent.collector.memory")
 
-MEASUREMENT = "gpu_memory"
+MEASUREMENT = GPU_MEMORY
 
 # GPM metric -> field (all percentages, 0-100, over the interval between two samples).
 GPM_METRICS = {
@@ -180,6 +182,7 @@ def read_gpu(
 
 class MemoryCollector(gpuagent.Collector):
     name = "memory"
+    schema = SCHEMA
     requires_gpus = True
     Config = MemoryConfig
 

@@ -10,8 +10,10 @@ import gpuagent
 from gpuagent.gpus.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported
 from gpuagent.gpus.gpu import Gpu, GpuLost, as_str
 from gpuagent.plugins.mig.names import mig_profile_name
+from gpuagent.plugins.mig.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_MIG
 
-MEASUREMENT = "gpu_mig"
+MEASUREMENT = GPU_MIG
 # Published each cycle on the agent's shared board (gpuagent.service.shared) for the work collector:
 # (GPU uuid, gi_id) -> {"tags": the MIG device's tags, "share": its compute slices / the GPU's}.
 SHARED_NAME = "mig"
@@ -148,6 +150,7 @@ class MigCollector(gpuagent.Collector):
     """
 
     name = "mig"
+    schema = SCHEMA
     requires_gpus = True
 
     class Config(gpuagent.CollectorConfig):

@@ -11,8 +11,10 @@ import gpuagent
 from gpuagent.gpus.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported, whole_gpus
 from gpuagent.gpus.gpu import Gpu, as_str
 from gpuagent.gpus.nvlinks import card_links, link_states
+from gpuagent.plugins.nvlink.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_NVLINK
 
-MEASUREMENT = "gpu_nvlink"
+MEASUREMENT = GPU_NVLINK
 
 MIB = 1024 * 1024
 
@@ -163,6 +165,7 @@ class NvlinkCollector(gpuagent.Collector):
     """One gpu_nvlink point per NVLink, plus a per-GPU summary; nothing for cards without NVLink."""
 
     name = "nvlink"
+    schema = SCHEMA
     requires_gpus = True
     # 18 links a GPU on an HGX board: per-link points are for diagnosis, not a 1 s chart;
     # link state and far ends change rarely. A table's `interval` overrides this.

@@ -10,8 +10,10 @@ import pynvml
 import gpuagent
 from gpuagent.gpus.gpu import Gpu, GpuLost, as_str
 from gpuagent.gpus.nvlinks import card_links, link_states
+from gpuagent.plugins.p2p.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_P2P
 
-MEASUREMENT = "gpu_p2p"
+MEASUREMENT = GPU_P2P
 
 # The P2P capability indices, as plain ints. In current nvidia-ml-py
 # NVML_P2P_CAPS_INDEX_READ is the tuple (0,) (a stray trailing comma), which
@@ -181,6 +183,7 @@ class P2pCollector(gpuagent.Collector):
     """
 
     name = "p2p"
+    schema = SCHEMA
     requires_gpus = True
     default_interval = 300.0
 

@@ -13,11 +13,13 @@ import pynvml
 
 import gpuagent
 from gpuagent.gpus.nvml_read import CYCLE, Field, FieldReader, valid
+from gpuagent.plugins.pcie.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_PCIE
 
 # NVML reports throughput in KB/s, KB being 1024 bytes as everywhere in nvidia-smi.
 KIB = 1024
 
-MEASUREMENT = "gpu_pcie"
+MEASUREMENT = GPU_PCIE
 
 FIELDS = FieldReader(
     {
@@ -84,6 +86,7 @@ def read_gpu(gpu: gpuagent.Gpu, throughput: bool = True) -> dict[str, int | floa
 
 class PcieCollector(gpuagent.Collector):
     name = "pcie"
+    schema = SCHEMA
     requires_gpus = True
     Config = PcieConfig
     default_interval = 30.0

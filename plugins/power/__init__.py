@@ -21,8 +21,10 @@ from gpuagent.gpus.nvml_read import (
     thermal_margin,
     valid,
 )
+from gpuagent.plugins.power.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_POWER
 
-MEASUREMENT = "gpu_power"
+MEASUREMENT = GPU_POWER
 
 
 def _fields(power_field: int) -> FieldReader:
@@ -158,6 +160,7 @@ def read_gpu(gpu: gpuagent.Gpu) -> dict[str, float | int | None]:
 
 class PowerCollector(gpuagent.Collector):
     name = "power"
+    schema = SCHEMA
     requires_gpus = True
 
     def read_gpu(self, gpu: gpuagent.Gpu) -> dict:

@@ -32,7 +32,9 @@ from gpuagent.gpus.nvml_read import valid
 from gpuagent.plugins.processes import kubelet as kubelet_api
 from gpuagent.plugins.processes import slurm
 from gpuagent.plugins.processes.attribution import OWNER_TAGS, PID_VANISHED, Attributor, Owner
+from gpuagent.plugins.processes.schema import SCHEMA
 from gpuagent.plugins.processes.usage import ProcessUsage
+from gpuagent.schema.measurements import GPU_ATTRIBUTION, GPU_JOB, GPU_PROCESS
 from gpuagent.service.timebase import monotonic_clock
 
 KINDS = (
@@ -158,6 +160,7 @@ class HostProcesses:
 
 class ProcessesCollector(gpuagent.Collector):
     name = "processes"
+    schema = SCHEMA
     requires_gpus = True
     Config = ProcessesConfig
     # What `host.describe(pid)` returns beside the process: a stand-in host (the simulated jobs) builds these too.
@@ -209,7 +212,7 @@ class ProcessesCollector(gpuagent.Collector):
         for gone in self._active_at.keys() - self._held:  # a job that let go of its GPU starts afresh
             del self._active_at[gone]
         if self.reasons:
-            acc.add_fields("gpu_attribution", {f"{r}_total": n for r, n in sorted(self.reasons.items())})
+            acc.add_fields(GPU_ATTRIBUTION, {f"{r}_total": n for r, n in sorted(self.reasons.items())})
 
     # -- names and the one-off read (inspect) ---------------------------------------------------
     def process_name(self, pid: int, info: dict[str, str] | None) -> str | None:
@@ -242,7 +245,7 @@ class ProcessesCollector(gpuagent.Collector):
                     "used_memory_bytes": entry["used"],
                 }
             )
-        return {"gpu_process": {"points": points}}
+        return {GPU_PROCESS: {"points": points}}
 
     # -- the process lists ----------------------------------------------------------------------
     def _lists(self, gpu: gpuagent.Gpu) -> dict[tuple[int, int | None, int | None], dict]:
@@ -377,7 +380,7 @@ class ProcessesCollector(gpuagent.Collector):
                 )
             if accounting:
                 fields.update(self.usage.accounting(gpu, pid))
-            acc.add_fields("gpu_process", fields, tags=tags)
+            acc.add_fields(GPU_PROCESS, fields, tags=tags)
             if self.config.jobs:
                 self._add_to_job(jobs, owner, proc_holder, entry, sample)
         if self.config.jobs:
@@ -423,7 +426,7 @@ class ProcessesCollector(gpuagent.Collector):
             if holder is not None and len(pods) == 1 and key == pods[0]:
                 tags.update(holder.tags())
             acc.add_fields(
-                "gpu_job",
+                GPU_JOB,
                 {
                     "processes": job["processes"],
                     "used_memory_bytes": job["used"],

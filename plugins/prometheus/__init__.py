@@ -1,7 +1,7 @@
 """prometheus sink: the latest value of every series on an HTTP /metrics endpoint.
 
-Names, types, units and HELP come from one rule (naming.py) fed by the plugin
-READMEs (readme_fields.py); the store and its once-per-change rendering are in
+Names, types, units and HELP come from one rule (naming.py) fed by the fields
+the plugins declare (gpuagent.schema); the store and its once-per-change rendering are in
 exposition.py, the bounded HTTP server in server.py. README.md documents the
 mapping as a table.
 """
@@ -19,6 +19,7 @@ from gpuagent.errors import AgentError
 from gpuagent.pipeline.metric import Point
 from gpuagent.plugins.prometheus.exposition import CONTENT_TYPE, LatestValues, label_name
 from gpuagent.plugins.prometheus.naming import metric_for, sanitize
+from gpuagent.plugins.prometheus.schema import SCHEMA
 from gpuagent.plugins.prometheus.web import BasicAuth, CertReloader, TlsServerConfig, validate_users
 from gpuagent.units import parse_duration
 
@@ -85,6 +86,7 @@ class PrometheusSinkConfig(gpuagent.SinkConfig):
 
 class PrometheusSink(gpuagent.Sink):
     name = "prometheus"
+    schema = SCHEMA
     # The names this sink serves a field under: compare and top query by them.
     metric_for = staticmethod(metric_for)
     nonblocking = True  # write() only updates the series; scrapes are served by its own threads

@@ -19,13 +19,14 @@ from collections.abc import Sequence
 from gpuagent.pipeline.metric import Point
 from gpuagent.pipeline.names import utf8_safe
 from gpuagent.plugins.prometheus.naming import MetricSpec, metric_for, sanitize
+from gpuagent.schema.measurements import GPU_INFO
 
 log = logging.getLogger("gpuagent.sink.prometheus")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Measurements sent seldom, kept on /metrics this much longer than expire_after: gpu_info is
 # sent at start, on change and hourly (plugins/gpu_info), and must be in every scrape.
-KEEP_LONGER = {"gpu_info": 2 * 3600.0}
+KEEP_LONGER = {GPU_INFO: 2 * 3600.0}
 # A render is reused this long even without a change, so that series past expire_after leave.
 MAX_RENDER_AGE_S = 5.0
 

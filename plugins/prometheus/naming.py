@@ -1,10 +1,11 @@
-"""InfluxDB field -> Prometheus metric: one rule, driven by the field's unit suffix and its README.
+"""InfluxDB field -> Prometheus metric: one rule, driven by the field's unit suffix and its declaration.
 
 The InfluxDB names never change; this maps each (measurement, field) to a
 Prometheus name in base units, a type and a scale (Prometheus value = field
-value × scale). A field added to a plugin (and its README) maps without an
-edit here. The table in README.md ("Names and units") is this module in
-words; tests/test_naming.py checks every documented field against it.
+value × scale); HELP and counter-or-gauge come from the field's declaration
+(gpuagent.schema). A field added to a plugin's schema maps without an edit
+here. The table in README.md ("Names and units") is this module in words;
+tests/test_naming.py checks every declared field against it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from gpuagent.plugins.prometheus.readme_fields import FieldDoc, documented
+from gpuagent.schema import catalog
+from gpuagent.schema.fields import Field, plain
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -64,14 +66,15 @@ def _unit(base: str) -> tuple[str, float]:
     return base, 1.0
 
 
-def _help(measurement: str, field: str, doc: FieldDoc | None, scale: float) -> str:
+def _help(measurement: str, field: str, doc: Field | None, scale: float) -> str:
     origin = f"{measurement}.{field}"
     if scale != 1.0:
         origin += f" × {scale:g}"
     if doc is None:
         return f"{origin} (undocumented field)"
-    text = doc.text or field.replace("_", " ")
-    unit = f", {doc.unit}" if doc.unit and doc.unit not in text else ""
+    text = doc.plain_help or field.replace("_", " ")
+    unit = plain(doc.unit)
+    unit = f", {unit}" if unit and unit not in text else ""
     return f"{text} (InfluxDB {origin}{unit})"
 
 
@@ -85,12 +88,12 @@ def prefix(namespace: str, measurement: str) -> str:
 @lru_cache(maxsize=8192)
 def metric_for(namespace: str, measurement: str, field: str, is_string: bool = False) -> MetricSpec:
     """The Prometheus metric of one field (is_string: the value is a str, exposed as an _info gauge)."""
-    doc = documented().get((measurement, field))
+    doc = catalog.lookup(measurement, field)
     head = prefix(namespace, measurement)
     if is_string:
         label = sanitize(field)
         return MetricSpec(f"{head}_{label}_info", "info", 1.0, _help(measurement, field, doc, 1.0), label)
-    counter = field.endswith("_total") or (doc is not None and doc.counter)
+    counter = field.endswith("_total") or (doc is not None and doc.kind == "counter")
     base = sanitize(field[: -len("_total")] if field.endswith("_total") else field)
     base, scale = _unit(base)
     name = f"{head}_{base}"
@@ -100,15 +103,15 @@ def metric_for(namespace: str, measurement: str, field: str, is_string: bool = F
 
 
 def influx_to_prometheus(namespace: str = "gpuagent") -> dict[tuple[str, str], MetricSpec]:
-    """The whole documented mapping, for docs and tests."""
-    return {key: metric_for(namespace, *key) for key in documented()}
+    """The whole mapping of the built-in declarations, for docs and tests."""
+    return {key: metric_for(namespace, *key) for key in catalog.builtin()}
 
 
 def markdown_table(namespace: str = "gpuagent") -> str:
-    """The documented mapping as the Markdown table of docs/prometheus.md."""
+    """The built-in mapping as the Markdown table of docs/prometheus.md."""
     rows = ["| InfluxDB measurement.field | Prometheus metric | type | scale |", "| --- | --- | --- | --- |"]
-    for (measurement, field), doc in sorted(documented().items()):
-        spec = metric_for(namespace, measurement, field, doc.type == "string")
+    for (measurement, field), doc in sorted(catalog.builtin().items()):
+        spec = metric_for(namespace, measurement, field, doc.type is str)
         name = f"{spec.name}{{{spec.label}=…}}" if spec.kind == "info" else spec.name
         rows.append(f"| `{measurement}.{field}` | `{name}` | {spec.kind} | {spec.scale:g} |")
     return "\n".join(rows) + "\n"

@@ -10,8 +10,10 @@ import pynvml
 
 import gpuagent
 from gpuagent.gpus.gpu import Gpu, as_str
+from gpuagent.plugins.vgpu.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_VGPU
 
-MEASUREMENT = "gpu_vgpu"
+MEASUREMENT = GPU_VGPU
 
 VIRTUALIZATION_MODES = {
     pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE: "none",
@@ -151,6 +153,7 @@ class VgpuCollector(gpuagent.Collector):
     """Virtualisation mode of every GPU; type, VM, FB, utilisation and licence of each vGPU instance."""
 
     name = "vgpu"
+    schema = SCHEMA
     requires_gpus = True
 
     def read_gpu(self, gpu: Gpu) -> dict:

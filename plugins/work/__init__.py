@@ -25,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 import gpuagent
 from gpuagent.plugins.work import families, jobfiles, scrape
 from gpuagent.plugins.work.discovery import Discovery, Endpoint
+from gpuagent.plugins.work.schema import SCHEMA
+from gpuagent.schema.measurements import GPU_WORK
 
 if TYPE_CHECKING:
     from gpuagent.plugins.processes import GpuProcess
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
 PROCESSES = "processes"
 MIG_DEVICES = "mig"
 
-MEASUREMENT = "gpu_work"
+MEASUREMENT = GPU_WORK
 JOB_TAGS = ("slurm_job_id", "k8s_pod_uid")
 
 
@@ -108,6 +110,7 @@ class Work:
 
 class WorkCollector(gpuagent.Collector):
     name = "work"
+    schema = SCHEMA
     Config = WorkConfig
 
     def __init__(self, config: WorkConfig, context):

@@ -6,9 +6,10 @@ import uuid
 
 import pytest
 
+from gpuagent.compare.core import Range
 from gpuagent.compare.health import VERDICTS, health_hours, health_text
 from gpuagent.compare.query import Connection, InfluxQL
-from gpuagent.compare.report import DEFINITIONS, Range, Report
+from gpuagent.compare.report import DEFINITIONS, Report
 
 HOUR_NS = 3600 * 10**9
 

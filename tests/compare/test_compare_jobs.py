@@ -162,10 +162,10 @@ def test_idle_gpu_hours_count_the_time_a_job_held_a_gpu_flagged_allocated_idle(i
         assert "idle GPU-h" in next(line for line in table.stdout.splitlines() if line.startswith("┃ job"))
         assert got["4711"]["idle_cost"] is None  # no prices given
         # In money, through the price table (gpuagent.compare.prices) the report takes.
+        from gpuagent.compare.core import Range
         from gpuagent.compare.jobs import JobReport
         from gpuagent.compare.prices import Prices
         from gpuagent.compare.query import Connection, InfluxQL
-        from gpuagent.compare.report import Range
 
         client = InfluxQL(Connection(url=influxdb_v1.url, database=db))
         rng = Range((t0 - 60) * 10**9, (t0 + 660) * 10**9)

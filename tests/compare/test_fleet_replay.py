@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 import pytest
 from click.testing import CliRunner
 
-from gpuagent.compare.fleet_replay import replica_uuid, substitute
+from gpuagent.sim.fleet_replay import replica_uuid, substitute
 
 pytestmark = pytest.mark.servers
 

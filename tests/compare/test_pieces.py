@@ -7,10 +7,14 @@ from __future__ import annotations
 import re
 import signal
 
-from gpuagent.compare import health, jobs, render, work, work_render
+import pytest
+
+from gpuagent.compare import health, jobs_render, render, work, work_render
+from gpuagent.compare.core import Range, report_document
 from gpuagent.compare.drivers import _uuid_condition
-from gpuagent.compare.report import Range, report_document
-from gpuagent.compare.workers import worker_pool
+from gpuagent.compare.jobs import JobReport
+from gpuagent.errors import AgentError
+from gpuagent.sim.workers import worker_pool
 
 S = 10**9
 START = 1_700_000_010 * S  # 30 s past a minute's edge
@@ -65,17 +69,25 @@ def _job_doc() -> dict:
     return report_document(rng, "job", None, {"url": "http://db", "database": "gpu"}, {}, {("4242",): group})
 
 
+def test_the_job_report_reads_only_its_grouping_s_points():
+    # --by pod reads the points that carry a pod's tags (a job's have none), within the user's --where.
+    where = JobReport(None, Range(0, 10**9), by="pod", where="host = 'a'")._where()  # type: ignore[arg-type]
+    assert "(host = 'a')" in where and "\"k8s_pod_uid\" != ''" in where and "slurm_job_id" not in where
+    with pytest.raises(AgentError, match="--by 'model': expected one of job, pod"):
+        JobReport(None, Range(0, 10**9), by="model")  # type: ignore[arg-type]
+
+
 def test_the_job_report_renders_each_format():
     doc = _job_doc()
-    text = jobs.render(doc, "table")
+    text = jobs_render.render(doc, "table")
     table = text.splitlines()
     assert table[0].startswith("GPU use by job, ") and "┃ job " in text  # the other reports' table style
     row = next(line for line in table if line.startswith("│ 4242"))
     cells = [c.strip() for c in row.strip("│").split("│")]
     assert cells == ["4242 <ana>", "H100, L40S", "2", "2.00", "812.2", "30.0 GPU-min", "-", "3.0"]
     assert "idle GPU-h: the time it held them" in " ".join(text.split())  # its definitions under it
-    assert jobs.render(doc, "csv").splitlines()[1] == '4242 <ana>,"H100, L40S",2,2.00,812.2,0.50,-,3.0'
-    page = jobs.render(doc, "html")
+    assert jobs_render.render(doc, "csv").splitlines()[1] == '4242 <ana>,"H100, L40S",2,2.00,812.2,0.50,-,3.0'
+    page = jobs_render.render(doc, "html")
     assert "<td>4242 &lt;ana&gt;</td>" in page and doc["range"]["start"] in page
 
 
@@ -141,7 +153,7 @@ def test_the_promql_rollup_report_unions_one_term_per_piece_at_its_own_time():
     levels = [None if level is None else level.name for level, _, _ in report.pieces]
     # Raw samples up to the first minute, 1m buckets to the hour, 1h buckets, 1m, raw at the end.
     assert levels == [None, "gpuagent_1m", "gpuagent_1h", "gpuagent_1m", None]
-    q = report.agg("sum", "gpu_power", "power_w", "host")
+    q = report.over_range("sum", "gpu_power", "power_w", "host")
     assert q.startswith(f"sum without ({PIECE}) (") and q.count("label_replace(") == 5
     assert q.count(f"@ {(t0 + 2 * HOUR) / 1e9:.3f}") == 1  # the 1h piece ends on its hour
     assert "gpu_power_power_w" in q  # the raw pieces read the raw series
@@ -204,19 +216,19 @@ def test_a_table_wider_than_the_terminal_is_split_with_its_keys_repeated_and_a_f
 def test_only_the_best_reads_100_percent_and_short_ranges_read_in_minutes():
     assert work_render._pct(99.96, best=False) == "99.9%" and work_render._pct(100.0, best=True) == "100%"
     assert work_render._pct(46.4, best=False) == "46%"
-    assert work_render._hours(0.3) == "18.0 GPU-min" and work_render._hours(2.5) == "2.50"
+    assert work_render.hours_text(0.3) == "18.0 GPU-min" and work_render.hours_text(2.5) == "2.50"
 
 
 def test_rollups_init_says_what_it_created_in_one_line_and_the_docs_count_the_queries():
     from conftest import REPO
     from gpuagent.compare.rollups import EVERY, LEVELS
-    from gpuagent.compare.rollups_cli import _made_summary
+    from gpuagent.compare.rollups_command import made_summary
 
     made = [f"retention policy {lv.name}" for lv in LEVELS]
     made += [f"continuous query q{i}" for i in range(len(LEVELS) * len(EVERY))]
     n = len(LEVELS) * len(EVERY)
-    assert _made_summary(made) == f"retention policies gpuagent_1m, gpuagent_1h and {n} continuous queries"
-    assert _made_summary(made[-1:]) == "1 continuous query" and _made_summary([]) == ""
+    assert made_summary(made) == f"retention policies gpuagent_1m, gpuagent_1h and {n} continuous queries"
+    assert made_summary(made[-1:]) == "1 continuous query" and made_summary([]) == ""
     doc = " ".join((REPO / "docs" / "compare.md").read_text().split())
     assert f"{len(EVERY)} rollups × {len(LEVELS)} levels, {n} continuous queries" in doc
 

@@ -194,6 +194,6 @@ def test_with_metrics_names_the_figures_in_their_units_equal_the_raw_ones(metric
 
 
 def _rfc3339(ns: int) -> str:
-    from gpuagent.compare.report import rfc3339
+    from gpuagent.compare.core import rfc3339
 
     return rfc3339(ns)

@@ -215,7 +215,7 @@ def test_short_pieces_are_read_as_points_once_and_long_ones_per_group(rolled_db,
     """InfluxDB 1.x pays per group and aggregate: a piece with few points per series (a raw edge, up to
     POINTS_MAX_BUCKETS rollup buckets) is read as points once per measurement, shared by every
     section; a longer one is asked per group for only the fields a section uses."""
-    from gpuagent.compare.report import Range
+    from gpuagent.compare.core import Range
     from gpuagent.compare.rollup_report import RollupReport, rfc3339
     from gpuagent.compare.rollups import BY_NAME
 
@@ -283,8 +283,9 @@ def test_rollups_take_a_timeout_as_compare_does(influxdb_v1, cli, fresh_db):
 
 def _reports(server, db, start_ns, stop_ns, by, **attrs):
     """(from rollups, from raw points) as documents, the rollup report's class attributes set."""
+    from gpuagent.compare.core import Range
     from gpuagent.compare.query import InfluxQL, connection_from
-    from gpuagent.compare.report import Range, Report
+    from gpuagent.compare.report import Report
     from gpuagent.compare.rollup_report import RollupReport
 
     client = InfluxQL(connection_from(None, server.url, db))
@@ -328,8 +329,9 @@ def test_p95_from_raw_points_where_the_histograms_do_not_hold_the_groups(rolled_
     """The histograms are per host and model: --by gpu, or a --where on another tag, reads raw points."""
     db, end_ns = rolled_db
     start_ns, stop_ns = end_ns - DURATION_S * 10**9 + 437 * 10**9, end_ns - 83 * 10**9
+    from gpuagent.compare.core import Range
     from gpuagent.compare.query import InfluxQL, connection_from
-    from gpuagent.compare.report import Range, Report
+    from gpuagent.compare.report import Report
     from gpuagent.compare.rollup_report import RollupReport
 
     client = InfluxQL(connection_from(None, influxdb_v1.url, db))
@@ -366,7 +368,8 @@ def test_p95_from_raw_points_where_a_histogram_bin_is_missing(rolled_db, influxd
 def test_health_hours_of_one_verdict_come_whole_from_the_1h_level(rolled_db, influxdb_v1):
     """A GPU's hour of one verdict in every minute counts whole from the 1h level; only the GPU with
     two verdicts (_write_verdicts) has its minutes read from the 1m level, asked by its uuid."""
-    from gpuagent.compare.report import Range, Report
+    from gpuagent.compare.core import Range
+    from gpuagent.compare.report import Report
     from gpuagent.compare.rollup_report import RollupReport
 
     db, end_ns = rolled_db

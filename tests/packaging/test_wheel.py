@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import venv
 import zipfile
 from pathlib import Path
@@ -47,9 +48,12 @@ def test_sdist_and_wheel_are_named_after_the_one_version(dist):
     assert top and top.group(1) == version, "CHANGELOG.md's newest entry is not the package's version"
 
 
-def test_the_wheel_ships_py_typed_so_plugin_authors_type_check_against_gpuagent(dist):
+def test_the_wheel_and_sdist_ship_py_typed_so_plugin_authors_type_check_against_gpuagent(dist):
     names = zipfile.ZipFile(next(dist.glob("*.whl"))).namelist()
     assert "gpuagent/py.typed" in names  # PEP 561: without it mypy treats gpuagent as untyped
+    sdist = next(dist.glob("*.tar.gz"))
+    with tarfile.open(sdist) as tar:
+        assert f"{sdist.name.removesuffix('.tar.gz')}/agent/py.typed" in tar.getnames()
 
 
 def test_the_wheel_in_a_fresh_venv_prints_the_version_and_runs(dist, tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuagent.compare.fleet import plan_hosts, simulate_host
+from gpuagent.sim.fleet_backfill import plan_hosts, simulate_host
 from gpuagent.sim.profile import BUILTIN_NAMES, load_profile
 from gpuagent.sim.work import MEMORY_EFFICIENCY, WORKLOADS, gpus_needed, served, step, units_per_second
 from tests.lineprotocol_parser import parse_line

@@ -16,6 +16,7 @@ from pathlib import Path
 from pydantic import field_validator
 
 import gpuagent
+from gpuagent.schema.fields import Measurement, counter, gauge
 
 try:
     __version__ = version("gpuagent-infiniband")
@@ -24,6 +25,64 @@ except PackageNotFoundError:  # imported from a source tree that is not installe
 
 MEASUREMENT = "infiniband"
 INT64_MAX = 2**63 - 1
+
+# What the collector writes (its README's field tables are generated from it, as a built-in's are).
+SCHEMA: tuple[Measurement, ...] = (
+    Measurement(
+        MEASUREMENT,
+        (
+            gauge("state", str, source="`state` (`4: ACTIVE` → `ACTIVE`; `DOWN`, `INIT`, `ARMED`)"),
+            gauge("state_code", int, source="`state` (`4: ACTIVE` → 4)"),
+            gauge("active", bool, source="`state` is ACTIVE"),
+            gauge("phys_state", str, source="`phys_state` (`5: LinkUp` → `LinkUp`; `Disabled`, `Polling`)"),
+            gauge("rate_gbps", float, unit="Gb/s", source="`rate` (`200 Gb/sec (4X HDR)` → 200.0)"),
+        ),
+        tags=("device", "port", "link_layer"),
+        part="port",
+        source_column="source",
+    ),
+    Measurement(
+        MEASUREMENT,
+        (
+            counter(
+                "xmit_bytes_total", int, unit="bytes", source="`port_xmit_data` **× 4**: the file counts 4-byte words"
+            ),
+            counter(
+                "rcv_bytes_total", int, unit="bytes", source="`port_rcv_data` **× 4**: the file counts 4-byte words"
+            ),
+            counter("xmit_packets_total", int, unit="packets", source="`port_xmit_packets`"),
+            counter("rcv_packets_total", int, unit="packets", source="`port_rcv_packets`"),
+            counter("unicast_xmit_packets_total", int, unit="packets", source="`unicast_xmit_packets`"),
+            counter("unicast_rcv_packets_total", int, unit="packets", source="`unicast_rcv_packets`"),
+            counter("multicast_xmit_packets_total", int, unit="packets", source="`multicast_xmit_packets`"),
+            counter("multicast_rcv_packets_total", int, unit="packets", source="`multicast_rcv_packets`"),
+            counter("xmit_discards_total", int, unit="packets", source="`port_xmit_discards`"),
+            counter(
+                "xmit_wait_ticks_total",
+                int,
+                unit="ticks",
+                source="`port_xmit_wait`: time with data to send but no credit (congestion)",
+            ),
+            counter("xmit_constraint_errors_total", int, unit="packets", source="`port_xmit_constraint_errors`"),
+            counter("rcv_errors_total", int, unit="packets", source="`port_rcv_errors`"),
+            counter(
+                "rcv_remote_physical_errors_total", int, unit="packets", source="`port_rcv_remote_physical_errors`"
+            ),
+            counter("rcv_switch_relay_errors_total", int, unit="packets", source="`port_rcv_switch_relay_errors`"),
+            counter("rcv_constraint_errors_total", int, unit="packets", source="`port_rcv_constraint_errors`"),
+            counter("symbol_errors_total", int, unit="errors", source="`symbol_error`"),
+            counter("link_error_recoveries_total", int, unit="events", source="`link_error_recovery`"),
+            counter("link_downed_total", int, unit="events", source="`link_downed`"),
+            counter("local_link_integrity_errors_total", int, unit="errors", source="`local_link_integrity_errors`"),
+            counter(
+                "excessive_buffer_overrun_errors_total", int, unit="errors", source="`excessive_buffer_overrun_errors`"
+            ),
+            counter("vl15_dropped_total", int, unit="packets", source="`VL15_dropped`"),
+        ),
+        part="counters",
+        source_column="source (`counters/`)",
+    ),
+)
 
 # counters/<file> -> (field, multiplier). port_xmit_data / port_rcv_data count
 # 4-byte words (the IBA PortCounters octets divided by 4): multiplied by 4 here
@@ -78,6 +137,7 @@ class InfinibandConfig(gpuagent.CollectorConfig):
 class InfinibandCollector(gpuagent.Collector):
     name = "infiniband"
     Config = InfinibandConfig
+    schema = SCHEMA
 
     def __init__(self, config: InfinibandConfig, context):
         super().__init__(config, context)

@@ -180,3 +180,19 @@ def test_readme_documents_every_tag_and_field():
         emitted |= set(point.tags) | set(point.fields)
     assert {name for name in emitted if not re.search(rf"`{name}`|\| {name} \|", readme)} == set()
     assert "every file in `hw_counters/` except `lifespan`" in " ".join(readme.split())
+
+
+def test_every_field_it_writes_is_declared_with_its_type():
+    # The collector's schema is what the Prometheus sink reads HELP from and the README's field
+    # tables are generated from (python -m gpuagent.schema.readme --plugin gpuagent_infiniband README.md).
+    declared = {f.name: f for m in InfinibandCollector.schema for f in m.fields}
+    tags = {t for m in InfinibandCollector.schema for t in m.tags}
+    points = collect(hw_counters=False).values()
+    assert points
+    for point in points:
+        assert {
+            n: type(v).__name__
+            for n, v in point.fields.items()
+            if type(v) is not getattr(declared.get(n), "type", None)
+        } == {}
+        assert set(point.tags) - {"host"} <= tags

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuagent.plugins.prometheus.naming import influx_to_prometheus, metric_for
-from gpuagent.plugins.prometheus.readme_fields import documented
+from gpuagent.schema import catalog
 
 pytestmark = pytest.mark.servers
 
@@ -51,6 +51,6 @@ def test_the_rules_name_metrics_the_agent_exposes():
     exposed |= {metric_for("gpuagent", "gpu_health", f, True).name for f in ("verdict", "verdict_reason", "last_error")}
     exposed.add(metric_for("gpuagent", "gpuagent", "last_error", True).name)
     # Every documented string field is an _info gauge (gpu_action.last_action, ...).
-    exposed |= {metric_for("gpuagent", m, f, True).name for (m, f), doc in documented().items() if doc.type == "string"}
+    exposed |= {metric_for("gpuagent", m, f, True).name for (m, f), doc in catalog.builtin().items() if doc.type is str}
     named = set(re.findall(r"\bgpuagent_\w+", (RULES / "alerts.yml").read_text()))
     assert named and named <= exposed, named - exposed

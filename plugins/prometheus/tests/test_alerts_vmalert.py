@@ -135,11 +135,11 @@ def test_the_rules_docs_say_run_on_the_influxdb_write_path_use_names_that_path_m
     import re
 
     from gpuagent.plugins.prometheus.naming import metric_for
-    from gpuagent.plugins.prometheus.readme_fields import documented
+    from gpuagent.schema import catalog
 
     same = set()
-    for (measurement, field), doc in documented().items():
-        if doc.type == "string":
+    for (measurement, field), doc in catalog.builtin().items():
+        if doc.type is str:
             continue
         name = f"{measurement}_{field}"
         if metric_for("gpuagent", measurement, field).name == (

@@ -1,4 +1,4 @@
-"""The InfluxDB -> Prometheus mapping: one rule, checked against every README's field table."""
+"""The InfluxDB -> Prometheus mapping: one rule, checked against every declared field."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import re
 import pytest
 
 from gpuagent.plugins.prometheus.exposition import label_name
-from gpuagent.plugins.prometheus.naming import influx_to_prometheus, metric_for, sanitize
-from gpuagent.plugins.prometheus.readme_fields import documented, parse
+from gpuagent.plugins.prometheus.naming import influx_to_prometheus, markdown_table, metric_for, sanitize
+from gpuagent.schema import catalog
+from gpuagent.schema.fields import Measurement, counter, gauge, plain
 
 # README unit column -> the base-unit suffix the Prometheus name must end in.
 UNIT_NAMES = {
@@ -28,8 +29,8 @@ UNIT_NAMES = {
 }
 
 
-def test_the_readmes_document_the_fields_of_every_built_in_measurement():
-    docs = documented()
+def test_the_schema_declares_the_fields_of_every_built_in_measurement():
+    docs = catalog.builtin()
     measurements = {m for m, _ in docs}
     assert {
         "gpu_power",
@@ -47,25 +48,25 @@ def test_the_readmes_document_the_fields_of_every_built_in_measurement():
         "gpuagent",
     } <= measurements
     assert len(docs) > 150
-    assert docs[("gpu_power", "energy_j")].counter and not docs[("gpu_power", "power_w")].counter
+    assert docs[("gpu_power", "energy_j")].kind == "counter" and docs[("gpu_power", "power_w")].kind == "gauge"
 
 
 def test_every_documented_field_maps_to_a_valid_unique_base_unit_name():
     mapping = influx_to_prometheus()
     names: dict[str, tuple] = {}
     for (measurement, field), spec in mapping.items():
-        doc = documented()[(measurement, field)]
+        doc = catalog.builtin()[(measurement, field)]
         assert re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", spec.name)
         assert not re.search(r"_(ns|ms|us|s|pct|mhz|w|j|c|bits|gbps|per_s|per_sec)(_|$)", spec.name), spec.name
         if spec.kind == "counter":
             assert spec.name.endswith("_total")
         else:
             assert not spec.name.endswith(("_total", "_count", "_sum", "_bucket")), spec.name
-        assert spec.kind == "counter" or not (field.endswith("_total") or doc.counter), (measurement, field)
-        suffix = UNIT_NAMES.get(doc.unit)
-        if suffix and doc.type != "string":
+        assert spec.kind == "counter" or not (field.endswith("_total") or doc.kind == "counter"), (measurement, field)
+        suffix = UNIT_NAMES.get(plain(doc.unit))
+        if suffix and doc.type is not str:
             assert spec.name.removesuffix("_total").endswith(suffix), (measurement, field, doc.unit, spec.name)
-        assert doc.text and doc.text in spec.help or field.replace("_", " ") in spec.help
+        assert doc.plain_help and doc.plain_help in spec.help or field.replace("_", " ") in spec.help
         key = (spec.name, spec.label)
         if (measurement, field) in ONE_FAMILY:  # the per-CPU series of the same quantity, by design
             continue
@@ -78,7 +79,7 @@ ONE_FAMILY = {("host_cpu", "usage_pct")}
 
 
 def test_the_fields_that_share_a_family_agree_in_unit_and_kind():
-    docs = documented()
+    docs = catalog.builtin()
     for measurement, field in ONE_FAMILY:
         mine = metric_for("gpuagent", measurement, field)
         [other] = [
@@ -127,38 +128,42 @@ def test_a_new_field_maps_by_rule_without_an_edit():
     assert metric_for("", "gpu_power", "power_w").name == "gpu_power_power_watts"  # namespace ""
 
 
-def test_readme_parser_reads_multi_field_rows_and_headings():
-    text = """# demo: `demo_m`
-
-| field | type | unit | notes |
-| --- | --- | --- | --- |
-| `a_status, a_ok` | string, bool | | the same |
-| load1, load5 | float | tasks | load |
-| x_time_ns | int | ns | **counter** |
-
-| key | type | default | meaning |
-| --- | --- | --- | --- |
-| interval | duration | 30s | not a field |
-"""
-    docs = {(d.measurement, d.field): d for d in parse(text)}
-    assert set(docs) == {("demo_m", f) for f in ("a_status", "a_ok", "load1", "load5", "x_time_ns")}
-    assert docs[("demo_m", "a_status")].type == "string" and docs[("demo_m", "a_ok")].type == "bool"
-    assert docs[("demo_m", "x_time_ns")].counter and docs[("demo_m", "load5")].unit == "tasks"
+def test_a_plugin_s_declared_fields_are_found_once_its_host_declares_them(monkeypatch):
+    """A third-party collector's schema reaches the sink through the host: HELP, counter, unit."""
+    monkeypatch.setattr(catalog, "_added", {})
+    metric_for.cache_clear()
+    schema = (
+        Measurement(
+            "demo_m",
+            (gauge("load1", float, unit="tasks", help="`load` over 1 min"), counter("x_time_ns", int, unit="ns")),
+        ),
+    )
+    assert "undocumented" in metric_for("gpuagent", "demo_m", "load1").help
+    metric_for.cache_clear()
+    catalog.declare(schema)
+    assert metric_for("gpuagent", "demo_m", "load1").help == "load over 1 min (InfluxDB demo_m.load1, tasks)"
+    spec = metric_for("gpuagent", "demo_m", "x_time_ns")
+    assert (spec.name, spec.kind, spec.scale) == ("gpuagent_demo_m_x_time_seconds_total", "counter", 1e-9)
+    # A built-in declaration is not replaced by a plugin's.
+    catalog.declare((Measurement("gpu_power", (gauge("power_w", float, help="other words"),)),))
+    assert catalog.lookup("gpu_power", "power_w").help != "other words"
+    metric_for.cache_clear()
 
 
 def test_the_table_in_docs_prometheus_md_is_the_rule():
-    """Every row of the generated listing is what the rule gives for a README-documented field.
-    (A field added to a README later maps by the rule at once; the listing is regenerated at leisure.)"""
+    """Every row of the generated listing is what the rule gives for a declared field, and the
+    listing is the whole of markdown_table() (a field declared later is listed at once)."""
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[3] / "docs" / "prometheus.md").read_text()
     body = text.split("<!-- mapping table: begin -->")[1].split("<!-- mapping table: end -->")[0]
     rows = re.findall(r"^\| `(\w+)\.(\w+)` \| `([\w{}=…]+)` \| (\w+) \| ([\d.e+-]+) \|$", body, re.M)
     assert len(rows) > 150
-    docs = documented()
+    assert body.strip() == markdown_table().strip(), "regenerate the table (the command above it in docs/prometheus.md)"
+    docs = catalog.builtin()
     for measurement, field, name, kind, scale in rows:
-        doc = docs[(measurement, field)]  # KeyError: the README no longer documents it
-        spec = metric_for("gpuagent", measurement, field, doc.type == "string")
+        doc = docs[(measurement, field)]  # KeyError: the schema no longer declares it
+        spec = metric_for("gpuagent", measurement, field, doc.type is str)
         shown = f"{spec.name}{{{spec.label}=…}}" if spec.kind == "info" else spec.name
         assert (shown, spec.kind, float(scale)) == (name, kind, spec.scale), (measurement, field)
 
