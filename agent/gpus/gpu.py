@@ -96,6 +96,9 @@ _ERROR_NAMES = {
 }
 
 
+_NONE_QUIET: frozenset[int] = frozenset()  # query's: every refusal counted (one set, not one a call)
+
+
 def permanent(code: int) -> bool:
     return code in PERMANENT_CODES
 
@@ -232,7 +235,18 @@ class Gpu:
 
         Raises GpuLost (and marks the GPU lost) on GPU_IS_LOST; never raises an NVML error.
         """
-        return self._call(fn, args, quiet=frozenset())
+        # _call's steps written out (a collector makes some 200 of these a cycle: two calls fewer each).
+        if self.lost:
+            raise GpuLost(self)
+        name = getattr(fn, "__name__", None) or repr(fn)
+        if name in self._refused_calls and (current_collector.get(), name, _args_key(args)) in self._refused:
+            return None
+        calls_made.n += 1
+        try:
+            return fn(self.handle, *args)
+        except pynvml.NVMLError as exc:
+            self._refusal(fn, args, name, exc, _NONE_QUIET)
+            return None
 
     def probe(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``query`` for loops that look for the end of a range (NVLink links, MIG profiles):
@@ -257,17 +271,22 @@ class Gpu:
         try:
             return fn(self.handle, *args)
         except pynvml.NVMLError as exc:
-            code = exc.value
-            if code == pynvml.NVML_ERROR_GPU_IS_LOST:
-                self.mark_lost(f"{name}: {exc}", still_lost=functools.partial(_answers_lost, fn, args))
-                raise GpuLost(self) from None
-            if code in quiet:
-                return None
-            if code in PERMANENT_CODES and len(refused) < MAX_REFUSED:
-                refused[(current_collector.get(), name, _args_key(args))] = code
-                self._refused_calls.add(name)
-            self.note_error(name, code)
+            self._refusal(fn, args, name, exc, quiet)
             return None
+
+    def _refusal(self, fn: Callable[..., Any], args: tuple, name: str, exc: Any, quiet: frozenset[int]) -> None:
+        """A refused call: GpuLost on GPU_IS_LOST, else None (counted, kept for good when permanent)."""
+        code = exc.value
+        if code == pynvml.NVML_ERROR_GPU_IS_LOST:
+            self.mark_lost(f"{name}: {exc}", still_lost=functools.partial(_answers_lost, fn, args))
+            raise GpuLost(self) from None
+        if code in quiet:
+            return
+        refused = self._refused
+        if code in PERMANENT_CODES and len(refused) < MAX_REFUSED:
+            refused[(current_collector.get(), name, _args_key(args))] = code
+            self._refused_calls.add(name)
+        self.note_error(name, code)
 
     def note_error(self, call: str, code: int) -> None:
         """Count and (once per call and code) log an NVML refusal; for readers that see codes

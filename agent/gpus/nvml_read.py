@@ -48,6 +48,8 @@ _SENTINELS = (
 
 def valid(value: Any, *, zero: bool = True) -> Any:
     """The reading, or None for NVML's not-available values (and for 0 when ``zero`` is False)."""
+    if type(value) is int and 0 < value < NA_UINT - 1:  # the usual reading: below every sentinel
+        return value
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
@@ -84,8 +86,9 @@ _DECODE = {
 }
 
 
-# Plain ctypes attribute access: pynvml's printable-structure hook costs ~1 µs a read.
-_get = ctypes.Structure.__getattribute__
+# Plain ctypes attribute access: pynvml's printable-structure hook costs ~1 µs a read (it only
+# decodes bytes: a number field reads the same either way). ``raw`` is the collectors' name for it.
+_get = raw = ctypes.Structure.__getattribute__
 _get_union = ctypes.Union.__getattribute__
 
 

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import islice
+from operator import itemgetter
 from typing import Any
 
 from gpuagent.pipeline import names
@@ -62,11 +63,19 @@ class Point:
 
     def to_line(self) -> str:
         """One line of line protocol, without the newline. Cached: points are immutable once built."""
-        if self._line is None:
-            line = self._line = serialize(self.measurement, self.tags, self.fields, self.time_ns)
+        line = self._line
+        if line is None:
+            fields = self.fields
+            if len(fields) > MAX_FIELDS_PER_POINT:
+                line = serialize(self.measurement, self.tags, fields, self.time_ns)
+            else:  # serialize, one call fewer: this runs for every point
+                line = _line(self.measurement, self.tags, fields, self.time_ns)
+                if len(line) > MAX_LINE_BYTES // 4 and len(line.encode("utf-8")) > MAX_LINE_BYTES:
+                    line = _fit(self.measurement, self.tags, fields, self.time_ns)
+            self._line = line
             if not line:
                 _count_unwritable()
-        return self._line
+        return line
 
 
 def _count_unwritable() -> None:
@@ -183,43 +192,84 @@ def _field_key(key: str) -> str:
 #
 # A collector emits the same shape (measurement, tags, field names and value types) every
 # cycle: its line is one "%"-format of the values, built once from the escaping below, so a
-# point costs one C-level format instead of a Python step per field (bench/RESULTS.md).
+# point costs one C-level format instead of a Python step per field (bench/RESULTS.md). The
+# shape is per series (its tags are in it), and a series' text and boolean fields mostly hold
+# the same values run after run (a link's state and far end, a verdict, a process name): the
+# last ones are kept with a format that has them written in, so while they hold only the
+# numbers are formatted (the line cache).
 
-Shape = tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]]  # format, float, bool and str positions
-_SHAPES: dict[tuple, Shape | None] = {}
+_NUMBER_FORMATS = {float: "%r", int: "%di"}
+
+
+class _Shape:
+    """One point shape's line format: the general one (every value a %-argument) and, for the
+    text and boolean values last seen, one with those written in (``fixed``: (values, format))."""
+
+    __slots__ = ("fmt", "floats", "bools", "strs", "pick_floats", "pick_fixed", "pick_numbers", "parts", "fixed")
+
+    def __init__(self, head: str, keys: list[str], types: tuple):
+        self.floats = tuple(i for i, t in enumerate(types) if t is float)
+        self.bools = tuple(i for i, t in enumerate(types) if t is bool)
+        self.strs = tuple(i for i, t in enumerate(types) if t is str)
+        numbers = tuple(i for i, t in enumerate(types) if t is float or t is int)
+        fixed = tuple(i for i, t in enumerate(types) if t is bool or t is str)
+        self.parts = (head.replace("%", "%%"), [k.replace("%", "%%") for k in keys], types)
+        self.fmt = self._format({})
+        # itemgetter answers a tuple for two positions or more (one value for one): keep tuples.
+        self.pick_floats = _picker(self.floats)
+        self.pick_fixed = _picker(fixed) if fixed else None
+        self.pick_numbers = _picker(numbers)
+        self.fixed: tuple[tuple, str] | None = None
+
+    def _format(self, written: dict[int, str]) -> str:
+        head, keys, types = self.parts
+        out = []
+        for i, (key, t) in enumerate(zip(keys, types, strict=True)):
+            if i in written:
+                out.append(key + written[i].replace("%", "%%"))
+            elif t is bool:
+                out.append(key + "%s")
+            elif t is str:
+                out.append(key + '"%s"')
+            else:
+                out.append(key + _NUMBER_FORMATS[t])
+        return f"{head} {','.join(out)} %d"
+
+    def with_fixed(self, values: tuple, fixed: tuple) -> str:
+        """The format with these text and boolean values (``fixed``) written in, kept for the next
+        point (_line uses the kept one while they hold)."""
+        written = {i: ("true" if values[i] else "false") for i in self.bools}
+        written.update({i: '"' + escape_text(values[i]) + '"' for i in self.strs})
+        fmt = self._format(written)
+        self.fixed = (fixed, fmt)  # one assignment: a reader on another thread sees both or neither
+        return fmt
+
+
+def _picker(positions: tuple[int, ...]) -> itemgetter:
+    """The values at ``positions`` as a tuple, in C (a slice for none or one: still a tuple)."""
+    if len(positions) < 2:
+        start = positions[0] if positions else 0
+        return itemgetter(slice(start, start + len(positions)))
+    return itemgetter(*positions)
+
+
+_SHAPES: dict[tuple, _Shape | None] = {}
 _MAX_SHAPES = 4096
 
 
-def _shape(measurement: str, tag_items: tuple, keys: tuple, types: tuple) -> Shape | None:
-    """(format, float positions, bool positions, str positions) of a point shape, or None
-    when a value's type has no fast form or a name is left out (the general path does those)."""
+def _shape(measurement: str, tag_items: tuple, keys: tuple, types: tuple) -> _Shape | None:
+    """The line format of a point shape, or None when a value's type has no fast form or a
+    name is left out (the general path does those)."""
     head = _head(measurement, tag_items)
     if not head:
         return None
-    parts: list[str] = []
-    floats: list[int] = []
-    bools: list[int] = []
-    strs: list[int] = []
-    for i, (k, t) in enumerate(zip(keys, types, strict=True)):
+    escaped = []
+    for k, t in zip(keys, types, strict=True):
         key = _field_key(k)
-        if not key:
+        if not key or (t is not float and t is not int and t is not bool and t is not str):
             return None
-        key = key.replace("%", "%%")
-        if t is float:
-            floats.append(i)
-            parts.append(key + "%r")
-        elif t is int:
-            parts.append(key + "%di")
-        elif t is bool:
-            bools.append(i)
-            parts.append(key + "%s")
-        elif t is str:
-            strs.append(i)
-            parts.append(key + '"%s"')
-        else:
-            return None
-    head = head.replace("%", "%%")
-    return f"{head} {','.join(parts)} %d", tuple(floats), tuple(bools), tuple(strs)
+        escaped.append(key)
+    return _Shape(head, escaped, types)
 
 
 def serialize(measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int) -> str:
@@ -275,9 +325,10 @@ def _fit(measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldVa
 
 def _line(measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], time_ns: int) -> str:
     values = tuple(fields.values())
-    # One flat tuple: the tag items (tuples), field names (str) and value types (types) cannot
-    # be mistaken for one another, so no nested tuple per part is built for every point.
-    key = (measurement, *tags.items(), *fields, *map(type, values))
+    # One flat tuple, no tuple per tag: the tag names and values, field names (all str), then the
+    # value types (types, one per field name): the count of types tells the field names from the
+    # tags, so no two shapes have the same key.
+    key = (measurement, *tags, *tags.values(), *fields, *map(type, values))
     shape = _SHAPES.get(key, _UNSEEN)
     if shape is _UNSEEN:
         if len(_SHAPES) >= _MAX_SHAPES:  # bounded: shapes come from code, but be safe
@@ -285,19 +336,16 @@ def _line(measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldV
         parts = (measurement, tuple(tags.items()), tuple(fields), tuple(map(type, values)))
         shape = _SHAPES[key] = _shape(*parts) if values else None
     if shape is not None:
-        fmt, floats, bools, strs = shape
-        if floats:
-            total = sum([values[i] for i in floats])  # type: ignore[misc]  # floats: positions of float values
+        if shape.floats:
+            total = sum(shape.pick_floats(values))
             if total - total != 0.0:  # a NaN or an infinity (or an overflowing sum): the general path
                 return _serialize(measurement, tags, fields, time_ns)
-        if bools or strs:
-            out = list(values)
-            for i in bools:
-                out[i] = "true" if values[i] else "false"
-            for i in strs:
-                out[i] = escape_text(values[i])
-            return fmt % (*out, time_ns)
-        return fmt % (*values, time_ns)
+        if shape.pick_fixed is not None:
+            fixed, kept = shape.pick_fixed(values), shape.fixed
+            # bools and strs at fixed positions (the shape's types): == is exact
+            fmt = kept[1] if kept is not None and kept[0] == fixed else shape.with_fixed(values, fixed)
+            return fmt % (*shape.pick_numbers(values), time_ns)
+        return shape.fmt % (*values, time_ns)
     return _serialize(measurement, tags, fields, time_ns)
 
 
@@ -335,4 +383,5 @@ def _serialize(measurement: str, tags: Mapping[str, str], fields: Mapping[str, F
 
 def to_lines(points: Iterable[Point]) -> str:
     """Points as a line-protocol document, one line each, newline-terminated (unwritable points skipped)."""
-    return "".join(line + "\n" for line in (p.to_line() for p in points) if line)
+    text = "\n".join(filter(None, map(Point.to_line, points)))  # C-level passes, no generator a point
+    return text + "\n" if text else ""

@@ -23,6 +23,10 @@ CLOCKS = (
     (pynvml.NVML_CLOCK_VIDEO, "video"),
 )
 APPLICATIONS_CLOCKS = ((pynvml.NVML_CLOCK_GRAPHICS, "graphics"), (pynvml.NVML_CLOCK_MEM, "memory"))
+# The field names, spelled once (not an f-string a field a GPU a cycle).
+_CURRENT = tuple((clock_type, f"{stem}_clock_mhz") for clock_type, stem in CLOCKS)
+_MAX = tuple((clock_type, f"max_{stem}_clock_mhz") for clock_type, stem in CLOCKS)
+_APPLICATIONS = tuple((clock_type, f"applications_{stem}_clock_mhz") for clock_type, stem in APPLICATIONS_CLOCKS)
 
 # Clock-event (throttle) reason bit -> boolean field name.
 REASONS = {
@@ -95,16 +99,14 @@ def current_reasons(gpu: gpuagent.Gpu) -> int | None:
 def read_gpu(gpu: gpuagent.Gpu) -> dict[str, int | float | bool | None]:
     """One GPU's gpu_clocks fields (what the collector emits and `inspect` shows)."""
     fields: dict[str, int | float | bool | None] = {}
-    for clock_type, stem in CLOCKS:
+    for clock_type, name in _CURRENT:
         # 0 MHz is a reading: a card at P8 may park its graphics and SM clocks at 0 (NVML says
         # "not available" with an error code, which gpu.query turns into None).
-        fields[f"{stem}_clock_mhz"] = valid(gpu.query(pynvml.nvmlDeviceGetClockInfo, clock_type))
-    for clock_type, stem in CLOCKS:
-        fields[f"max_{stem}_clock_mhz"] = max_clock_mhz(gpu, clock_type)
-    for clock_type, stem in APPLICATIONS_CLOCKS:
-        fields[f"applications_{stem}_clock_mhz"] = valid(
-            poll_first(gpu, APPLICATIONS_CLOCK_CALLS, clock_type), zero=False
-        )
+        fields[name] = valid(gpu.query(pynvml.nvmlDeviceGetClockInfo, clock_type))
+    for clock_type, name in _MAX:
+        fields[name] = max_clock_mhz(gpu, clock_type)
+    for clock_type, name in _APPLICATIONS:
+        fields[name] = valid(poll_first(gpu, APPLICATIONS_CLOCK_CALLS, clock_type), zero=False)
     pstate = gpu.query(pynvml.nvmlDeviceGetPerformanceState)
     fields["pstate"] = None if pstate is None or pstate == PSTATE_UNKNOWN else valid(pstate)
 

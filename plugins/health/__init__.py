@@ -601,8 +601,8 @@ class HealthCollector(gpuagent.Collector):
         fields["retired_pages_sbe"] = len(sbe) if sbe is not None else None
         fields["retired_pages_dbe"] = len(dbe) if dbe is not None else None
         fields["retired_pages_pending"] = bool(pending) if pending is not None else None
-        if all(name in readings for name in REMAP_FIELDS):
-            rows = tuple(readings[name] for name in REMAP_FIELDS)
+        if readings.keys() >= REMAP_FIELDS.keys():  # C-level passes: this runs a GPU a cycle
+            rows = tuple(map(readings.__getitem__, REMAP_FIELDS))
         else:  # a driver without the remapping fields: the one call that gives all four
             rows = gpu.query(pynvml.nvmlDeviceGetRemappedRows)
         if rows is not None:

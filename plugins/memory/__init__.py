@@ -20,7 +20,7 @@ import pynvml
 import gpuagent
 from gpuagent.gpus import cuda_attrs, specs
 from gpuagent.gpus.gpm import GPM_WARMUP_S, GpmSamplers, gpm_supported, whole_gpus
-from gpuagent.gpus.nvml_read import due, valid
+from gpuagent.gpus.nvml_read import due, raw, valid
 from gpuagent.plugins.memory.schema import SCHEMA
 from gpuagent.schema.measurements import GPU_MEMORY
 
@@ -125,24 +125,25 @@ def read_gpu(
     """
     fields: dict[str, Any] = {}
     info = gpu.query(pynvml.nvmlDeviceGetMemoryInfo, pynvml.nvmlMemory_v2)
+    # The structs' numbers read with ctypes' own getter (nvml_read.raw), not pynvml's hook.
     if info is not None:
-        fields["fb_reserved_bytes"] = valid(info.reserved)
+        fields["fb_reserved_bytes"] = valid(raw(info, "reserved"))
     else:  # drivers before r510 have only the v1 struct (no reserved)
         info = gpu.query(pynvml.nvmlDeviceGetMemoryInfo)
     if info is not None:
-        fields["fb_total_bytes"] = valid(info.total)
-        fields["fb_used_bytes"] = valid(info.used)
-        fields["fb_free_bytes"] = valid(info.free)
+        fields["fb_total_bytes"] = valid(raw(info, "total"))
+        fields["fb_used_bytes"] = valid(raw(info, "used"))
+        fields["fb_free_bytes"] = valid(raw(info, "free"))
     bar1 = gpu.query(pynvml.nvmlDeviceGetBAR1MemoryInfo)
     if bar1 is not None:
-        fields["bar1_total_bytes"] = valid(bar1.bar1Total)
-        fields["bar1_used_bytes"] = valid(bar1.bar1Used)
-        fields["bar1_free_bytes"] = valid(bar1.bar1Free)
+        fields["bar1_total_bytes"] = valid(raw(bar1, "bar1Total"))
+        fields["bar1_used_bytes"] = valid(raw(bar1, "bar1Used"))
+        fields["bar1_free_bytes"] = valid(raw(bar1, "bar1Free"))
     util = gpu.query(pynvml.nvmlDeviceGetUtilizationRates)
     if util is not None:
-        fields["gpu_util_pct"] = valid(util.gpu)
+        fields["gpu_util_pct"] = valid(raw(util, "gpu"))
         # The share of time memory was read or written (busy time), not bandwidth.
-        fields["memory_util_pct"] = valid(util.memory)
+        fields["memory_util_pct"] = valid(raw(util, "memory"))
     # GPU-level video engines: the encoder through its call on every card (GPM has no NVENC
     # metric); the decoder through its call where GPM is not read (with GPM: nvdec_active_pct).
     # Both every SLOW_READING_S on the scheduler's ticks (nvml_read.due), not every cycle.

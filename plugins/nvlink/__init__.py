@@ -50,6 +50,12 @@ def gpm_link_metrics(link: int) -> tuple[int, int]:
     return rx, rx + 1
 
 
+# Per link, worked out once (a run builds 18 points a GPU): the GPM ids, the tag, the facts' key.
+_GPM_IDS = [gpm_link_metrics(link) for link in range(GPM_LINKS)]
+_LINK_TAGS = [str(link) for link in range(64)]
+_FACTS_KEYS = [f"nvlink_link:{link}" for link in range(64)]
+
+
 def link_facts(gpu: Gpu, link: int) -> dict[str, object]:
     """Version, far end and capabilities of an active link (they hold while the link stays up)."""
     version = gpu.query(pynvml.nvmlDeviceGetNvLinkVersion, link)
@@ -118,29 +124,33 @@ def read_gpu(
         ids = list(GPM_TOTAL.values())
         for link in links:
             if link < GPM_LINKS:
-                ids.extend(gpm_link_metrics(link))
+                ids.extend(_GPM_IDS[link])
         throughput = gpm_read(gpu, ids)
     points: list[tuple[dict[str, str], dict[str, object]]] = []
     active = 0
     states = link_states(gpu, links)  # one field-values call for every link
+    enabled, gpu_tags = pynvml.NVML_FEATURE_ENABLED, gpu.tags
     for link in links:
         state = states.get(link)
         if state is None:
             continue
-        is_active = state == pynvml.NVML_FEATURE_ENABLED
+        is_active = state == enabled
         active += is_active
         fields: dict[str, object] = {"active": is_active, "state": "active" if is_active else "inactive"}
+        known = link < 64
         if is_active:
             # Version, far end and capabilities hold while the link stays up: read once.
-            fields.update(gpu.remember(f"nvlink_link:{link}", functools.partial(link_facts, gpu, link)))
+            key = _FACTS_KEYS[link] if known else f"nvlink_link:{link}"
+            fields.update(gpu.remember(key, functools.partial(link_facts, gpu, link)))
         if counter_rate is not None:
             fields["rx_bytes_per_sec"] = counter_rate.get(("rx", link))
             fields["tx_bytes_per_sec"] = counter_rate.get(("tx", link))
         elif link < GPM_LINKS:
-            rx_id, tx_id = gpm_link_metrics(link)
-            fields["rx_bytes_per_sec"] = _bytes(throughput.get(rx_id))
-            fields["tx_bytes_per_sec"] = _bytes(throughput.get(tx_id))
-        points.append(({**gpu.tags, "link": str(link)}, fields))
+            rx_id, tx_id = _GPM_IDS[link]
+            rx, tx = throughput.get(rx_id), throughput.get(tx_id)  # MiB/s: written as bytes/s
+            fields["rx_bytes_per_sec"] = None if rx is None else rx * MIB
+            fields["tx_bytes_per_sec"] = None if tx is None else tx * MIB
+        points.append(({**gpu_tags, "link": _LINK_TAGS[link] if known else str(link)}, fields))
     summary: dict[str, object] = {"links": len(links), "links_active": active}
     for field, metric in GPM_TOTAL.items():
         summary[field] = _bytes(throughput.get(metric))

@@ -13,6 +13,7 @@ spans, so a GPU's share is the counter's increase divided by ``gpus``; a decreas
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -126,7 +127,11 @@ class WorkCollector(gpuagent.Collector):
         self.counters = families.ChildCounters()  # per label child reset correction, across cycles
         self._workloads: dict[str, set[str]] = {}  # work_id -> the workloads it was let have
         self._seen: set[str] = set()
-        self._uids: dict[int, int | None] = {}  # pid -> real uid, this cycle
+        self._uids: dict[int, int | None] = {}  # pid -> real uid, while the attributions below hold
+        self._attributed: dict[tuple, tuple[bool, str | None, frozenset[int]]] = {}  # job file -> _attribute's
+        self._attributed_pids: frozenset[int] | None = None  # the GPU processes they were worked out for
+        self._attributed_at = -math.inf
+        self.job_walks_total = 0  # attributions worked out afresh (the tests count them)
         self._took: dict[str, float] = {}  # found server's URL -> seconds its last scrape took
         self.cut: Counter = Counter()  # lines, workloads, answers, servers cut; job files refused
 
@@ -153,7 +158,7 @@ class WorkCollector(gpuagent.Collector):
         mig = self.context.shared.latest(MIG_DEVICES) or {}
         live = {g.uuid for g in self.gpus}
         procs = tuple(p for p in procs if p.gpu.uuid in live)
-        self._seen, self._uids = set(), {}
+        self._seen = set()
         for ep in self.config.endpoints:  # configured first: the found servers and job files are others' to steer
             self._configured(acc, ep, mig)
         if self.config.discover:
@@ -236,8 +241,25 @@ class WorkCollector(gpuagent.Collector):
 
     # -- jobs ------------------------------------------------------------------------------------
     def _job_counts(self, acc, procs, mig) -> None:
-        for count in self.jobs.read():
-            if count.uid != 0 and self._uid(count.pid) != count.uid:
+        counts = self.jobs.read()
+        if not counts:
+            return
+        # Whose a job file's count is (its pid's owner, job and process tree) is worked out when
+        # the GPU processes change and every rescan, as servers are found: not every cycle.
+        pids, now = frozenset(p.pid for p in procs), time.monotonic()
+        stale = now - self._attributed_at >= self.config.rescan
+        # Bounded: files other users write may name a new pid each cycle.
+        if pids != self._attributed_pids or stale or len(self._attributed) > 4 * self.config.job_files:
+            self._attributed, self._uids = {}, {}
+            self._attributed_pids, self._attributed_at = pids, now
+            self.job_walks_total += 1
+        for count in counts:
+            key = (count.pid, count.uid, count.slurm_job_id)
+            found = self._attributed.get(key)
+            if found is None:
+                found = self._attributed[key] = self._attribute(count, procs)
+            refused, job, theirs = found
+            if refused:
                 # Anyone may write in jobs_dir: a file counts only for its owner's processes.
                 self.cut["job_uid"] += 1
                 self._warn(
@@ -246,13 +268,7 @@ class WorkCollector(gpuagent.Collector):
                     f"(uid {count.uid}); skipped",
                 )  # fmt: skip
                 continue
-            job = count.slurm_job_id or self._job_of(count.pid, procs)
-            if job is not None:
-                mine = [p for p in procs if p.owner.get("slurm_job_id") == job]
-            else:
-                mine = [p for p in procs if p.pid == count.pid or _descends(p.pid, count.pid)]
-            if count.uid != 0:
-                mine = [p for p in mine if self._uid(p.pid) == count.uid]
+            mine = [p for p in procs if p.pid in theirs]
             if not mine:
                 continue  # the job holds no GPU this cycle (none of its owner's)
             work = Work(f"job:{job}" if job else f"pid:{count.pid}", "job")
@@ -261,6 +277,19 @@ class WorkCollector(gpuagent.Collector):
             if job:
                 work.owner["slurm_job_id"] = job
             self._emit(acc, work, {(count.workload, count.unit): count.total}, mig)
+
+    def _attribute(self, count: jobfiles.JobCount, procs) -> tuple[bool, str | None, frozenset[int]]:
+        """(refused: the pid is not the file owner's, the job, the pids of the GPU processes its count is for)."""
+        if count.uid != 0 and self._uid(count.pid) != count.uid:
+            return True, None, frozenset()
+        job = count.slurm_job_id or self._job_of(count.pid, procs)
+        if job is not None:
+            mine = [p for p in procs if p.owner.get("slurm_job_id") == job]
+        else:
+            mine = [p for p in procs if p.pid == count.pid or _descends(p.pid, count.pid)]
+        if count.uid != 0:
+            mine = [p for p in mine if self._uid(p.pid) == count.uid]
+        return False, job, frozenset(p.pid for p in mine)
 
     def _uid(self, pid: int) -> int | None:
         if pid not in self._uids:

@@ -9,6 +9,10 @@ Bounded: at most ``ports_per_process`` ports are ever asked per process, each wi
 port that answers something else is never asked again; a process is looked at again only when
 it changes (a new process under the same pid), or, while it had no port that answered at all
 (a server still loading its model listens late), after ``rescan_s``.
+
+The process tree is walked (parents, children, sockets) only when the set of GPU processes
+changes, every ``rescan_s``, and on the cycle after one whose budget ran out; on the cycles
+between, the servers found are those of the last walk (a cycle reads /proc not at all).
 """
 
 from __future__ import annotations
@@ -67,25 +71,47 @@ class Discovery:
         self.budget_s = budget_s
         self.clock = clock
         self._stop_at = 0.0
+        self._now = 0.0  # the cycle's time: what scans and listings are dated with
         self.own = os.getpid()
         self._known: dict[tuple[int, float], Listener] = {}
         self._seen: set[tuple[int, float]] = set()
+        self._walked = False  # this cycle walked the process tree
+        self._short = False  # a walk that the budget cut short: walked again next cycle
+        self._walked_pids: frozenset[int] | None = None
+        self._walked_at: float | None = None
+        self._endpoints: dict[int, Endpoint] = {}  # the last walk's answer
         self.gets_total = 0  # /metrics asked during discovery (the tests count them)
+        self.walks_total = 0  # process-tree walks (the tests count them)
 
     def new_cycle(self) -> None:
-        self._seen = set()
-        self._stop_at = self.clock() + self.budget_s
+        self._now = self.clock()
+        self._stop_at = self._now + self.budget_s
+        self._walked = False
 
     def end_cycle(self) -> None:
-        """Forget the processes no GPU process led to this cycle (gone, or no longer a parent)."""
+        """Forget the processes no GPU process led to on this cycle's walk (gone, or no longer a parent)."""
+        if not self._walked:
+            return
         for key in self._known.keys() - self._seen:
             del self._known[key]
 
     def endpoints_for(self, pids) -> dict[int, Endpoint]:
         """GPU process pid -> its server: its own or its nearest ancestor's endpoint, else (TGI:
         the launcher starts the router and the GPU shards side by side) one of its parent's or
-        grandparent's other children that is neither a GPU process nor above one."""
-        chains = {pid: self._chain(pid) for pid in set(pids)}
+        grandparent's other children that is neither a GPU process nor above one. The last
+        walk's answer while the GPU processes are the same and no rescan is due."""
+        wanted = frozenset(pids)
+        if wanted == self._walked_pids and self._walked_at is not None and self._now - self._walked_at < self.rescan_s:
+            return dict(self._endpoints)
+        self._walked, self._short, self._seen = True, False, set()
+        self.walks_total += 1
+        out = self._walk(wanted)
+        self._walked_pids, self._endpoints = wanted, out
+        self._walked_at = None if self._short else self._now
+        return dict(out)
+
+    def _walk(self, pids: frozenset[int]) -> dict[int, Endpoint]:
+        chains = {pid: self._chain(pid) for pid in pids}
         out = {}
         for pid, chain in chains.items():
             endpoint = self._direct(chain)
@@ -109,8 +135,8 @@ class Discovery:
     def _kin(self, chain: list[tuple[int, float]], above: set[tuple[int, float]]) -> Endpoint | None:
         for key in chain[1:3]:
             parent = self._known[key]
-            if parent.kin_at is None or self.clock() - parent.kin_at >= self.rescan_s:
-                parent.kin_at = self.clock()
+            if parent.kin_at is None or self._now - parent.kin_at >= self.rescan_s:
+                parent.kin_at = self._now
                 parent.kin = _children(key[0])
             for kin in parent.kin:
                 if kin in above or kin[0] == self.own:
@@ -125,8 +151,11 @@ class Discovery:
         listener = self._known.get(key)
         if listener is None:
             listener = self._known[key] = Listener()
-        if listener.endpoint is None and self._due(listener) and self.clock() < self._stop_at:
-            self._scan(key, listener)
+        if listener.endpoint is None and self._due(listener):
+            if self.clock() < self._stop_at:
+                self._scan(key, listener)
+            else:
+                self._short = True  # out of time this cycle: looked at on the next
         return listener.endpoint
 
     def _chain(self, pid: int) -> list[tuple[int, float]]:
@@ -149,11 +178,11 @@ class Discovery:
             return True
         if listener.settled or len(listener.asked) >= self.ports_per_process:
             return False
-        return self.clock() - listener.scanned_at >= self.rescan_s
+        return self._now - listener.scanned_at >= self.rescan_s
 
     def _scan(self, key: tuple[int, float], listener: Listener) -> None:
         pid = key[0]
-        listener.scanned_at = self.clock()
+        listener.scanned_at = self._now
         try:
             conns = psutil.Process(pid).net_connections(kind="tcp")
         except psutil.NoSuchProcess:

@@ -264,6 +264,83 @@ def test_discovery_stops_for_the_cycle_when_its_budget_is_spent(servers):
     assert endpoint is not None and endpoint.source == "vllm" and found.gets_total == 1
 
 
+LATE_SERVER = """
+import os, subprocess, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+open(sys.argv[1] + ".tmp", "w").write(str(worker.pid))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+while not os.path.exists(sys.argv[2]):  # listens only when told: a server still loading its model
+    time.sleep(0.05)
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def do_GET(self):
+        body = b'vllm:generation_tokens_total{model_name="m"} 7\\n'
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+server = HTTPServer(("127.0.0.1", 0), H)
+open(sys.argv[3] + ".tmp", "w").write(str(server.server_address[1]))
+os.replace(sys.argv[3] + ".tmp", sys.argv[3])
+try:
+    server.serve_forever()
+finally:
+    worker.kill()
+"""
+
+
+def _wait_for(path, proc) -> str:
+    deadline = time.monotonic() + 20
+    while not path.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the stand-in did not get there"
+        time.sleep(0.05)
+    return path.read_text()
+
+
+def test_the_process_tree_is_walked_only_on_rescan_or_when_the_gpu_processes_change(
+    simulated_fleet, recording_accumulator, tmp_path, servers
+):
+    worker_file, go, port_file = tmp_path / "worker", tmp_path / "go", tmp_path / "port"
+    late = subprocess.Popen([sys.executable, "-c", LATE_SERVER, str(worker_file), str(go), str(port_file)])
+    try:
+        worker = int(_wait_for(worker_file, late))
+        machine = simulated_fleet(f"l40s:2@proc=0:{worker}")
+        collectors = parts(machine, tmp_path)  # rescan: 60 s
+        found = collectors[-1].discovery
+        now = [1000.0]
+        found.clock = lambda: now[0]
+
+        def run():  # this cycle's gpu_work points
+            before = len(recording_accumulator.points)
+            for c in collectors:
+                c.collect(recording_accumulator)
+            return [p for p in recording_accumulator.points[before:] if p.measurement == "gpu_work"]
+
+        assert run() == [] and found.walks_total == 1
+        go.touch()  # its parent listens now, after the walk found no port
+        _wait_for(port_file, late)
+        for _ in range(5):  # 10 s cycles up to 50 s: no walk, so the listener is not seen yet
+            now[0] += 10
+            assert run() == []
+        assert found.walks_total == 1 and found.gets_total == 0
+        now[0] = 1060.0  # one rescan after the walk: walked, and the late server found
+        points = run()
+        assert [(p.tags["source"], p.fields["units_total"]) for p in points] == [("vllm", 7.0)]
+        assert found.walks_total == 2 and found.gets_total == 1
+        for _ in range(3):  # the found server read every cycle, without walking
+            now[0] += 10
+            assert len(run()) == 1
+        assert found.walks_total == 2
+        _, v = servers("vllm", "--workers", "1")  # a new GPU process: walked on the next cycle
+        machine.show_process(1, v["workers"][0])
+        now[0] += 10
+        points = run()
+        assert found.walks_total == 3
+        assert {p.tags["gpu"] for p in points} == {"0", "1"}
+    finally:
+        late.terminate()
+        late.wait(10)
+
+
 # -- MIG, configured endpoints ---------------------------------------------------------------
 def test_a_server_on_a_mig_device_is_tagged_with_it_and_charged_its_share(
     simulated_fleet, recording_accumulator, tmp_path, servers, call
@@ -318,6 +395,43 @@ def _kill_orphan(pid_file) -> None:
             os.kill(int(text), signal.SIGKILL)
         except OSError:
             pass  # already gone
+
+
+def test_a_job_files_processes_are_looked_up_only_when_the_gpu_processes_change(
+    simulated_fleet, recording_accumulator, tmp_path, servers
+):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    child_file = tmp_path / "child"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(child_file)])
+    try:
+        deadline = time.monotonic() + 20
+        while not child_file.exists() or not child_file.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        machine = simulated_fleet(f"l40s:2@proc=1:{int(child_file.read_text())}")
+        collectors = parts(machine, tmp_path)  # rescan: 60 s
+        work = collectors[-1]
+
+        def run(total):  # the job's count now, and this cycle's gpu_work points
+            (jobs / "render.work").write_text(f"pid={launcher.pid}\nunit=images\ntotal={total}\n")
+            before = len(recording_accumulator.points)
+            for c in collectors:
+                c.collect(recording_accumulator)
+            return [p for p in recording_accumulator.points[before:] if p.measurement == "gpu_work"]
+
+        for total in (64, 128, 192):  # read every cycle, its processes looked up once
+            (point,) = run(total)
+            assert point.tags["gpu"] == "1" and point.fields["units_total"] == total
+        assert work.job_walks_total == 1
+        _, v = servers("vllm", "--workers", "1")  # another GPU process: looked up again
+        machine.show_process(0, v["workers"][0])
+        assert [p.tags["gpu"] for p in run(256) if p.tags["source"] == "job"] == ["1"]
+        assert work.job_walks_total == 2
+    finally:
+        launcher.kill()
+        launcher.wait()
+        _kill_orphan(child_file)
 
 
 def test_a_job_file_outside_slurm_counts_on_the_gpus_of_its_process_tree(
