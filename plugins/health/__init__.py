@@ -370,6 +370,10 @@ class GpuHealth:
     expired: list = field(default_factory=list)  # (at, wall ns, code) decayed, said in the reason for a while
     counters: dict = field(default_factory=dict)  # name -> CounterWindow
     lost_since_ns: int | None = None
+    # (evidence, verdict) of the last run judged while nothing in the verdict moved with time (no
+    # XID held or said, no counter window with more than its baseline): the same evidence then
+    # gives the same verdict, without the rules' run (they run a GPU a cycle).
+    still: tuple | None = None
 
 
 class HealthCollector(gpuagent.Collector):
@@ -548,6 +552,7 @@ class HealthCollector(gpuagent.Collector):
         st.xids.clear()
         st.counters.clear()  # counters restart after a reset
         st.lost_since_ns = None
+        st.still = None
         if self._watcher is not None:
             self._watcher.register(gpu)
         return True
@@ -673,7 +678,33 @@ class HealthCollector(gpuagent.Collector):
 
     def verdict(self, gpu, fields, readings, nvlink, fabric) -> tuple[str, str]:
         """The rules of the README's table, applied to this run's evidence."""
-        cfg, now, st = self.config, self.clock(), self.state(gpu)
+        st = self.state(gpu)
+        get = fields.get
+        # Everything the rules read (the counters' values too: a window's baseline moves only
+        # when its counter does); the thermal margin as the rules take it below.
+        evidence = (
+            get("recovery_action"),
+            get("remapped_rows_pending"),
+            get("remapped_rows_failure"),
+            get("retired_pages_pending"),
+            get("ecc_uncorrected_volatile_total"),
+            readings.get("pcie_replays"),
+            get("pcie_errors_total"),
+            get("thermal_margin_c", latest_thermal_margin(gpu)),
+            None if fabric is None else (fabric.state, fabric.status, fabric.healthMask),
+            getattr(fabric, "healthSummary", None),
+            nvlink,
+        )
+        still = st.still
+        if still is not None and not st.xids and still[0] == evidence:
+            return still[1]
+        judged = self._judge(gpu, st, fields, readings, nvlink, fabric)
+        moving = st.xids or st.expired or any(c.moving for c in st.counters.values())
+        st.still = None if moving else (evidence, judged)
+        return judged
+
+    def _judge(self, gpu, st, fields, readings, nvlink, fabric) -> tuple[str, str]:
+        cfg, now = self.config, self.clock()
         findings: list[Finding | None] = [recovery_finding(fields.get("recovery_action"))]
         findings += memory_findings(
             fields.get("remapped_rows_pending"),
