@@ -328,19 +328,23 @@ NVLINK_ERROR_FIELDS = {
     "recovery": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
 }
 HISTOGRAM_BUCKETS = ("max", "high", "partial", "low", "none")
-_NVLINK_READERS: dict[int, dict[str, FieldReader]] = {}
+_NVLINK_READERS: dict[int, FieldReader] = {}
 
 
-def nvlink_error_readers(links: int) -> dict[str, FieldReader]:
-    """kind -> the reader of that error counter on each of ``links`` links (named by link), in
-    the cycle's one field-values call per GPU (scopeId = link)."""
-    readers = _NVLINK_READERS.get(links)
-    if readers is None:
-        readers = _NVLINK_READERS[links] = {
-            kind: FieldReader({link: Field(fid, scope=link) for link in range(links)}, group=CYCLE)  # type: ignore[misc]
-            for kind, fid in NVLINK_ERROR_FIELDS.items()
-        }
-    return readers
+def nvlink_error_reader(links: int) -> FieldReader:
+    """The reader of every NVLink error counter on each of ``links`` links, named (kind, link) kind
+    by kind, in the cycle's one field-values call per GPU (scopeId = link)."""
+    reader = _NVLINK_READERS.get(links)
+    if reader is None:
+        reader = _NVLINK_READERS[links] = FieldReader(
+            {
+                (kind, link): Field(fid, scope=link)
+                for kind, fid in NVLINK_ERROR_FIELDS.items()
+                for link in range(links)
+            },  # type: ignore[misc]
+            group=CYCLE,
+        )
+    return reader
 
 
 def fabric_info(handle: Any) -> Any:
@@ -660,13 +664,17 @@ class HealthCollector(gpuagent.Collector):
         if not links:
             self._nvlink_refused.add(gpu.index)
             return {}
+        counts = nvlink_error_reader(links).read(gpu)  # (kind, link) -> count
+        if set(map(type, counts.values())) != {int}:  # a driver answering another value type
+            counts = {name: int(value) for name, value in counts.items()}
         out: dict[str, dict[int, int]] = {}
-        for kind, reader in nvlink_error_readers(links).items():
-            counts = reader.read(gpu)  # link -> count
-            if counts:
-                if set(map(type, counts.values())) != {int}:  # a driver answering another value type
-                    counts = {link: int(value) for link, value in counts.items()}
-                out[kind] = counts  # type: ignore[assignment]
+        if len(counts) == len(NVLINK_ERROR_FIELDS) * links:  # every count answered (the usual run): C-level passes
+            values, numbers = list(counts.values()), range(links)
+            for i, kind in enumerate(NVLINK_ERROR_FIELDS):
+                out[kind] = dict(zip(numbers, values[i * links : (i + 1) * links], strict=True))
+        else:
+            for (kind, link), value in counts.items():  # type: ignore[misc]
+                out.setdefault(kind, {})[link] = value
         if not out:
             self._nvlink_refused.add(gpu.index)  # the driver has none of them: do not ask again
         return out
