@@ -338,10 +338,10 @@ def nvlink_error_reader(links: int) -> FieldReader:
     if reader is None:
         reader = _NVLINK_READERS[links] = FieldReader(
             {
-                (kind, link): Field(fid, scope=link)
+                (kind, link): Field(fid, scope=link)  # type: ignore[misc]  # names are (kind, link), not str
                 for kind, fid in NVLINK_ERROR_FIELDS.items()
                 for link in range(links)
-            },  # type: ignore[misc]
+            },
             group=CYCLE,
         )
     return reader
@@ -664,7 +664,7 @@ class HealthCollector(gpuagent.Collector):
         if not links:
             self._nvlink_refused.add(gpu.index)
             return {}
-        counts = nvlink_error_reader(links).read(gpu)  # (kind, link) -> count
+        counts: dict[Any, Any] = nvlink_error_reader(links).read(gpu)  # (kind, link) -> count
         if set(map(type, counts.values())) != {int}:  # a driver answering another value type
             counts = {name: int(value) for name, value in counts.items()}
         out: dict[str, dict[int, int]] = {}
@@ -673,7 +673,7 @@ class HealthCollector(gpuagent.Collector):
             for i, kind in enumerate(NVLINK_ERROR_FIELDS):
                 out[kind] = dict(zip(numbers, values[i * links : (i + 1) * links], strict=True))
         else:
-            for (kind, link), value in counts.items():  # type: ignore[misc]
+            for (kind, link), value in counts.items():
                 out.setdefault(kind, {})[link] = value
         if not out:
             self._nvlink_refused.add(gpu.index)  # the driver has none of them: do not ask again
