@@ -3,8 +3,10 @@
 glibc gives a thread that allocates while another holds the main arena an arena of its own, up to
 8 per core, and never gives the memory back to the system. The agent runs a thread per collector
 (twelve by default), so a service at 1 s grew to ~0.6 MB more resident memory than the same agent
-with two arenas, for no speed it needs (bench/RESULTS.md, steady). Two arenas is what
-MALLOC_ARENA_MAX=2 sets; an operator's own MALLOC_ARENA_MAX is left as it is.
+with two arenas, and two to ~0.8 MB more than one (bench/RESULTS.md, steady: 45.6 against 44.8 MB
+at 1 s), for no speed it needs: the collectors' threads take turns under the GIL, and their runs
+allocate little. One arena is what MALLOC_ARENA_MAX=1 sets; an operator's own MALLOC_ARENA_MAX is
+left as it is.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 import sys
 
 M_ARENA_MAX = -8  # malloc.h
-ARENAS = 2
+ARENAS = 1
 
 
 def limit_arenas(arenas: int = ARENAS) -> bool:

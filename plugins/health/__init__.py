@@ -328,19 +328,23 @@ NVLINK_ERROR_FIELDS = {
     "recovery": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
 }
 HISTOGRAM_BUCKETS = ("max", "high", "partial", "low", "none")
-_NVLINK_READERS: dict[int, dict[str, FieldReader]] = {}
+_NVLINK_READERS: dict[int, FieldReader] = {}
 
 
-def nvlink_error_readers(links: int) -> dict[str, FieldReader]:
-    """kind -> the reader of that error counter on each of ``links`` links (named by link), in
-    the cycle's one field-values call per GPU (scopeId = link)."""
-    readers = _NVLINK_READERS.get(links)
-    if readers is None:
-        readers = _NVLINK_READERS[links] = {
-            kind: FieldReader({link: Field(fid, scope=link) for link in range(links)}, group=CYCLE)  # type: ignore[misc]
-            for kind, fid in NVLINK_ERROR_FIELDS.items()
-        }
-    return readers
+def nvlink_error_reader(links: int) -> FieldReader:
+    """The reader of every NVLink error counter on each of ``links`` links, named (kind, link) kind
+    by kind, in the cycle's one field-values call per GPU (scopeId = link)."""
+    reader = _NVLINK_READERS.get(links)
+    if reader is None:
+        reader = _NVLINK_READERS[links] = FieldReader(
+            {
+                (kind, link): Field(fid, scope=link)  # type: ignore[misc]  # names are (kind, link), not str
+                for kind, fid in NVLINK_ERROR_FIELDS.items()
+                for link in range(links)
+            },
+            group=CYCLE,
+        )
+    return reader
 
 
 def fabric_info(handle: Any) -> Any:
@@ -370,6 +374,10 @@ class GpuHealth:
     expired: list = field(default_factory=list)  # (at, wall ns, code) decayed, said in the reason for a while
     counters: dict = field(default_factory=dict)  # name -> CounterWindow
     lost_since_ns: int | None = None
+    # (evidence, verdict) of the last run judged while nothing in the verdict moved with time (no
+    # XID held or said, no counter window with more than its baseline): the same evidence then
+    # gives the same verdict, without the rules' run (they run a GPU a cycle).
+    still: tuple | None = None
 
 
 class HealthCollector(gpuagent.Collector):
@@ -548,6 +556,7 @@ class HealthCollector(gpuagent.Collector):
         st.xids.clear()
         st.counters.clear()  # counters restart after a reset
         st.lost_since_ns = None
+        st.still = None
         if self._watcher is not None:
             self._watcher.register(gpu)
         return True
@@ -655,13 +664,17 @@ class HealthCollector(gpuagent.Collector):
         if not links:
             self._nvlink_refused.add(gpu.index)
             return {}
+        counts: dict[Any, Any] = nvlink_error_reader(links).read(gpu)  # (kind, link) -> count
+        if set(map(type, counts.values())) != {int}:  # a driver answering another value type
+            counts = {name: int(value) for name, value in counts.items()}
         out: dict[str, dict[int, int]] = {}
-        for kind, reader in nvlink_error_readers(links).items():
-            counts = reader.read(gpu)  # link -> count
-            if counts:
-                if set(map(type, counts.values())) != {int}:  # a driver answering another value type
-                    counts = {link: int(value) for link, value in counts.items()}
-                out[kind] = counts  # type: ignore[assignment]
+        if len(counts) == len(NVLINK_ERROR_FIELDS) * links:  # every count answered (the usual run): C-level passes
+            values, numbers = list(counts.values()), range(links)
+            for i, kind in enumerate(NVLINK_ERROR_FIELDS):
+                out[kind] = dict(zip(numbers, values[i * links : (i + 1) * links], strict=True))
+        else:
+            for (kind, link), value in counts.items():
+                out.setdefault(kind, {})[link] = value
         if not out:
             self._nvlink_refused.add(gpu.index)  # the driver has none of them: do not ask again
         return out
@@ -673,7 +686,33 @@ class HealthCollector(gpuagent.Collector):
 
     def verdict(self, gpu, fields, readings, nvlink, fabric) -> tuple[str, str]:
         """The rules of the README's table, applied to this run's evidence."""
-        cfg, now, st = self.config, self.clock(), self.state(gpu)
+        st = self.state(gpu)
+        get = fields.get
+        # Everything the rules read (the counters' values too: a window's baseline moves only
+        # when its counter does); the thermal margin as the rules take it below.
+        evidence = (
+            get("recovery_action"),
+            get("remapped_rows_pending"),
+            get("remapped_rows_failure"),
+            get("retired_pages_pending"),
+            get("ecc_uncorrected_volatile_total"),
+            readings.get("pcie_replays"),
+            get("pcie_errors_total"),
+            get("thermal_margin_c", latest_thermal_margin(gpu)),
+            None if fabric is None else (fabric.state, fabric.status, fabric.healthMask),
+            getattr(fabric, "healthSummary", None),
+            nvlink,
+        )
+        still = st.still
+        if still is not None and not st.xids and still[0] == evidence:
+            return still[1]
+        judged = self._judge(gpu, st, fields, readings, nvlink, fabric)
+        moving = st.xids or st.expired or any(c.moving for c in st.counters.values())
+        st.still = None if moving else (evidence, judged)
+        return judged
+
+    def _judge(self, gpu, st, fields, readings, nvlink, fabric) -> tuple[str, str]:
+        cfg, now = self.config, self.clock()
         findings: list[Finding | None] = [recovery_finding(fields.get("recovery_action"))]
         findings += memory_findings(
             fields.get("remapped_rows_pending"),

@@ -139,6 +139,11 @@ class CounterWindow:
             samples.popleft()
         return value - samples[0][1]
 
+    @property
+    def moving(self) -> bool:
+        """Whether its growth can change with time alone (a sample beyond the baseline)."""
+        return len(self.samples) > 1
+
 
 class LinkCounters:
     """The per-link CounterWindows of one NVLink error kind on one GPU. A run whose counts equal

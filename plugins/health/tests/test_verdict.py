@@ -425,3 +425,19 @@ def test_a_gpu_that_flaps_must_answer_for_a_while_before_it_is_read_again(run, c
     messages = [m for m in caplog.messages if "GPU 1" in m]
     assert sum("is lost" in m for m in messages) == 2 and sum("answers again" in m for m in messages) == 2, messages
     assert any("is lost again" in m and "before it is read again" in m for m in messages)
+
+
+def test_a_verdict_is_judged_again_only_when_its_evidence_or_the_time_can_move_it(run, monkeypatch):
+    r = run("h100-sxm:1@ecc=0:2:15s", error_window="5m")
+    judged = []
+    judge = r.collector._judge
+    monkeypatch.setattr(r.collector, "_judge", lambda *args: judged.append(args[1]) or judge(*args))
+    assert r.at(5)[0]["verdict"] == r.at(10)[0]["verdict"] == "ok"
+    assert judged == []  # the evidence of t=0, nothing moving: the verdict kept
+    assert r.at(20)[0]["verdict"] == "degraded"  # the count grew: judged
+    assert r.at(30)[0]["verdict"] == r.at(200)[0]["verdict"] == "degraded"
+    assert len(judged) == 3  # the window holds the growth: judged every run while it does
+    got = r.at(330)[0]
+    assert got["verdict"] == "ok" and got["verdict_reason"] == "No fault evidence."
+    assert r.at(340)[0]["verdict_reason"] == "No fault evidence."
+    assert len(judged) == 4  # the growth left the window: the verdict kept again
