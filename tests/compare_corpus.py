@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from compare_helpers import openmetrics
+
 CORPUS = Path(__file__).resolve().parent / "compare" / "corpus"
 CASES = CORPUS / "cases.txt"
 
@@ -180,44 +182,6 @@ def _cli():
         return result
 
     return run
-
-
-SCRAPED_MEASUREMENTS = ("gpu_power", "gpu_clocks", "gpu_memory", "gpu_p2p", "gpu_mig", "gpu_vgpu", "gpu_health")
-
-
-def openmetrics(server, db: str, end_s: int, ms: bool = False) -> str:
-    """Every point of `db` as OpenMetrics (ms: Prometheus text with ms timestamps, no # EOF), named as
-    the prometheus sink names it. A copy of tests/compare/test_compare_promql.py's, kept here so the
-    corpus's input stays as it was when its documents were stored."""
-    from gpuagent.plugins.prometheus.exposition import label_name
-    from gpuagent.plugins.prometheus.naming import metric_for
-
-    families: dict[str, tuple[str, list[str]]] = {}
-    for m in SCRAPED_MEASUREMENTS:
-        for series in server.query(f'SELECT * FROM "{m}" WHERE time <= {end_s * 10**9} GROUP BY *', db=db):
-            tags = {label_name(k): v for k, v in series["tags"].items() if v != ""}
-            for values in series["values"]:
-                row = dict(zip(series["columns"], values, strict=True))
-                t = row.pop("time") / 1e9
-                for field, value in row.items():
-                    if value is None:
-                        continue
-                    spec = metric_for("gpuagent", m, field, isinstance(value, str))
-                    labels = dict(tags)
-                    if isinstance(value, str):
-                        labels[spec.label], value = value, 1.0
-                    family = spec.name.removesuffix("_total") if spec.kind == "counter" else spec.name
-                    kind = "gauge" if spec.kind == "info" else spec.kind
-                    text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-                    stamp = f"{round(t * 1000)}" if ms else f"{t:.3f}"
-                    families.setdefault(family, (kind, []))[1].append(
-                        f"{spec.name}{{{text}}} {float(value) * spec.scale!r} {stamp}"
-                    )
-    out = []
-    for family, (kind, lines) in families.items():
-        out.append(f"# TYPE {family} {kind}")
-        out.extend(lines)
-    return "\n".join(out) + ("\n" if ms else "\n# EOF\n")
 
 
 class Tee:

@@ -3,6 +3,7 @@ from it: python -m gpuagent.schema.readme --write)."""
 
 from __future__ import annotations
 
+from gpuagent.plugins.processes.attribution import OWNER_TAGS
 from gpuagent.schema import measurements
 from gpuagent.schema.fields import Measurement, counter, gauge
 
@@ -86,14 +87,7 @@ SCHEMA: tuple[Measurement, ...] = (
             "pid",
             "gi_id",
             "ci_id",
-            "slurm_job_id",
-            "slurm_step",
-            "slurm_user",
-            "slurm_account",
-            "slurm_partition",
-            "k8s_pod_uid",
-            "container_id",
-            "systemd_unit",
+            *OWNER_TAGS,
             "k8s_namespace",
             "k8s_pod",
             "k8s_container",

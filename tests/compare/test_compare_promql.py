@@ -16,14 +16,13 @@ import time
 import uuid
 
 import pytest
-from compare_helpers import sim_fleet_args
+from compare_helpers import openmetrics, sim_fleet_args
 
 pytestmark = pytest.mark.servers
 
 SPECS = ("l40s-vgpu:2", "h100-sxm:2", "rtx4090:2", "h100-sxm-mig:2")
 STEP_S = 10
 DURATION_S = 20 * 60
-MEASUREMENTS = ("gpu_power", "gpu_clocks", "gpu_memory", "gpu_p2p", "gpu_mig", "gpu_vgpu", "gpu_health")
 # Figures PromQL computes with another definition (docs/compare.md): still within 5% here.
 APPROX = 0.05
 
@@ -64,46 +63,12 @@ def prometheus_fleet(fleet, influxdb_v1, tmp_path_factory):
     from gpuagent_test_servers import PROMETHEUS, PrometheusServer, find_binary
 
     db, end_s = fleet
-    text = openmetrics_from_influx(influxdb_v1, db, end_s)
+    text = openmetrics(influxdb_v1, db, end_s)
     server = PrometheusServer(find_binary(PROMETHEUS, "prometheus"), tmp_path_factory.mktemp("prom"))
     server.backfill(text)
     server.start()
     yield server
     server.stop()
-
-
-def openmetrics_from_influx(server, db, end_s, ms: bool = False) -> str:
-    """Every point of the fleet as OpenMetrics (ms: Prometheus text with ms timestamps, no # EOF),
-    named as the prometheus sink names it."""
-    from gpuagent.plugins.prometheus.exposition import label_name
-    from gpuagent.plugins.prometheus.naming import metric_for
-
-    families: dict[str, tuple[str, list[str]]] = {}
-    for m in MEASUREMENTS:
-        for series in server.query(f'SELECT * FROM "{m}" WHERE time <= {end_s * 10**9} GROUP BY *', db=db):
-            tags = {label_name(k): v for k, v in series["tags"].items() if v != ""}
-            for values in series["values"]:
-                row = dict(zip(series["columns"], values, strict=True))
-                t = row.pop("time") / 1e9
-                for field, value in row.items():
-                    if value is None:
-                        continue
-                    spec = metric_for("gpuagent", m, field, isinstance(value, str))
-                    labels = dict(tags)
-                    if isinstance(value, str):
-                        labels[spec.label], value = value, 1.0
-                    family = spec.name.removesuffix("_total") if spec.kind == "counter" else spec.name
-                    kind = "gauge" if spec.kind == "info" else spec.kind
-                    text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-                    stamp = f"{round(t * 1000)}" if ms else f"{t:.3f}"
-                    families.setdefault(family, (kind, []))[1].append(
-                        f"{spec.name}{{{text}}} {float(value) * spec.scale!r} {stamp}"
-                    )
-    out = []
-    for family, (kind, lines) in families.items():
-        out.append(f"# TYPE {family} {kind}")
-        out.extend(lines)
-    return "\n".join(out) + ("\n" if ms else "\n# EOF\n")
 
 
 def _report(cli, *args):
@@ -170,7 +135,7 @@ def test_victoria_metrics_with_metrics_names_is_found_and_agrees(fleet, influxdb
 
     db, end_s = fleet
     label = f"{db}_scraped"
-    text = openmetrics_from_influx(influxdb_v1, db, end_s, ms=True)
+    text = openmetrics(influxdb_v1, db, end_s, ms=True)
     req = urllib.request.Request(
         f"{victoria_metrics.url}/api/v1/import/prometheus?extra_label=db={label}", data=text.encode(), method="POST"
     )
@@ -192,7 +157,7 @@ def vm_metrics_names(fleet, influxdb_v1, victoria_metrics):
 
     db, end_s = fleet
     label = f"{db}_metrics"
-    text = openmetrics_from_influx(influxdb_v1, db, end_s, ms=True)
+    text = openmetrics(influxdb_v1, db, end_s, ms=True)
     req = urllib.request.Request(
         f"{victoria_metrics.url}/api/v1/import/prometheus?extra_label=db={label}", data=text.encode(), method="POST"
     )
