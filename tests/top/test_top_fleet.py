@@ -7,7 +7,7 @@ import time
 import uuid
 
 import pytest
-from compare_helpers import sim_fleet_args
+from compare_helpers import openmetrics, sim_fleet_args
 
 from gpuagent.top.app import Top
 from gpuagent.top.view import View
@@ -119,12 +119,11 @@ def test_an_empty_window_says_so(fleet, influxdb_v1, cli):
 @pytest.fixture(scope="module")
 def prometheus_fleet(fleet, influxdb_v1, tmp_path_factory):
     """A Prometheus whose TSDB holds the same fleet under the /metrics names (compare's converter)."""
-    from compare.test_compare_promql import openmetrics_from_influx
     from gpuagent_test_servers import PROMETHEUS, PrometheusServer, find_binary
 
     db, _ = fleet
     server = PrometheusServer(find_binary(PROMETHEUS, "prometheus"), tmp_path_factory.mktemp("prom"))
-    server.backfill(openmetrics_from_influx(influxdb_v1, db, int(time.time()) + 1))
+    server.backfill(openmetrics(influxdb_v1, db, int(time.time()) + 1))
     server.start()
     yield server
     server.stop()
