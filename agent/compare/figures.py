@@ -180,7 +180,7 @@ FIGURES: tuple[Figure, ...] = (
         derive=lambda joules: joules / 3.6e6,
     ),
     Figure(
-        "gpu_hours",
+        GPU_HOURS,
         "h",
         "per GPU, the time from its first to its last energy_j sample in the range, summed",
         promql="per GPU, the time from its first to its last energy_j sample in the range, summed "
